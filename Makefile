@@ -1,0 +1,42 @@
+# README's two commands: `make demo` and `make test`. Everything else is a helper target.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# Hardware-aware install: CUDA machines get fbgemm-gpu, everything else fbgemm-gpu-cpu (pins in pyproject.toml).
+HW := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
+STAMP := $(VENV)/.installed-$(HW)
+DEMO_DIR ?= .demo
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint bench-beauty clean
+
+setup: $(STAMP)
+
+# Re-runs only when pyproject.toml changes (or the stamp is missing after a failed install).
+$(STAMP): pyproject.toml
+	@echo "[setup] creating $(VENV) for $(HW)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[$(HW),dev]"
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $$($(PY) -c \
+	  'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["tool"]["recsys"]["install"]["no_deps"]))')
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+	@echo "[setup] done"
+
+demo: setup
+	$(VENV)/bin/recsys demo --out $(DEMO_DIR)
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check recsys features pipelines serving benchmarks tests
+	$(VENV)/bin/ruff format --check recsys features pipelines serving benchmarks tests
+	$(VENV)/bin/mypy
+
+bench-beauty: setup
+	$(PY) benchmarks/quality.py --config configs/beauty-sasrec.yaml --data-dir ../shared/data/amazon-beauty
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR) mlruns.db .pytest_cache .mypy_cache .ruff_cache

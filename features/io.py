@@ -1,0 +1,389 @@
+"""Shared file helpers for the loaders: read, split, parse and check text files with line-accurate errors.
+
+Every loader goes through the same steps, so the same problem gets the same message everywhere:
+
+1. `locate` / `locate_optional` find the input file (a file path, or a directory holding a known name).
+2. `read_text` reads the bytes (gzip by magic number), rejects missing or empty files and decodes
+   UTF-8 once for the whole file; a bad byte is reported with its line number.
+3. `text_lines` turns the text into a frame of (line, text), 1-based as an editor shows it; blank lines
+   are skipped. `split_fields` / `read_csv_records` / `parse_records` turn lines into fields.
+4. `parse_numbers`, `require_values`, `require_unique` check the fields; `fail_on_first` is the
+   one place that turns "the first bad row" into a `DataError` naming file and line.
+
+The `line` column travels with the rows until the loader has checked them, then is dropped.
+
+Example:
+    >>> text_lines("u1 a b\\r\\n\\nu2 c\\n").rows()
+    [(1, 'u1 a b'), (3, 'u2 c')]
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import gzip
+import json
+import logging
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from recsys.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+LINE = "line"  # 1-based line number, carried by parsed frames until the loader has validated them
+TEXT = "text"
+GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def locate(path: Path, names: Sequence[str], fix: str) -> Path:
+    """The input file: `path` itself if it is a file, else the first of `names` (or `name.gz`) inside it.
+
+    Args:
+        path: a file, or a directory holding one of `names`.
+        names: accepted file names, in order of preference.
+        fix: what the user should do when nothing is found.
+    """
+    if path.is_file():
+        return path
+    if not path.exists():
+        raise DataError(path, "no such file or directory", fix)
+    found = locate_optional(path, names)
+    if found is None:
+        wanted = " or ".join(names)
+        raise DataError(path, f"directory has no {wanted} (plain or .gz)", fix)
+    return found
+
+
+def locate_optional(directory: Path, names: Sequence[str]) -> Path | None:
+    """The first of `names` (or `name.gz`) that exists in `directory`, or None.
+
+    Args:
+        directory: where to look.
+        names: accepted file names, in order of preference.
+    """
+    for name in names:
+        for candidate in (directory / name, directory / f"{name}.gz"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, gunzipped when the file starts with the gzip magic number.
+
+    Args:
+        path: the file to read.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as err:
+        raise DataError(path, "file not found", "check the --input path") from err
+    except IsADirectoryError as err:
+        raise DataError(path, "is a directory, expected a file", "pass the file itself") from err
+    if data.startswith(GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as err:
+            raise DataError(path, f"corrupt gzip data ({err})", "re-download or re-compress the file") from err
+    return data
+
+
+def read_text(path: Path, *, fallback_encoding: str | None = None) -> str:
+    """Read a whole text file (gzip handled) and decode it as UTF-8 in one go.
+
+    Args:
+        path: the file to read.
+        fallback_encoding: if given, decode with this when UTF-8 fails (logged); otherwise a
+            non-UTF-8 byte is a `DataError` naming its line.
+
+    Raises:
+        DataError: the file is missing, empty, or not valid UTF-8.
+    """
+    data = read_bytes(path)
+    if not data.strip():
+        raise DataError(path, "file is empty", "pass a file with data, or check that the download finished")
+    data = data.removeprefix(UTF8_BOM)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        if fallback_encoding is not None:
+            logger.warning(
+                "%s is not UTF-8 (first bad byte on line %d); decoding it as %s",
+                path,
+                line,
+                fallback_encoding,
+            )
+            return data.decode(fallback_encoding)
+        bad = data[err.start : err.end].hex(" ")
+        raise DataError(
+            path,
+            f"bytes {bad} at byte offset {err.start} are not valid UTF-8",
+            "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 FILE > FILE.utf8`",
+            line=line,
+        ) from err
+
+
+def text_lines(text: str) -> pl.DataFrame:
+    """Split text into non-blank lines: columns `line` (1-based, u32) and `text` (no trailing CR).
+
+    Args:
+        text: the decoded file contents.
+    """
+    frame = (
+        pl.DataFrame({TEXT: [text]})
+        .select(pl.col(TEXT).str.split("\n"))
+        .explode(TEXT)
+        .with_row_index(LINE, offset=1)
+        .with_columns(pl.col(TEXT).str.strip_chars_end("\r"))
+    )
+    return frame.filter(pl.col(TEXT).str.strip_chars() != "")
+
+
+def fail_on_first(
+    frame: pl.DataFrame, bad: pl.Expr, path: Path, problem: str | Callable[[dict[str, Any]], str], fix: str
+) -> None:
+    """Raise a `DataError` for the first row of `frame` where `bad` holds; do nothing if none does.
+
+    Args:
+        frame: rows with a `line` column.
+        bad: a boolean expression over the frame's columns.
+        path: the file the rows came from.
+        problem: the problem text, or a function building it from the first bad row (a dict of its columns).
+        fix: how to fix it.
+    """
+    offending = frame.filter(bad)
+    if offending.height:
+        row = offending.row(0, named=True)
+        text = problem if isinstance(problem, str) else problem(row)
+        raise DataError(path, text, fix, line=row[LINE])
+
+
+def split_fields(lines: pl.DataFrame, path: Path, separator: str, names: Sequence[str]) -> pl.DataFrame:
+    """Split each line on a literal separator into exactly `len(names)` string fields (stripped).
+
+    Args:
+        lines: output of `text_lines`.
+        path: the file, for errors.
+        separator: literal separator, e.g. "::" or ",".
+        names: the field names, in file order.
+
+    Returns:
+        columns `line` and one string column per name.
+    """
+    parts = lines.select(LINE, pl.col(TEXT).str.split(separator).alias("_fields"))
+    fail_on_first(
+        parts,
+        pl.col("_fields").list.len() != len(names),
+        path,
+        lambda row: (
+            f"expected {len(names)} fields ({separator.join(names)}) separated by {separator!r}, "
+            f"found {len(row['_fields'])}"
+        ),
+        "fix or remove the line",
+    )
+    fields = [pl.col("_fields").list.get(i).str.strip_chars().alias(name) for i, name in enumerate(names)]
+    return parts.select(LINE, *fields)
+
+
+def read_csv_records(text: str, path: Path, columns: Sequence[str]) -> pl.DataFrame:
+    """Parse a quoted CSV (header row first) with exact line numbers and field counts.
+
+    Catalogs are small (thousands of rows) and may quote commas and newlines, so they go through
+    Python's `csv` module, which knows the line where each record starts; polars' reader would
+    silently pad a short row with nulls.
+
+    Args:
+        text: the decoded file.
+        path: the file, for errors.
+        columns: columns the header must name; only these are kept.
+
+    Returns:
+        `line` plus `columns`, all stripped strings ("" when empty).
+    """
+    reader = csv.reader(text.splitlines(keepends=True))
+    header = [name.strip() for name in next(reader)]
+    missing = [name for name in columns if name not in header]
+    if missing:
+        raise DataError(
+            path,
+            f"header {header} lacks column(s) {missing}",
+            f"the header must name {list(columns)}",
+            line=1,
+        )
+    positions = [header.index(name) for name in columns]
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    start = reader.line_num + 1
+    for record in reader:
+        if any(field.strip() for field in record):
+            if len(record) != len(header):
+                raise DataError(
+                    path,
+                    f"expected {len(header)} fields ({','.join(header)}), found {len(record)}",
+                    'fix the row; quote fields that contain commas ("a, b")',
+                    line=start,
+                )
+            rows.append([record[i].strip() for i in positions])
+            lines.append(start)
+        start = reader.line_num + 1
+    if not rows:
+        raise DataError(path, "no data rows after the header", "pass a file with data")
+    frame = pl.DataFrame(rows, schema=dict.fromkeys(columns, pl.String()), orient="row")
+    return frame.insert_column(0, pl.Series(LINE, lines, dtype=pl.UInt32()))
+
+
+def read_csv_catalog(path: Path, columns: Mapping[str, str]) -> pl.DataFrame:
+    """Read a CSV item catalog into canonical columns; the first column is the item id.
+
+    Item ids must be non-empty and unique (a repeated id names both lines); empty text fields become "".
+
+    Args:
+        path: the CSV file (header first).
+        columns: file column -> canonical column, id first, e.g. {"movieId": "item_id", "title": "title"}.
+    """
+    records = read_csv_records(read_text(path), path, list(columns))
+    return catalog_frame(records, path, columns)
+
+
+def catalog_frame(records: pl.DataFrame, path: Path, columns: Mapping[str, str]) -> pl.DataFrame:
+    """Check and rename parsed catalog rows (with `line`): ids non-empty and unique, then drop `line`.
+
+    Args:
+        records: `line` plus the file's columns, as strings.
+        path: the file, for errors.
+        columns: file column -> canonical column, id first.
+    """
+    id_column = next(iter(columns))
+    require_values(records, path, [id_column])
+    require_unique(records, path, id_column, "item id")
+    text_columns = [name for name in columns if name != id_column]
+    return records.with_columns(pl.col(text_columns).fill_null("")).select(
+        [pl.col(source).alias(target) for source, target in columns.items()]
+    )
+
+
+def parse_record(text: str) -> Any:
+    """One JSON object per line; falls back to a Python literal (the 2014 Amazon meta files use those).
+
+    Args:
+        text: one line.
+
+    Raises:
+        ValueError / SyntaxError: neither JSON nor a Python literal.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return ast.literal_eval(text)
+
+
+def parse_records(lines: pl.DataFrame, path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """Parse every line as a JSON object (or Python dict literal), in Python, with line-accurate errors.
+
+    Args:
+        lines: output of `text_lines`.
+        path: the file, for errors.
+
+    Returns:
+        (line, record) pairs.
+    """
+    records: list[tuple[int, dict[str, Any]]] = []
+    for line, text in lines.iter_rows():
+        try:
+            record = parse_record(text)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as err:
+            raise DataError(path, f"not a JSON object ({err})", "fix or remove the line", line=line) from err
+        if not isinstance(record, dict):
+            raise DataError(path, f"expected an object, found {type(record).__name__}", "fix the line", line=line)
+        records.append((line, record))
+    return records
+
+
+def json_string_fields(lines: pl.DataFrame, path: Path, fields: Sequence[str]) -> pl.DataFrame:
+    """Extract scalar fields of one-object-per-line JSON as strings (null when absent).
+
+    Fast path: polars decodes all lines at once. If that fails (a malformed line, a Python literal),
+    the lines are parsed one by one in Python, which names the bad line or succeeds.
+
+    Args:
+        lines: output of `text_lines`.
+        path: the file, for errors.
+        fields: the keys to extract.
+
+    Returns:
+        columns `line` and one string column per field.
+    """
+    dtype = pl.Struct(dict.fromkeys(fields, pl.String()))
+    try:
+        decoded = lines.select(LINE, pl.col(TEXT).str.json_decode(dtype).alias("_record"))
+        return decoded.unnest("_record")
+    except pl.exceptions.PolarsError:
+        logger.info("%s: fast JSON decode failed, parsing line by line", path)
+    records = parse_records(lines, path)
+    columns: dict[str, list[Any]] = {LINE: [line for line, _ in records]}
+    for name in fields:
+        columns[name] = [None if rec.get(name) is None else str(rec[name]) for _, rec in records]
+    return pl.DataFrame(columns, schema={LINE: pl.UInt32(), **dict.fromkeys(fields, pl.String())})
+
+
+def parse_numbers(frame: pl.DataFrame, path: Path, dtypes: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """Cast string columns to numbers; the first value that does not parse is a `DataError`.
+
+    Args:
+        frame: rows with a `line` column and the string columns to cast.
+        path: the file, for errors.
+        dtypes: column -> numeric dtype, e.g. {"ts": pl.Int64()}.
+    """
+    for name, dtype in dtypes.items():
+        cast = pl.col(name).cast(dtype, strict=False)
+        bad = pl.col(name).is_not_null() & cast.is_null()
+        fail_on_first(frame, bad, path, _not_a_number(name, dtype), "fix or remove the line")
+        frame = frame.with_columns(cast)
+    return frame
+
+
+def require_values(frame: pl.DataFrame, path: Path, columns: Sequence[str]) -> None:
+    """Every row must have a non-empty value in each of `columns`.
+
+    Args:
+        frame: rows with a `line` column.
+        path: the file, for errors.
+        columns: the columns that must be filled.
+    """
+    for name in columns:
+        empty = pl.col(name).is_null() | (pl.col(name).cast(pl.String) == "")
+        fail_on_first(frame, empty, path, f"{name} is missing or empty", f"give every row a {name}")
+
+
+def _not_a_number(name: str, dtype: pl.DataType) -> Callable[[dict[str, Any]], str]:
+    """The problem text for a value of column `name` that does not parse as `dtype`."""
+    kind = "an integer" if dtype.is_integer() else "a number"
+    return lambda row: f"{name} {row[name]!r} is not {kind}"
+
+
+def require_unique(frame: pl.DataFrame, path: Path, column: str, what: str) -> None:
+    """No value of `column` may appear twice; the error names both lines.
+
+    Args:
+        frame: rows with a `line` column, in file order.
+        path: the file, for errors.
+        column: the key that must be unique.
+        what: how to call the key in the message, e.g. "user id".
+    """
+    repeated = frame.filter(pl.col(column).is_duplicated())
+    if repeated.height:
+        key = repeated.item(0, column)
+        first, second = repeated.filter(pl.col(column) == key).get_column(LINE).head(2).to_list()
+        raise DataError(
+            path,
+            f"{what} {key!r} appears on line {first} and again on line {second}",
+            f"each {what} must appear once: merge or remove one of the lines",
+            line=second,
+        )

@@ -1,0 +1,90 @@
+"""Amazon reviews in the P5 / TIGER form: `user_sequence.txt` (+ optional `items.csv`).
+
+`user_sequence.txt` has one user per line, `USER_ID ITEM_ID ITEM_ID ...`, items in chronological
+order; there are no timestamps, so `ts` is the position in the user's sequence (0, 1, ...).
+`items.csv` is a quoted CSV with header `item_id,title`.
+
+Example:
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "user_sequence.txt").write_text("u1 a b c\\nu2 b c d\\n")
+    >>> raw = load_amazon_p5(folder, domain="toys")
+    >>> raw.interactions.rows()[:2]
+    [('u1', 'a', 0, 'toys'), ('u1', 'b', 1, 'toys')]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from features.io import (
+    LINE,
+    TEXT,
+    fail_on_first,
+    locate,
+    locate_optional,
+    read_csv_catalog,
+    read_text,
+    require_unique,
+    text_lines,
+)
+from features.raw import RawDataset
+from recsys.data.schema import DOMAIN, ITEM_ID, TITLE, TS, USER_ID
+
+SOURCE = "amazon-p5"
+SEQUENCE_FILE = "user_sequence.txt"
+ITEMS_FILE = "items.csv"
+
+
+def load_amazon_p5(path: Path, *, domain: str | None = None) -> RawDataset:
+    """Load a P5-form directory (or its `user_sequence.txt`) into the canonical schema.
+
+    Args:
+        path: the directory holding `user_sequence.txt` (and maybe `items.csv`), or the sequence file.
+        domain: the `domain` value of every row; default: the directory name without an "amazon-"
+            prefix (`amazon-beauty` -> "beauty").
+
+    Raises:
+        DataError: missing/empty/non-UTF-8 file, a line with only a user id, a user id on two lines,
+            or a malformed `items.csv`.
+    """
+    sequences = locate(path, [SEQUENCE_FILE], f"pass a directory holding {SEQUENCE_FILE}, or the file itself")
+    folder = sequences.parent
+    domain = domain if domain is not None else folder.resolve().name.removeprefix("amazon-")
+    interactions = read_sequences(sequences).with_columns(pl.lit(domain).alias(DOMAIN))
+    catalog_file = locate_optional(folder, [ITEMS_FILE])
+    items = None
+    if catalog_file is not None:
+        items = read_csv_catalog(catalog_file, {ITEM_ID: ITEM_ID, TITLE: TITLE})
+        items = items.with_columns(pl.lit(domain).alias(DOMAIN))
+    files = (sequences,) if catalog_file is None else (sequences, catalog_file)
+    return RawDataset(interactions=interactions, items=items, source=SOURCE, files=files)
+
+
+def read_sequences(path: Path) -> pl.DataFrame:
+    """Read `USER_ID ITEM_ID ...` lines into (user_id, item_id, ts = position) rows, in file order.
+
+    Args:
+        path: the sequence file.
+    """
+    rows = text_lines(read_text(path)).select(LINE, pl.col(TEXT).str.extract_all(r"\S+").alias("_fields"))
+    fail_on_first(
+        rows,
+        pl.col("_fields").list.len() < 2,
+        path,
+        lambda row: f"user {row['_fields'][0]!r} has no items (expected 'USER_ID ITEM_ID ITEM_ID ...')",
+        "add the user's items to the line, or remove the line",
+    )
+    users = rows.select(LINE, pl.col("_fields").list.first().alias(USER_ID))
+    require_unique(users, path, USER_ID, "user id")
+    return (
+        rows.select(
+            LINE,
+            pl.col("_fields").list.first().alias(USER_ID),
+            pl.col("_fields").list.slice(1).alias(ITEM_ID),
+        )
+        .explode(ITEM_ID)
+        .select(USER_ID, ITEM_ID, pl.int_range(pl.len(), dtype=pl.Int64).over(LINE).alias(TS))
+    )

@@ -1,0 +1,98 @@
+"""Experiment configs: one YAML file -> one typed, frozen `ExperimentConfig`.
+
+A config file is headed by comments stating its purpose, date and the command that runs it
+(configs/*.yaml). Unknown keys and wrong types are errors that name the key.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from recsys.errors import ConfigError
+from recsys.evaluation import EvalConfig
+from recsys.training.trainer import TrainConfig
+
+DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataSection(_Section):
+    """Where the interactions come from and how they are prepared (see `recsys data prepare`)."""
+
+    source: str = "synthetic"
+    path: Path | None = None  # raw input (file or directory); None for the synthetic source
+    options: dict[str, Any] = Field(default_factory=dict)  # loader options, e.g. num_users for synthetic
+    min_interactions: int = 3
+    unknown_items: Literal["drop", "keep", "error"] = "drop"
+    cold_start_fraction: float = 0.0
+    seed: int = 0
+
+
+class ModelSection(_Section):
+    """Model name in `recsys.models.registry.MODELS` and its config fields (num_items comes from the data)."""
+
+    name: str = "sasrec"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrackingSection(_Section):
+    """MLflow tracking; the URI falls back to $MLFLOW_TRACKING_URI, then a local SQLite file."""
+
+    uri: str | None = None
+    experiment: str | None = None  # defaults to the config name
+
+    def resolved_uri(self) -> str:
+        return self.uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+class ExperimentConfig(_Section):
+    name: str
+    data: DataSection = DataSection()
+    model: ModelSection = ModelSection()
+    train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
+    tracking: TrackingSection = TrackingSection()
+
+    @property
+    def experiment_name(self) -> str:
+        return self.tracking.experiment or self.name
+
+
+def load_config(path: Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Read and validate a YAML experiment config.
+
+    Args:
+        path: the YAML file; `name` defaults to the file stem.
+        overrides: dotted keys applied on top, e.g. {"train.epochs": 2, "data.path": "x"}.
+    """
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found. Fix: pass an existing YAML file, e.g. configs/*.yaml")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({err}). Fix: correct the syntax at the position shown") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections. Fix: see configs/*.yaml")
+    raw.setdefault("name", path.stem)
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ConfigError(f"{path}: {problems}. Fix: correct these keys (see configs/*.yaml)") from err
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        tree = tree.setdefault(key, {})
+    tree[leaf] = value

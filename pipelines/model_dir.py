@@ -1,0 +1,72 @@
+"""The model directory: everything needed to evaluate a trained model and recommend with it.
+
+    model.pt        name, config and weights (`recsys.models.registry`)
+    config.yaml     the experiment config
+    metrics.json    valid/test metrics (+ the cold-start slice), best epoch, timings
+    items.parquet, users.parquet   the id maps of the training data
+    data.json       where the training data lives (for user histories) and its meta.json
+Written atomically: a crash leaves the previous directory (or none), never a partial one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from torch import nn
+
+from pipelines.config import ExperimentConfig
+from recsys.atomic import atomic_directory
+from recsys.data.prepared import SequenceData, load_prepared
+from recsys.data.schema import ITEMS_FILE, USERS_FILE
+from recsys.errors import RecsysError
+from recsys.models.registry import load_model, save_model
+
+MODEL_FILE = "model.pt"
+METRICS_FILE = "metrics.json"
+DATA_FILE = "data.json"
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    name: str
+    model: nn.Module
+    data: SequenceData
+    metrics: dict[str, Any]
+
+
+def write_model_dir(
+    out_dir: Path, config: ExperimentConfig, model: nn.Module, data_dir: Path, metrics: dict[str, Any]
+) -> None:
+    """Write the model directory for `model` trained on `data_dir`."""
+    meta = json.loads((data_dir / "meta.json").read_text())
+    with atomic_directory(out_dir, marker=MODEL_FILE) as tmp:
+        save_model(tmp / MODEL_FILE, config.model.name, model)
+        (tmp / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+        (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
+        (tmp / DATA_FILE).write_text(json.dumps({"data_dir": str(data_dir.resolve()), "meta": meta}, indent=2))
+        for name in (ITEMS_FILE, USERS_FILE):
+            shutil.copyfile(data_dir / name, tmp / name)
+
+
+def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedModel:
+    """Load a model directory and its data (from `data_dir`, or the directory it was trained on)."""
+    if not (model_dir / MODEL_FILE).is_file():
+        raise RecsysError(
+            f"{model_dir}: not a model directory (no {MODEL_FILE}). Fix: pass the --out of `recsys train`"
+        )
+    if data_dir is None:
+        data_dir = Path(json.loads((model_dir / DATA_FILE).read_text())["data_dir"])
+    data = load_prepared(data_dir)
+    name, model = load_model(model_dir / MODEL_FILE)
+    if data.num_items != getattr(model, "config").num_items:  # noqa: B009
+        raise RecsysError(
+            f"{data_dir} has {data.num_items} items but the model was trained on "
+            f"{model.config.num_items}. Fix: pass the --data-dir the model was trained on"
+        )
+    metrics = json.loads((model_dir / METRICS_FILE).read_text())
+    return TrainedModel(name=name, model=model, data=data, metrics=metrics)

@@ -1,0 +1,97 @@
+"""Pipeline step: prepared data + experiment config -> trained model directory, tracked in MLflow."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import mlflow
+
+from pipelines.config import ExperimentConfig
+from pipelines.model_dir import write_model_dir
+from pipelines.tracking import flatten, log_metrics, mlflow_run
+from recsys.data.prepared import SequenceData, load_prepared
+from recsys.data.schema import TEST, VALID
+from recsys.evaluation import EvalConfig, evaluate
+from recsys.evaluation.slices import slice_metrics
+from recsys.models.popularity import Popularity
+from recsys.models.registry import build_model
+from recsys.models.sasrec import SASRec
+from recsys.training.trainer import FitResult, fit
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainOutputs:
+    model_dir: Path
+    metrics: dict[str, Any]  # {"valid": {...}, "test": {...}, ["test_cold": {...}], timings}
+    run_id: str
+
+
+def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> TrainOutputs:
+    """Train `config.model` on `data_dir`, pick the best epoch on validation, test once, save and log.
+
+    Args:
+        config: the experiment.
+        data_dir: a prepared directory (`recsys data prepare`).
+        out_dir: the model directory to write (replaced atomically if it holds an earlier model).
+    """
+    data = load_prepared(data_dir)
+    model = build_model(config.model.name, config.model.params, data.num_items)
+    eval_config = _eval_config(config, model)
+    with mlflow_run(config.tracking.resolved_uri(), config.experiment_name, config.name) as run:
+        mlflow.log_params(flatten({**config.model_dump(mode="json"), "data_dir": str(data_dir)}))
+        start = time.perf_counter()
+        fitted = _fit(model, data, config, eval_config)
+        metrics = {
+            VALID: evaluate(model, data.eval_split(VALID), data.num_items, eval_config).metrics,
+            **_test_metrics(model, data, eval_config),
+            "best_epoch": fitted.best_epoch if fitted else 0,
+            "epochs_run": len(fitted.epoch_seconds) if fitted else 0,
+            "train_seconds": fitted.train_seconds if fitted else time.perf_counter() - start,
+            "seconds_per_epoch": fitted.seconds_per_epoch if fitted else 0.0,
+            "valid_seconds_per_epoch": fitted.valid_seconds_per_epoch if fitted else 0.0,
+        }
+        for split in (VALID, TEST, "test_cold"):
+            if split in metrics:
+                log_metrics(metrics[split], prefix=f"{split}_")
+        mlflow.log_metrics({k: float(metrics[k]) for k in ("best_epoch", "train_seconds", "seconds_per_epoch")})
+        write_model_dir(out_dir, config, model, data_dir, metrics)
+        mlflow.log_artifacts(str(out_dir), artifact_path="model_dir")
+        mlflow.pytorch.log_model(model, name="model", serialization_format="pickle", pip_requirements=["torch"])
+    logger.info("model written to %s (MLflow run %s)", out_dir, run.info.run_id)
+    return TrainOutputs(model_dir=out_dir, metrics=metrics, run_id=run.info.run_id)
+
+
+def _eval_config(config: ExperimentConfig, model: Any) -> EvalConfig:
+    """Feed the model as much history as it reads."""
+    max_len = getattr(model.config, "max_len", config.eval.max_history)
+    return EvalConfig(**{**asdict(config.eval), "max_history": max_len})
+
+
+def _fit(model: Any, data: SequenceData, config: ExperimentConfig, eval_config: EvalConfig) -> FitResult | None:
+    if isinstance(model, Popularity):
+        model.fit(data.item_counts())
+        return None
+    if not isinstance(model, SASRec):
+        raise TypeError(f"no training recipe for {type(model).__name__}")
+
+    def on_epoch_end(epoch: int, metrics: dict[str, float]) -> None:
+        log_metrics(metrics, prefix="epoch_valid_", step=epoch)
+
+    return fit(model, data, config.train, eval_config, on_epoch_end=on_epoch_end)
+
+
+def _test_metrics(model: Any, data: SequenceData, eval_config: EvalConfig) -> dict[str, dict[str, float]]:
+    """Test metrics; with a cold-start split, also the slice of users whose test target is a cold item."""
+    split = data.eval_split(TEST)
+    result = evaluate(model, split, data.num_items, eval_config)
+    out = {TEST: result.metrics}
+    cold_targets = data.cold_mask[split.targets]
+    if bool(cold_targets.any()):
+        out["test_cold"] = slice_metrics(result.ranks, cold_targets, eval_config.ks)
+    return out

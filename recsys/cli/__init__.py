@@ -1,0 +1,35 @@
+"""The `recsys` command line: data, train, evaluate, recommend, demo.
+
+Run `recsys --help` or `recsys COMMAND --help`. Errors the user can fix exit with code 2 and a message.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from recsys.cli import data, demo, models
+
+app = typer.Typer(
+    help="Recommender platform: prepare data, train, evaluate and recommend.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(data.app, name="data")
+app.command("train")(models.train_command)
+app.command("evaluate")(models.evaluate_command)
+app.command("recommend")(models.recommend_command)
+app.command("demo")(demo.demo_command)
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+    """Set up logging for every command."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    for noisy in ("alembic", "mlflow", "urllib3", "git"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,142 @@
+"""`recsys data ...`: load a raw source, apply the data policies, and write (prepare) or report (validate).
+
+Examples:
+    recsys data prepare --source amazon-p5 --input ../shared/data/amazon-beauty --out data/beauty
+    recsys data prepare --source synthetic --num-users 500 --num-items 200 --out data/synthetic
+    recsys data validate --source movielens --input ml-1m/
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from features.policies import UnknownItems
+from features.prepare import PrepareSummary, build_prepared, prepare, summarize
+from features.raw import RawDataset
+from features.sources import SOURCES, get_source, load_source
+from recsys.cli.common import handle_errors
+
+app = typer.Typer(help="Prepare and validate interaction data.", no_args_is_help=True)
+
+SourceOpt = Annotated[str, typer.Option("--source", help=f"Data source: {', '.join(SOURCES)}.")]
+InputOpt = Annotated[
+    Path | None, typer.Option("--input", help="File or directory to read (every source but synthetic).")
+]
+MinInteractionsOpt = Annotated[
+    int, typer.Option("--min-interactions", help="Drop users with fewer interactions (>= 3).")
+]
+UnknownItemsOpt = Annotated[
+    UnknownItems, typer.Option("--unknown-items", help="Interactions with items absent from the catalog.")
+]
+ColdOpt = Annotated[
+    float, typer.Option("--cold-start-fraction", help="Share of items marked cold (held out of training).")
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the cold-item draw (and of the synthetic data).")]
+NumUsersOpt = Annotated[int | None, typer.Option("--num-users", help="synthetic only: number of users.")]
+NumItemsOpt = Annotated[int | None, typer.Option("--num-items", help="synthetic only: number of items.")]
+
+
+@app.command("prepare")
+def prepare_command(
+    source: SourceOpt,
+    out: Annotated[Path, typer.Option("--out", help="Prepared directory to write (replaced atomically).")],
+    input_path: InputOpt = None,
+    min_interactions: MinInteractionsOpt = 3,
+    unknown_items: UnknownItemsOpt = UnknownItems.DROP,
+    cold_start_fraction: ColdOpt = 0.0,
+    seed: SeedOpt = 0,
+    num_users: NumUsersOpt = None,
+    num_items: NumItemsOpt = None,
+) -> None:
+    """Load a source, apply the policies, and write interactions/items/users parquet + meta.json."""
+    with handle_errors():
+        options = source_options(source, seed=seed, num_users=num_users, num_items=num_items)
+        raw = load_source(source, input_path, **options)
+        summary = prepare(
+            raw,
+            out,
+            min_interactions=min_interactions,
+            unknown_items=unknown_items,
+            cold_start_fraction=cold_start_fraction,
+            seed=seed,
+            source_options=options,
+        )
+    print_summary(summary, raw)
+
+
+@app.command("validate")
+def validate_command(
+    source: SourceOpt,
+    input_path: InputOpt = None,
+    min_interactions: MinInteractionsOpt = 3,
+    unknown_items: UnknownItemsOpt = UnknownItems.DROP,
+    cold_start_fraction: ColdOpt = 0.0,
+    seed: SeedOpt = 0,
+    num_users: NumUsersOpt = None,
+    num_items: NumItemsOpt = None,
+) -> None:
+    """Load a source and apply the policies like `prepare`, but write nothing: report counts and policies."""
+    with handle_errors():
+        options = source_options(source, seed=seed, num_users=num_users, num_items=num_items)
+        raw = load_source(source, input_path, **options)
+        prepared = build_prepared(
+            raw,
+            min_interactions=min_interactions,
+            unknown_items=unknown_items,
+            cold_start_fraction=cold_start_fraction,
+            seed=seed,
+        )
+    print_summary(summarize(prepared, None), raw)
+
+
+def source_options(source: str, *, seed: int, num_users: int | None, num_items: int | None) -> dict[str, Any]:
+    """The loader options given on the command line; `seed` goes to sources that take one (synthetic).
+
+    Args:
+        source: the source name (unknown names raise `ConfigError`).
+        seed: the --seed value.
+        num_users: --num-users, or None.
+        num_items: --num-items, or None.
+    """
+    options: dict[str, Any] = {"num_users": num_users, "num_items": num_items}
+    if "seed" in get_source(source).options():
+        options["seed"] = seed
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def print_summary(summary: PrepareSummary, raw: RawDataset) -> None:
+    """Print counts and policies as two small tables.
+
+    Args:
+        summary: what prepare/validate produced.
+        raw: the loaded dataset (for the raw counts and input files).
+    """
+    console = Console()
+    console.print(f"[bold]{summary.source}[/bold] from {', '.join(str(p) for p in raw.files) or 'the generator'}")
+    counts = Table(title="counts")
+    counts.add_column("what")
+    counts.add_column("loaded", justify="right")
+    counts.add_column("kept", justify="right")
+    raw_items = raw.items.height if raw.items is not None else raw.interactions.get_column("item_id").n_unique()
+    counts.add_row("interactions", f"{raw.interactions.height:,}", f"{summary.num_interactions:,}")
+    counts.add_row("users", f"{raw.interactions.get_column('user_id').n_unique():,}", f"{summary.num_users:,}")
+    counts.add_row("items", f"{raw_items:,}", f"{summary.num_items:,}")
+    for split, count in summary.split_counts.items():
+        counts.add_row(f"  {split}", "", f"{count:,}")
+    counts.add_row("cold items", "", f"{summary.num_cold_items:,}")
+    policies = Table(title="policies applied")
+    for column in ("policy", "setting", "count", "detail"):
+        policies.add_column(column, justify="right" if column == "count" else "left")
+    for outcome in summary.policies:
+        policies.add_row(outcome.name, outcome.setting, f"{outcome.count:,}", outcome.detail)
+    console.print(counts)
+    console.print(policies)
+    if summary.out_dir is not None:
+        console.print(f"wrote {summary.out_dir}")
+    else:
+        console.print("validated: nothing written")

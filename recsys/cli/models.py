@@ -1,0 +1,110 @@
+"""`recsys train | evaluate | recommend`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from recsys.cli.common import handle_errors
+from recsys.cli.render import metrics_table, print_tables, recommendations_table
+from recsys.errors import RecsysError
+
+if TYPE_CHECKING:  # pipelines import MLflow, which is slow: commands import them when they run
+    from pipelines.model_dir import TrainedModel
+
+ModelDirOpt = Annotated[Path, typer.Option("--model-dir", help="A model directory written by `recsys train`.")]
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Prepared data directory (default: the one the model was trained on)."),
+]
+
+
+def train_command(
+    config: Annotated[Path, typer.Option("--config", help="Experiment YAML, e.g. configs/synthetic-sasrec.yaml.")],
+    work_dir: Annotated[
+        Path,
+        typer.Option("--work-dir", help="Prepared data go to WORK/data/NAME, the model to WORK/models/NAME."),
+    ] = Path("runs"),
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Use this prepared directory instead of preparing the data."),
+    ] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", help="Override train.epochs.")] = None,
+) -> None:
+    """Prepare the config's data (skipped when up to date), train, pick the best epoch on validation, test."""
+    from pipelines.config import load_config
+    from pipelines.data import prepare_step
+    from pipelines.experiment import ExperimentPaths
+    from pipelines.train import train_step
+
+    with handle_errors():
+        cfg = load_config(config, {"train.epochs": epochs} if epochs else None)
+        paths = ExperimentPaths.under(work_dir, cfg)
+        prepared = data_dir or prepare_step(cfg.data, paths.data_dir)
+        outputs = train_step(cfg, prepared, paths.model_dir)
+    m = outputs.metrics
+    print_tables(metrics_table(f"{cfg.name} (best epoch {m['best_epoch']})", {"valid": m["valid"], "test": m["test"]}))
+    typer.echo(f"model: {outputs.model_dir}   MLflow run: {outputs.run_id}")
+
+
+def evaluate_command(
+    model_dir: ModelDirOpt,
+    data_dir: DataDirOpt = None,
+    split: Annotated[str, typer.Option("--split", help="valid or test.")] = "test",
+    exclude_seen: Annotated[bool, typer.Option("--exclude-seen", help="Mask history items before ranking.")] = False,
+) -> None:
+    """Evaluate a trained model with the full-ranking leave-one-out protocol."""
+    from pipelines.model_dir import load_model_dir
+    from recsys.evaluation import EvalConfig, evaluate
+
+    with handle_errors():
+        if split not in ("valid", "test"):
+            raise RecsysError(f"--split {split!r} is not valid. Fix: use --split valid or --split test")
+        trained = load_model_dir(model_dir, data_dir)
+        max_len = getattr(trained.model.config, "max_len", EvalConfig.max_history)
+        config = EvalConfig(exclude_seen=exclude_seen, max_history=max_len)
+        result = evaluate(trained.model, trained.data.eval_split(split), trained.data.num_items, config)  # type: ignore[arg-type]
+    print_tables(metrics_table(f"{model_dir} on {split}", {trained.name: result.metrics}))
+
+
+def recommend_command(
+    model_dir: ModelDirOpt,
+    user: Annotated[list[str], typer.Option("--user", help="User id (repeat for several users).")],
+    k: Annotated[int, typer.Option("--k", min=1, max=1000, help="Number of items.")] = 10,
+    data_dir: DataDirOpt = None,
+    include_seen: Annotated[bool, typer.Option("--include-seen", help="Allow items the user already has.")] = False,
+) -> None:
+    """Top-k recommendations (with titles) for users, from their whole history."""
+    from pipelines.model_dir import load_model_dir
+
+    with handle_errors():
+        trained = load_model_dir(model_dir, data_dir)
+        for user_id in user:
+            print_tables(recommendation_for(trained, user_id, k, exclude_seen=not include_seen))
+
+
+def recommendation_for(
+    trained: TrainedModel, user_id: str, k: int, exclude_seen: bool, shown_history: int = 5
+) -> Table:
+    """Table of the user's recent history and top-k recommendations (shared with the demo)."""
+    from recsys.data.jagged import Jagged
+    from recsys.inference import recommend
+
+    data, model = trained.data, trained.model
+    try:
+        row = data.user_row(user_id)
+    except KeyError as err:
+        raise RecsysError(f"{err.args[0]}. Fix: pick a user id from users.parquet of the data directory") from err
+    history = data.sequences.row(row)
+    max_len = getattr(model.config, "max_len", 50)
+    scores, items = recommend(model, Jagged.from_lists([history.tolist()]), k, max_len, exclude_seen)  # type: ignore[arg-type]
+    titles = data.titles(items[0])
+    recent = data.titles(history[-shown_history:])
+    return recommendations_table(
+        f"user {user_id} ({len(history)} interactions, {trained.name})",
+        recent,
+        list(zip(titles, scores[0].tolist(), strict=True)),
+    )

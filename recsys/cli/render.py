@@ -1,0 +1,59 @@
+"""Rich tables for metrics and recommendations (CLI output only)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+METRIC_COLUMNS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10", "recall@50", "ndcg@50", "mrr", "coverage@10")
+# Short headers keep the table readable in an 80-column terminal.
+HEADERS = {"recall": "R", "ndcg": "N", "coverage": "Cov", "mrr": "MRR", "train_seconds": "train s"}
+
+
+def metrics_table(title: str, rows: Mapping[str, Mapping[str, float]], extra: Sequence[str] = ()) -> Table:
+    """One row per model/split: the standard metric columns plus `extra` keys (e.g. train_seconds).
+
+    Headers are abbreviated: R@k = Recall@k, N@k = NDCG@k, Cov@k = catalog coverage of the top-k lists.
+    """
+    table = Table(title=title)
+    table.add_column("model")
+    columns = [c for c in (*METRIC_COLUMNS, *extra) if any(c in r for r in rows.values())]
+    for column in columns:
+        table.add_column(_header(column), justify="right")
+    for name, metrics in rows.items():
+        table.add_row(name, *(_fmt(metrics.get(c)) for c in columns))
+    return table
+
+
+def recommendations_table(title: str, history: Sequence[str], recommended: Sequence[tuple[str, float]]) -> Table:
+    """The user's most recent items, then the ranked recommendations with their scores."""
+    table = Table(title=title, title_justify="left", show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("recent history (oldest first)")
+    table.add_column("recommended next")
+    table.add_column("score", justify="right")
+    for i in range(max(len(history), len(recommended))):
+        past = history[i] if i < len(history) else ""
+        title_, score = recommended[i] if i < len(recommended) else ("", float("nan"))
+        table.add_row(str(i + 1), past, title_, "" if title_ == "" else f"{score:.3f}")
+    return table
+
+
+def print_tables(*tables: Table) -> None:
+    console = Console()
+    for table in tables:
+        console.print(table)
+
+
+def _header(key: str) -> str:
+    """'recall@10' -> 'R@10', 'train_seconds' -> 'train s'."""
+    name, at, k = key.partition("@")
+    return f"{HEADERS.get(name, name)}{at}{k}"
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"

@@ -1,0 +1,148 @@
+"""Read a prepared data directory (see `recsys.data.schema`) into per-user sequences and splits.
+
+Dimension letters: U users, N interactions, V items (+1 for padding index 0).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+
+from recsys.data import schema
+from recsys.data.jagged import Jagged
+from recsys.errors import DataError
+
+_PREPARE_HINT = "prepare it with `recsys data prepare --source ... --out DIR`"
+
+
+@dataclass(frozen=True)
+class EvalSplit:
+    """Inputs and targets of one leave-one-out evaluation split.
+
+    Args:
+        histories: (U,) rows of item_idx the model may read, oldest first.
+        targets: (U,) the held-out item_idx per user.
+        user_idx: (U,) the users, aligned with rows.
+    """
+
+    histories: Jagged
+    targets: torch.Tensor
+    user_idx: torch.Tensor
+
+
+@dataclass(frozen=True)
+class SequenceData:
+    """A prepared dataset: every user's chronological sequence and the item catalog.
+
+    Leave-one-out (DESIGN.md): the last item of each sequence is the test target, the second-to-last
+    the validation target, the rest trains. Items marked `is_cold` (cold-start split) are removed from
+    training sequences and from model inputs; they remain as validation/test targets.
+
+    Args:
+        sequences: (U,) rows of item_idx; row u is user_idx u + 1.
+        items: the catalog (item_idx 1..V, item_id, title, is_cold, ...), sorted by item_idx.
+        users: user_idx 1..U -> user_id, sorted by user_idx.
+        meta: meta.json of the directory.
+    """
+
+    sequences: Jagged
+    items: pl.DataFrame
+    users: pl.DataFrame
+    meta: dict[str, Any]
+
+    @property
+    def num_items(self) -> int:
+        return self.items.height
+
+    @property
+    def num_users(self) -> int:
+        return self.users.height
+
+    @cached_property
+    def cold_mask(self) -> torch.Tensor:
+        """(V+1,) bool, True for cold-start items (index 0, the padding, is never cold)."""
+        mask = torch.zeros(self.num_items + 1, dtype=torch.bool)
+        cold = self.items.filter(pl.col(schema.IS_COLD))[schema.ITEM_IDX].to_torch().long()
+        mask[cold] = True
+        return mask
+
+    def _warm(self, rows: Jagged) -> Jagged:
+        if not bool(self.cold_mask.any()):
+            return rows
+        keep = ~self.cold_mask[rows.values]
+        lengths = torch.zeros(len(rows), dtype=torch.int64)
+        row_of_value = torch.repeat_interleave(torch.arange(len(rows)), rows.lengths())
+        lengths.index_add_(0, row_of_value, keep.long())
+        return Jagged.from_lengths(rows.values[keep], lengths)
+
+    def training_sequences(self) -> Jagged:
+        """(U,) rows: every sequence without its last two items (and without cold items)."""
+        return self._warm(self.sequences.truncate_last(2))
+
+    def eval_split(self, split: str) -> EvalSplit:
+        """Histories and targets for `split` in {"valid", "test"}."""
+        if split not in (schema.VALID, schema.TEST):
+            raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
+        held_out = 2 if split == schema.VALID else 1
+        return EvalSplit(
+            histories=self._warm(self.sequences.truncate_last(held_out)),
+            targets=self.sequences.last(held_out),
+            user_idx=torch.arange(1, len(self.sequences) + 1),
+        )
+
+    def item_counts(self) -> torch.Tensor:
+        """(V+1,) how often each item occurs in the training sequences (index 0 stays 0)."""
+        return torch.bincount(self.training_sequences().values, minlength=self.num_items + 1)
+
+    def user_row(self, user_id: str) -> int:
+        """Row of `user_id` in `sequences` (user_idx - 1); KeyError with a hint if unknown."""
+        hit = self.users.filter(pl.col(schema.USER_ID) == user_id)
+        if hit.height == 0:
+            raise KeyError(f"unknown user {user_id!r}: it is not in users.parquet of this dataset")
+        return int(hit[schema.USER_IDX][0]) - 1
+
+    def titles(self, item_idx: torch.Tensor) -> list[str]:
+        """Titles (or item ids where the title is empty) for a 1-d tensor of item_idx."""
+        table = self.items.select(
+            pl.when(pl.col(schema.TITLE).fill_null("") == "")
+            .then(pl.col(schema.ITEM_ID))
+            .otherwise(pl.col(schema.TITLE))
+        ).to_series()
+        return [table[int(i) - 1] for i in item_idx]
+
+
+def load_prepared(data_dir: Path) -> SequenceData:
+    """Load a prepared directory; `DataError` naming the missing file or broken invariant."""
+    data_dir = Path(data_dir)
+    for name in (schema.INTERACTIONS_FILE, schema.ITEMS_FILE, schema.USERS_FILE, schema.META_FILE):
+        if not (data_dir / name).is_file():
+            raise DataError(data_dir / name, "prepared data file not found", _PREPARE_HINT)
+    meta = json.loads((data_dir / schema.META_FILE).read_text())
+    if meta.get("schema_version") != schema.SCHEMA_VERSION:
+        raise DataError(
+            data_dir / schema.META_FILE,
+            f"schema_version {meta.get('schema_version')} is not {schema.SCHEMA_VERSION}",
+            "prepare the data again with this version of recsys",
+        )
+    items = pl.read_parquet(data_dir / schema.ITEMS_FILE).sort(schema.ITEM_IDX)
+    users = pl.read_parquet(data_dir / schema.USERS_FILE).sort(schema.USER_IDX)
+    inter = pl.read_parquet(data_dir / schema.INTERACTIONS_FILE, columns=[schema.USER_IDX, schema.ITEM_IDX])
+    if not inter[schema.USER_IDX].is_sorted():
+        raise DataError(
+            data_dir / schema.INTERACTIONS_FILE, "rows are not sorted by user_idx", "prepare the data again"
+        )
+    counts = inter.group_by(schema.USER_IDX, maintain_order=True).len()
+    if counts.height != users.height or int(counts["len"].min() or 0) < 3:
+        raise DataError(
+            data_dir / schema.INTERACTIONS_FILE,
+            "every user needs at least 3 interactions (train, valid, test) and one row in users.parquet",
+            "prepare the data again (`recsys data prepare` drops users with fewer than 3 interactions)",
+        )
+    sequences = Jagged.from_lengths(inter[schema.ITEM_IDX].to_torch().long(), counts["len"].to_torch().long())
+    return SequenceData(sequences=sequences, items=items, users=users, meta=meta)

@@ -1,0 +1,50 @@
+"""Canonical data schema (DESIGN.md "Canonical data") and the layout of a prepared data directory.
+
+Raw interactions (what every loader returns):
+    user_id: str, item_id: str, ts: int64 (unix seconds, or the position in the user's sequence),
+    optional event: str, value: float32, domain: str.
+Raw items: item_id: str, title: str, optional domain and text fields (category, brand, description).
+
+A prepared directory (written by `recsys data prepare`, read by `recsys.data.prepared`):
+    interactions.parquet  user_idx int32, item_idx int32, ts int64, split str ("train"|"valid"|"test"),
+                          + the optional columns; sorted by user_idx then time.
+    items.parquet         item_idx int32 (1..N), item_id str, title str, is_cold bool, + optional columns.
+    users.parquet         user_idx int32 (1..U), user_id str.
+    meta.json             source, inputs, counts, the policies applied with their counts, cold-start settings.
+Internal ids are dense and start at 1: index 0 is reserved for padding in every model.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+USER_ID = "user_id"
+ITEM_ID = "item_id"
+TS = "ts"
+EVENT = "event"
+VALUE = "value"
+DOMAIN = "domain"
+TITLE = "title"
+USER_IDX = "user_idx"
+ITEM_IDX = "item_idx"
+SPLIT = "split"
+IS_COLD = "is_cold"
+
+PADDING_IDX = 0
+
+INTERACTION_COLUMNS: dict[str, pl.DataType] = {USER_ID: pl.String(), ITEM_ID: pl.String(), TS: pl.Int64()}
+OPTIONAL_INTERACTION_COLUMNS: dict[str, pl.DataType] = {
+    EVENT: pl.String(),
+    VALUE: pl.Float32(),
+    DOMAIN: pl.String(),
+}
+ITEM_COLUMNS: dict[str, pl.DataType] = {ITEM_ID: pl.String(), TITLE: pl.String()}
+OPTIONAL_ITEM_TEXT_COLUMNS = ("domain", "category", "brand", "description")
+
+INTERACTIONS_FILE = "interactions.parquet"
+ITEMS_FILE = "items.parquet"
+USERS_FILE = "users.parquet"
+META_FILE = "meta.json"
+SCHEMA_VERSION = 1
+
+TRAIN, VALID, TEST = "train", "valid", "test"

@@ -1,0 +1,63 @@
+"""Full-ranking metrics from the rank of each user's held-out item.
+
+Ranks are 0-based and pessimistic about ties: an item scored equal to the target counts as ranked
+above it, so a model that scores everything the same gets no credit. With one relevant item per user
+(leave-one-out), Recall@k equals HitRate@k and NDCG@k = 1 / log2(rank + 2) when rank < k.
+
+Dimension letters: B users in a batch, V+1 items (column 0 = padding, never ranked).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def target_ranks(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """0-based rank of each target among all items.
+
+    Args:
+        scores: (B, V+1) float; the padding column 0 must already be -inf.
+        targets: (B,) item_idx of the held-out item.
+
+    Returns:
+        (B,) int64: number of items scored higher, plus ties other than the target itself.
+
+    Example:
+        >>> s = torch.tensor([[float("-inf"), 0.9, 0.5, 0.5, 0.1]])
+        >>> target_ranks(s, torch.tensor([2])).tolist()  # 0.9 above, one tie counted above
+        [2]
+    """
+    target_scores = scores.gather(1, targets[:, None])  # (B, 1)
+    # Higher scores plus ties, minus the target itself: one comparison pass over (B, V+1).
+    return torch.count_nonzero(scores >= target_scores, dim=1) - 1
+
+
+def ranking_metrics(ranks: torch.Tensor, ks: tuple[int, ...]) -> dict[str, float]:
+    """Recall@k, NDCG@k for every k, and MRR, averaged over users.
+
+    Example:
+        >>> m = ranking_metrics(torch.tensor([0, 3, 20]), ks=(5,))
+        >>> round(m["recall@5"], 4), round(m["ndcg@5"], 4), round(m["mrr"], 4)
+        (0.6667, 0.4769, 0.4325)
+    """
+    ranks = ranks.double()
+    out: dict[str, float] = {}
+    for k in ks:
+        hit = ranks < k
+        out[f"recall@{k}"] = hit.double().mean().item()
+        out[f"ndcg@{k}"] = torch.where(hit, 1.0 / torch.log2(ranks + 2.0), 0.0).mean().item()
+    out["mrr"] = (1.0 / (ranks + 1.0)).mean().item()
+    return out
+
+
+def catalog_coverage(top_items: torch.Tensor, num_items: int) -> float:
+    """Fraction of the V catalog items that appear in at least one top-k list.
+
+    Args:
+        top_items: (B, k) item_idx of every user's top-k list.
+        num_items: V, the catalog size (item_idx 1..V).
+    """
+    seen = torch.zeros(num_items + 1, dtype=torch.bool)
+    seen[top_items.reshape(-1)] = True
+    seen[0] = False
+    return seen.sum().item() / num_items

@@ -1,0 +1,57 @@
+"""Scoring helpers shared by evaluation and recommendation: the `Scorer` protocol, masking, top-k.
+
+Dimension letters: B users, L history length, V+1 items (0 = padding).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from recsys.data.jagged import Jagged
+
+
+class Scorer(Protocol):
+    """Anything that scores every item for a batch of histories (models implement this)."""
+
+    def score(self, histories: torch.Tensor) -> torch.Tensor:
+        """(B, L) left-padded item_idx -> (B, V+1) scores; higher is better."""
+        ...
+
+
+def mask_unrankable(scores: torch.Tensor, seen: Jagged | None) -> torch.Tensor:
+    """In place: padding is never a candidate; with `seen`, neither are the items of each history row.
+
+    Args:
+        scores: (B, V+1) float.
+        seen: (B,) rows of item_idx to exclude, or None.
+    """
+    scores[:, 0] = float("-inf")
+    if seen is not None:
+        rows = torch.repeat_interleave(torch.arange(len(seen)), seen.lengths()).to(scores.device)
+        scores[rows, seen.values.to(scores.device)] = float("-inf")
+    return scores
+
+
+@torch.no_grad()
+def recommend(
+    scorer: Scorer, histories: Jagged, k: int, max_history: int, exclude_seen: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k items for every history.
+
+    Args:
+        scorer: model with `score((B, L)) -> (B, V+1)`.
+        histories: (B,) rows of item_idx, oldest first.
+        k: list length (at most V).
+        max_history: the most recent items fed to the model.
+        exclude_seen: drop items already in the history (what a product page wants).
+
+    Returns:
+        (scores (B, k), item_idx (B, k)), best first.
+    """
+    scores = scorer.score(histories.to_padded(max_history)).float()
+    scores = mask_unrankable(scores, histories if exclude_seen else None)
+    k = min(k, scores.shape[1] - 1)
+    top = scores.topk(k, dim=1)
+    return top.values.cpu(), top.indices.cpu()

@@ -1,0 +1,41 @@
+"""Most-popular baseline: the same ranking for every user."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class PopularityConfig:
+    num_items: int
+
+
+class Popularity(nn.Module):
+    """Scores items by their training frequency; ties broken by lower item_idx, so the order is strict.
+
+    Example:
+        >>> model = Popularity(PopularityConfig(num_items=3))
+        >>> model.fit(torch.tensor([0, 5, 1, 2]))
+        >>> model.score(torch.zeros(1, 4, dtype=torch.long)).argsort(descending=True)[0, :2].tolist()
+        [1, 3]
+    """
+
+    def __init__(self, config: PopularityConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.register_buffer("item_scores", torch.zeros(config.num_items + 1))
+
+    def fit(self, item_counts: torch.Tensor) -> None:
+        """Args: item_counts (V+1,) training frequency per item_idx."""
+        order = torch.argsort(item_counts[1:].double(), descending=True, stable=True) + 1
+        scores = torch.empty(self.config.num_items + 1)
+        scores[order] = torch.arange(self.config.num_items, 0, -1, dtype=torch.float32)
+        scores[0] = float("-inf")
+        self.item_scores.copy_(scores)
+
+    def score(self, histories: torch.Tensor) -> torch.Tensor:
+        """(B, L) histories (ignored) -> (B, V+1) the popularity scores."""
+        return self.item_scores.expand(histories.shape[0], -1).clone()

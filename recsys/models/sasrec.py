@@ -1,0 +1,93 @@
+"""SASRec (Kang & McAuley, ICDM 2018): a causal transformer over the user's item sequence.
+
+Trained on every position (the hidden state at t predicts item t+1); item embeddings are shared
+between input and output, so scores are `hidden @ item_embeddings.T`. Losses live in
+`recsys.training.losses`.
+
+Dimension letters: B batch, L sequence length (left-padded with 0), D dim, V+1 items.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from recsys.data.schema import PADDING_IDX
+from recsys.modules.transformer import TransformerBlock, causal_padding_mask
+
+
+@dataclass(frozen=True)
+class SASRecConfig:
+    num_items: int  # V; embeddings have V+1 rows, row 0 is padding
+    max_len: int = 50  # most recent items the model reads
+    dim: int = 64
+    num_layers: int = 2
+    num_heads: int = 2
+    ffn_dim: int = 256
+    dropout: float = 0.5  # strong dropout suits the small, sparse Amazon datasets
+    attn_dropout: float = 0.5
+
+
+class SASRec(nn.Module):
+    """Causal self-attention sequential retriever.
+
+    Example:
+        >>> model = SASRec(SASRecConfig(num_items=10, max_len=4, dim=8, num_heads=1, ffn_dim=16))
+        >>> model.eval().score(torch.tensor([[0, 3, 4, 5]])).shape
+        torch.Size([1, 11])
+    """
+
+    def __init__(self, config: SASRecConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.item_emb = nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX)
+        self.pos_emb = nn.Embedding(config.max_len, config.dim)
+        self.emb_dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(config.dim, config.num_heads, config.ffn_dim, config.dropout, config.attn_dropout)
+            for _ in range(config.num_layers)
+        )
+        self.final_norm = nn.LayerNorm(config.dim)
+        self.apply(_init_weights)
+
+    def forward(self, item_ids: torch.Tensor) -> torch.Tensor:
+        """(B, L) left-padded item_idx, L <= max_len -> (B, L, D) hidden state per position."""
+        item_ids = item_ids.to(self.item_emb.weight.device)
+        L = item_ids.shape[1]
+        if L > self.config.max_len:
+            item_ids = item_ids[:, -self.config.max_len :]
+            L = self.config.max_len
+        valid = item_ids != PADDING_IDX  # (B, L)
+        # Positions count back from the most recent column, as in SASRec's left-padded input.
+        positions = torch.arange(self.config.max_len - L, self.config.max_len, device=item_ids.device)
+        x = self.item_emb(item_ids) * math.sqrt(self.config.dim) + self.pos_emb(positions)  # (B, L, D)
+        x = self.emb_dropout(x) * valid[..., None]
+        mask = causal_padding_mask(valid)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.final_norm(x)
+
+    def item_embeddings(self) -> torch.Tensor:
+        """(V+1, D) output item vectors (shared with the input embedding)."""
+        return self.item_emb.weight
+
+    def encode_queries(self, histories: torch.Tensor) -> torch.Tensor:
+        """(B, L) left-padded histories -> (B, D) user vectors (hidden state of the last column)."""
+        return self(histories)[:, -1]
+
+    def score(self, histories: torch.Tensor) -> torch.Tensor:
+        """(B, L) left-padded histories -> (B, V+1) scores over all items."""
+        return self.encode_queries(histories) @ self.item_embeddings().T
+
+
+def _init_weights(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear | nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+    if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+        with torch.no_grad():
+            module.weight[module.padding_idx].zero_()

@@ -1,0 +1,58 @@
+"""Pre-LayerNorm causal transformer blocks for sequential recommenders.
+
+Dimension letters: B batch, L sequence length, D model dim, H heads.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim: int, num_heads: int, dropout: float) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x (B, L, D), mask (B, 1, L, L) bool (True = may attend) -> (B, L, D)."""
+        B, L, D = x.shape
+        q, k, v = self.qkv(x).view(B, L, 3, self.num_heads, D // self.num_heads).unbind(dim=2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, L, D/H)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        return self.out(y.transpose(1, 2).reshape(B, L, D))
+
+
+class TransformerBlock(nn.Module):
+    """x + Attn(LN(x)), then x + FFN(LN(x)) with GELU; dropout on both residual branches."""
+
+    def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float, attn_dropout: float) -> None:
+        super().__init__()
+        self.attn_norm = nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, num_heads, attn_dropout)
+        self.ffn_norm = nn.LayerNorm(dim)
+        self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Linear(ffn_dim, dim))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(self.attn(self.attn_norm(x), mask))
+        return x + self.dropout(self.ffn(self.ffn_norm(x)))
+
+
+def causal_padding_mask(valid: torch.Tensor) -> torch.Tensor:
+    """(B, L) bool of real tokens -> (B, 1, L, L) attention mask: causal, padded keys hidden.
+
+    Every query may also attend to itself, so rows of padding never see an all-masked softmax
+    (their outputs are ignored by the losses and the scorers).
+    """
+    L = valid.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=valid.device).tril()
+    mask = causal & valid[:, None, :]  # (B, L, L)
+    mask |= torch.eye(L, dtype=torch.bool, device=valid.device)
+    return mask[:, None]

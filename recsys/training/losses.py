@@ -1,0 +1,50 @@
+"""Next-item losses over the item catalog.
+
+Dimension letters: N real (non-padded) positions, D dim, V+1 items (row 0 = padding), S negatives.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def full_softmax_loss(hidden: torch.Tensor, item_emb: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over every item.
+
+    Args:
+        hidden: (N, D) hidden states at real positions.
+        item_emb: (V+1, D) item vectors; the padding row is excluded from the softmax.
+        targets: (N,) item_idx >= 1.
+    """
+    logits = hidden @ item_emb[1:].T  # (N, V)
+    return F.cross_entropy(logits.float(), targets - 1)
+
+
+def sampled_softmax_loss(
+    hidden: torch.Tensor,
+    item_emb: torch.Tensor,
+    targets: torch.Tensor,
+    sampling_probs: torch.Tensor,
+    num_negatives: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Softmax over the target and S shared negatives, with logQ correction.
+
+    Negatives are drawn with replacement from `sampling_probs`; subtracting log(S * q) from every
+    logit makes the sampled softmax an unbiased-in-the-limit estimate of the full one (Bengio &
+    Senecal 2008; Yi et al. 2019). A negative equal to the row's target is masked out.
+
+    Args:
+        hidden: (N, D); item_emb: (V+1, D); targets: (N,) item_idx >= 1.
+        sampling_probs: (V+1,) sampling distribution, 0 at the padding index.
+        num_negatives: S.
+    """
+    negatives = torch.multinomial(sampling_probs, num_negatives, replacement=True, generator=generator)
+    negatives = negatives.to(hidden.device)
+    log_q = torch.log(sampling_probs.to(hidden.device) * num_negatives)
+    pos_logits = (hidden * item_emb[targets]).sum(-1, keepdim=True) - log_q[targets][:, None]  # (N, 1)
+    neg_logits = hidden @ item_emb[negatives].T - log_q[negatives][None, :]  # (N, S)
+    neg_logits = neg_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
+    logits = torch.cat([pos_logits, neg_logits], dim=1).float()
+    return F.cross_entropy(logits, torch.zeros_like(targets))

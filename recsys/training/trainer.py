@@ -1,0 +1,173 @@
+"""Trainer for next-item sequential retrievers: epochs, early stopping on validation, best checkpoint.
+
+Checkpoints are chosen on validation metrics only; the caller evaluates the test split once, after.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from tqdm.auto import tqdm
+
+from recsys.data.batching import NextItemBatch, next_item_batches
+from recsys.data.prepared import SequenceData
+from recsys.evaluation import EvalConfig, evaluate
+from recsys.models.sasrec import SASRec
+from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
+
+logger = logging.getLogger(__name__)
+
+EpochCallback = Callable[[int, dict[str, float]], None]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 200
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    loss: Literal["full_softmax", "sampled_softmax"] = "full_softmax"
+    num_negatives: int = 1024  # sampled_softmax only; negatives drawn by training popularity (logQ-corrected)
+    patience: int = 10  # epochs without a better validation metric before stopping
+    monitor: str = "ndcg@10"  # validation metric that picks the checkpoint
+    eval_every: int = 1
+    seed: int = 0
+    device: str = "auto"  # "auto" = cuda when available, else cpu
+    amp: bool = True  # bf16 autocast on CUDA only
+    progress: bool = True
+
+
+@dataclass
+class FitResult:
+    best_epoch: int
+    best_valid: dict[str, float]
+    train_seconds: float
+    epoch_seconds: list[float] = field(default_factory=list)  # training part of each epoch
+    valid_seconds: list[float] = field(default_factory=list)  # validation after each evaluated epoch
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def seconds_per_epoch(self) -> float:
+        """Median wall time of the training part of an epoch (validation excluded)."""
+        return _median(self.epoch_seconds)
+
+    @property
+    def valid_seconds_per_epoch(self) -> float:
+        """Median wall time of one validation pass (full ranking of every user)."""
+        return _median(self.valid_seconds)
+
+
+def _median(values: list[float]) -> float:
+    return float(torch.tensor(values).median()) if values else 0.0
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def fit(
+    model: SASRec,
+    data: SequenceData,
+    config: TrainConfig,
+    eval_config: EvalConfig,
+    on_epoch_end: EpochCallback | None = None,
+) -> FitResult:
+    """Train `model` in place, restore its best-on-validation weights, and report the run.
+
+    Args:
+        model: the retriever (moved to the configured device).
+        data: prepared dataset; trains on `training_sequences()`, validates on `eval_split("valid")`.
+        config: optimisation and early-stopping settings.
+        eval_config: how validation is ranked (ks, exclusion, batch size).
+        on_epoch_end: called with (epoch, metrics) after every validated epoch, e.g. to log to MLflow.
+    """
+    device = resolve_device(config.device)
+    model.to(device)
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    sequences, valid = data.training_sequences(), data.eval_split("valid")
+    sampling_probs = _sampling_probs(data) if config.loss == "sampled_softmax" else None
+    result = FitResult(best_epoch=0, best_valid={}, train_seconds=0.0)
+    best_state, best_score, start = None, float("-inf"), time.perf_counter()
+    for epoch in range(1, config.epochs + 1):
+        t0 = time.perf_counter()
+        batches = next_item_batches(sequences, model.config.max_len, config.batch_size, generator)
+        loss = train_one_epoch(model, batches, optimizer, config, device, sampling_probs, generator)
+        result.epoch_seconds.append(time.perf_counter() - t0)
+        if epoch % config.eval_every and epoch != config.epochs:
+            continue
+        model.eval()
+        t0 = time.perf_counter()
+        metrics = {"loss": loss, **evaluate(model, valid, data.num_items, eval_config).metrics}
+        result.valid_seconds.append(time.perf_counter() - t0)
+        metrics["epoch_seconds"] = result.epoch_seconds[-1]
+        result.history.append({"epoch": epoch, **metrics})
+        if on_epoch_end is not None:
+            on_epoch_end(epoch, metrics)
+        logger.info("epoch %d loss %.4f valid %s %.4f", epoch, loss, config.monitor, metrics[config.monitor])
+        if metrics[config.monitor] > best_score:
+            best_score, result.best_epoch, result.best_valid = metrics[config.monitor], epoch, metrics
+            best_state = copy.deepcopy(model.state_dict())
+        elif epoch - result.best_epoch >= config.patience:
+            logger.info(
+                "early stop at epoch %d: best %s %.4f at epoch %d",
+                epoch,
+                config.monitor,
+                best_score,
+                result.best_epoch,
+            )
+            break
+    result.train_seconds = time.perf_counter() - start
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return result
+
+
+def train_one_epoch(
+    model: SASRec,
+    batches: list[NextItemBatch] | object,
+    optimizer: torch.optim.Optimizer,
+    config: TrainConfig,
+    device: torch.device,
+    sampling_probs: torch.Tensor | None,
+    generator: torch.Generator,
+) -> float:
+    """One pass over `batches`; returns the mean loss per real position."""
+    model.train()
+    total, positions = 0.0, 0
+    use_amp = config.amp and device.type == "cuda"
+    for batch in tqdm(batches, desc="train", leave=False, disable=not config.progress, unit="batch"):
+        batch = batch.to(device)
+        real = batch.targets != 0  # (B, L)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
+            hidden = model(batch.inputs)[real]  # (N, D)
+            targets = batch.targets[real]
+            if sampling_probs is None:
+                loss = full_softmax_loss(hidden, model.item_embeddings(), targets)
+            else:
+                loss = sampled_softmax_loss(
+                    hidden, model.item_embeddings(), targets, sampling_probs, config.num_negatives, generator
+                )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * targets.numel()
+        positions += targets.numel()
+    return total / max(positions, 1)
+
+
+def _sampling_probs(data: SequenceData) -> torch.Tensor:
+    """Training popularity (+1 smoothing so every item can be drawn), 0 at the padding index."""
+    counts = data.item_counts().double() + 1.0
+    counts[0] = 0.0
+    return (counts / counts.sum()).float()

@@ -1,0 +1,63 @@
+"""`recsys data prepare|validate` through typer's CliRunner on the sub-app."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from recsys.cli.data import app
+from recsys.data import schema
+
+runner = CliRunner()
+
+
+def test_prepare_writes_the_directory(p5_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["prepare", "--source", "amazon-p5", "--input", str(p5_dir), "--out", str(out)]
+    result = runner.invoke(app, [*args, "--cold-start-fraction", "0.2", "--unknown-items", "keep"])
+    assert result.exit_code == 0, result.output
+    assert (out / schema.META_FILE).exists()
+    assert "wrote" in result.stdout
+
+
+def test_validate_writes_nothing_and_reports(p5_dir: Path, tmp_path: Path) -> None:
+    before = sorted(tmp_path.rglob("*"))
+    result = runner.invoke(app, ["validate", "--source", "amazon-p5", "--input", str(p5_dir)])
+    assert result.exit_code == 0, result.output
+    assert sorted(tmp_path.rglob("*")) == before
+    for word in ("interactions", "min_interactions", "unknown_items", "nothing written"):
+        assert word in result.stdout
+
+
+def test_data_error_exits_2_with_message_on_stderr(write: Callable[..., Path]) -> None:
+    path = write("ratings.dat", "1::10::4::978300760\n1::20::5\n")
+    result = runner.invoke(app, ["validate", "--source", "movielens", "--input", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {path}, line 2: expected 4 fields")
+    assert result.stdout == ""
+
+
+def test_unknown_source_exits_2(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["prepare", "--source", "imdb", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "valid sources: amazon-p5, amazon-raw, movielens, synthetic" in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_policy_value_is_a_usage_error(p5_dir: Path) -> None:
+    result = runner.invoke(app, ["validate", "--source", "amazon-p5", "--input", str(p5_dir), "--unknown-items", "x"])
+    assert result.exit_code == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("features.synthetic") is None, reason="features/synthetic.py missing")
+def test_prepare_synthetic(tmp_path: Path) -> None:
+    out = tmp_path / "syn"
+    args = ["prepare", "--source", "synthetic", "--num-users", "40", "--num-items", "72", "--seed", "2"]
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    meta = (out / schema.META_FILE).read_text()
+    assert '"num_users": 40' in meta and '"seed": 2' in meta

@@ -1,0 +1,147 @@
+"""prepare(): id maps, ordering, leave-one-out splits, cold-start marks, atomic and idempotent writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import features.prepare as prepare_module
+from features.loaders import load_amazon_p5
+from features.prepare import build_prepared, prepare
+from features.raw import RawDataset
+from recsys.data import schema
+from recsys.errors import ConfigError, DataError
+
+PREPARED_FILES = sorted([schema.INTERACTIONS_FILE, schema.ITEMS_FILE, schema.USERS_FILE, schema.META_FILE])
+
+
+def _raw(rows: list[tuple[str, str, int]]) -> RawDataset:
+    frame = pl.DataFrame(rows, schema={"user_id": pl.String, "item_id": pl.String, "ts": pl.Int64}, orient="row")
+    return RawDataset(frame, None, "test")
+
+
+def test_prepared_layout_and_types(p5_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "prepared"
+    summary = prepare(load_amazon_p5(p5_dir), out)
+    assert sorted(p.name for p in out.iterdir()) == PREPARED_FILES
+    interactions = pl.read_parquet(out / schema.INTERACTIONS_FILE)
+    items = pl.read_parquet(out / schema.ITEMS_FILE)
+    users = pl.read_parquet(out / schema.USERS_FILE)
+    assert interactions.columns[:4] == ["user_idx", "item_idx", "ts", "split"]
+    assert interactions.schema["user_idx"] == pl.Int32 and interactions.schema["item_idx"] == pl.Int32
+    assert items.columns[:4] == ["item_idx", "item_id", "title", "is_cold"]
+    # ids: 1-based, dense, sorted by the raw id; 0 stays free for padding
+    assert items["item_id"].to_list() == ["a", "b", "c", "d", "e", "f"]
+    assert items["item_idx"].to_list() == [1, 2, 3, 4, 5, 6]
+    assert users.rows() == [(1, "u1"), (2, "u2"), (3, "u3")]
+    assert (summary.num_users, summary.num_items, summary.num_interactions) == (3, 6, 11)
+    meta = json.loads((out / schema.META_FILE).read_text())
+    assert meta["counts"]["interactions"] == 11
+    assert [p["name"] for p in meta["policies"]] == [
+        "duplicate_interactions",
+        "unknown_items",
+        "min_interactions",
+        "items_without_interactions",
+    ]
+    assert meta["inputs"][0].endswith("user_sequence.txt")
+
+
+def test_sort_is_stable_for_equal_timestamps() -> None:
+    rows = [("u", "c", 5), ("u", "a", 1), ("u", "b", 5), ("u", "d", 5)]
+    prepared = build_prepared(_raw(rows))
+    item_ids = dict(prepared.items.select("item_idx", "item_id").iter_rows())
+    ordered = [item_ids[i] for i in prepared.interactions["item_idx"]]
+    assert ordered == ["a", "c", "b", "d"]  # ts 1 first, then ts 5 in file order
+    assert prepared.interactions["split"].to_list() == ["train", "train", "valid", "test"]
+
+
+histories = st.dictionaries(
+    keys=st.text("uvw", min_size=1, max_size=3),
+    values=st.lists(st.tuples(st.sampled_from("abcdefgh"), st.integers(0, 5)), min_size=3, max_size=8, unique=True),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(histories)
+def test_leave_one_out_per_user(data: dict[str, list[tuple[str, int]]]) -> None:
+    rows = [(user, item, ts) for user, events in data.items() for item, ts in events]
+    interactions = build_prepared(_raw(rows)).interactions
+    for _, group in interactions.group_by("user_idx"):
+        assert group["ts"].is_sorted()
+        assert group["split"].to_list() == ["train"] * (group.height - 2) + ["valid", "test"]
+    assert interactions["user_idx"].is_sorted()
+
+
+def test_cold_start_marking_is_seeded() -> None:
+    rows = [(f"u{u}", f"i{(u * 7 + k) % 40:02d}", k) for u in range(30) for k in range(5)]
+
+    def cold(seed: int, fraction: float = 0.1) -> list[str]:
+        items = build_prepared(_raw(rows), cold_start_fraction=fraction, seed=seed).items
+        return items.filter("is_cold")["item_id"].to_list()
+
+    assert len(cold(0)) == round(0.1 * 40)
+    assert cold(0) == cold(0)
+    assert cold(0) != cold(1)
+    assert cold(0, fraction=0.0) == []
+
+
+def test_cold_start_fraction_is_checked() -> None:
+    with pytest.raises(ConfigError, match=r"\[0, 1\)"):
+        build_prepared(_raw([("u", "a", 1), ("u", "b", 2), ("u", "c", 3)]), cold_start_fraction=1.0)
+
+
+def test_rerun_is_byte_identical(p5_dir: Path, tmp_path: Path) -> None:
+    raw = load_amazon_p5(p5_dir)
+    first, second = tmp_path / "one", tmp_path / "two"
+    prepare(raw, first, cold_start_fraction=0.3, seed=3)
+    snapshot = {name: (first / name).read_bytes() for name in PREPARED_FILES}
+    prepare(load_amazon_p5(p5_dir), first, cold_start_fraction=0.3, seed=3)  # replaces in place
+    prepare(raw, second, cold_start_fraction=0.3, seed=3)
+    for name in PREPARED_FILES:
+        assert (first / name).read_bytes() == snapshot[name], name
+        assert (second / name).read_bytes() == snapshot[name], name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["amazon-toys", "one", "two"]  # no temp dirs left
+
+
+def test_failure_leaves_nothing_behind(p5_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def half_write(prepared: prepare_module.PreparedData, directory: Path) -> None:
+        prepared.users.write_parquet(directory / schema.USERS_FILE)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(prepare_module, "write_tables", half_write)
+    out = tmp_path / "prepared"
+    with pytest.raises(OSError, match="disk full"):
+        prepare(load_amazon_p5(p5_dir), out)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["amazon-toys"]
+
+
+def test_failure_keeps_the_previous_output(p5_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "prepared"
+    prepare(load_amazon_p5(p5_dir), out)
+    before = {name: (out / name).read_bytes() for name in PREPARED_FILES}
+
+    def broken(prepared: prepare_module.PreparedData, directory: Path) -> None:
+        raise RuntimeError("step failed")
+
+    monkeypatch.setattr(prepare_module, "write_tables", broken)
+    with pytest.raises(RuntimeError):
+        prepare(load_amazon_p5(p5_dir), out, cold_start_fraction=0.5)
+    assert {name: (out / name).read_bytes() for name in PREPARED_FILES} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["amazon-toys", "prepared"]
+
+
+def test_refuses_to_replace_an_unrelated_directory(p5_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "thesis.tex").write_text("do not delete")
+    with pytest.raises(DataError, match="is not an output of this tool"):
+        prepare(load_amazon_p5(p5_dir), out)
+    assert (out / "thesis.tex").read_text() == "do not delete"

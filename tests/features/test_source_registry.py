@@ -1,0 +1,53 @@
+"""The source registry: names, input/option checks, and the synthetic source."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from features.sources import SOURCES, load_source
+from recsys.errors import ConfigError
+
+needs_synthetic = pytest.mark.skipif(
+    importlib.util.find_spec("features.synthetic") is None, reason="features/synthetic.py is not written yet"
+)
+
+
+def test_registry_names() -> None:
+    assert sorted(SOURCES) == ["amazon-p5", "amazon-raw", "movielens", "synthetic"]
+
+
+def test_unknown_source_lists_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match="unknown source 'imdb'; valid sources: amazon-p5, amazon-raw, movielens"):
+        load_source("imdb", None)
+
+
+def test_file_source_needs_an_input() -> None:
+    with pytest.raises(ConfigError, match="needs an input path"):
+        load_source("movielens", None)
+
+
+def test_unknown_option_is_rejected(p5_dir: Path) -> None:
+    with pytest.raises(ConfigError, match=r"does not take option\(s\) \['num_users'\]; it accepts: domain"):
+        load_source("amazon-p5", p5_dir, num_users=5)
+
+
+def test_none_options_are_ignored(p5_dir: Path) -> None:
+    raw = load_source("amazon-p5", p5_dir, num_users=None, domain="kids")
+    assert set(raw.interactions["domain"]) == {"kids"}
+
+
+def test_synthetic_takes_no_input(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="takes no input path"):
+        load_source("synthetic", tmp_path)
+
+
+@needs_synthetic
+def test_synthetic_source_is_deterministic() -> None:
+    first = load_source("synthetic", None, num_users=40, num_items=72, seed=1)
+    again = load_source("synthetic", None, num_users=40, num_items=72, seed=1)
+    assert first.source == "synthetic"
+    assert first.interactions["user_id"].n_unique() == 40
+    assert first.interactions.equals(again.interactions)

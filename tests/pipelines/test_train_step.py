@@ -1,0 +1,75 @@
+"""The training pipeline against a real MLflow SQLite store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+
+from pipelines.config import load_config
+from pipelines.data import prepare_step
+from pipelines.experiment import ExperimentPaths, run_experiment
+from pipelines.model_dir import load_model_dir
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> tuple[Path, object]:
+    work = tmp_path_factory.mktemp("train-step")
+    config = load_config(tiny_config(work))
+    outputs = run_experiment(config, ExperimentPaths.under(work, config))
+    return work, outputs
+
+
+def test_model_dir_holds_model_metrics_and_id_maps(trained: tuple[Path, object]) -> None:
+    work, _ = trained
+    model_dir = work / "models" / "tiny-sasrec"
+    names = {p.name for p in model_dir.iterdir()}
+    assert {"model.pt", "config.yaml", "metrics.json", "items.parquet", "users.parquet", "data.json"} <= names
+    metrics = json.loads((model_dir / "metrics.json").read_text())
+    assert set(metrics["test"]) >= {"recall@10", "ndcg@10", "recall@50", "mrr", "coverage@10"}
+    assert 1 <= metrics["best_epoch"] <= metrics["epochs_run"] <= 3
+    assert metrics["seconds_per_epoch"] > 0
+
+
+def test_reloaded_model_scores_like_the_reported_metrics(trained: tuple[Path, object]) -> None:
+    from recsys.evaluation import EvalConfig, evaluate
+
+    work, outputs = trained
+    loaded = load_model_dir(work / "models" / "tiny-sasrec")
+    result = evaluate(loaded.model, loaded.data.eval_split("test"), loaded.data.num_items, EvalConfig(max_history=20))
+    assert result.metrics["ndcg@10"] == pytest.approx(outputs.metrics["test"]["ndcg@10"])  # type: ignore[attr-defined]
+
+
+def test_mlflow_run_has_params_epoch_metrics_and_model(trained: tuple[Path, object]) -> None:
+    work, outputs = trained
+    mlflow.set_tracking_uri(f"sqlite:///{work / 'mlflow.db'}")
+    client = mlflow.MlflowClient()
+    run = client.get_run(outputs.run_id)  # type: ignore[attr-defined]
+    assert run.info.status == "FINISHED"
+    assert run.data.params["model.name"] == "sasrec"
+    assert run.data.params["train.batch_size"] == "64"
+    assert "test_ndcg_at_10" in run.data.metrics
+    history = client.get_metric_history(run.info.run_id, "epoch_valid_ndcg_at_10")
+    assert [m.step for m in history] == list(range(1, len(history) + 1))
+    model = mlflow.pytorch.load_model(f"runs:/{run.info.run_id}/model")
+    histories = torch.tensor([[0, 1, 2]])
+    local = load_model_dir(work / "models" / "tiny-sasrec").model
+    torch.testing.assert_close(model.score(histories), local.score(histories))
+
+
+def test_prepare_step_skips_unchanged_inputs_and_redoes_changed_ones(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    config = load_config(tiny_config(tmp_path))
+    out = tmp_path / "data"
+    prepare_step(config.data, out)
+    first = (out / "interactions.parquet").stat().st_mtime_ns
+    prepare_step(config.data, out)
+    assert (out / "interactions.parquet").stat().st_mtime_ns == first, "an up-to-date step ran again"
+    changed = config.data.model_copy(update={"seed": 1})
+    prepare_step(changed, out)
+    assert (out / "interactions.parquet").stat().st_mtime_ns != first

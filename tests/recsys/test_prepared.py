@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+
+from features.prepare import prepare
+from features.sources import load_source
+from recsys.data.prepared import load_prepared
+from recsys.errors import DataError
+
+
+def test_leave_one_out_splits_follow_the_sequences(tiny_data_dir: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+    inter = pl.read_parquet(tiny_data_dir / "interactions.parquet")
+    first_user = inter.filter(pl.col("user_idx") == 1)
+    assert data.sequences.row(0).tolist() == first_user["item_idx"].to_list()
+    valid, test = data.eval_split("valid"), data.eval_split("test")
+    assert valid.targets[0].item() == first_user.filter(pl.col("split") == "valid")["item_idx"].item()
+    assert test.targets[0].item() == first_user.filter(pl.col("split") == "test")["item_idx"].item()
+    assert test.histories.row(0).tolist() == first_user["item_idx"].to_list()[:-1]
+    assert data.training_sequences().row(0).tolist() == first_user["item_idx"].to_list()[:-2]
+
+
+def test_cold_items_leave_training_and_inputs_but_stay_targets(tmp_path: Path) -> None:
+    out = tmp_path / "cold"
+    prepare(load_source("synthetic", None, num_users=300, num_items=150), out, cold_start_fraction=0.2, seed=1)
+    data = load_prepared(out)
+    cold = data.cold_mask
+    assert 0.15 < cold.float().sum().item() / data.num_items < 0.25
+    assert not cold[data.training_sequences().values].any()
+    test = data.eval_split("test")
+    assert not cold[test.histories.values].any()
+    assert cold[test.targets].any(), "some test targets should be cold items"
+    assert data.item_counts()[cold].sum() == 0
+
+
+def test_missing_file_names_the_file_and_the_fix(tiny_data_dir: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_data_dir, broken)
+    (broken / "items.parquet").unlink()
+    with pytest.raises(DataError, match=r"items.parquet: prepared data file not found. Fix: prepare it"):
+        load_prepared(broken)
+
+
+def test_titles_fall_back_to_item_ids(tiny_data_dir: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+    titles = data.titles(torch.tensor([1, 2]))
+    assert all(isinstance(t, str) and t for t in titles)

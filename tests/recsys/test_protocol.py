@@ -1,0 +1,56 @@
+"""The evaluation protocol on a scorer whose scores are known in advance."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from recsys.data.jagged import Jagged
+from recsys.data.prepared import EvalSplit
+from recsys.evaluation import EvalConfig, evaluate
+
+
+class FixedScorer:
+    """Scores item i as `table[i]` for every user; records the histories it was given."""
+
+    def __init__(self, table: list[float]) -> None:
+        self.table = torch.tensor(table)
+        self.widths: list[int] = []
+
+    def score(self, histories: torch.Tensor) -> torch.Tensor:
+        self.widths.append(histories.shape[1])
+        return self.table.expand(histories.shape[0], -1).clone()
+
+
+def split(histories: list[list[int]], targets: list[int]) -> EvalSplit:
+    return EvalSplit(Jagged.from_lists(histories), torch.tensor(targets), torch.arange(1, len(targets) + 1))
+
+
+def test_full_ranking_metrics_and_rank_order() -> None:
+    # item scores: 1 > 2 > 3 > 4 (index 0 is padding and is masked by the protocol)
+    scorer = FixedScorer([100.0, 4.0, 3.0, 2.0, 1.0])
+    s = split([[1], [2, 3, 4], [4, 1]], targets=[1, 3, 4])  # ranks 0, 2, 3
+    result = evaluate(scorer, s, num_items=4, config=EvalConfig(ks=(1, 3), batch_size=2))
+    assert result.ranks.tolist() == [0, 2, 3]
+    assert result.metrics["recall@1"] == pytest.approx(1 / 3)
+    assert result.metrics["recall@3"] == pytest.approx(2 / 3)
+    assert result.metrics["coverage@1"] == pytest.approx(1 / 4)
+    # users are batched by history length (1, 2 | 3): each batch is padded to its own longest history
+    assert scorer.widths == [2, 3]
+
+
+def test_exclude_seen_masks_history_items() -> None:
+    scorer = FixedScorer([0.0, 4.0, 3.0, 2.0, 1.0])
+    s = split([[1], [2]], targets=[2, 2])
+    default = evaluate(scorer, s, num_items=4, config=EvalConfig(ks=(1,)))
+    excluded = evaluate(scorer, s, num_items=4, config=EvalConfig(ks=(1,), exclude_seen=True))
+    assert default.ranks.tolist() == [1, 1]
+    # user 1 saw item 1, so item 2 moves to the top; user 2 saw the target itself: a miss
+    assert excluded.ranks[0].item() == 0
+    assert excluded.ranks[1].item() >= 4
+
+
+def test_empty_history_is_scored() -> None:
+    scorer = FixedScorer([0.0, 1.0, 2.0])
+    result = evaluate(scorer, split([[]], targets=[2]), num_items=2, config=EvalConfig(ks=(1,)))
+    assert result.ranks.tolist() == [0]

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from recsys.models.sasrec import SASRec, SASRecConfig
+from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
+
+
+def model() -> SASRec:
+    torch.manual_seed(0)
+    return SASRec(SASRecConfig(num_items=20, max_len=6, dim=16, num_heads=2, ffn_dim=32)).eval()
+
+
+def test_outputs_are_causal() -> None:
+    m = model()
+    a = m(torch.tensor([[0, 3, 4, 5, 6, 7]]))
+    b = m(torch.tensor([[0, 3, 4, 5, 9, 1]]))  # only the last two items differ
+    torch.testing.assert_close(a[:, :4], b[:, :4])
+    assert not torch.allclose(a[:, 4:], b[:, 4:])
+
+
+def test_extra_left_padding_does_not_change_the_user_vector() -> None:
+    m = model()
+    short = m.encode_queries(torch.tensor([[3, 4, 5]]))
+    padded = m.encode_queries(torch.tensor([[0, 0, 0, 3, 4, 5]]))
+    torch.testing.assert_close(short, padded)
+
+
+def test_histories_longer_than_max_len_keep_the_most_recent_items() -> None:
+    m = model()
+    long = m.score(torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]]))
+    recent = m.score(torch.tensor([[3, 4, 5, 6, 7, 8]]))
+    torch.testing.assert_close(long, recent)
+    assert long.shape == (1, 21)
+
+
+def test_full_softmax_loss_is_cross_entropy_without_the_padding_row() -> None:
+    torch.manual_seed(0)
+    hidden, emb, targets = torch.randn(5, 8), torch.randn(11, 8), torch.tensor([1, 4, 10, 2, 2])
+    expected = F.cross_entropy(hidden @ emb[1:].T, targets - 1)
+    torch.testing.assert_close(full_softmax_loss(hidden, emb, targets), expected)
+
+
+def test_sampled_softmax_with_uniform_q_matches_the_manual_formula() -> None:
+    torch.manual_seed(0)
+    hidden, emb, targets = torch.randn(4, 8), torch.randn(6, 8), torch.tensor([1, 2, 3, 5])
+    probs = torch.tensor([0.0, 0.2, 0.2, 0.2, 0.2, 0.2])
+    gen = torch.Generator().manual_seed(1)
+    loss = sampled_softmax_loss(hidden, emb, targets, probs, num_negatives=3, generator=gen)
+    negatives = torch.multinomial(probs, 3, replacement=True, generator=torch.Generator().manual_seed(1))
+    log_q = torch.log(torch.tensor(0.2 * 3))
+    pos = (hidden * emb[targets]).sum(-1, keepdim=True) - log_q
+    neg = (hidden @ emb[negatives].T - log_q).masked_fill(negatives[None] == targets[:, None], float("-inf"))
+    expected = F.cross_entropy(torch.cat([pos, neg], 1), torch.zeros(4, dtype=torch.long))
+    torch.testing.assert_close(loss, expected)
