@@ -10,6 +10,7 @@ training time (total, median seconds per epoch), best epoch, machine, versions a
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -18,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import command, machine, versions, write_result  # noqa: E402
-from pipelines.config import load_config  # noqa: E402
-from pipelines.experiment import ExperimentPaths, run_experiment  # noqa: E402
-from recsys.training.trainer import resolve_device  # noqa: E402
+from benchmarks.common import RESULTS_DIR, command, machine, versions, write_result
+from pipelines.config import load_config
+from pipelines.experiment import ExperimentPaths, run_experiment
+from recsys.training.trainer import resolve_device, use_bf16_autocast
 
 
 def main() -> None:
@@ -29,7 +30,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, required=True, help="frozen experiment YAML (configs/)")
     parser.add_argument("--data-dir", type=Path, required=True, help="raw input of the config's data source")
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench"), help="prepared data, models, MLflow")
-    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("mlflow").setLevel(logging.ERROR)
@@ -40,6 +41,7 @@ def main() -> None:
         {"data.path": str(args.data_dir), "tracking.uri": f"sqlite:///{work / 'mlflow.db'}", "train.progress": False},
     )
     paths = ExperimentPaths.under(work, config)
+    device = resolve_device(config.train.device)
     start = time.perf_counter()
     outputs = run_experiment(config, paths)
     m = outputs.metrics
@@ -57,29 +59,30 @@ def main() -> None:
         },
         "model": {"name": config.model.name, **config.model.params},
         "train": config.train.__dict__,
-        "metrics": {"valid": m["valid"], "test": m["test"], **({"test_cold": m["test_cold"]} if "test_cold" in m else {})},
+        "metrics": {split: m[split] for split in ("valid", "test", "test_cold") if split in m},
         "train_seconds": round(m["train_seconds"], 1),
         "seconds_per_epoch": round(m["seconds_per_epoch"], 2),
         "valid_seconds_per_epoch": round(m.get("valid_seconds_per_epoch", 0.0), 2),
         "best_epoch": m["best_epoch"],
         "epochs_run": m["epochs_run"],
         "wall_seconds": round(time.perf_counter() - start, 1),
-        "device": str(resolve_device(config.train.device)),
+        "device": str(device),
+        "bf16_autocast": use_bf16_autocast(config.train.precision, device),
         "machine": machine(),
         "versions": versions(),
         "mlflow_run_id": outputs.run_id,
         "command": command(),
     }
-    path = write_result(config.name, result, args.results_dir) if args.results_dir else write_result(config.name, result)
+    path = write_result(config.name, result, args.results_dir)
     test = m["test"]
-    print(f"{config.name}: test R@10 {test['recall@10']:.4f} N@10 {test['ndcg@10']:.4f} "
-          f"R@5 {test['recall@5']:.4f} N@5 {test['ndcg@5']:.4f} | best epoch {m['best_epoch']} | "
-          f"{m['seconds_per_epoch']:.1f} s/epoch (train), {m['train_seconds']:.0f} s total -> {path}")
+    print(
+        f"{config.name}: test R@10 {test['recall@10']:.4f} N@10 {test['ndcg@10']:.4f} "
+        f"R@5 {test['recall@5']:.4f} N@5 {test['ndcg@5']:.4f} | best epoch {m['best_epoch']} | "
+        f"{m['seconds_per_epoch']:.1f} s/epoch (train), {m['train_seconds']:.0f} s total -> {path}"
+    )
 
 
 def _read_meta(data_dir: Path) -> dict:
-    import json
-
     return json.loads((data_dir / "meta.json").read_text())
 
 

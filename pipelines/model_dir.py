@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from torch import nn
 
 from pipelines.config import ExperimentConfig
 from recsys.atomic import atomic_directory
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.data.schema import ITEMS_FILE, USERS_FILE
 from recsys.errors import RecsysError
-from recsys.models.registry import load_model, save_model
+from recsys.models.registry import Model, load_model, save_model
 
 MODEL_FILE = "model.pt"
 METRICS_FILE = "metrics.json"
@@ -34,13 +33,13 @@ DATA_FILE = "data.json"
 @dataclass(frozen=True)
 class TrainedModel:
     name: str
-    model: nn.Module
+    model: Model
     data: SequenceData
     metrics: dict[str, Any]
 
 
 def write_model_dir(
-    out_dir: Path, config: ExperimentConfig, model: nn.Module, data_dir: Path, metrics: dict[str, Any]
+    out_dir: Path, config: ExperimentConfig, model: Model, data_dir: Path, metrics: dict[str, Any]
 ) -> None:
     """Write the model directory for `model` trained on `data_dir`."""
     meta = json.loads((data_dir / "meta.json").read_text())
@@ -63,7 +62,7 @@ def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedMode
         data_dir = Path(json.loads((model_dir / DATA_FILE).read_text())["data_dir"])
     data = load_prepared(data_dir)
     name, model = load_model(model_dir / MODEL_FILE)
-    if data.num_items != getattr(model, "config").num_items:  # noqa: B009
+    if data.num_items != model.config.num_items:
         raise RecsysError(
             f"{data_dir} has {data.num_items} items but the model was trained on "
             f"{model.config.num_items}. Fix: pass the --data-dir the model was trained on"

@@ -18,7 +18,7 @@ from recsys.data.schema import TEST, VALID
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.evaluation.slices import slice_metrics
 from recsys.models.popularity import Popularity
-from recsys.models.registry import build_model
+from recsys.models.registry import Model, build_model
 from recsys.models.sasrec import SASRec
 from recsys.training.trainer import FitResult, fit
 
@@ -47,7 +47,7 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
         mlflow.log_params(flatten({**config.model_dump(mode="json"), "data_dir": str(data_dir)}))
         start = time.perf_counter()
         fitted = _fit(model, data, config, eval_config)
-        metrics = {
+        metrics: dict[str, Any] = {
             VALID: evaluate(model, data.eval_split(VALID), data.num_items, eval_config).metrics,
             **_test_metrics(model, data, eval_config),
             "best_epoch": fitted.best_epoch if fitted else 0,
@@ -62,18 +62,32 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
         mlflow.log_metrics({k: float(metrics[k]) for k in ("best_epoch", "train_seconds", "seconds_per_epoch")})
         write_model_dir(out_dir, config, model, data_dir, metrics)
         mlflow.log_artifacts(str(out_dir), artifact_path="model_dir")
-        mlflow.pytorch.log_model(model, name="model", serialization_format="pickle", pip_requirements=["torch"])
+        _log_model(model)
     logger.info("model written to %s (MLflow run %s)", out_dir, run.info.run_id)
     return TrainOutputs(model_dir=out_dir, metrics=metrics, run_id=run.info.run_id)
 
 
-def _eval_config(config: ExperimentConfig, model: Any) -> EvalConfig:
+def _log_model(model: Model) -> None:
+    """Log the model with MLflow's pytorch flavour (pickled: torch.export cannot trace the models' slicing).
+
+    MLflow warns about pickles on every call; the pickle is of our own classes, so that warning is muted here.
+    """
+    mlflow_logger = logging.getLogger("mlflow.pytorch")
+    level = mlflow_logger.level
+    mlflow_logger.setLevel(logging.ERROR)
+    try:
+        mlflow.pytorch.log_model(model, name="model", serialization_format="pickle", pip_requirements=["torch"])
+    finally:
+        mlflow_logger.setLevel(level)
+
+
+def _eval_config(config: ExperimentConfig, model: Model) -> EvalConfig:
     """Feed the model as much history as it reads."""
     max_len = getattr(model.config, "max_len", config.eval.max_history)
     return EvalConfig(**{**asdict(config.eval), "max_history": max_len})
 
 
-def _fit(model: Any, data: SequenceData, config: ExperimentConfig, eval_config: EvalConfig) -> FitResult | None:
+def _fit(model: Model, data: SequenceData, config: ExperimentConfig, eval_config: EvalConfig) -> FitResult | None:
     if isinstance(model, Popularity):
         model.fit(data.item_counts())
         return None
@@ -86,7 +100,7 @@ def _fit(model: Any, data: SequenceData, config: ExperimentConfig, eval_config: 
     return fit(model, data, config.train, eval_config, on_epoch_end=on_epoch_end)
 
 
-def _test_metrics(model: Any, data: SequenceData, eval_config: EvalConfig) -> dict[str, dict[str, float]]:
+def _test_metrics(model: Model, data: SequenceData, eval_config: EvalConfig) -> dict[str, dict[str, float]]:
     """Test metrics; with a cold-start split, also the slice of users whose test target is a cold item."""
     split = data.eval_split(TEST)
     result = evaluate(model, split, data.num_items, eval_config)

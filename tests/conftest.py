@@ -28,7 +28,7 @@ def write_tiny_config(tmp_path: Path, **sections: dict) -> Path:
         "name": "tiny-sasrec",
         "data": {"source": "synthetic", "options": dict(TINY_SYNTHETIC)},
         "model": {"name": "sasrec", "params": {"max_len": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64}},
-        "train": {"epochs": 3, "batch_size": 64, "patience": 2, "progress": False},
+        "train": {"epochs": 3, "batch_size": 8, "patience": 2, "progress": False},
         "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
     }
     for key, value in sections.items():

@@ -8,6 +8,7 @@ Examples:
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -57,15 +58,8 @@ def prepare_command(
     with handle_errors():
         options = source_options(source, seed=seed, num_users=num_users, num_items=num_items)
         raw = load_source(source, input_path, **options)
-        summary = prepare(
-            raw,
-            out,
-            min_interactions=min_interactions,
-            unknown_items=unknown_items,
-            cold_start_fraction=cold_start_fraction,
-            seed=seed,
-            source_options=options,
-        )
+        settings = PrepareSettings(min_interactions, unknown_items, cold_start_fraction, seed)
+        summary = prepare(raw, out, **settings.as_kwargs(), source_options=options)
     print_summary(summary, raw)
 
 
@@ -84,14 +78,22 @@ def validate_command(
     with handle_errors():
         options = source_options(source, seed=seed, num_users=num_users, num_items=num_items)
         raw = load_source(source, input_path, **options)
-        prepared = build_prepared(
-            raw,
-            min_interactions=min_interactions,
-            unknown_items=unknown_items,
-            cold_start_fraction=cold_start_fraction,
-            seed=seed,
-        )
+        settings = PrepareSettings(min_interactions, unknown_items, cold_start_fraction, seed)
+        prepared = build_prepared(raw, **settings.as_kwargs())
     print_summary(summarize(prepared, None), raw)
+
+
+@dataclass(frozen=True)
+class PrepareSettings:
+    """The policy settings `prepare` and `validate` share."""
+
+    min_interactions: int
+    unknown_items: UnknownItems
+    cold_start_fraction: float
+    seed: int
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def source_options(source: str, *, seed: int, num_users: int | None, num_items: int | None) -> dict[str, Any]:

@@ -66,7 +66,7 @@ def evaluate_command(
         trained = load_model_dir(model_dir, data_dir)
         max_len = getattr(trained.model.config, "max_len", EvalConfig.max_history)
         config = EvalConfig(exclude_seen=exclude_seen, max_history=max_len)
-        result = evaluate(trained.model, trained.data.eval_split(split), trained.data.num_items, config)  # type: ignore[arg-type]
+        result = evaluate(trained.model, trained.data.eval_split(split), trained.data.num_items, config)
     print_tables(metrics_table(f"{model_dir} on {split}", {trained.name: result.metrics}))
 
 
@@ -100,7 +100,7 @@ def recommendation_for(
         raise RecsysError(f"{err.args[0]}. Fix: pick a user id from users.parquet of the data directory") from err
     history = data.sequences.row(row)
     max_len = getattr(model.config, "max_len", 50)
-    scores, items = recommend(model, Jagged.from_lists([history.tolist()]), k, max_len, exclude_seen)  # type: ignore[arg-type]
+    scores, items = recommend(model, Jagged.from_lists([history.tolist()]), k, max_len, exclude_seen)
     titles = data.titles(items[0])
     recent = data.titles(history[-shown_history:])
     return recommendations_table(

@@ -8,22 +8,21 @@ from rich.console import Console
 from rich.table import Table
 
 METRIC_COLUMNS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10", "recall@50", "ndcg@50", "mrr", "coverage@10")
-# Short headers keep the table readable in an 80-column terminal.
 HEADERS = {"recall": "R", "ndcg": "N", "coverage": "Cov", "mrr": "MRR", "train_seconds": "train s"}
 
 
 def metrics_table(title: str, rows: Mapping[str, Mapping[str, float]], extra: Sequence[str] = ()) -> Table:
-    """One row per model/split: the standard metric columns plus `extra` keys (e.g. train_seconds).
+    """One column per model/split, one row per metric: the standard metrics plus `extra` keys.
 
     Headers are abbreviated: R@k = Recall@k, N@k = NDCG@k, Cov@k = catalog coverage of the top-k lists.
     """
-    table = Table(title=title)
-    table.add_column("model")
-    columns = [c for c in (*METRIC_COLUMNS, *extra) if any(c in r for r in rows.values())]
-    for column in columns:
-        table.add_column(_header(column), justify="right")
-    for name, metrics in rows.items():
-        table.add_row(name, *(_fmt(metrics.get(c)) for c in columns))
+    table = Table(title=title, min_width=len(title) + 4)
+    table.add_column("metric")
+    for name in rows:
+        table.add_column(name, justify="right")
+    for key in (*METRIC_COLUMNS, *extra):
+        if any(key in metrics for metrics in rows.values()):
+            table.add_row(_header(key), *(_fmt(metrics.get(key)) for metrics in rows.values()))
     return table
 
 

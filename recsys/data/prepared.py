@@ -105,7 +105,8 @@ class SequenceData:
         hit = self.users.filter(pl.col(schema.USER_ID) == user_id)
         if hit.height == 0:
             raise KeyError(f"unknown user {user_id!r}: it is not in users.parquet of this dataset")
-        return int(hit[schema.USER_IDX][0]) - 1
+        user_idx: int = hit[schema.USER_IDX].cast(pl.Int64).item()
+        return user_idx - 1
 
     def titles(self, item_idx: torch.Tensor) -> list[str]:
         """Titles (or item ids where the title is empty) for a 1-d tensor of item_idx."""
@@ -137,12 +138,12 @@ def load_prepared(data_dir: Path) -> SequenceData:
         raise DataError(
             data_dir / schema.INTERACTIONS_FILE, "rows are not sorted by user_idx", "prepare the data again"
         )
-    counts = inter.group_by(schema.USER_IDX, maintain_order=True).len()
-    if counts.height != users.height or int(counts["len"].min() or 0) < 3:
+    lengths = inter.group_by(schema.USER_IDX, maintain_order=True).len()["len"].to_torch().long()
+    if len(lengths) == 0 or len(lengths) != users.height or int(lengths.min()) < 3:
         raise DataError(
             data_dir / schema.INTERACTIONS_FILE,
             "every user needs at least 3 interactions (train, valid, test) and one row in users.parquet",
             "prepare the data again (`recsys data prepare` drops users with fewer than 3 interactions)",
         )
-    sequences = Jagged.from_lengths(inter[schema.ITEM_IDX].to_torch().long(), counts["len"].to_torch().long())
+    sequences = Jagged.from_lengths(inter[schema.ITEM_IDX].to_torch().long(), lengths)
     return SequenceData(sequences=sequences, items=items, users=users, meta=meta)

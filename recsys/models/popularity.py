@@ -23,6 +23,8 @@ class Popularity(nn.Module):
         [1, 3]
     """
 
+    item_scores: torch.Tensor  # (V+1,) buffer
+
     def __init__(self, config: PopularityConfig) -> None:
         super().__init__()
         self.config = config

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
-from recsys.modules.transformer import TransformerBlock, causal_padding_mask
+from recsys.modules.transformer import TransformerBlock, causal_segment_mask
 
 
 @dataclass(frozen=True)
@@ -53,19 +53,32 @@ class SASRec(nn.Module):
         self.final_norm = nn.LayerNorm(config.dim)
         self.apply(_init_weights)
 
-    def forward(self, item_ids: torch.Tensor) -> torch.Tensor:
-        """(B, L) left-padded item_idx, L <= max_len -> (B, L, D) hidden state per position."""
+    def forward(
+        self, item_ids: torch.Tensor, segments: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Hidden state at every position.
+
+        Args:
+            item_ids: (B, L) item_idx. Without `segments`: one left-padded history per row (L > max_len
+                keeps the most recent max_len columns).
+            segments: (B, L) run ids of packed rows (`recsys.data.batching`), 0 = padding.
+            positions: (B, L) position ids of packed rows; required with `segments`.
+
+        Returns:
+            (B, L, D).
+        """
         item_ids = item_ids.to(self.item_emb.weight.device)
-        L = item_ids.shape[1]
-        if L > self.config.max_len:
+        if segments is None:
             item_ids = item_ids[:, -self.config.max_len :]
-            L = self.config.max_len
-        valid = item_ids != PADDING_IDX  # (B, L)
-        # Positions count back from the most recent column, as in SASRec's left-padded input.
-        positions = torch.arange(self.config.max_len - L, self.config.max_len, device=item_ids.device)
+            L = item_ids.shape[1]
+            segments = (item_ids != PADDING_IDX).long()
+            # Positions count back from the most recent column, as in SASRec's left-padded input.
+            positions = torch.arange(self.config.max_len - L, self.config.max_len, device=item_ids.device)
+        elif positions is None:
+            raise ValueError("packed rows need `positions` with `segments`")
         x = self.item_emb(item_ids) * math.sqrt(self.config.dim) + self.pos_emb(positions)  # (B, L, D)
-        x = self.emb_dropout(x) * valid[..., None]
-        mask = causal_padding_mask(valid)
+        x = self.emb_dropout(x) * (segments != 0)[..., None]
+        mask = causal_segment_mask(segments)
         for block in self.blocks:
             x = block(x, mask)
         return self.final_norm(x)

@@ -45,14 +45,16 @@ class TransformerBlock(nn.Module):
         return x + self.dropout(self.ffn(self.ffn_norm(x)))
 
 
-def causal_padding_mask(valid: torch.Tensor) -> torch.Tensor:
-    """(B, L) bool of real tokens -> (B, 1, L, L) attention mask: causal, padded keys hidden.
+def causal_segment_mask(segments: torch.Tensor) -> torch.Tensor:
+    """(B, L) run ids (0 = padding) -> (B, 1, L, L) attention mask, True = may attend.
 
-    Every query may also attend to itself, so rows of padding never see an all-masked softmax
-    (their outputs are ignored by the losses and the scorers).
+    A query attends causally to earlier tokens of its own run. Every query may also attend to
+    itself, so padding rows never see an all-masked softmax (their outputs are ignored downstream).
+    For one left-padded sequence per row, pass `(item_ids != 0).long()`.
     """
-    L = valid.shape[1]
-    causal = torch.ones(L, L, dtype=torch.bool, device=valid.device).tril()
-    mask = causal & valid[:, None, :]  # (B, L, L)
-    mask |= torch.eye(L, dtype=torch.bool, device=valid.device)
+    L = segments.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=segments.device).tril()
+    same_run = (segments[:, :, None] == segments[:, None, :]) & (segments[:, None, :] != 0)
+    mask = causal & same_run  # (B, L, L)
+    mask |= torch.eye(L, dtype=torch.bool, device=segments.device)
     return mask[:, None]

@@ -8,15 +8,16 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 from tqdm.auto import tqdm
 
-from recsys.data.batching import NextItemBatch, next_item_batches
+from recsys.data.batching import PackedBatch, packed_next_item_batches
 from recsys.data.prepared import SequenceData
+from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec
 from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
@@ -29,7 +30,7 @@ EpochCallback = Callable[[int, dict[str, float]], None]
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 200
-    batch_size: int = 128
+    batch_size: int = 16  # packed rows of max_len tokens per batch (Beauty: ~40 targets per row)
     lr: float = 1e-3
     weight_decay: float = 0.0
     loss: Literal["full_softmax", "sampled_softmax"] = "full_softmax"
@@ -39,7 +40,9 @@ class TrainConfig:
     eval_every: int = 1
     seed: int = 0
     device: str = "auto"  # "auto" = cuda when available, else cpu
-    amp: bool = True  # bf16 autocast on CUDA only
+    # "auto": bf16 autocast on CUDA and on CPUs with native bf16 matmuls (AVX512-BF16 / AMX), else fp32.
+    # Embedding tables, optimizer state and the softmax stay fp32 either way.
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
     progress: bool = True
 
 
@@ -67,6 +70,15 @@ def _median(values: list[float]) -> float:
     return float(torch.tensor(values).median()) if values else 0.0
 
 
+def use_bf16_autocast(precision: str, device: torch.device) -> bool:
+    """Whether to train under bf16 autocast (see `TrainConfig.precision`)."""
+    if precision != "auto":
+        return precision == "bf16"
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -89,8 +101,10 @@ def fit(
         eval_config: how validation is ranked (ks, exclusion, batch size).
         on_epoch_end: called with (epoch, metrics) after every validated epoch, e.g. to log to MLflow.
     """
+    _check_monitor(config.monitor, eval_config)
     device = resolve_device(config.device)
     model.to(device)
+    logger.info("training on %s, bf16 autocast %s", device, use_bf16_autocast(config.precision, device))
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -100,7 +114,7 @@ def fit(
     best_state, best_score, start = None, float("-inf"), time.perf_counter()
     for epoch in range(1, config.epochs + 1):
         t0 = time.perf_counter()
-        batches = next_item_batches(sequences, model.config.max_len, config.batch_size, generator)
+        batches = list(packed_next_item_batches(sequences, model.config.max_len, config.batch_size, generator))
         loss = train_one_epoch(model, batches, optimizer, config, device, sampling_probs, generator)
         result.epoch_seconds.append(time.perf_counter() - t0)
         if epoch % config.eval_every and epoch != config.epochs:
@@ -135,7 +149,7 @@ def fit(
 
 def train_one_epoch(
     model: SASRec,
-    batches: list[NextItemBatch] | object,
+    batches: Sequence[PackedBatch],
     optimizer: torch.optim.Optimizer,
     config: TrainConfig,
     device: torch.device,
@@ -145,12 +159,14 @@ def train_one_epoch(
     """One pass over `batches`; returns the mean loss per real position."""
     model.train()
     total, positions = 0.0, 0
-    use_amp = config.amp and device.type == "cuda"
-    for batch in tqdm(batches, desc="train", leave=False, disable=not config.progress, unit="batch"):
+    use_bf16 = use_bf16_autocast(config.precision, device)
+    # disable=None: a bar on terminals only, so logs and CI output stay clean
+    bar = tqdm(batches, desc="train", leave=False, disable=None if config.progress else True, unit="batch")
+    for batch in bar:
         batch = batch.to(device)
         real = batch.targets != 0  # (B, L)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
-            hidden = model(batch.inputs)[real]  # (N, D)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            hidden = model(batch.inputs, batch.segments, batch.positions)[real]  # (N, D)
             targets = batch.targets[real]
             if sampling_probs is None:
                 loss = full_softmax_loss(hidden, model.item_embeddings(), targets)
@@ -164,6 +180,15 @@ def train_one_epoch(
         total += loss.item() * targets.numel()
         positions += targets.numel()
     return total / max(positions, 1)
+
+
+def _check_monitor(monitor: str, eval_config: EvalConfig) -> None:
+    """Fail before training, not after the first epoch, when the monitored metric will not exist."""
+    valid = {"mrr", *(f"{m}@{k}" for m in ("recall", "ndcg", "coverage") for k in eval_config.ks)}
+    if monitor not in valid:
+        raise ConfigError(
+            f"train.monitor {monitor!r} is not computed. Fix: use one of {', '.join(sorted(valid))} (eval.ks sets k)"
+        )
 
 
 def _sampling_probs(data: SequenceData) -> torch.Tensor:

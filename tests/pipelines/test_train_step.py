@@ -51,7 +51,7 @@ def test_mlflow_run_has_params_epoch_metrics_and_model(trained: tuple[Path, obje
     run = client.get_run(outputs.run_id)  # type: ignore[attr-defined]
     assert run.info.status == "FINISHED"
     assert run.data.params["model.name"] == "sasrec"
-    assert run.data.params["train.batch_size"] == "64"
+    assert run.data.params["train.batch_size"] == "8"
     assert "test_ndcg_at_10" in run.data.metrics
     history = client.get_metric_history(run.info.run_id, "epoch_valid_ndcg_at_10")
     assert [m.step for m in history] == list(range(1, len(history) + 1))

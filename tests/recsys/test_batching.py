@@ -2,35 +2,55 @@ from __future__ import annotations
 
 import torch
 
-from recsys.data.batching import next_item_batches
+from recsys.data.batching import PackedBatch, packed_next_item_batches
 from recsys.data.jagged import Jagged
 
 ROWS = [[1, 2, 3, 4], [5], [6, 7], [8, 9, 10, 11, 12, 13], [14, 15, 16]]
 
 
-def epoch(max_len: int, batch_size: int, seed: int = 0) -> list:
-    return list(next_item_batches(Jagged.from_lists(ROWS), max_len, batch_size, torch.Generator().manual_seed(seed)))
+def epoch(max_len: int, rows_per_batch: int, seed: int = 0) -> list[PackedBatch]:
+    gen = torch.Generator().manual_seed(seed)
+    return list(packed_next_item_batches(Jagged.from_lists(ROWS), max_len, rows_per_batch, gen))
 
 
-def test_every_next_item_pair_appears_once_per_epoch() -> None:
-    pairs = []
-    for batch in epoch(max_len=50, batch_size=2):
-        real = batch.targets != 0
-        pairs += list(zip(batch.inputs[real].tolist(), batch.targets[real].tolist(), strict=True))
-    expected = [(r[i], r[i + 1]) for r in ROWS for i in range(len(r) - 1)]
-    assert sorted(pairs) == sorted(expected)
+def runs_of(batches: list[PackedBatch]) -> list[list[tuple[int, int, int]]]:
+    """(input, target, position) triples grouped by (row, segment)."""
+    runs = []
+    for b in batches:
+        for r in range(b.inputs.shape[0]):
+            for seg in b.segments[r].unique().tolist():
+                if seg == 0:
+                    continue
+                sel = b.segments[r] == seg
+                runs.append(list(zip(*(t[r][sel].tolist() for t in (b.inputs, b.targets, b.positions)), strict=True)))
+    return runs
 
 
-def test_batches_are_padded_to_their_own_longest_row_and_truncated_to_max_len() -> None:
-    for batch in epoch(max_len=3, batch_size=1):
-        row_len = int((batch.inputs != 0).sum())
-        assert batch.inputs.shape[1] == row_len <= 3
-    longest = next(b for b in epoch(max_len=3, batch_size=1) if 13 in b.targets.tolist()[0])
-    assert longest.inputs.tolist() == [[10, 11, 12]]  # the most recent pairs are kept
+def test_every_next_item_pair_appears_once_with_its_run() -> None:
+    runs = runs_of(epoch(max_len=6, rows_per_batch=2))
+    pairs = sorted((i, t) for run in runs for i, t, _ in run)
+    assert pairs == sorted((r[i], r[i + 1]) for r in ROWS for i in range(len(r) - 1))
+    assert sorted(len(run) for run in runs) == [1, 2, 3, 5]  # the one-item user has no target
+
+
+def test_runs_are_cut_to_max_len_and_positions_count_back_from_the_end() -> None:
+    runs = runs_of(epoch(max_len=3, rows_per_batch=4))
+    longest = next(run for run in runs if (12, 13, 2) in run)
+    assert longest == [(10, 11, 0), (11, 12, 1), (12, 13, 2)]  # the most recent pairs are kept
+    short = next(run for run in runs if run[0][0] == 6)
+    assert short == [(6, 7, 2)]
+
+
+def test_padding_has_no_target_and_no_segment() -> None:
+    for b in epoch(max_len=8, rows_per_batch=1):
+        pad = b.segments == 0
+        assert (b.inputs[pad] == 0).all() and (b.targets[pad] == 0).all()
+        assert (b.targets[~pad] != 0).all()
 
 
 def test_epochs_are_deterministic_by_seed_and_shuffled() -> None:
-    first = [b.inputs.tolist() for b in epoch(50, 1, seed=3)]
-    assert first == [b.inputs.tolist() for b in epoch(50, 1, seed=3)]
-    orders = {tuple(map(str, (b.inputs.tolist() for b in epoch(50, 1, seed=s)))) for s in range(6)}
-    assert len(orders) > 1
+    def layout(seed: int) -> list[list[list[int]]]:
+        return [b.inputs.tolist() for b in epoch(8, 1, seed=seed)]
+
+    assert layout(3) == layout(3)
+    assert len({str(layout(s)) for s in range(6)}) > 1

@@ -35,6 +35,18 @@ def test_histories_longer_than_max_len_keep_the_most_recent_items() -> None:
     assert long.shape == (1, 21)
 
 
+def test_packed_rows_match_separate_left_padded_histories() -> None:
+    m = model()
+    packed = m(
+        torch.tensor([[3, 4, 5, 7, 8, 0]]),
+        segments=torch.tensor([[1, 1, 1, 2, 2, 0]]),
+        positions=torch.tensor([[3, 4, 5, 4, 5, 0]]),
+    )
+    torch.testing.assert_close(packed[0, 2], m.encode_queries(torch.tensor([[3, 4, 5]]))[0])
+    torch.testing.assert_close(packed[0, 4], m.encode_queries(torch.tensor([[7, 8]]))[0])
+    torch.testing.assert_close(packed[0, 3], m(torch.tensor([[7, 8]]))[0, 0])
+
+
 def test_full_softmax_loss_is_cross_entropy_without_the_padding_row() -> None:
     torch.manual_seed(0)
     hidden, emb, targets = torch.randn(5, 8), torch.randn(11, 8), torch.tensor([1, 4, 10, 2, 2])

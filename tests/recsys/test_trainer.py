@@ -24,7 +24,7 @@ def test_sasrec_beats_popularity_and_restores_its_best_epoch(tiny_data_dir: Path
     data = load_prepared(tiny_data_dir)
     model = small_sasrec(data.num_items)
     seen: list[int] = []
-    config = TrainConfig(epochs=8, batch_size=32, lr=3e-3, loss=loss, num_negatives=64, progress=False)
+    config = TrainConfig(epochs=8, batch_size=4, lr=3e-3, loss=loss, num_negatives=64, progress=False)
     result = fit(model, data, config, EVAL, on_epoch_end=lambda epoch, _: seen.append(epoch))
 
     assert seen == list(range(1, len(seen) + 1))
@@ -40,8 +40,27 @@ def test_early_stopping_after_patience(tiny_data_dir: Path) -> None:
     data = load_prepared(tiny_data_dir)
     model = small_sasrec(data.num_items)
     # lr 0 never improves after epoch 1, so training stops after 1 + patience epochs
-    config = TrainConfig(epochs=20, batch_size=64, lr=0.0, patience=2, progress=False)
+    config = TrainConfig(epochs=20, batch_size=8, lr=0.0, patience=2, progress=False)
     result = fit(model, data, config, EVAL)
     assert result.best_epoch == 1
     assert len(result.epoch_seconds) == 3
     assert result.seconds_per_epoch > 0
+
+
+def test_precision_choice() -> None:
+    import torch
+
+    from recsys.training.trainer import use_bf16_autocast
+
+    cpu = torch.device("cpu")
+    assert use_bf16_autocast("fp32", cpu) is False
+    assert use_bf16_autocast("bf16", cpu) is True
+    assert use_bf16_autocast("auto", cpu) == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def test_unknown_monitor_fails_before_training(tiny_data_dir: Path) -> None:
+    from recsys.errors import ConfigError
+
+    data = load_prepared(tiny_data_dir)
+    with pytest.raises(ConfigError, match=r"train.monitor 'ndcg@20' is not computed"):
+        fit(small_sasrec(data.num_items), data, TrainConfig(monitor="ndcg@20", progress=False), EVAL)
