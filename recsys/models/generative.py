@@ -1,0 +1,183 @@
+"""TIGER-style generative retrieval (Rajput et al., NeurIPS 2023): predict the next item's semantic ID.
+
+The encoder reads the semantic-ID tokens of the user's most recent items; the decoder emits the next
+item's code tuple one level at a time. Decoding is a beam search constrained by a trie of the catalog's
+semantic IDs, so every returned tuple is a real item.
+
+Tokens: 0 = padding, 1 = decoder start, then one block of K_t code tokens per level t.
+Dimension letters: B users, H history items, T code levels, S = H * T encoder tokens, D dim, W beams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recsys.data.schema import PADDING_IDX
+from recsys.semantic_ids.trie import SemanticIdTrie
+
+PAD_TOKEN, START_TOKEN, FIRST_CODE_TOKEN = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class GenerativeConfig:
+    num_items: int  # V
+    codebook_sizes: tuple[int, ...]  # K_t per level, the de-duplication level included
+    max_history: int = 20  # most recent items the encoder reads (TIGER: 20)
+    dim: int = 128
+    num_encoder_layers: int = 4
+    num_decoder_layers: int = 4
+    num_heads: int = 4
+    ffn_dim: int = 1024
+    dropout: float = 0.1
+    beam_size: int = 50  # >= the largest k evaluated
+
+
+class GenerativeRetriever(nn.Module):
+    """Encoder-decoder transformer over semantic-ID tokens with trie-constrained beam search.
+
+    Args:
+        config: sizes; `codebook_sizes` must match the codes.
+        codes: (V+1, T) int64 semantic ID of every item_idx (row 0, the padding item, is ignored).
+    """
+
+    codes: torch.Tensor  # (V+1, T) buffer
+    offsets: torch.Tensor  # (T,) buffer: first token id of every level
+
+    def __init__(self, config: GenerativeConfig, codes: torch.Tensor) -> None:
+        super().__init__()
+        T = len(config.codebook_sizes)
+        if codes.shape != (config.num_items + 1, T):
+            raise ValueError(
+                f"codes must be (num_items + 1, {T}) = ({config.num_items + 1}, {T}), got {tuple(codes.shape)}"
+            )
+        self.config = config
+        self.register_buffer("codes", codes.long().clone())
+        sizes = torch.tensor(config.codebook_sizes)
+        self.register_buffer("offsets", FIRST_CODE_TOKEN + torch.cumsum(sizes, 0) - sizes)  # (T,) first token per level
+        vocab = FIRST_CODE_TOKEN + int(sizes.sum())
+        self.token_emb = nn.Embedding(vocab, config.dim, padding_idx=PAD_TOKEN)
+        self.slot_emb = nn.Embedding(config.max_history, config.dim)  # history slot, counted from the most recent
+        self.level_emb = nn.Embedding(T + 1, config.dim)  # code level of a token (decoder: T = the start token)
+        self.transformer = nn.Transformer(
+            d_model=config.dim,
+            nhead=config.num_heads,
+            num_encoder_layers=config.num_encoder_layers,
+            num_decoder_layers=config.num_decoder_layers,
+            dim_feedforward=config.ffn_dim,
+            dropout=config.dropout,
+            batch_first=True,
+            norm_first=True,
+        )
+        self._trie: SemanticIdTrie | None = None
+
+    @property
+    def levels(self) -> int:
+        return len(self.config.codebook_sizes)
+
+    def trie(self) -> SemanticIdTrie:
+        """The trie of the catalog's semantic IDs (built once, on the model's device)."""
+        if self._trie is None or self._trie.radix.device != self.codes.device:
+            items = torch.arange(1, self.config.num_items + 1, device=self.codes.device)
+            trie = SemanticIdTrie.build(self.codes[1:].cpu(), items.cpu(), list(self.config.codebook_sizes))
+            self._trie = trie.to(self.codes.device)
+        return self._trie
+
+    def encode(self, histories: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, L) left-padded item_idx -> memory (B, S, D) and its padding mask (B, S), True = padding."""
+        histories = histories.to(self.codes.device)[:, -self.config.max_history :]
+        B, H = histories.shape
+        tokens = self.offsets + self.codes[histories]  # (B, H, T)
+        tokens = tokens.masked_fill((histories == PADDING_IDX)[..., None], PAD_TOKEN)
+        slots = torch.arange(H - 1, -1, -1, device=tokens.device)[:, None].expand(H, self.levels)  # (H, T)
+        levels = torch.arange(self.levels, device=tokens.device)[None, :].expand(H, self.levels)
+        x = self.token_emb(tokens) + self.slot_emb(slots) + self.level_emb(levels)  # (B, H, T, D)
+        x, pad = x.reshape(B, H * self.levels, -1), tokens.reshape(B, H * self.levels) == PAD_TOKEN
+        pad[:, -1] = False  # an empty history still leaves one (padding) token to attend to
+        memory = self.transformer.encoder(x, src_key_padding_mask=pad)
+        return memory, pad
+
+    def decode(self, memory: torch.Tensor, memory_pad: torch.Tensor, prefix_codes: torch.Tensor) -> torch.Tensor:
+        """Logits for the next level.
+
+        Args:
+            memory, memory_pad: from `encode` (rows aligned with `prefix_codes`).
+            prefix_codes: (B, t) codes of levels 0..t-1 already chosen (t may be 0).
+
+        Returns:
+            (B, t + 1, D) decoder states; position i predicts level i.
+        """
+        B, t = prefix_codes.shape
+        start = torch.full((B, 1), START_TOKEN, dtype=torch.long, device=memory.device)
+        tokens = torch.cat([start, self.offsets[:t] + prefix_codes], dim=1)  # (B, t+1)
+        levels = torch.cat([torch.tensor([self.levels]), torch.arange(t)]).to(memory.device)
+        x = self.token_emb(tokens) + self.level_emb(levels)
+        causal = nn.Transformer.generate_square_subsequent_mask(t + 1, device=memory.device, dtype=torch.bool)
+        return self.transformer.decoder(x, memory, tgt_mask=causal, memory_key_padding_mask=memory_pad)
+
+    def level_logits(self, states: torch.Tensor, level: int) -> torch.Tensor:
+        """(..., D) decoder states -> (..., K_level) logits over that level's codes (tied embeddings)."""
+        start = int(self.offsets[level])
+        return states @ self.token_emb.weight[start : start + self.config.codebook_sizes[level]].T
+
+    def forward(self, histories: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
+        """Teacher-forced training pass.
+
+        Args:
+            histories: (B, L) left-padded item_idx.
+            targets: (B,) the next item_idx.
+
+        Returns:
+            T tensors of logits, (B, K_t) each, for the target's code at every level.
+        """
+        memory, pad = self.encode(histories)
+        target_codes = self.codes[targets.to(self.codes.device)]  # (B, T)
+        states = self.decode(memory, pad, target_codes[:, :-1])  # (B, T, D)
+        return [self.level_logits(states[:, t], t) for t in range(self.levels)]
+
+    @torch.no_grad()
+    def generate(self, histories: torch.Tensor, beam_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Constrained beam search.
+
+        Args:
+            histories: (B, L) left-padded item_idx.
+            beam_size: W (default `config.beam_size`).
+
+        Returns:
+            items (B, W) item_idx best first (0 where fewer than W items exist), log-probs (B, W).
+        """
+        W = beam_size or self.config.beam_size
+        trie = self.trie()
+        memory, pad = self.encode(histories)
+        B = memory.shape[0]
+        memory, pad = memory.repeat_interleave(W, 0), pad.repeat_interleave(W, 0)  # (B*W, S, D)
+        scores = torch.full((B, W), float("-inf"), device=memory.device)
+        scores[:, 0] = 0.0  # one live beam at the start
+        keys = torch.zeros(B, W, dtype=torch.long, device=memory.device)
+        prefix = torch.zeros(B, W, 0, dtype=torch.long, device=memory.device)  # (B, W, t) chosen codes
+        for t in range(self.levels):
+            states = self.decode(memory, pad, prefix.reshape(B * W, t))[:, -1]  # (B*W, D)
+            logits = self.level_logits(states, t).float().view(B, W, -1)  # (B, W, K_t)
+            logits = logits.masked_fill(~trie.allowed_next(t, keys), float("-inf"))
+            total = scores[..., None] + F.log_softmax(logits, dim=-1)  # (B, W, K_t)
+            K = total.shape[-1]
+            scores, flat = total.view(B, -1).topk(W, dim=1)  # (B, W)
+            beam, code = flat // K, flat % K
+            keys = keys.gather(1, beam) * K + code
+            prefix = torch.cat([prefix.gather(1, beam[..., None].expand(-1, -1, t)), code[..., None]], dim=2)
+        items = trie.items(keys).masked_fill(scores == float("-inf"), PADDING_IDX)
+        return items, scores
+
+    def score(self, histories: torch.Tensor) -> torch.Tensor:
+        """(B, L) histories -> (B, V+1): beam log-probs for the W generated items, -inf for every other item.
+
+        Ranking metrics at k <= W are exact; items outside the beam count as misses.
+        """
+        items, scores = self.generate(histories)
+        out = torch.full((items.shape[0], self.config.num_items + 1), float("-inf"), device=items.device)
+        out.scatter_(1, items, scores)
+        out[:, PADDING_IDX] = float("-inf")
+        return out

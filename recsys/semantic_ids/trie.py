@@ -1,0 +1,83 @@
+"""A trie of valid semantic IDs as dense per-level tables, for constrained beam search on any device.
+
+Every item has a code tuple (c_1, ..., c_T). A prefix of length t is one int64 key in mixed radix
+(key = ((c_1 * K_2) + c_2) * K_3 + ...). For every level t the trie stores the sorted keys of the valid
+length-t prefixes and a (num_prefixes_t, K_{t+1}) bool table of the codes that may follow each of them,
+so a decoding step is one `searchsorted` and one gather, batched over users and beams.
+
+Dimension letters: V items, T code levels, B users, W beams, K codes at a level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SemanticIdTrie:
+    """Valid semantic IDs of a catalog.
+
+    Args:
+        prefix_keys: per level t = 0..T-1, sorted int64 keys of the valid length-t prefixes (t = 0: [0]).
+        allowed: per level t, (len(prefix_keys[t]), K_t) bool: code c may follow that prefix.
+        item_keys: sorted int64 keys of the full tuples; `item_of_key[i]` is the item with key item_keys[i].
+        item_of_key: (V,) item_idx aligned with item_keys.
+        radix: (T,) K_t, the size of each level's codebook.
+    """
+
+    prefix_keys: tuple[torch.Tensor, ...]
+    allowed: tuple[torch.Tensor, ...]
+    item_keys: torch.Tensor
+    item_of_key: torch.Tensor
+    radix: torch.Tensor
+
+    @staticmethod
+    def build(codes: torch.Tensor, item_idx: torch.Tensor, radix: list[int]) -> SemanticIdTrie:
+        """Args: codes (V, T) int64, unique per row; item_idx (V,) the items; radix: K_t per level.
+
+        Example:
+            >>> trie = SemanticIdTrie.build(torch.tensor([[0, 1], [0, 2], [1, 0]]), torch.tensor([7, 8, 9]), [2, 3])
+            >>> trie.allowed[1].tolist()  # after code 0: codes 1, 2; after code 1: code 0
+            [[False, True, True], [True, False, False]]
+        """
+        if codes.ndim != 2 or codes.shape[1] != len(radix):
+            raise ValueError(f"codes must be (V, {len(radix)}), got {tuple(codes.shape)}")
+        if bool((codes < 0).any()) or bool((codes >= torch.tensor(radix)).any()):
+            raise ValueError("every code must lie in [0, K_t) of its level")
+        keys = torch.zeros(codes.shape[0], dtype=torch.int64)
+        prefix_keys, allowed = [], []
+        for t, size in enumerate(radix):
+            unique, row = torch.unique(keys, sorted=True, return_inverse=True)
+            table = torch.zeros(len(unique), size, dtype=torch.bool)
+            table[row, codes[:, t]] = True
+            prefix_keys.append(unique)
+            allowed.append(table)
+            keys = keys * size + codes[:, t]
+        order = torch.argsort(keys)
+        if bool((keys[order][1:] == keys[order][:-1]).any()):
+            raise ValueError("two items share a semantic ID: de-duplicate the codes first")
+        return SemanticIdTrie(tuple(prefix_keys), tuple(allowed), keys[order], item_idx[order], torch.tensor(radix))
+
+    @property
+    def levels(self) -> int:
+        return len(self.allowed)
+
+    def to(self, device: torch.device | str) -> SemanticIdTrie:
+        return SemanticIdTrie(
+            tuple(k.to(device) for k in self.prefix_keys),
+            tuple(a.to(device) for a in self.allowed),
+            self.item_keys.to(device),
+            self.item_of_key.to(device),
+            self.radix.to(device),
+        )
+
+    def allowed_next(self, level: int, keys: torch.Tensor) -> torch.Tensor:
+        """keys (...,) of valid length-`level` prefixes -> (..., K_level) bool of the codes that may follow."""
+        rows = torch.searchsorted(self.prefix_keys[level], keys)
+        return self.allowed[level][rows]
+
+    def items(self, keys: torch.Tensor) -> torch.Tensor:
+        """keys (...,) of complete tuples -> item_idx (...,)."""
+        return self.item_of_key[torch.searchsorted(self.item_keys, keys)]
