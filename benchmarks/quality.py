@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import RESULTS_DIR, command, machine, versions, write_result
 from pipelines.config import load_config
 from pipelines.experiment import ExperimentPaths, run_experiment
-from recsys.training.trainer import resolve_device, use_bf16_autocast
+from recsys.training.device import resolve_device, use_bf16_autocast
 
 
 def main() -> None:

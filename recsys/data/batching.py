@@ -92,3 +92,43 @@ def _segment_numbers(row: torch.Tensor) -> torch.Tensor:
     index = torch.arange(len(row))
     first_of_row = torch.cummax(torch.where(starts, index, 0), dim=0).values
     return index - first_of_row + 1
+
+
+@dataclass(frozen=True)
+class HistoryBatch:
+    histories: torch.Tensor  # (B, H) left-padded item_idx before the target
+    targets: torch.Tensor  # (B,) the next item
+
+    def to(self, device: torch.device | str) -> HistoryBatch:
+        return HistoryBatch(self.histories.to(device, non_blocking=True), self.targets.to(device, non_blocking=True))
+
+
+def history_target_batches(
+    sequences: Jagged, max_history: int, batch_size: int, generator: torch.Generator
+) -> Iterator[HistoryBatch]:
+    """One epoch of shuffled (history, next item) pairs: every item after the first of every sequence.
+
+    For models that read a history and emit one item (encoder-decoder), each pair is its own example.
+
+    Args:
+        sequences: (U,) training sequences.
+        max_history: H, the most recent items kept before each target.
+        batch_size: pairs per batch.
+        generator: seeds the shuffling.
+
+    Example:
+        >>> batch = next(history_target_batches(Jagged.from_lists([[4, 5, 6]]), 2, 8, torch.Generator()))
+        >>> sorted(zip(batch.histories.tolist(), batch.targets.tolist()))
+        [([0, 4], 5), ([4, 5], 6)]
+    """
+    lengths = sequences.lengths()
+    starts = torch.repeat_interleave(sequences.offsets[:-1], lengths)  # (N,) row start of every value
+    position = torch.arange(len(sequences.values)) - starts  # index of every value inside its row
+    targets = torch.nonzero(position >= 1).squeeze(1)  # values that have at least one item before them
+    back = torch.arange(max_history, 0, -1)  # (H,) how far back each history column looks
+    source = targets[:, None] - back[None, :]  # (N, H)
+    valid = position[targets][:, None] >= back[None, :]
+    histories = torch.where(valid, sequences.values[source.clamp(min=0)], 0)
+    order = torch.randperm(len(targets), generator=generator)
+    for chunk in torch.split(order, batch_size):
+        yield HistoryBatch(histories[chunk], sequences.values[targets[chunk]])

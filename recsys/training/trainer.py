@@ -10,27 +10,30 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
-from recsys.data.batching import PackedBatch, packed_next_item_batches
 from recsys.data.prepared import SequenceData
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, evaluate
+from recsys.models.generative import GenerativeRetriever
 from recsys.models.sasrec import SASRec
-from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
+from recsys.training.device import resolve_device, use_bf16_autocast
+from recsys.training.recipes import Recipe, recipe_for
 
 logger = logging.getLogger(__name__)
 
 EpochCallback = Callable[[int, dict[str, float]], None]
+Trainable = SASRec | GenerativeRetriever
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 200
-    batch_size: int = 16  # packed rows of max_len tokens per batch (Beauty: ~40 targets per row)
+    batch_size: int = 16  # SASRec: packed rows of max_len tokens (Beauty: ~40 targets each); generative: pairs
     lr: float = 1e-3
     weight_decay: float = 0.0
     loss: Literal["full_softmax", "sampled_softmax"] = "full_softmax"
@@ -70,23 +73,8 @@ def _median(values: list[float]) -> float:
     return float(torch.tensor(values).median()) if values else 0.0
 
 
-def use_bf16_autocast(precision: str, device: torch.device) -> bool:
-    """Whether to train under bf16 autocast (see `TrainConfig.precision`)."""
-    if precision != "auto":
-        return precision == "bf16"
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def fit(
-    model: SASRec,
+    model: Trainable,
     data: SequenceData,
     config: TrainConfig,
     eval_config: EvalConfig,
@@ -104,18 +92,19 @@ def fit(
     _check_monitor(config.monitor, eval_config)
     device = resolve_device(config.device)
     model.to(device)
-    logger.info("training on %s, bf16 autocast %s", device, use_bf16_autocast(config.precision, device))
+    use_bf16 = use_bf16_autocast(config.precision, device)
+    logger.info("training on %s, bf16 autocast %s", device, use_bf16)
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     sequences, valid = data.training_sequences(), data.eval_split("valid")
-    sampling_probs = _sampling_probs(data) if config.loss == "sampled_softmax" else None
+    recipe = recipe_for(model, data, config.batch_size, config.loss, config.num_negatives)
     result = FitResult(best_epoch=0, best_valid={}, train_seconds=0.0)
     best_state, best_score, start = None, float("-inf"), time.perf_counter()
     for epoch in range(1, config.epochs + 1):
         t0 = time.perf_counter()
-        batches = list(packed_next_item_batches(sequences, model.config.max_len, config.batch_size, generator))
-        loss = train_one_epoch(model, batches, optimizer, config, device, sampling_probs, generator)
+        batches = recipe.batches(sequences, generator)
+        loss = train_one_epoch(model, recipe, batches, optimizer, use_bf16, config.progress, generator)
         result.epoch_seconds.append(time.perf_counter() - t0)
         if epoch % config.eval_every and epoch != config.epochs:
             continue
@@ -148,38 +137,28 @@ def fit(
 
 
 def train_one_epoch(
-    model: SASRec,
-    batches: Sequence[PackedBatch],
+    model: nn.Module,
+    recipe: Recipe,
+    batches: Sequence[Any],
     optimizer: torch.optim.Optimizer,
-    config: TrainConfig,
-    device: torch.device,
-    sampling_probs: torch.Tensor | None,
+    use_bf16: bool,
+    progress: bool,
     generator: torch.Generator,
 ) -> float:
-    """One pass over `batches`; returns the mean loss per real position."""
+    """One pass over `batches`; returns the mean loss per target."""
     model.train()
-    total, positions = 0.0, 0
-    use_bf16 = use_bf16_autocast(config.precision, device)
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
     # disable=None: a bar on terminals only, so logs and CI output stay clean
-    bar = tqdm(batches, desc="train", leave=False, disable=None if config.progress else True, unit="batch")
-    for batch in bar:
-        batch = batch.to(device)
-        real = batch.targets != 0  # (B, L)
+    for batch in tqdm(batches, desc="train", leave=False, disable=None if progress else True, unit="batch"):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-            hidden = model(batch.inputs, batch.segments, batch.positions)[real]  # (N, D)
-            targets = batch.targets[real]
-            if sampling_probs is None:
-                loss = full_softmax_loss(hidden, model.item_embeddings(), targets)
-            else:
-                loss = sampled_softmax_loss(
-                    hidden, model.item_embeddings(), targets, sampling_probs, config.num_negatives, generator
-                )
+            loss, n = recipe.loss(model, batch.to(device), generator)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        total += loss.item() * targets.numel()
-        positions += targets.numel()
-    return total / max(positions, 1)
+        total += loss.item() * n
+        count += n
+    return total / max(count, 1)
 
 
 def _check_monitor(monitor: str, eval_config: EvalConfig) -> None:
@@ -189,10 +168,3 @@ def _check_monitor(monitor: str, eval_config: EvalConfig) -> None:
         raise ConfigError(
             f"train.monitor {monitor!r} is not computed. Fix: use one of {', '.join(sorted(valid))} (eval.ks sets k)"
         )
-
-
-def _sampling_probs(data: SequenceData) -> torch.Tensor:
-    """Training popularity (+1 smoothing so every item can be drawn), 0 at the padding index."""
-    counts = data.item_counts().double() + 1.0
-    counts[0] = 0.0
-    return (counts / counts.sum()).float()

@@ -11,7 +11,8 @@ from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
-from recsys.training.trainer import TrainConfig, fit, use_bf16_autocast
+from recsys.training.device import use_bf16_autocast
+from recsys.training.trainer import TrainConfig, fit
 
 
 @pytest.mark.gpu

@@ -1,0 +1,1 @@
+"""Canonical schema, the Jagged type, prepared-directory reader and training batches."""

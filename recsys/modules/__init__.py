@@ -1,0 +1,1 @@
+"""Reusable nn.Modules (transformer blocks)."""

@@ -1,0 +1,1 @@
+"""Trainer loop, recipes, losses, devices and checkpoints."""

@@ -1,0 +1,100 @@
+"""Training recipes: how a model family turns training sequences into batches and a batch into a loss.
+
+The trainer (`recsys.training.trainer.fit`) owns epochs, validation, early stopping and checkpoints; a
+recipe owns what differs between model families. `recipe_for` picks the recipe of a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recsys.data.batching import HistoryBatch, PackedBatch, history_target_batches, packed_next_item_batches
+from recsys.data.jagged import Jagged
+from recsys.data.prepared import SequenceData
+from recsys.models.generative import GenerativeRetriever
+from recsys.models.sasrec import SASRec
+from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
+
+
+class Recipe(Protocol):
+    def batches(self, sequences: Jagged, generator: torch.Generator) -> list[Any]:
+        """One epoch of batches (each with a `.to(device)`)."""
+        ...
+
+    def loss(self, model: nn.Module, batch: Any, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        """(mean loss over the batch's targets, number of targets)."""
+        ...
+
+
+@dataclass(frozen=True)
+class NextItemRecipe:
+    """SASRec-style: packed sequences, the hidden state at every position predicts the next item.
+
+    Args:
+        max_len: the model's max_len (row width).
+        rows_per_batch: packed rows per batch.
+        sampling_probs: (V+1,) negative-sampling distribution for sampled softmax; None = full softmax.
+        num_negatives: negatives per batch (sampled softmax only).
+    """
+
+    max_len: int
+    rows_per_batch: int
+    sampling_probs: torch.Tensor | None = None
+    num_negatives: int = 0
+
+    def batches(self, sequences: Jagged, generator: torch.Generator) -> list[PackedBatch]:
+        return list(packed_next_item_batches(sequences, self.max_len, self.rows_per_batch, generator))
+
+    def loss(self, model: nn.Module, batch: PackedBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        assert isinstance(model, SASRec)
+        real = batch.targets != 0  # (B, L)
+        hidden = model(batch.inputs, batch.segments, batch.positions)[real]  # (N, D)
+        targets = batch.targets[real]
+        if self.sampling_probs is None:
+            return full_softmax_loss(hidden, model.item_embeddings(), targets), targets.numel()
+        loss = sampled_softmax_loss(
+            hidden, model.item_embeddings(), targets, self.sampling_probs, self.num_negatives, generator
+        )
+        return loss, targets.numel()
+
+
+@dataclass(frozen=True)
+class GenerativeRecipe:
+    """TIGER-style: every (history, next item) pair; cross-entropy on each level of the next item's code."""
+
+    max_history: int
+    batch_size: int
+
+    def batches(self, sequences: Jagged, generator: torch.Generator) -> list[HistoryBatch]:
+        return list(history_target_batches(sequences, self.max_history, self.batch_size, generator))
+
+    def loss(self, model: nn.Module, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        assert isinstance(model, GenerativeRetriever)
+        codes = model.codes[batch.targets]  # (B, T)
+        logits = model(batch.histories, batch.targets)
+        loss = torch.stack([F.cross_entropy(lg.float(), codes[:, t]) for t, lg in enumerate(logits)]).mean()
+        return loss, batch.targets.numel()
+
+
+def recipe_for(
+    model: nn.Module, data: SequenceData, batch_size: int, loss: str = "full_softmax", num_negatives: int = 0
+) -> Recipe:
+    """The recipe that trains `model`; `loss` and `num_negatives` apply to next-item models."""
+    if isinstance(model, SASRec):
+        probs = _sampling_probs(data) if loss == "sampled_softmax" else None
+        return NextItemRecipe(model.config.max_len, batch_size, probs, num_negatives)
+    if isinstance(model, GenerativeRetriever):
+        return GenerativeRecipe(model.config.max_history, batch_size)
+    raise TypeError(f"no training recipe for {type(model).__name__}")
+
+
+def _sampling_probs(data: SequenceData) -> torch.Tensor:
+    """Training popularity (+1 smoothing so every item can be drawn), 0 at the padding index."""
+    counts = data.item_counts().double() + 1.0
+    counts[0] = 0.0
+    return (counts / counts.sum()).float()
