@@ -15,16 +15,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
+from recsys.semantic_ids.content import ContentConfig
+from recsys.semantic_ids.rqkmeans import RQKMeansConfig
+from recsys.semantic_ids.rqvae import RQVAEConfig
 from recsys.training.trainer import TrainConfig
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class DataSection(_Section):
+class DataSection(Section):
     """Where the interactions come from and how they are prepared (see `recsys data prepare`)."""
 
     source: str = "synthetic"
@@ -36,16 +39,17 @@ class DataSection(_Section):
     seed: int = 0
 
 
-class ModelSection(_Section):
-    """Model name in `recsys.models.registry.MODELS` and its config fields (num_items comes from the data)."""
+class ModelSection(Section):
+    """Model name in `recsys.models.registry.CONFIGS` and its config fields (num_items comes from the data)."""
 
     name: str = "sasrec"
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class TrackingSection(_Section):
+class TrackingSection(Section):
     """MLflow tracking; the URI falls back to $MLFLOW_TRACKING_URI, then a local SQLite file."""
 
+    enabled: bool = True  # false: no MLflow run (e.g. a GPU box without MLflow); the model dir is still written
     uri: str | None = None
     experiment: str | None = None  # defaults to the config name
 
@@ -53,12 +57,26 @@ class TrackingSection(_Section):
         return self.uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
-class ExperimentConfig(_Section):
+class SidSection(Section):
+    """How semantic IDs are built (`configs/*-sid-*.yaml`, section `sid`)."""
+
+    method: Literal["rqvae", "rqkmeans"] = "rqvae"
+    # "content": LLM embeddings of the item text; "random": Gaussian vectors of the same size (the ablation
+    # that shows what the content is worth)
+    vectors: Literal["content", "random"] = "content"
+    content: ContentConfig = Field(default_factory=ContentConfig)
+    rqvae: RQVAEConfig = Field(default_factory=RQVAEConfig)
+    rqkmeans: RQKMeansConfig = Field(default_factory=RQKMeansConfig)
+    device: str = "auto"
+
+
+class ExperimentConfig(Section):
     name: str
     data: DataSection = DataSection()
     model: ModelSection = ModelSection()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
+    sid: SidSection | None = None  # semantic IDs to build before training (models that use them)
     tracking: TrackingSection = TrackingSection()
 
     @property

@@ -1,4 +1,7 @@
-"""Run one experiment end to end: prepare the data (skipped when up to date), then train and test."""
+"""Run one experiment end to end: prepare the data, build semantic IDs if the config asks, train, test.
+
+Every step is skipped when its inputs did not change (see each step), so re-running resumes.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +10,40 @@ from pathlib import Path
 
 from pipelines.config import ExperimentConfig
 from pipelines.data import prepare_step
+from pipelines.semantic_ids import build_semantic_ids_step
 from pipelines.train import TrainOutputs, train_step
 
 
 @dataclass(frozen=True)
 class ExperimentPaths:
-    """Where an experiment keeps its prepared data and its model directory."""
+    """Where an experiment keeps its prepared data, semantic IDs, model directory and embedding cache."""
 
     data_dir: Path
+    sid_dir: Path
     model_dir: Path
+    cache_dir: Path
 
     @staticmethod
     def under(work_dir: Path, config: ExperimentConfig) -> ExperimentPaths:
-        return ExperimentPaths(data_dir=work_dir / "data" / config.name, model_dir=work_dir / "models" / config.name)
+        return ExperimentPaths(
+            data_dir=work_dir / "data" / config.name,
+            sid_dir=work_dir / "sids" / config.name,
+            model_dir=work_dir / "models" / config.name,
+            cache_dir=work_dir / "cache" / "embeddings",
+        )
 
 
-def run_experiment(config: ExperimentConfig, paths: ExperimentPaths) -> TrainOutputs:
-    """prepare_step(config.data) -> train_step(config); returns the trained model's outputs."""
-    data_dir = prepare_step(config.data, paths.data_dir)
+def run_experiment(config: ExperimentConfig, paths: ExperimentPaths, data_dir: Path | None = None) -> TrainOutputs:
+    """prepare_step -> [build_semantic_ids_step] -> train_step; returns the trained model's outputs.
+
+    Args:
+        config: the experiment.
+        paths: where its outputs go.
+        data_dir: an already prepared directory to use instead of preparing `config.data`.
+    """
+    data_dir = data_dir or prepare_step(config.data, paths.data_dir)
+    if config.sid is not None:
+        sid_path = build_semantic_ids_step(config.sid, data_dir, paths.sid_dir, paths.cache_dir)
+        params = {**config.model.params, "semantic_ids": str(sid_path)}
+        config = config.model_copy(update={"model": config.model.model_copy(update={"params": params})})
     return train_step(config, data_dir, paths.model_dir)

@@ -1,4 +1,9 @@
-"""MLflow tracking helpers: one place that knows URIs, experiments and how params are flattened."""
+"""Experiment tracking: MLflow runs (the default), or an explicit offline mode that records nothing.
+
+`start_tracking` is the one place that knows URIs, experiments, how params are flattened and how metric
+names are made MLflow-safe. MLflow is imported only when a run starts (it is slow to import and optional
+on machines that only train, e.g. a GPU box without it: `tracking.enabled: false`).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,97 @@ import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import mlflow
-from mlflow.entities import Run
+from torch import nn
 
 logger = logging.getLogger(__name__)
+
+
+class Tracker(Protocol):
+    run_id: str | None
+
+    def log_params(self, params: Mapping[str, Any]) -> None: ...
+
+    def log_metrics(self, metrics: Mapping[str, float], prefix: str = "", step: int | None = None) -> None: ...
+
+    def log_artifacts(self, directory: Path, artifact_path: str) -> None: ...
+
+    def log_model(self, model: nn.Module) -> None: ...
+
+
+class MlflowTracker:
+    """Logs into the active MLflow run."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id: str | None = run_id
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        import mlflow
+
+        mlflow.log_params(flatten(params))
+
+    def log_metrics(self, metrics: Mapping[str, float], prefix: str = "", step: int | None = None) -> None:
+        import mlflow
+
+        # MLflow metric names may not contain '@'
+        mlflow.log_metrics({f"{prefix}{k.replace('@', '_at_')}": float(v) for k, v in metrics.items()}, step=step)
+
+    def log_artifacts(self, directory: Path, artifact_path: str) -> None:
+        import mlflow
+
+        mlflow.log_artifacts(str(directory), artifact_path=artifact_path)
+
+    def log_model(self, model: nn.Module) -> None:
+        """MLflow's pytorch flavour, pickled (torch.export cannot trace the models' slicing).
+
+        MLflow warns about pickles on every call; the pickle is of our own classes, so that one is muted.
+        """
+        import mlflow
+
+        mlflow_logger = logging.getLogger("mlflow.pytorch")
+        level = mlflow_logger.level
+        mlflow_logger.setLevel(logging.ERROR)
+        try:
+            mlflow.pytorch.log_model(model, name="model", serialization_format="pickle", pip_requirements=["torch"])
+        finally:
+            mlflow_logger.setLevel(level)
+
+
+class OfflineTracker:
+    """`tracking.enabled: false`: nothing is recorded (the model directory and metrics.json still are)."""
+
+    run_id: str | None = None
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        return None
+
+    def log_metrics(self, metrics: Mapping[str, float], prefix: str = "", step: int | None = None) -> None:
+        return None
+
+    def log_artifacts(self, directory: Path, artifact_path: str) -> None:
+        return None
+
+    def log_model(self, model: nn.Module) -> None:
+        return None
+
+
+@contextmanager
+def start_tracking(enabled: bool, tracking_uri: str, experiment: str, run_name: str) -> Iterator[Tracker]:
+    """A tracker for one run: an MLflow run in `experiment` (created if missing), ended FAILED on error."""
+    if not enabled:
+        logger.warning("MLflow tracking is off (tracking.enabled: false): this run is recorded in its model dir only")
+        yield OfflineTracker()
+        return
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    if mlflow.get_experiment_by_name(experiment) is None:
+        mlflow.create_experiment(experiment, artifact_location=artifact_root(tracking_uri))
+    mlflow.set_experiment(experiment)
+    with mlflow.start_run(run_name=run_name) as run:
+        logger.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, tracking_uri)
+        yield MlflowTracker(run.info.run_id)
 
 
 def artifact_root(tracking_uri: str) -> str | None:
@@ -21,18 +111,6 @@ def artifact_root(tracking_uri: str) -> str | None:
         return None
     db = Path(tracking_uri[len(prefix) :]).resolve()
     return (db.parent / "mlartifacts").as_uri()
-
-
-@contextmanager
-def mlflow_run(tracking_uri: str, experiment: str, run_name: str) -> Iterator[Run]:
-    """Start a run in `experiment` (created if missing) on `tracking_uri`; it ends FAILED on error."""
-    mlflow.set_tracking_uri(tracking_uri)
-    if mlflow.get_experiment_by_name(experiment) is None:
-        mlflow.create_experiment(experiment, artifact_location=artifact_root(tracking_uri))
-    mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_name=run_name) as run:
-        logger.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, tracking_uri)
-        yield run
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -50,8 +128,3 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = value if isinstance(value, int | float | str) and not isinstance(value, bool) else str(value)
     return out
-
-
-def log_metrics(metrics: Mapping[str, float], prefix: str, step: int | None = None) -> None:
-    """Log metrics under `<prefix><name>` with MLflow-safe names ('@' is not allowed)."""
-    mlflow.log_metrics({f"{prefix}{k.replace('@', '_at_')}": float(v) for k, v in metrics.items()}, step=step)

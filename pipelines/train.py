@@ -8,18 +8,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import mlflow
-
 from pipelines.config import ExperimentConfig
 from pipelines.model_dir import write_model_dir
-from pipelines.tracking import flatten, log_metrics, mlflow_run
+from pipelines.tracking import Tracker, start_tracking
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.data.schema import TEST, VALID
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.evaluation.slices import slice_metrics
 from recsys.models.popularity import Popularity
 from recsys.models.registry import Model, build_model
-from recsys.models.sasrec import SASRec
 from recsys.training.trainer import FitResult, fit
 
 logger = logging.getLogger(__name__)
@@ -29,7 +26,7 @@ logger = logging.getLogger(__name__)
 class TrainOutputs:
     model_dir: Path
     metrics: dict[str, Any]  # {"valid": {...}, "test": {...}, ["test_cold": {...}], timings}
-    run_id: str
+    run_id: str | None  # None when tracking is off
 
 
 def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> TrainOutputs:
@@ -43,10 +40,11 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
     data = load_prepared(data_dir)
     model = build_model(config.model.name, config.model.params, data.num_items)
     eval_config = _eval_config(config, model)
-    with mlflow_run(config.tracking.resolved_uri(), config.experiment_name, config.name) as run:
-        mlflow.log_params(flatten({**config.model_dump(mode="json"), "data_dir": str(data_dir)}))
+    t = config.tracking
+    with start_tracking(t.enabled, t.resolved_uri(), config.experiment_name, config.name) as tracker:
+        tracker.log_params({**config.model_dump(mode="json"), "data_dir": str(data_dir)})
         start = time.perf_counter()
-        fitted = _fit(model, data, config, eval_config)
+        fitted = _fit(model, data, config, eval_config, tracker)
         metrics: dict[str, Any] = {
             VALID: evaluate(model, data.eval_split(VALID), data.num_items, eval_config).metrics,
             **_test_metrics(model, data, eval_config),
@@ -58,27 +56,13 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
         }
         for split in (VALID, TEST, "test_cold"):
             if split in metrics:
-                log_metrics(metrics[split], prefix=f"{split}_")
-        mlflow.log_metrics({k: float(metrics[k]) for k in ("best_epoch", "train_seconds", "seconds_per_epoch")})
+                tracker.log_metrics(metrics[split], prefix=f"{split}_")
+        tracker.log_metrics({k: float(metrics[k]) for k in ("best_epoch", "train_seconds", "seconds_per_epoch")})
         write_model_dir(out_dir, config, model, data_dir, metrics)
-        mlflow.log_artifacts(str(out_dir), artifact_path="model_dir")
-        _log_model(model)
-    logger.info("model written to %s (MLflow run %s)", out_dir, run.info.run_id)
-    return TrainOutputs(model_dir=out_dir, metrics=metrics, run_id=run.info.run_id)
-
-
-def _log_model(model: Model) -> None:
-    """Log the model with MLflow's pytorch flavour (pickled: torch.export cannot trace the models' slicing).
-
-    MLflow warns about pickles on every call; the pickle is of our own classes, so that warning is muted here.
-    """
-    mlflow_logger = logging.getLogger("mlflow.pytorch")
-    level = mlflow_logger.level
-    mlflow_logger.setLevel(logging.ERROR)
-    try:
-        mlflow.pytorch.log_model(model, name="model", serialization_format="pickle", pip_requirements=["torch"])
-    finally:
-        mlflow_logger.setLevel(level)
+        tracker.log_artifacts(out_dir, artifact_path="model_dir")
+        tracker.log_model(model)
+    logger.info("model written to %s (MLflow run %s)", out_dir, tracker.run_id)
+    return TrainOutputs(model_dir=out_dir, metrics=metrics, run_id=tracker.run_id)
 
 
 def _eval_config(config: ExperimentConfig, model: Model) -> EvalConfig:
@@ -87,15 +71,15 @@ def _eval_config(config: ExperimentConfig, model: Model) -> EvalConfig:
     return EvalConfig(**{**asdict(config.eval), "max_history": max_len})
 
 
-def _fit(model: Model, data: SequenceData, config: ExperimentConfig, eval_config: EvalConfig) -> FitResult | None:
+def _fit(
+    model: Model, data: SequenceData, config: ExperimentConfig, eval_config: EvalConfig, tracker: Tracker
+) -> FitResult | None:
     if isinstance(model, Popularity):
         model.fit(data.item_counts())
         return None
-    if not isinstance(model, SASRec):
-        raise TypeError(f"no training recipe for {type(model).__name__}")
 
     def on_epoch_end(epoch: int, metrics: dict[str, float]) -> None:
-        log_metrics(metrics, prefix="epoch_valid_", step=epoch)
+        tracker.log_metrics(metrics, prefix="epoch_valid_", step=epoch)
 
     return fit(model, data, config.train, eval_config, on_epoch_end=on_epoch_end)
 

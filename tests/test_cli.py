@@ -54,3 +54,21 @@ def test_demo_runs_end_to_end(tmp_path: Path, tiny_config: Callable[..., Path]) 
     assert result.exit_code == 0, result.output
     assert "popularity" in result.output and "sasrec" in result.output
     assert result.output.count("recommended next") == 3
+
+
+def test_sid_build_writes_unique_ids_and_prints_health(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
+    sid = {"method": "rqkmeans", "content": {"text_fields": ["title"]}, "rqkmeans": {"levels": 2, "codebook_size": 8}}
+    config = tiny_config(tmp_path, sid=sid)
+    result = runner.invoke(app, ["sid", "build", "--config", str(config), "--work-dir", str(tmp_path / "w")])
+    assert result.exit_code == 0, result.output
+    assert "collision_rate" in result.output
+    from recsys.semantic_ids.codes import read_semantic_ids
+
+    sids, stats = read_semantic_ids(tmp_path / "w" / "sids" / "tiny-sasrec" / "semantic_ids.parquet")
+    assert len({tuple(row) for row in sids.codes[1:].tolist()}) == sids.num_items
+    assert all(0 < u <= 1 for u in stats.utilisation)
+
+
+def test_sid_build_without_a_sid_section_exits_2(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
+    result = runner.invoke(app, ["sid", "build", "--config", str(tiny_config(tmp_path))])
+    assert result.exit_code == 2 and "no `sid` section" in result.output

@@ -9,7 +9,7 @@ import logging
 
 import typer
 
-from recsys.cli import data, demo, models
+from recsys.cli import data, demo, models, sid
 
 app = typer.Typer(
     help="Recommender platform: prepare data, train, evaluate and recommend.",
@@ -17,6 +17,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(data.app, name="data")
+app.add_typer(sid.app, name="sid")
 app.command("train")(models.train_command)
 app.command("evaluate")(models.evaluate_command)
 app.command("recommend")(models.recommend_command)

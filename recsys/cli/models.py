@@ -34,17 +34,14 @@ def train_command(
     ] = None,
     epochs: Annotated[int | None, typer.Option("--epochs", help="Override train.epochs.")] = None,
 ) -> None:
-    """Prepare the config's data (skipped when up to date), train, pick the best epoch on validation, test."""
+    """Prepare the config's data and semantic IDs (skipped when up to date), train, pick the best epoch on
+    validation, test."""
     from pipelines.config import load_config
-    from pipelines.data import prepare_step
-    from pipelines.experiment import ExperimentPaths
-    from pipelines.train import train_step
+    from pipelines.experiment import ExperimentPaths, run_experiment
 
     with handle_errors():
         cfg = load_config(config, {"train.epochs": epochs} if epochs else None)
-        paths = ExperimentPaths.under(work_dir, cfg)
-        prepared = data_dir or prepare_step(cfg.data, paths.data_dir)
-        outputs = train_step(cfg, prepared, paths.model_dir)
+        outputs = run_experiment(cfg, ExperimentPaths.under(work_dir, cfg), data_dir)
     m = outputs.metrics
     print_tables(metrics_table(f"{cfg.name} (best epoch {m['best_epoch']})", {"valid": m["valid"], "test": m["test"]}))
     typer.echo(f"model: {outputs.model_dir}   MLflow run: {outputs.run_id}")

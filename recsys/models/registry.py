@@ -1,6 +1,8 @@
 """Model registry: build a model from its name and config fields; save and load model files.
 
 A model file holds {"name", "config" (dataclass fields), "state_dict"} and is written atomically.
+The generative model also takes `semantic_ids` (a semantic_ids.parquet path) in its params when built
+for training; a saved one carries its codes in the state dict.
 """
 
 from __future__ import annotations
@@ -9,32 +11,36 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import torch
 from pydantic import TypeAdapter, ValidationError
 
 from recsys.errors import ConfigError, RecsysError
+from recsys.models.generative import GenerativeConfig, GenerativeRetriever
 from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.training.checkpoint import load_checkpoint, save_checkpoint
 
-Model = Popularity | SASRec
+Model = Popularity | SASRec | GenerativeRetriever
 
-MODELS: dict[str, tuple[type, type[Model]]] = {
-    "popularity": (PopularityConfig, Popularity),
-    "sasrec": (SASRecConfig, SASRec),
+CONFIGS: dict[str, type] = {
+    "popularity": PopularityConfig,
+    "sasrec": SASRecConfig,
+    "generative": GenerativeConfig,
 }
 
 
 def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
     """Instantiate model `name` with `params` (validated against its config dataclass) for V items."""
-    if name not in MODELS:
-        raise ConfigError(f"unknown model {name!r}. Fix: use one of {', '.join(sorted(MODELS))}")
-    config_cls, model_cls = MODELS[name]
-    try:
-        config: Any = TypeAdapter(config_cls).validate_python({**params, "num_items": num_items})
-    except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ConfigError(f"model {name!r}: {problems}. Fix: correct model.params") from err
-    return model_cls(config)
+    if name not in CONFIGS:
+        raise ConfigError(f"unknown model {name!r}. Fix: use one of {', '.join(sorted(CONFIGS))}")
+    params = dict(params)
+    codes = None
+    if name == "generative":
+        codes, params["codebook_sizes"] = _semantic_ids(params.pop("semantic_ids", None), num_items)
+    config = _validate(name, {**params, "num_items": num_items})
+    if isinstance(config, GenerativeConfig):
+        return GenerativeRetriever(config, codes if codes is not None else _placeholder_codes(config))
+    return Popularity(config) if isinstance(config, PopularityConfig) else SASRec(config)
 
 
 def save_model(path: Path, name: str, model: Model) -> None:
@@ -47,7 +53,42 @@ def load_model(path: Path) -> tuple[str, Model]:
     if not path.is_file():
         raise RecsysError(f"{path}: model file not found. Fix: train one with `recsys train --config ...`")
     payload = load_checkpoint(path)
-    config = dict(payload["config"])
-    model = build_model(payload["name"], config, config.pop("num_items"))
+    name, config = payload["name"], _validate(payload["name"], payload["config"])
+    model: Model
+    if isinstance(config, GenerativeConfig):
+        model = GenerativeRetriever(config, _placeholder_codes(config))
+    else:
+        model = Popularity(config) if isinstance(config, PopularityConfig) else SASRec(config)
     model.load_state_dict(payload["state_dict"])
-    return payload["name"], model.eval()
+    return name, model.eval()
+
+
+def _validate(name: str, fields: dict[str, Any]) -> Any:
+    try:
+        return TypeAdapter(CONFIGS[name]).validate_python(fields)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ConfigError(f"model {name!r}: {problems}. Fix: correct model.params") from err
+
+
+def _semantic_ids(path: str | None, num_items: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """Codes (V+1, T) and codebook sizes from a semantic_ids.parquet, checked against the catalog."""
+    from recsys.semantic_ids.codes import read_semantic_ids
+
+    if path is None:
+        raise ConfigError(
+            "model 'generative' needs model.params.semantic_ids. Fix: point it at a semantic_ids.parquet "
+            "written by `recsys sid build` for the same prepared data"
+        )
+    sids, _ = read_semantic_ids(Path(path))
+    if sids.num_items != num_items:
+        raise ConfigError(
+            f"{path} has semantic IDs for {sids.num_items} items but the data has {num_items}. "
+            "Fix: build the semantic IDs from the same prepared data directory"
+        )
+    return sids.codes, tuple(sids.codebook_sizes)
+
+
+def _placeholder_codes(config: GenerativeConfig) -> torch.Tensor:
+    """Codes of the right shape, overwritten by the saved state dict."""
+    return torch.zeros(config.num_items + 1, len(config.codebook_sizes), dtype=torch.long)

@@ -73,3 +73,35 @@ def test_prepare_step_skips_unchanged_inputs_and_redoes_changed_ones(
     changed = config.data.model_copy(update={"seed": 1})
     prepare_step(changed, out)
     assert (out / "interactions.parquet").stat().st_mtime_ns != first
+
+
+def test_generative_experiment_builds_ids_trains_saves_and_reloads(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    sid = {"method": "rqkmeans", "content": {"text_fields": ["title"]}, "rqkmeans": {"levels": 2, "codebook_size": 8}}
+    model = {
+        "name": "generative",
+        "params": {"dim": 16, "num_heads": 2, "ffn_dim": 32, "num_encoder_layers": 1, "num_decoder_layers": 1,
+                   "beam_size": 10},
+    }  # fmt: skip
+    config = load_config(
+        tiny_config(tmp_path, name="tiny-tiger", sid=sid, model=model, train={"epochs": 1}, eval={"ks": [5, 10]})
+    )
+    outputs = run_experiment(config, ExperimentPaths.under(tmp_path, config))
+    assert outputs.metrics["test"]["recall@10"] >= outputs.metrics["test"]["recall@5"]
+    loaded = load_model_dir(tmp_path / "models" / "tiny-tiger")
+    assert loaded.name == "generative"
+    histories = torch.tensor([[0, 1, 2], [3, 4, 5]])
+    items, _ = loaded.model.generate(histories)  # type: ignore[union-attr]
+    assert items.shape == (2, 10) and bool((items > 0).all())
+
+
+def test_tracking_off_writes_the_model_dir_and_no_mlflow_store(
+    tmp_path: Path, tiny_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = load_config(tiny_config(tmp_path, train={"epochs": 1}, tracking={"enabled": False}))
+    outputs = run_experiment(config, ExperimentPaths.under(tmp_path, config))
+    assert outputs.run_id is None
+    assert (tmp_path / "models" / "tiny-sasrec" / "model.pt").is_file()
+    assert not (tmp_path / "mlflow.db").exists()
+    assert "MLflow tracking is off" in caplog.text

@@ -1,0 +1,97 @@
+"""Pipeline step: prepared catalog -> content embeddings -> RQ-VAE / RQ-KMeans codes -> semantic_ids.parquet.
+
+Skipped when a previous run produced the file from the same settings and the same catalog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import torch
+
+from pipelines.config import SidSection
+from recsys.data.schema import ITEM_ID, ITEM_IDX, ITEMS_FILE
+from recsys.semantic_ids.codes import (
+    SemanticIdStats,
+    deduplicate,
+    read_semantic_ids,
+    semantic_id_stats,
+    write_semantic_ids,
+)
+from recsys.semantic_ids.content import embed_items
+from recsys.semantic_ids.rqkmeans import fit_rqkmeans
+from recsys.semantic_ids.rqvae import train_rqvae
+
+logger = logging.getLogger(__name__)
+
+SEMANTIC_IDS_FILE = "semantic_ids.parquet"
+
+
+def build_semantic_ids_step(section: SidSection, data_dir: Path, out_dir: Path, cache_dir: Path) -> Path:
+    """Write `out_dir/semantic_ids.parquet` (+ stats JSON) for the catalog of `data_dir`; returns its path.
+
+    Args:
+        section: method, vectors, encoder and tokenizer settings.
+        data_dir: a prepared directory (its items.parquet is the catalog).
+        out_dir: where the semantic IDs go.
+        cache_dir: content-embedding cache (re-runs embed nothing).
+    """
+    path = out_dir / SEMANTIC_IDS_FILE
+    items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
+    fingerprint = _fingerprint(section, items)
+    if path.is_file() and read_semantic_ids(path)[0].meta.get("fingerprint") == fingerprint:
+        logger.info("semantic IDs in %s are up to date; skipping", path)
+        return path
+    start = time.perf_counter()
+    vectors = _vectors(section, items, cache_dir)
+    codes, reconstructions = _tokenize(section, vectors)
+    stats = semantic_id_stats(codes, _codebook_size(section), vectors, reconstructions)
+    meta = {
+        "fingerprint": fingerprint,
+        "method": section.method,
+        "vectors": section.vectors,
+        "settings": section.model_dump(mode="json"),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    write_semantic_ids(path, items[ITEM_IDX].to_numpy(), items[ITEM_ID].to_list(), deduplicate(codes), stats, meta=meta)
+    _log_stats(stats)
+    return path
+
+
+def _vectors(section: SidSection, items: pl.DataFrame, cache_dir: Path) -> np.ndarray:
+    if section.vectors == "content":
+        return embed_items(items, section.content, cache_dir)
+    dim = embed_items(items.head(1), section.content, cache_dir).shape[1]
+    rng = np.random.default_rng(section.rqvae.seed)
+    x = rng.standard_normal((items.height, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _tokenize(section: SidSection, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(N, L) codes and (N, D) reconstructions of `x`."""
+    if section.method == "rqkmeans":
+        quantizer, codes = fit_rqkmeans(x, section.rqkmeans)
+        return codes, quantizer.decode(codes)
+    model, codes = train_rqvae(x, section.rqvae, section.device)
+    with torch.no_grad():
+        x_hat = model.decode_codes(torch.as_tensor(codes, device=next(model.parameters()).device))
+    return codes, x_hat.float().cpu().numpy()
+
+
+def _codebook_size(section: SidSection) -> int:
+    return section.rqkmeans.codebook_size if section.method == "rqkmeans" else section.rqvae.codebook_size
+
+
+def _fingerprint(section: SidSection, items: pl.DataFrame) -> str:
+    digest = hashlib.sha256(section.model_dump_json().encode())
+    digest.update(items.write_csv().encode())
+    return digest.hexdigest()
+
+
+def _log_stats(stats: SemanticIdStats) -> None:
+    logger.info("semantic-ID health: %s", stats.to_dict())
