@@ -17,6 +17,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS_DIR, command, machine, versions, write_result
@@ -31,15 +33,25 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, required=True, help="raw input of the config's data source")
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench"), help="prepared data, models, MLflow")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (YAML value), e.g. --set train.epochs=40 --set tracking.enabled=false",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("mlflow").setLevel(logging.ERROR)
 
     work = args.work_dir.resolve()
-    config = load_config(
-        args.config,
-        {"data.path": str(args.data_dir), "tracking.uri": f"sqlite:///{work / 'mlflow.db'}", "train.progress": False},
-    )
+    overrides = {
+        "data.path": str(args.data_dir),
+        "tracking.uri": f"sqlite:///{work / 'mlflow.db'}",
+        "train.progress": False,
+    }
+    overrides.update(_parse_overrides(args.set))
+    config = load_config(args.config, overrides)
     paths = ExperimentPaths.under(work, config)
     device = resolve_device(config.train.device)
     start = time.perf_counter()
@@ -58,6 +70,7 @@ def main() -> None:
             "ks": list(config.eval.ks),
         },
         "model": {"name": config.model.name, **config.model.params},
+        "overrides": args.set,
         "train": config.train.__dict__,
         "metrics": {split: m[split] for split in ("valid", "test", "test_cold") if split in m},
         "train_seconds": round(m["train_seconds"], 1),
@@ -70,6 +83,7 @@ def main() -> None:
         "bf16_autocast": use_bf16_autocast(config.train.precision, device),
         "machine": machine(),
         "versions": versions(),
+        "semantic_ids": _semantic_id_health(paths) if config.sid is not None else None,
         "mlflow_run_id": outputs.run_id,
         "command": command(),
     }
@@ -80,6 +94,24 @@ def main() -> None:
         f"R@5 {test['recall@5']:.4f} N@5 {test['ndcg@5']:.4f} | best epoch {m['best_epoch']} | "
         f"{m['seconds_per_epoch']:.1f} s/epoch (train), {m['train_seconds']:.0f} s total -> {path}"
     )
+
+
+def _parse_overrides(pairs: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE, e.g. --set train.epochs=40")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def _semantic_id_health(paths: ExperimentPaths) -> dict:
+    from pipelines.semantic_ids import SEMANTIC_IDS_FILE
+    from recsys.semantic_ids.codes import read_semantic_ids
+
+    sids, stats = read_semantic_ids(paths.sid_dir / SEMANTIC_IDS_FILE)
+    return {"codebook_sizes": list(sids.codebook_sizes), **stats.to_dict(), "build": sids.meta}
 
 
 def _read_meta(data_dir: Path) -> dict:
