@@ -108,14 +108,22 @@ class SequenceData:
         user_idx: int = hit[schema.USER_IDX].cast(pl.Int64).item()
         return user_idx - 1
 
+    @cached_property
+    def _display_titles(self) -> list[str]:
+        """Title of every item in item_idx order, its item_id where the title is empty."""
+        return (
+            self.items.select(
+                pl.when(pl.col(schema.TITLE).fill_null("") == "")
+                .then(pl.col(schema.ITEM_ID))
+                .otherwise(pl.col(schema.TITLE))
+            )
+            .to_series()
+            .to_list()
+        )
+
     def titles(self, item_idx: torch.Tensor) -> list[str]:
         """Titles (or item ids where the title is empty) for a 1-d tensor of item_idx."""
-        table = self.items.select(
-            pl.when(pl.col(schema.TITLE).fill_null("") == "")
-            .then(pl.col(schema.ITEM_ID))
-            .otherwise(pl.col(schema.TITLE))
-        ).to_series()
-        return [table[int(i) - 1] for i in item_idx]
+        return [self._display_titles[int(i) - 1] for i in item_idx]
 
 
 def load_prepared(data_dir: Path) -> SequenceData:
