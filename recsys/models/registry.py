@@ -34,13 +34,20 @@ def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
     if name not in CONFIGS:
         raise ConfigError(f"unknown model {name!r}. Fix: use one of {', '.join(sorted(CONFIGS))}")
     params = dict(params)
+    sid_path = params.pop("semantic_ids", None)
     codes = None
-    if name == "generative":
-        codes, params["codebook_sizes"] = _semantic_ids(params.pop("semantic_ids", None), num_items)
+    if name == "generative" or (name == "sasrec" and params.get("sid_levels")):
+        codes, sizes = _semantic_ids(sid_path, name, num_items)
+        if name == "generative":
+            params["codebook_sizes"] = sizes
     config = _validate(name, {**params, "num_items": num_items})
     if isinstance(config, GenerativeConfig):
         return GenerativeRetriever(config, codes if codes is not None else _placeholder_codes(config))
-    return Popularity(config) if isinstance(config, PopularityConfig) else SASRec(config)
+    if isinstance(config, SASRecConfig):
+        if codes is not None and codes.shape[1] < config.sid_levels:
+            raise ConfigError(f"model.params.sid_levels={config.sid_levels} but {sid_path} has {codes.shape[1]} levels")
+        return SASRec(config, codes)
+    return Popularity(config)
 
 
 def save_model(path: Path, name: str, model: Model) -> None:
@@ -57,7 +64,7 @@ def load_model(path: Path) -> tuple[str, Model]:
     model: Model
     if isinstance(config, GenerativeConfig):
         model = GenerativeRetriever(config, _placeholder_codes(config))
-    else:
+    else:  # SASRec's semantic-ID prefix index is a buffer: it comes with the state dict
         model = Popularity(config) if isinstance(config, PopularityConfig) else SASRec(config)
     model.load_state_dict(payload["state_dict"])
     return name, model.eval()
@@ -71,14 +78,14 @@ def _validate(name: str, fields: dict[str, Any]) -> Any:
         raise ConfigError(f"model {name!r}: {problems}. Fix: correct model.params") from err
 
 
-def _semantic_ids(path: str | None, num_items: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+def _semantic_ids(path: str | None, name: str, num_items: int) -> tuple[torch.Tensor, tuple[int, ...]]:
     """Codes (V+1, T) and codebook sizes from a semantic_ids.parquet, checked against the catalog."""
     from recsys.semantic_ids.codes import read_semantic_ids
 
     if path is None:
         raise ConfigError(
-            "model 'generative' needs model.params.semantic_ids. Fix: point it at a semantic_ids.parquet "
-            "written by `recsys sid build` for the same prepared data"
+            f"model {name!r} needs semantic IDs. Fix: add a `sid` section to the experiment config (or set "
+            "model.params.semantic_ids to a semantic_ids.parquet built from the same prepared data)"
         )
     sids, _ = read_semantic_ids(Path(path))
     if sids.num_items != num_items:

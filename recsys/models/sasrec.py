@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
+from recsys.modules.sid_embedding import SemanticIdEmbedding
 from recsys.modules.transformer import TransformerBlock, causal_segment_mask
 
 
@@ -29,6 +30,10 @@ class SASRecConfig:
     ffn_dim: int = 256
     dropout: float = 0.5  # strong dropout suits the small, sparse Amazon datasets
     attn_dropout: float = 0.5
+    # > 0: add the embeddings of the item's first `sid_levels` semantic-ID prefixes (needs codes), which lets
+    # the model score items it never saw in training
+    sid_levels: int = 0
+    id_embeddings: bool = True  # False (with sid_levels > 0): items are represented by their semantic ID only
 
 
 class SASRec(nn.Module):
@@ -40,10 +45,18 @@ class SASRec(nn.Module):
         torch.Size([1, 11])
     """
 
-    def __init__(self, config: SASRecConfig) -> None:
+    def __init__(self, config: SASRecConfig, codes: torch.Tensor | None = None) -> None:
+        """Args: config; codes (V+1, >= sid_levels) semantic IDs when `sid_levels` > 0 (None: from a state dict)."""
         super().__init__()
+        if not (config.id_embeddings or config.sid_levels):
+            raise ValueError("SASRecConfig needs id_embeddings or sid_levels > 0 to represent items")
         self.config = config
-        self.item_emb = nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX)
+        self.item_emb = (
+            nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX) if config.id_embeddings else None
+        )
+        self.sid_emb = (
+            SemanticIdEmbedding(config.num_items, config.sid_levels, config.dim, codes) if config.sid_levels else None
+        )
         self.pos_emb = nn.Embedding(config.max_len, config.dim)
         self.emb_dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
@@ -67,7 +80,7 @@ class SASRec(nn.Module):
         Returns:
             (B, L, D).
         """
-        item_ids = item_ids.to(self.item_emb.weight.device)
+        item_ids = item_ids.to(self.pos_emb.weight.device)
         if segments is None:
             item_ids = item_ids[:, -self.config.max_len :]
             L = item_ids.shape[1]
@@ -76,7 +89,7 @@ class SASRec(nn.Module):
             positions = torch.arange(self.config.max_len - L, self.config.max_len, device=item_ids.device)
         elif positions is None:
             raise ValueError("packed rows need `positions` with `segments`")
-        x = self.item_emb(item_ids) * math.sqrt(self.config.dim) + self.pos_emb(positions)  # (B, L, D)
+        x = self.item_embeddings()[item_ids] * math.sqrt(self.config.dim) + self.pos_emb(positions)  # (B, L, D)
         x = self.emb_dropout(x) * (segments != 0)[..., None]
         mask = causal_segment_mask(segments)
         for block in self.blocks:
@@ -84,8 +97,12 @@ class SASRec(nn.Module):
         return self.final_norm(x)
 
     def item_embeddings(self) -> torch.Tensor:
-        """(V+1, D) output item vectors (shared with the input embedding)."""
-        return self.item_emb.weight
+        """(V+1, D) item vectors, shared by the input and the output: ID embedding + semantic-ID prefixes."""
+        if self.sid_emb is None:
+            assert self.item_emb is not None
+            return self.item_emb.weight
+        table = self.sid_emb(torch.arange(self.config.num_items + 1, device=self.pos_emb.weight.device))
+        return table if self.item_emb is None else table + self.item_emb.weight
 
     def encode_queries(self, histories: torch.Tensor) -> torch.Tensor:
         """(B, L) left-padded histories -> (B, D) user vectors (hidden state of the last column)."""

@@ -9,16 +9,22 @@ import torch
 import torch.nn.functional as F
 
 
-def full_softmax_loss(hidden: torch.Tensor, item_emb: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def full_softmax_loss(
+    hidden: torch.Tensor, item_emb: torch.Tensor, targets: torch.Tensor, excluded: torch.Tensor | None = None
+) -> torch.Tensor:
     """Cross-entropy over every item.
 
     Args:
         hidden: (N, D) hidden states at real positions.
         item_emb: (V+1, D) item vectors; the padding row is excluded from the softmax.
         targets: (N,) item_idx >= 1.
+        excluded: (V+1,) bool, items left out of the softmax (cold-start items, which do not exist yet
+            at training time: as negatives they would be trained to score low).
     """
-    logits = hidden @ item_emb[1:].T  # (N, V)
-    return F.cross_entropy(logits.float(), targets - 1)
+    logits = (hidden @ item_emb[1:].T).float()  # (N, V)
+    if excluded is not None:
+        logits = logits.masked_fill(excluded[1:], float("-inf"))
+    return F.cross_entropy(logits, targets - 1)
 
 
 def sampled_softmax_loss(

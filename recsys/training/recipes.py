@@ -38,12 +38,14 @@ class NextItemRecipe:
     Args:
         max_len: the model's max_len (row width).
         rows_per_batch: packed rows per batch.
+        excluded: (V+1,) bool, items that are never candidates in training (cold-start items), or None.
         sampling_probs: (V+1,) negative-sampling distribution for sampled softmax; None = full softmax.
         num_negatives: negatives per batch (sampled softmax only).
     """
 
     max_len: int
     rows_per_batch: int
+    excluded: torch.Tensor | None = None  # (V+1,) bool: items kept out of the softmax (cold-start items)
     sampling_probs: torch.Tensor | None = None
     num_negatives: int = 0
 
@@ -56,7 +58,8 @@ class NextItemRecipe:
         hidden = model(batch.inputs, batch.segments, batch.positions)[real]  # (N, D)
         targets = batch.targets[real]
         if self.sampling_probs is None:
-            return full_softmax_loss(hidden, model.item_embeddings(), targets), targets.numel()
+            excluded = None if self.excluded is None else self.excluded.to(hidden.device)
+            return full_softmax_loss(hidden, model.item_embeddings(), targets, excluded), targets.numel()
         loss = sampled_softmax_loss(
             hidden, model.item_embeddings(), targets, self.sampling_probs, self.num_negatives, generator
         )
@@ -87,7 +90,8 @@ def recipe_for(
     """The recipe that trains `model`; `loss` and `num_negatives` apply to next-item models."""
     if isinstance(model, SASRec):
         probs = _sampling_probs(data) if loss == "sampled_softmax" else None
-        return NextItemRecipe(model.config.max_len, batch_size, probs, num_negatives)
+        excluded = data.cold_mask if bool(data.cold_mask.any()) else None
+        return NextItemRecipe(model.config.max_len, batch_size, excluded, probs, num_negatives)
     if isinstance(model, GenerativeRetriever):
         return GenerativeRecipe(model.config.max_history, batch_size)
     raise TypeError(f"no training recipe for {type(model).__name__}")
@@ -97,4 +101,5 @@ def _sampling_probs(data: SequenceData) -> torch.Tensor:
     """Training popularity (+1 smoothing so every item can be drawn), 0 at the padding index."""
     counts = data.item_counts().double() + 1.0
     counts[0] = 0.0
+    counts[data.cold_mask] = 0.0  # cold-start items do not exist at training time
     return (counts / counts.sum()).float()
