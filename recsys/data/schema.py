@@ -39,7 +39,6 @@ OPTIONAL_INTERACTION_COLUMNS: dict[str, pl.DataType] = {
     DOMAIN: pl.String(),
 }
 ITEM_COLUMNS: dict[str, pl.DataType] = {ITEM_ID: pl.String(), TITLE: pl.String()}
-OPTIONAL_ITEM_TEXT_COLUMNS = ("domain", "category", "brand", "description")
 
 INTERACTIONS_FILE = "interactions.parquet"
 ITEMS_FILE = "items.parquet"

@@ -56,7 +56,6 @@ class FitResult:
     train_seconds: float
     epoch_seconds: list[float] = field(default_factory=list)  # training part of each epoch
     valid_seconds: list[float] = field(default_factory=list)  # validation after each evaluated epoch
-    history: list[dict[str, float]] = field(default_factory=list)
 
     @property
     def seconds_per_epoch(self) -> float:
@@ -113,7 +112,6 @@ def fit(
         metrics = {"loss": loss, **evaluate(model, valid, data.num_items, eval_config).metrics}
         result.valid_seconds.append(time.perf_counter() - t0)
         metrics["epoch_seconds"] = result.epoch_seconds[-1]
-        result.history.append({"epoch": epoch, **metrics})
         if on_epoch_end is not None:
             on_epoch_end(epoch, metrics)
         logger.info("epoch %d loss %.4f valid %s %.4f", epoch, loss, config.monitor, metrics[config.monitor])
