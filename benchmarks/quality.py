@@ -72,7 +72,7 @@ def main() -> None:
         "model": {"name": config.model.name, **config.model.params},
         "overrides": args.set,
         "train": config.train.__dict__,
-        "metrics": {split: m[split] for split in ("valid", "test", "test_cold") if split in m},
+        "metrics": {split: m[split] for split in ("valid", "test", "test_warm", "test_cold") if split in m},
         "train_seconds": round(m["train_seconds"], 1),
         "seconds_per_epoch": round(m["seconds_per_epoch"], 2),
         "valid_seconds_per_epoch": round(m.get("valid_seconds_per_epoch", 0.0), 2),

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class TrainOutputs:
     model_dir: Path
-    metrics: dict[str, Any]  # {"valid": {...}, "test": {...}, ["test_cold": {...}], timings}
+    metrics: dict[str, Any]  # {"valid": {...}, "test": {...}, ["test_warm", "test_cold": {...}], timings}
     run_id: str | None  # None when tracking is off
 
 
@@ -44,7 +44,7 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
     with start_tracking(t.enabled, t.resolved_uri(), config.experiment_name, config.name) as tracker:
         tracker.log_params({**config.model_dump(mode="json"), "data_dir": str(data_dir)})
         start = time.perf_counter()
-        fitted = _fit(model, data, config, eval_config, tracker)
+        fitted = _fit(model, data, config, eval_config, tracker, training_state_path(out_dir))
         metrics: dict[str, Any] = {
             VALID: evaluate(model, data.eval_split(VALID), data.num_items, eval_config).metrics,
             **_test_metrics(model, data, eval_config),
@@ -54,7 +54,7 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
             "seconds_per_epoch": fitted.seconds_per_epoch if fitted else 0.0,
             "valid_seconds_per_epoch": fitted.valid_seconds_per_epoch if fitted else 0.0,
         }
-        for split in (VALID, TEST, "test_cold"):
+        for split in (VALID, TEST, "test_warm", "test_cold"):
             if split in metrics:
                 tracker.log_metrics(metrics[split], prefix=f"{split}_")
         tracker.log_metrics({k: float(metrics[k]) for k in ("best_epoch", "train_seconds", "seconds_per_epoch")})
@@ -71,8 +71,22 @@ def _eval_config(config: ExperimentConfig, model: Model) -> EvalConfig:
     return EvalConfig(**{**asdict(config.eval), "max_history": max_len})
 
 
+def training_state_path(out_dir: Path) -> Path:
+    """The resumable training state of `out_dir`'s run, kept beside the model directory.
+
+    A re-run with the same settings resumes from it: after a crash it carries on, after a finished run it
+    trains nothing, and with a larger epoch count (constant learning rate) or time budget it trains on.
+    """
+    return out_dir.with_name(f"{out_dir.name}.training-state.pt")
+
+
 def _fit(
-    model: Model, data: SequenceData, config: ExperimentConfig, eval_config: EvalConfig, tracker: Tracker
+    model: Model,
+    data: SequenceData,
+    config: ExperimentConfig,
+    eval_config: EvalConfig,
+    tracker: Tracker,
+    state_path: Path,
 ) -> FitResult | None:
     if isinstance(model, Popularity):
         model.fit(data.item_counts())
@@ -81,7 +95,7 @@ def _fit(
     def on_epoch_end(epoch: int, metrics: dict[str, float]) -> None:
         tracker.log_metrics(metrics, prefix="epoch_valid_", step=epoch)
 
-    return fit(model, data, config.train, eval_config, on_epoch_end=on_epoch_end)
+    return fit(model, data, config.train, eval_config, on_epoch_end=on_epoch_end, state_path=state_path)
 
 
 def _test_metrics(model: Model, data: SequenceData, eval_config: EvalConfig) -> dict[str, dict[str, float]]:
@@ -92,4 +106,5 @@ def _test_metrics(model: Model, data: SequenceData, eval_config: EvalConfig) -> 
     cold_targets = data.cold_mask[split.targets]
     if bool(cold_targets.any()):
         out["test_cold"] = slice_metrics(result.ranks, cold_targets, eval_config.ks)
+        out["test_warm"] = slice_metrics(result.ranks, ~cold_targets, eval_config.ks)
     return out

@@ -15,8 +15,11 @@ from recsys.data.jagged import Jagged
 class Scorer(Protocol):
     """Anything that scores every item for a batch of histories (models implement this)."""
 
-    def score(self, histories: torch.Tensor) -> torch.Tensor:
-        """(B, L) left-padded item_idx -> (B, V+1) scores; higher is better."""
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, L) left-padded item_idx [+ (B,) user_idx, 0 = unknown] -> (B, V+1) scores; higher is better.
+
+        Models that do not personalise beyond the history ignore `users`.
+        """
         ...
 
 
@@ -36,7 +39,12 @@ def mask_unrankable(scores: torch.Tensor, seen: Jagged | None) -> torch.Tensor:
 
 @torch.no_grad()
 def recommend(
-    scorer: Scorer, histories: Jagged, k: int, max_history: int, exclude_seen: bool = True
+    scorer: Scorer,
+    histories: Jagged,
+    k: int,
+    max_history: int,
+    exclude_seen: bool = True,
+    users: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k items for every history.
 
@@ -46,11 +54,12 @@ def recommend(
         k: list length (at most V).
         max_history: the most recent items fed to the model.
         exclude_seen: drop items already in the history (what a product page wants).
+        users: (B,) user_idx of the rows (0 = unknown user), for models with a user token; None = unknown.
 
     Returns:
         (scores (B, k), item_idx (B, k)), best first.
     """
-    scores = scorer.score(histories.to_padded(max_history)).float()
+    scores = scorer.score(histories.to_padded(max_history), users).float()
     scores = mask_unrankable(scores, histories if exclude_seen else None)
     k = min(k, scores.shape[1] - 1)
     top = scores.topk(k, dim=1)

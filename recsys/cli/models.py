@@ -87,6 +87,8 @@ def recommendation_for(
     trained: TrainedModel, user_id: str, k: int, exclude_seen: bool, shown_history: int = 5
 ) -> Table:
     """Table of the user's recent history and top-k recommendations (shared with the demo)."""
+    import torch
+
     from recsys.data.jagged import Jagged
     from recsys.inference import recommend
 
@@ -97,7 +99,8 @@ def recommendation_for(
         raise RecsysError(f"{err.args[0]}. Fix: pick a user id from users.parquet of the data directory") from err
     history = data.sequences.row(row)
     max_len = getattr(model.config, "max_len", 50)
-    scores, items = recommend(model, Jagged.from_lists([history.tolist()]), k, max_len, exclude_seen)
+    users = torch.tensor([row + 1])  # user_idx of the row
+    scores, items = recommend(model, Jagged.from_lists([history.tolist()]), k, max_len, exclude_seen, users)
     titles = data.titles(items[0])
     recent = data.titles(history[-shown_history:])
     return recommendations_table(

@@ -98,9 +98,10 @@ def _segment_numbers(row: torch.Tensor) -> torch.Tensor:
 class HistoryBatch:
     histories: torch.Tensor  # (B, H) left-padded item_idx before the target
     targets: torch.Tensor  # (B,) the next item
+    users: torch.Tensor  # (B,) user_idx of the sequence (row + 1)
 
     def to(self, device: torch.device | str) -> HistoryBatch:
-        return HistoryBatch(self.histories.to(device, non_blocking=True), self.targets.to(device, non_blocking=True))
+        return HistoryBatch(*(t.to(device, non_blocking=True) for t in (self.histories, self.targets, self.users)))
 
 
 def history_target_batches(
@@ -129,6 +130,7 @@ def history_target_batches(
     source = targets[:, None] - back[None, :]  # (N, H)
     valid = position[targets][:, None] >= back[None, :]
     histories = torch.where(valid, sequences.values[source.clamp(min=0)], 0)
+    users = torch.repeat_interleave(torch.arange(1, len(sequences) + 1), lengths)[targets]  # (N,) row + 1
     order = torch.randperm(len(targets), generator=generator)
     for chunk in torch.split(order, batch_size):
-        yield HistoryBatch(histories[chunk], sequences.values[targets[chunk]])
+        yield HistoryBatch(histories[chunk], sequences.values[targets[chunk]], users[chunk])

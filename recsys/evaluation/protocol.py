@@ -57,7 +57,7 @@ def evaluate(scorer: Scorer, split: EvalSplit, num_items: int, config: EvalConfi
     for rows in torch.split(order, config.batch_size):
         histories = split.histories.select(rows)
         width = max(1, int(histories.lengths().clamp(max=config.max_history).max()))
-        scores = scorer.score(histories.to_padded(width)).float()  # (B, V+1)
+        scores = scorer.score(histories.to_padded(width), split.user_idx[rows]).float()  # (B, V+1)
         scores = mask_unrankable(scores, histories if config.exclude_seen else None)
         ranks[rows] = target_ranks(scores, split.targets[rows].to(scores.device)).cpu()
         tops[rows] = scores.topk(max(config.ks), dim=1).indices.cpu()

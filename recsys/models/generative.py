@@ -1,11 +1,12 @@
 """TIGER-style generative retrieval (Rajput et al., NeurIPS 2023): predict the next item's semantic ID.
 
-The encoder reads the semantic-ID tokens of the user's most recent items; the decoder emits the next
-item's code tuple one level at a time. Decoding is a beam search constrained by a trie of the catalog's
-semantic IDs, so every returned tuple is a real item.
+The encoder reads an optional hashed user token and the semantic-ID tokens of the user's most recent items;
+the decoder emits the next item's code tuple one level at a time. Decoding is a beam search constrained by a
+trie of the catalog's semantic IDs, so every returned tuple is a real item.
 
-Tokens: 0 = padding, 1 = decoder start, then one block of K_t code tokens per level t.
-Dimension letters: B users, H history items, T code levels, S = H * T encoder tokens, D dim, W beams.
+Tokens: 0 = padding, 1 = decoder start, then one block of K_t code tokens per level t. The user token has
+its own table: user_idx modulo `user_buckets` (+1; row 0 = unknown user), as TIGER hashes users into 2,000 tokens.
+Dimension letters: B users, H history items, T code levels, S = 1 + H * T encoder tokens, D dim, W beams.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class GenerativeConfig:
     ffn_dim: int = 1024
     dropout: float = 0.1
     beam_size: int = 50  # >= the largest k evaluated
+    user_buckets: int = 2000  # hashed user tokens (TIGER: 2,000); 0 = no user token
 
 
 class GenerativeRetriever(nn.Module):
@@ -62,6 +64,7 @@ class GenerativeRetriever(nn.Module):
         self.token_emb = nn.Embedding(vocab, config.dim, padding_idx=PAD_TOKEN)
         self.slot_emb = nn.Embedding(config.max_history, config.dim)  # history slot, counted from the most recent
         self.level_emb = nn.Embedding(T + 1, config.dim)  # code level of a token (decoder: T = the start token)
+        self.user_emb = nn.Embedding(config.user_buckets + 1, config.dim) if config.user_buckets else None
         self.transformer = nn.Transformer(
             d_model=config.dim,
             nhead=config.num_heads,
@@ -86,8 +89,8 @@ class GenerativeRetriever(nn.Module):
             self._trie = trie.to(self.codes.device)
         return self._trie
 
-    def encode(self, histories: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, L) left-padded item_idx -> memory (B, S, D) and its padding mask (B, S), True = padding."""
+    def encode(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, L) left-padded item_idx [+ (B,) user_idx, 0 = unknown] -> memory (B, S, D), padding mask (B, S)."""
         histories = histories.to(self.codes.device)[:, -self.config.max_history :]
         B, H = histories.shape
         tokens = self.offsets + self.codes[histories]  # (B, H, T)
@@ -96,9 +99,20 @@ class GenerativeRetriever(nn.Module):
         levels = torch.arange(self.levels, device=tokens.device)[None, :].expand(H, self.levels)
         x = self.token_emb(tokens) + self.slot_emb(slots) + self.level_emb(levels)  # (B, H, T, D)
         x, pad = x.reshape(B, H * self.levels, -1), tokens.reshape(B, H * self.levels) == PAD_TOKEN
-        pad[:, -1] = False  # an empty history still leaves one (padding) token to attend to
+        if self.user_emb is not None:
+            user = self.user_emb(self._user_buckets(users, B))  # (B, D)
+            x, pad = torch.cat([user[:, None], x], dim=1), F.pad(pad, (1, 0), value=False)
+        else:
+            pad[:, -1] = False  # an empty history still leaves one (padding) token to attend to
         memory = self.transformer.encoder(x, src_key_padding_mask=pad)
         return memory, pad
+
+    def _user_buckets(self, users: torch.Tensor | None, batch: int) -> torch.Tensor:
+        """(B,) user token ids: 1 + (user_idx - 1) mod user_buckets, 0 for unknown users (user_idx 0 or None)."""
+        if users is None:
+            return torch.zeros(batch, dtype=torch.long, device=self.codes.device)
+        users = users.to(self.codes.device).long()
+        return torch.where(users > 0, 1 + (users - 1) % self.config.user_buckets, 0)
 
     def decode(self, memory: torch.Tensor, memory_pad: torch.Tensor, prefix_codes: torch.Tensor) -> torch.Tensor:
         """Logits for the next level.
@@ -123,27 +137,33 @@ class GenerativeRetriever(nn.Module):
         start = int(self.offsets[level])
         return states @ self.token_emb.weight[start : start + self.config.codebook_sizes[level]].T
 
-    def forward(self, histories: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
+    def forward(
+        self, histories: torch.Tensor, targets: torch.Tensor, users: torch.Tensor | None = None
+    ) -> list[torch.Tensor]:
         """Teacher-forced training pass.
 
         Args:
             histories: (B, L) left-padded item_idx.
             targets: (B,) the next item_idx.
+            users: (B,) user_idx (0 = unknown), or None.
 
         Returns:
             T tensors of logits, (B, K_t) each, for the target's code at every level.
         """
-        memory, pad = self.encode(histories)
+        memory, pad = self.encode(histories, users)
         target_codes = self.codes[targets.to(self.codes.device)]  # (B, T)
         states = self.decode(memory, pad, target_codes[:, :-1])  # (B, T, D)
         return [self.level_logits(states[:, t], t) for t in range(self.levels)]
 
     @torch.no_grad()
-    def generate(self, histories: torch.Tensor, beam_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def generate(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, beam_size: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Constrained beam search.
 
         Args:
             histories: (B, L) left-padded item_idx.
+            users: (B,) user_idx (0 = unknown), or None.
             beam_size: W (default `config.beam_size`).
 
         Returns:
@@ -151,7 +171,7 @@ class GenerativeRetriever(nn.Module):
         """
         W = beam_size or self.config.beam_size
         trie = self.trie()
-        memory, pad = self.encode(histories)
+        memory, pad = self.encode(histories, users)
         B = memory.shape[0]
         memory, pad = memory.repeat_interleave(W, 0), pad.repeat_interleave(W, 0)  # (B*W, S, D)
         scores = torch.full((B, W), float("-inf"), device=memory.device)
@@ -171,12 +191,12 @@ class GenerativeRetriever(nn.Module):
         items = trie.items(keys).masked_fill(scores == float("-inf"), PADDING_IDX)
         return items, scores
 
-    def score(self, histories: torch.Tensor) -> torch.Tensor:
-        """(B, L) histories -> (B, V+1): beam log-probs for the W generated items, -inf for every other item.
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, L) histories [+ (B,) users] -> (B, V+1): beam log-probs of the W generated items, -inf elsewhere.
 
         Ranking metrics at k <= W are exact; items outside the beam count as misses.
         """
-        items, scores = self.generate(histories)
+        items, scores = self.generate(histories, users)
         out = torch.full((items.shape[0], self.config.num_items + 1), float("-inf"), device=items.device)
         out.scatter_(1, items, scores)
         out[:, PADDING_IDX] = float("-inf")

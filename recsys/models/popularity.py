@@ -38,6 +38,6 @@ class Popularity(nn.Module):
         scores[0] = float("-inf")
         self.item_scores.copy_(scores)
 
-    def score(self, histories: torch.Tensor) -> torch.Tensor:
-        """(B, L) histories (ignored) -> (B, V+1) the popularity scores."""
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, L) histories (only their count is used; `users` is ignored) -> (B, V+1) the popularity scores."""
         return self.item_scores.expand(histories.shape[0], -1).clone()

@@ -108,8 +108,8 @@ class SASRec(nn.Module):
         """(B, L) left-padded histories -> (B, D) user vectors (hidden state of the last column)."""
         return self(histories)[:, -1]
 
-    def score(self, histories: torch.Tensor) -> torch.Tensor:
-        """(B, L) left-padded histories -> (B, V+1) scores over all items."""
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, L) left-padded histories -> (B, V+1) scores over all items (`users` is ignored)."""
         return self.encode_queries(histories) @ self.item_embeddings().T
 
 

@@ -79,7 +79,7 @@ class GenerativeRecipe:
     def loss(self, model: nn.Module, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         assert isinstance(model, GenerativeRetriever)
         codes = model.codes[batch.targets]  # (B, T)
-        logits = model(batch.histories, batch.targets)
+        logits = model(batch.histories, batch.targets, batch.users)
         loss = torch.stack([F.cross_entropy(lg.float(), codes[:, t]) for t, lg in enumerate(logits)]).mean()
         return loss, batch.targets.numel()
 

@@ -19,7 +19,7 @@ def catalog(num_items: int = 14, seed: int = 0) -> torch.Tensor:
     return torch.cat([torch.zeros(1, len(SIZES), dtype=torch.long), chosen])
 
 
-def model(codes: torch.Tensor, beam: int) -> GenerativeRetriever:
+def model(codes: torch.Tensor, beam: int, user_buckets: int = 5) -> GenerativeRetriever:
     torch.manual_seed(0)
     config = GenerativeConfig(
         num_items=codes.shape[0] - 1,
@@ -30,14 +30,15 @@ def model(codes: torch.Tensor, beam: int) -> GenerativeRetriever:
         num_encoder_layers=1,
         num_decoder_layers=1,
         beam_size=beam,
+        user_buckets=user_buckets,
     )
     return GenerativeRetriever(config, codes).eval()
 
 
-def exact_log_probs(m: GenerativeRetriever, histories: torch.Tensor) -> torch.Tensor:
+def exact_log_probs(m: GenerativeRetriever, histories: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
     """(B, V+1) log-prob of every item's tuple under trie-masked, per-level renormalised decoding."""
     trie = m.trie()
-    memory, pad = m.encode(histories)
+    memory, pad = m.encode(histories, users)
     V = m.config.num_items
     out = torch.full((histories.shape[0], V + 1), float("-inf"))
     for item in range(1, V + 1):
@@ -56,9 +57,9 @@ def exact_log_probs(m: GenerativeRetriever, histories: torch.Tensor) -> torch.Te
 def test_beam_search_with_a_full_beam_is_exact() -> None:
     codes = catalog()
     m = model(codes, beam=14)
-    histories = torch.tensor([[0, 0, 3, 4], [0, 0, 0, 0], [1, 2, 3, 4]])
-    items, scores = m.generate(histories)
-    exact = exact_log_probs(m, histories)
+    histories, users = torch.tensor([[0, 0, 3, 4], [0, 0, 0, 0], [1, 2, 3, 4]]), torch.tensor([3, 0, 9])
+    items, scores = m.generate(histories, users)
+    exact = exact_log_probs(m, histories, users)
     for b in range(len(histories)):
         assert sorted(items[b].tolist()) == list(range(1, 15)), "every item must come out exactly once"
         torch.testing.assert_close(scores[b], exact[b, items[b]], rtol=1e-4, atol=1e-4)
@@ -68,10 +69,10 @@ def test_beam_search_with_a_full_beam_is_exact() -> None:
 def test_small_beam_returns_only_real_items_best_first() -> None:
     codes = catalog()
     m = model(codes, beam=3)
-    histories = torch.tensor([[5, 6, 7], [0, 0, 1]])
-    items, scores = m.generate(histories)
+    histories, users = torch.tensor([[5, 6, 7], [0, 0, 1]]), torch.tensor([1, 2])
+    items, scores = m.generate(histories, users)
     assert items.shape == (2, 3) and (items >= 1).all()
-    exact = exact_log_probs(m, histories)
+    exact = exact_log_probs(m, histories, users)
     for b in range(2):
         assert set(items[b].tolist()) <= set(range(1, 15))
         torch.testing.assert_close(scores[b], exact[b, items[b]], rtol=1e-4, atol=1e-4)
@@ -82,6 +83,18 @@ def test_score_matrix_has_only_the_beam_items() -> None:
     scores = m.score(torch.tensor([[1, 2]]))
     assert scores.shape == (1, 15)
     assert torch.isfinite(scores).sum() == 4 and scores[0, 0] == float("-inf")
+
+
+def test_user_token_personalises_and_hashes_into_buckets() -> None:
+    m = model(catalog(), beam=14, user_buckets=5)
+    histories = torch.tensor([[1, 2, 3]]).expand(4, -1)
+    scores = m.score(histories, torch.tensor([1, 2, 6, 0]))
+    assert not torch.equal(scores[0], scores[1]), "different users, same history: the user token must matter"
+    torch.testing.assert_close(scores[0], scores[2])  # user_idx 1 and 6 share bucket 1 of 5
+    torch.testing.assert_close(scores[3], m.score(histories[:1])[0])  # user_idx 0 = no user given
+    no_token = model(catalog(), beam=14, user_buckets=0)
+    assert no_token.user_emb is None
+    torch.testing.assert_close(no_token.score(histories[:2], torch.tensor([1, 2]))[0], no_token.score(histories[:1])[0])
 
 
 def test_training_logits_have_one_head_per_level() -> None:

@@ -11,14 +11,16 @@ from recsys.evaluation import EvalConfig, evaluate
 
 
 class FixedScorer:
-    """Scores item i as `table[i]` for every user; records the histories it was given."""
+    """Scores item i as `table[i]` for every user; records the histories and users it was given."""
 
     def __init__(self, table: list[float]) -> None:
         self.table = torch.tensor(table)
         self.widths: list[int] = []
+        self.users: list[list[int]] = []
 
-    def score(self, histories: torch.Tensor) -> torch.Tensor:
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
         self.widths.append(histories.shape[1])
+        self.users.append([] if users is None else users.tolist())
         return self.table.expand(histories.shape[0], -1).clone()
 
 
@@ -37,6 +39,7 @@ def test_full_ranking_metrics_and_rank_order() -> None:
     assert result.metrics["coverage@1"] == pytest.approx(1 / 4)
     # users are batched by history length (1, 2 | 3): each batch is padded to its own longest history
     assert scorer.widths == [2, 3]
+    assert scorer.users == [[1, 3], [2]]  # each row's user_idx travels with its history
 
 
 def test_exclude_seen_masks_history_items() -> None:

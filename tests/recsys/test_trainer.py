@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
+import torch
 
 from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
@@ -16,6 +19,7 @@ EVAL = EvalConfig(ks=(10,), max_history=20)
 
 
 def small_sasrec(num_items: int) -> SASRec:
+    torch.manual_seed(0)  # the same initial weights every time
     return SASRec(SASRecConfig(num_items=num_items, max_len=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.1))
 
 
@@ -48,8 +52,6 @@ def test_early_stopping_after_patience(tiny_data_dir: Path) -> None:
 
 
 def test_precision_choice() -> None:
-    import torch
-
     from recsys.training.device import use_bf16_autocast
 
     cpu = torch.device("cpu")
@@ -64,3 +66,45 @@ def test_unknown_monitor_fails_before_training(tiny_data_dir: Path) -> None:
     data = load_prepared(tiny_data_dir)
     with pytest.raises(ConfigError, match=r"train.monitor 'ndcg@20' is not computed"):
         fit(small_sasrec(data.num_items), data, TrainConfig(monitor="ndcg@20", progress=False), EVAL)
+
+
+def test_an_interrupted_run_resumes_to_the_same_weights(tiny_data_dir: Path, tmp_path: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+    config = TrainConfig(epochs=3, batch_size=8, lr=3e-3, lr_schedule="cosine", warmup_steps=2, progress=False)
+    straight = small_sasrec(data.num_items)
+    fit(straight, data, config, EVAL)
+
+    def epochs_trained(model: SASRec, cfg: TrainConfig) -> list[int]:
+        seen: list[int] = []
+        fit(model, data, cfg, EVAL, on_epoch_end=lambda epoch, _: seen.append(epoch), state_path=state)
+        return seen
+
+    state = tmp_path / "state.pt"
+    # a time budget of 0 s stops after the first epoch, as a crash after its checkpoint would
+    assert epochs_trained(small_sasrec(data.num_items), dataclasses.replace(config, max_train_seconds=0.0)) == [1]
+    fresh = small_sasrec(data.num_items)
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.add_(1.0)  # a new process with other weights: only the saved state can make it match
+    assert epochs_trained(fresh, config) == [2, 3]
+    for name, tensor in straight.state_dict().items():
+        torch.testing.assert_close(fresh.state_dict()[name], tensor, msg=f"{name} differs after resuming")
+
+    assert epochs_trained(small_sasrec(data.num_items), config) == []  # finished: a re-run trains nothing
+    other = dataclasses.replace(config, lr=1e-2)  # other settings: the saved state is not theirs
+    assert epochs_trained(small_sasrec(data.num_items), other) == [1, 2, 3]
+
+
+def test_cosine_schedule_warms_up_then_decays_to_zero() -> None:
+    from recsys.training.trainer import _lr_scheduler
+
+    config = TrainConfig(epochs=2, lr=1.0, lr_schedule="cosine", warmup_steps=4)
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=config.lr)
+    scheduler = _lr_scheduler(optimizer, config, steps_per_epoch=10)
+    lrs = []
+    for _ in range(20):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert all(a >= b for a, b in itertools.pairwise(lrs[3:])) and lrs[-1] < 0.01
