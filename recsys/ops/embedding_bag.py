@@ -1,0 +1,554 @@
+"""Embedding bags of many tables in one call (TBE style): forward, row-sparse backward, fused optimizer.
+
+Dimension letters: T tables, B bags per table (the batch), D embedding dim (shared by the tables of
+one call), N ids, R rows of the flat weights buffer, U unique rows touched by a batch.
+
+Layout (torchrec's `KeyedJaggedTensor` in, `KeyedTensor` out; drawn for T=2, B=2)::
+
+    weights      (R, D)    all tables row-concatenated: table t = weights[row_offsets[t]:row_offsets[t+1]]
+    row_offsets  (T+1,)    int64, [0, R0, R0+R1, ...]
+    indices      (N,)      int64 ids local to their table, table-major then bag-major:
+                           [t0 b0 | t0 b1 | t1 b0 | t1 b1]     (= KJT values)
+    offsets      (T*B+1,)  int64, bag t*B+b = indices[offsets[t*B+b]:offsets[t*B+b+1]]   (= KJT offsets)
+    output       (B, T*D)  output[b, t*D:(t+1)*D] = pooled bag t*B+b   (= KeyedTensor values)
+
+Backends (`Kernel`): TORCH (plain PyTorch, any device), TRITON (CUDA, or CPU under TRITON_INTERPRET=1),
+FBGEMM (reserved: not implemented yet, requesting it raises). `kernel=None` picks TRITON on CUDA when
+Triton is installed, else TORCH; the choice is logged once per (kernel, device). An explicit request that
+cannot run raises `KernelUnavailableError` saying what to do; nothing is swapped silently.
+
+Gradients (TORCH and TRITON): the table gradient is row-sparse, a coalesced `torch.sparse_coo_tensor`
+of shape (R, D) holding the U touched rows (like `nn.Embedding(sparse=True)`), or dense with
+`sparse_grad=False`; duplicates of a row are summed in fp32 first. The TRITON backward is deterministic
+(a segment sum over ids sorted by row); TORCH uses `index_add_` (atomics on CUDA) unless `deterministic=True`.
+
+Values (offsets monotone, ids inside their table) are checked on CPU only: on CUDA a check would
+synchronise the device.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import importlib.util
+import logging
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from recsys.ops.reference import embedding_bag as reference
+from recsys.ops.reference.embedding_bag import Pooling, bag_and_row_of_ids, id_scales
+
+logger = logging.getLogger(__name__)
+
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class Kernel(enum.Enum):
+    TORCH = "torch"
+    TRITON = "triton"
+    FBGEMM = "fbgemm"
+
+
+class KernelUnavailableError(RuntimeError):
+    """An explicitly requested kernel cannot run here; the message says what to do instead."""
+
+
+class OptimType(enum.Enum):
+    SGD = "sgd"
+    EXACT_ROWWISE_ADAGRAD = "exact_rowwise_adagrad"  # FBGEMM's name and semantics
+
+
+@dataclass(frozen=True)
+class RowwiseOptimizer:
+    """A fused optimizer applied to the touched rows, after the gradients of duplicate ids are summed."""
+
+    optim: OptimType = OptimType.SGD
+    lr: float = 0.01
+    eps: float = 1e-8  # row-wise Adagrad only; FBGEMM's default
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def select_kernel(kernel: Kernel | None, device: torch.device) -> Kernel:
+    """The kernel that will run on `device`: `kernel` itself (raising if it cannot), or the best available."""
+    if kernel is None:
+        chosen = Kernel.TRITON if device.type == "cuda" and triton_available() else Kernel.TORCH
+        _log_choice(chosen, device.type, "chosen by availability")
+        return chosen
+    if kernel is Kernel.FBGEMM:
+        raise KernelUnavailableError(
+            "Kernel.FBGEMM has no embedding_bag implementation yet: pass kernel=Kernel.TRITON (CUDA), "
+            "kernel=Kernel.TORCH, or kernel=None to choose by availability"
+        )
+    how = "requested"
+    if kernel is Kernel.TRITON and _triton_backend(device).INTERPRETED:  # raises when it cannot run here
+        how = "requested, in Triton's interpreter"
+    _log_choice(kernel, device.type, how)
+    return kernel
+
+
+@functools.cache
+def _log_choice(kernel: Kernel, device_type: str, how: str) -> None:
+    logger.info("embedding_bag: %s kernel on %s (%s)", kernel.name, device_type, how)
+
+
+def _triton_backend(device: torch.device) -> ModuleType:
+    if not triton_available():
+        raise KernelUnavailableError(
+            "Kernel.TRITON needs the `triton` package (CUDA builds of torch bring it; on CPU `pip install triton`), "
+            "or pass kernel=Kernel.TORCH"
+        )
+    from recsys.ops.triton import embedding_bag as backend
+
+    if device.type != "cuda" and not backend.INTERPRETED:
+        raise KernelUnavailableError(
+            f"Kernel.TRITON cannot run on {device.type} tensors: move them to a CUDA device, pass "
+            "kernel=Kernel.TORCH, or (slow, for tests) set TRITON_INTERPRET=1 before `triton` is first imported "
+            "to run the kernels in Triton's interpreter"
+        )
+    return backend
+
+
+def _resolve_row_offsets(weights: torch.Tensor, row_offsets: torch.Tensor | None) -> torch.Tensor:
+    if row_offsets is None:
+        return torch.tensor([0, weights.shape[0]], dtype=torch.int64, device=weights.device)
+    return row_offsets
+
+
+def _validate(
+    weights: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    row_offsets: torch.Tensor,
+    pooling: str,
+    per_sample_weights: torch.Tensor | None,
+) -> tuple[int, int]:
+    """Check shapes, dtypes and devices (and values on CPU); returns (T, B)."""
+    if weights.ndim != 2 or weights.dtype not in _FLOAT_DTYPES or (weights.shape[1] > 1 and weights.stride(1) != 1):
+        raise ValueError(
+            f"weights must be a (R, D) fp32/bf16/fp16 tensor with unit stride in D, got shape "
+            f"{tuple(weights.shape)} {weights.dtype} strides {weights.stride()}"
+        )
+    for name, tensor in (("indices", indices), ("offsets", offsets), ("row_offsets", row_offsets)):
+        if tensor.ndim != 1 or tensor.dtype != torch.int64:
+            raise ValueError(f"{name} must be a 1-d int64 tensor, got shape {tuple(tensor.shape)} {tensor.dtype}")
+        if tensor.device != weights.device:
+            raise ValueError(f"{name} is on {tensor.device} but weights are on {weights.device}")
+    if pooling not in ("sum", "mean"):
+        raise ValueError(f'pooling must be "sum" or "mean", got {pooling!r}')
+    num_tables = row_offsets.numel() - 1
+    if num_tables < 1 or offsets.numel() < 1 or (offsets.numel() - 1) % num_tables:
+        raise ValueError(
+            f"offsets must hold T*B+1 values for T={num_tables} tables (row_offsets has T+1), got {offsets.numel()}"
+        )
+    if per_sample_weights is not None and (
+        per_sample_weights.shape != indices.shape
+        or per_sample_weights.dtype not in _FLOAT_DTYPES
+        or per_sample_weights.device != weights.device
+    ):
+        raise ValueError(
+            f"per_sample_weights must be a float tensor shaped like indices {tuple(indices.shape)} on "
+            f"{weights.device}, got {tuple(per_sample_weights.shape)} {per_sample_weights.dtype} "
+            f"on {per_sample_weights.device}"
+        )
+    if weights.device.type == "cpu":
+        _check_values(weights, indices, offsets, row_offsets)
+    return num_tables, (offsets.numel() - 1) // num_tables
+
+
+def _check_values(
+    weights: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, row_offsets: torch.Tensor
+) -> None:
+    if int(offsets[0]) != 0 or int(offsets[-1]) != indices.numel() or bool((offsets[1:] < offsets[:-1]).any()):
+        raise ValueError(f"offsets must rise from 0 to len(indices)={indices.numel()}, got {offsets.tolist()[:8]}...")
+    if int(row_offsets[0]) != 0 or int(row_offsets[-1]) > weights.shape[0] or bool((row_offsets.diff() < 0).any()):
+        raise ValueError(f"row_offsets must rise from 0 to at most R={weights.shape[0]}, got {row_offsets.tolist()}")
+    bag, rows = bag_and_row_of_ids(indices, offsets, row_offsets)
+    table = bag // max((offsets.numel() - 1) // (row_offsets.numel() - 1), 1)
+    bad = (indices < 0) | (rows >= row_offsets[table + 1])
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise ValueError(
+            f"indices[{i}]={int(indices[i])} is outside table {int(table[i])} "
+            f"(rows {int(row_offsets[table[i]])}..{int(row_offsets[table[i] + 1]) - 1} of weights)"
+        )
+
+
+def _torch_forward(
+    weights: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    row_offsets: torch.Tensor,
+    pooling: Pooling,
+    per_sample_weights: torch.Tensor | None,
+    output_dtype: torch.dtype,
+) -> torch.Tensor:
+    if per_sample_weights is not None or output_dtype != weights.dtype:
+        # F.embedding_bag wants weights of the table dtype and returns that dtype: gather in fp32 instead.
+        return reference.embedding_bag(
+            weights, indices, offsets, row_offsets,
+            pooling=pooling, per_sample_weights=per_sample_weights, output_dtype=output_dtype,
+        )  # fmt: skip
+    num_tables = row_offsets.numel() - 1
+    batch_size = (offsets.numel() - 1) // num_tables
+    dim = weights.shape[1]
+    _, rows = bag_and_row_of_ids(indices, offsets, row_offsets)
+    # One call over all T*B bags of the flat buffer (sums in fp32 for bf16/fp16 tables).
+    pooled = F.embedding_bag(rows, weights, offsets, mode=pooling, include_last_offset=True)  # (T*B, D)
+    return pooled.view(num_tables, batch_size, dim).transpose(0, 1).reshape(batch_size, num_tables * dim)
+
+
+def _bag_gradients(grad_output: torch.Tensor, num_tables: int) -> torch.Tensor:
+    """(B, T*D) -> (T*B, D), bag t*B+b in row t*B+b."""
+    batch_size = grad_output.shape[0]
+    dim = grad_output.shape[1] // num_tables
+    return grad_output.reshape(batch_size, num_tables, dim).transpose(0, 1).reshape(num_tables * batch_size, dim)
+
+
+def _torch_row_grads(
+    grad_output: torch.Tensor,
+    offsets: torch.Tensor,
+    bag: torch.Tensor,
+    rows: torch.Tensor,
+    num_tables: int,
+    pooling: Pooling,
+    per_sample_weights: torch.Tensor | None,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(unique rows (U,) sorted, their summed gradients (U, D) fp32)."""
+    unique_rows, inverse = torch.unique(rows, sorted=True, return_inverse=True)
+    per_id = _bag_gradients(grad_output, num_tables).float()[bag]  # (N, D)
+    scale = id_scales(offsets, bag, pooling, per_sample_weights)
+    if scale is not None:
+        per_id = per_id * scale[:, None]
+    grads = torch.zeros(unique_rows.numel(), per_id.shape[1], dtype=torch.float32, device=per_id.device)
+    if deterministic:
+        grads.index_put_((inverse,), per_id, accumulate=True)  # sort-based on CUDA: a fixed summation order
+    else:
+        grads.index_add_(0, inverse, per_id)
+    return unique_rows, grads
+
+
+def _sorted_segments(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(unique rows (U,), perm (N,) = ids sorted by row (stable), seg_offsets (U+1,)) for the Triton kernels."""
+    sorted_rows, perm = torch.sort(rows, stable=True)
+    unique_rows, counts = torch.unique_consecutive(sorted_rows, return_counts=True)
+    seg_offsets = torch.zeros(unique_rows.numel() + 1, dtype=torch.int64, device=rows.device)
+    torch.cumsum(counts, dim=0, out=seg_offsets[1:])
+    return unique_rows, perm, seg_offsets
+
+
+def _row_grads(
+    kernel: Kernel,
+    grad_output: torch.Tensor,
+    weights: torch.Tensor,
+    offsets: torch.Tensor,
+    row_offsets: torch.Tensor,
+    bag: torch.Tensor,
+    rows: torch.Tensor,
+    pooling: Pooling,
+    per_sample_weights: torch.Tensor | None,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(unique rows (U,) sorted, their summed gradients (U, D) fp32) with the given backend."""
+    num_tables = row_offsets.numel() - 1
+    if kernel is Kernel.TORCH:
+        return _torch_row_grads(grad_output, offsets, bag, rows, num_tables, pooling, per_sample_weights, deterministic)
+    unique_rows, perm, seg_offsets = _sorted_segments(rows)
+    grads = _triton_backend(weights.device).row_grads(
+        grad_output, offsets, bag, perm, seg_offsets,
+        dim=weights.shape[1], pooling=pooling, per_sample_weights=per_sample_weights,
+    )  # fmt: skip
+    return unique_rows, grads
+
+
+def _per_sample_weight_grads(
+    kernel: Kernel,
+    grad_output: torch.Tensor,
+    weights: torch.Tensor,
+    offsets: torch.Tensor,
+    row_offsets: torch.Tensor,
+    bag: torch.Tensor,
+    rows: torch.Tensor,
+    pooling: Pooling,
+) -> torch.Tensor:
+    """(N,) fp32 gradient of each per-sample weight: dot(grad_output[bag], weights[row]) (/ len for "mean")."""
+    if kernel is Kernel.TRITON:
+        return _triton_backend(weights.device).per_sample_weight_grads(
+            grad_output, weights, offsets, bag, rows, pooling=pooling
+        )
+    per_id = _bag_gradients(grad_output, row_offsets.numel() - 1).float()[bag]  # (N, D)
+    grads = (per_id * weights[rows].float()).sum(dim=1)
+    scale = id_scales(offsets, bag, pooling, None)
+    return grads if scale is None else grads * scale
+
+
+@dataclass(frozen=True)
+class _Options:
+    kernel: Kernel
+    pooling: Pooling
+    output_dtype: torch.dtype
+    deterministic: bool
+    sparse_grad: bool
+
+
+class _EmbeddingBagFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any,
+        weights: torch.Tensor,
+        per_sample_weights: torch.Tensor | None,
+        indices: torch.Tensor,
+        offsets: torch.Tensor,
+        row_offsets: torch.Tensor,
+        options: _Options,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(weights, per_sample_weights, indices, offsets, row_offsets)
+        ctx.options = options
+        if options.kernel is Kernel.TORCH:
+            return _torch_forward(
+                weights, indices, offsets, row_offsets, options.pooling, per_sample_weights, options.output_dtype
+            )
+        return _triton_backend(weights.device).forward(
+            weights, indices, offsets, row_offsets,
+            pooling=options.pooling, per_sample_weights=per_sample_weights, output_dtype=options.output_dtype,
+        )  # fmt: skip
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        weights, per_sample_weights, indices, offsets, row_offsets = ctx.saved_tensors
+        options: _Options = ctx.options
+        grad_output = grad_output.contiguous()
+        bag, rows = bag_and_row_of_ids(indices, offsets, row_offsets)
+        weights_grad = psw_grad = None
+        if ctx.needs_input_grad[0]:
+            unique_rows, grads = _row_grads(
+                options.kernel, grad_output, weights, offsets, row_offsets, bag, rows,
+                options.pooling, per_sample_weights, options.deterministic,
+            )  # fmt: skip
+            weights_grad = _table_gradient(weights, unique_rows, grads, options.sparse_grad)
+        if ctx.needs_input_grad[1]:
+            psw_grad = _per_sample_weight_grads(
+                options.kernel, grad_output, weights, offsets, row_offsets, bag, rows, options.pooling
+            ).to(per_sample_weights.dtype)
+        return weights_grad, psw_grad, None, None, None, None
+
+
+def _table_gradient(
+    weights: torch.Tensor, unique_rows: torch.Tensor, grads: torch.Tensor, sparse: bool
+) -> torch.Tensor:
+    """(R, D) gradient in the table dtype: sparse COO over the U unique rows, or dense."""
+    values = grads.to(weights.dtype)
+    if sparse:
+        # Built from sorted unique rows: coalesced by construction, no invariant checks needed.
+        return torch.sparse_coo_tensor(
+            unique_rows[None], values, weights.shape, is_coalesced=True, check_invariants=False
+        )
+    dense = torch.zeros_like(weights)
+    dense[unique_rows] = values  # rows are unique: a plain scatter, no accumulation
+    return dense
+
+
+def embedding_bag(
+    weights: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    row_offsets: torch.Tensor | None = None,
+    *,
+    pooling: Pooling = "sum",
+    per_sample_weights: torch.Tensor | None = None,
+    output_dtype: torch.dtype | None = None,
+    kernel: Kernel | None = None,
+    deterministic: bool = False,
+    sparse_grad: bool = True,
+) -> torch.Tensor:
+    """Pooled lookups of T tables in one call, differentiable w.r.t. `weights` and `per_sample_weights`.
+
+    Args:
+        weights: (R, D) fp32/bf16/fp16, all tables row-concatenated (pass the leaf parameter itself:
+            its gradient is sparse by default).
+        indices: (N,) int64 ids local to their table (KJT values).
+        offsets: (T*B+1,) int64 (KJT offsets over tables x batch).
+        row_offsets: (T+1,) int64 first row of each table in `weights`; None = one table of all R rows.
+        pooling: "sum" or "mean" (an empty bag pools to zeros; weighted mean = sum(w_i * row_i) / len).
+        per_sample_weights: (N,) float weight of each id, optional.
+        output_dtype: None = the table dtype; e.g. torch.float32 for fp32 output from a bf16 table.
+        kernel: the backend; None = TRITON on CUDA when available, else TORCH.
+        deterministic: a fixed summation order in the backward (TRITON always has one).
+        sparse_grad: return the table gradient as a sparse COO tensor (True) or dense (False).
+
+    Returns:
+        (B, T*D) pooled embeddings, table t in columns t*D:(t+1)*D; sums in fp32.
+
+    Example:
+        >>> weights = torch.arange(12.0).view(6, 2).requires_grad_()   # table 0: rows 0-3, table 1: rows 4-5
+        >>> out = embedding_bag(
+        ...     weights, torch.tensor([0, 3, 1, 1, 0]), torch.tensor([0, 2, 2, 4, 5]),
+        ...     torch.tensor([0, 4, 6]), kernel=Kernel.TORCH)
+        >>> out   # (B=2, T*D=4): bag (t0, b1) is empty
+        tensor([[ 6.,  8., 20., 22.],
+                [ 0.,  0.,  8.,  9.]], grad_fn=<_EmbeddingBagFunctionBackward>)
+        >>> out.sum().backward()
+        >>> weights.grad.coalesce().indices().tolist(), weights.grad.coalesce().values()[:, 0].tolist()
+        ([[0, 3, 4, 5]], [1.0, 1.0, 1.0, 2.0])
+    """
+    row_offsets = _resolve_row_offsets(weights, row_offsets)
+    _validate(weights, indices, offsets, row_offsets, pooling, per_sample_weights)
+    out_dtype = output_dtype or weights.dtype
+    if out_dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"output_dtype must be fp32, bf16, fp16 or None, got {output_dtype}")
+    options = _Options(select_kernel(kernel, weights.device), pooling, out_dtype, deterministic, sparse_grad)
+    out: torch.Tensor = _EmbeddingBagFunction.apply(weights, per_sample_weights, indices, offsets, row_offsets, options)
+    return out
+
+
+def embedding_bag_backward(
+    grad_output: torch.Tensor,
+    weights: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    row_offsets: torch.Tensor | None = None,
+    *,
+    pooling: Pooling = "sum",
+    per_sample_weights: torch.Tensor | None = None,
+    kernel: Kernel | None = None,
+    deterministic: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The row-sparse table gradient of `embedding_bag`, in fp32 (no autograd; for custom optimizers).
+
+    Args: as in `fused_backward_update`.
+
+    Returns:
+        (unique rows (U,) int64 sorted, rows of the flat buffer; their summed gradients (U, D) fp32).
+    """
+    row_offsets = _resolve_row_offsets(weights, row_offsets)
+    _validate_backward(grad_output, weights, indices, offsets, row_offsets, pooling, per_sample_weights)
+    kernel = select_kernel(kernel, weights.device)
+    bag, rows = bag_and_row_of_ids(indices, offsets, row_offsets)
+    return _row_grads(
+        kernel, grad_output.contiguous(), weights, offsets, row_offsets, bag, rows, pooling, per_sample_weights,
+        deterministic,
+    )  # fmt: skip
+
+
+def _validate_backward(
+    grad_output: torch.Tensor,
+    weights: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    row_offsets: torch.Tensor,
+    pooling: str,
+    per_sample_weights: torch.Tensor | None,
+) -> None:
+    num_tables, batch_size = _validate(weights, indices, offsets, row_offsets, pooling, per_sample_weights)
+    if grad_output.shape != (batch_size, num_tables * weights.shape[1]) or grad_output.device != weights.device:
+        raise ValueError(
+            f"grad_output must be (B, T*D) = {(batch_size, num_tables * weights.shape[1])} on {weights.device}, "
+            f"got {tuple(grad_output.shape)} on {grad_output.device}"
+        )
+
+
+def fused_backward_update(
+    grad_output: torch.Tensor,
+    weights: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    row_offsets: torch.Tensor | None = None,
+    *,
+    optimizer: RowwiseOptimizer,
+    state: torch.Tensor | None = None,
+    pooling: Pooling = "sum",
+    per_sample_weights: torch.Tensor | None = None,
+    kernel: Kernel | None = None,
+    deterministic: bool = False,
+) -> torch.Tensor | None:
+    """Backward of `embedding_bag` fused with an optimizer step on the touched rows, in place (no autograd).
+
+    The gradients of duplicate ids are summed first (in fp32), then each unique row r is updated once:
+    - SGD: w[r] -= lr * g[r];
+    - EXACT_ROWWISE_ADAGRAD (FBGEMM's): state[r] += mean(g[r]**2); w[r] -= lr * g[r] / (sqrt(state[r]) + eps).
+    The math is fp32; rows are stored back in the table dtype (round to nearest).
+
+    Args:
+        grad_output: (B, T*D) gradient of the `embedding_bag` output.
+        weights: (R, D) updated in place.
+        indices, offsets, row_offsets, pooling, per_sample_weights, kernel, deterministic: as in `embedding_bag`.
+        optimizer: which update, with its lr (and eps).
+        state: (R,) fp32 running sums of row-wise Adagrad (start from zeros), updated in place; None for SGD.
+
+    Returns:
+        (N,) gradient of `per_sample_weights` (computed with the weights before the update), or None.
+
+    Example:
+        >>> weights = torch.ones(4, 2)
+        >>> state = torch.zeros(4)
+        >>> grad_output = torch.full((1, 2), 2.0)   # B=1 bag holding row 1 twice
+        >>> opt = RowwiseOptimizer(OptimType.EXACT_ROWWISE_ADAGRAD, lr=0.5)
+        >>> fused_backward_update(grad_output, weights, torch.tensor([1, 1]), torch.tensor([0, 2]),
+        ...                       optimizer=opt, state=state, kernel=Kernel.TORCH)
+        >>> state.tolist(), weights[1].tolist()   # g = 4 per entry: state = 16, w = 1 - 0.5 * 4 / 4
+        ([0.0, 16.0, 0.0, 0.0], [0.5, 0.5])
+    """
+    row_offsets = _resolve_row_offsets(weights, row_offsets)
+    _validate_backward(grad_output, weights, indices, offsets, row_offsets, pooling, per_sample_weights)
+    adagrad = optimizer.optim is OptimType.EXACT_ROWWISE_ADAGRAD
+    if adagrad and (
+        state is None or state.shape != (weights.shape[0],) or state.dtype != torch.float32 or not state.is_contiguous()
+    ):
+        raise ValueError(f"row-wise Adagrad needs state: a contiguous (R,) = ({weights.shape[0]},) fp32 tensor")
+    if not adagrad and state is not None:
+        raise ValueError(f"{optimizer.optim.name} keeps no state: pass state=None")
+    kernel = select_kernel(kernel, weights.device)
+    grad_output = grad_output.contiguous()
+    bag, rows = bag_and_row_of_ids(indices, offsets, row_offsets)
+    psw_grad = None
+    if per_sample_weights is not None:  # before the update: it needs the old rows
+        psw_grad = _per_sample_weight_grads(kernel, grad_output, weights, offsets, row_offsets, bag, rows, pooling)
+        psw_grad = psw_grad.to(per_sample_weights.dtype)
+    with torch.no_grad():
+        if kernel is Kernel.TORCH:
+            _torch_update(grad_output, weights, state, offsets, row_offsets, bag, rows, pooling, per_sample_weights,
+                          optimizer, deterministic)  # fmt: skip
+        else:
+            unique_rows, perm, seg_offsets = _sorted_segments(rows)
+            _triton_backend(weights.device).fused_update(
+                grad_output, weights, state, offsets, bag, perm, seg_offsets, unique_rows,
+                pooling=pooling, per_sample_weights=per_sample_weights, lr=optimizer.lr, eps=optimizer.eps,
+            )  # fmt: skip
+            # The kernel writes through raw pointers: tell autograd the tensors changed.
+            torch.autograd.graph.increment_version(weights)
+            if state is not None:
+                torch.autograd.graph.increment_version(state)
+    return psw_grad
+
+
+def _torch_update(
+    grad_output: torch.Tensor,
+    weights: torch.Tensor,
+    state: torch.Tensor | None,
+    offsets: torch.Tensor,
+    row_offsets: torch.Tensor,
+    bag: torch.Tensor,
+    rows: torch.Tensor,
+    pooling: Pooling,
+    per_sample_weights: torch.Tensor | None,
+    optimizer: RowwiseOptimizer,
+    deterministic: bool,
+) -> None:
+    unique_rows, grads = _torch_row_grads(
+        grad_output, offsets, bag, rows, row_offsets.numel() - 1, pooling, per_sample_weights, deterministic
+    )
+    new_rows = weights[unique_rows].float()  # (U, D)
+    if state is None:
+        new_rows -= optimizer.lr * grads
+    else:
+        new_state = state[unique_rows] + (grads * grads).mean(dim=1)  # (U,)
+        state[unique_rows] = new_state
+        new_rows -= optimizer.lr * grads / (new_state.sqrt() + optimizer.eps)[:, None]
+    weights[unique_rows] = new_rows.to(weights.dtype)

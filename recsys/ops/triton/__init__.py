@@ -1,0 +1,1 @@
+"""Triton kernels of the ops. Import the op modules (which import `triton`) only where a kernel runs."""

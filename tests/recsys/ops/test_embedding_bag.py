@@ -1,0 +1,370 @@
+"""The embedding-bag backends (TORCH, TRITON) against the fp32 reference: forward, gradients, fused updates.
+
+Dimension letters: T tables, B bags per table, D dim, N ids, R rows of the flat weights buffer.
+Without CUDA the Triton kernels run in Triton's interpreter (see conftest.py): the shapes stay tiny.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import recsys.ops.embedding_bag as ops
+from recsys.ops.embedding_bag import (
+    Kernel,
+    KernelUnavailableError,
+    OptimType,
+    RowwiseOptimizer,
+    embedding_bag,
+    embedding_bag_backward,
+    fused_backward_update,
+)
+from recsys.ops.reference import embedding_bag as reference
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+KERNELS = [
+    Kernel.TORCH,
+    pytest.param(Kernel.TRITON, marks=pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")),
+]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# Sums run in fp32 everywhere; low-precision results differ from the reference by about one rounding
+# (the Triton interpreter truncates fp32 -> bf16 where the GPU rounds to nearest: still one ulp).
+TOLERANCE = {
+    torch.float32: {"rtol": 1e-5, "atol": 1e-4},
+    torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2},
+    torch.float16: {"rtol": 2e-3, "atol": 2e-3},
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    weights: torch.Tensor  # (R, D)
+    row_offsets: torch.Tensor  # (T+1,)
+    indices: torch.Tensor  # (N,)
+    offsets: torch.Tensor  # (T*B+1,)
+    per_sample_weights: torch.Tensor | None  # (N,)
+    pooling: reference.Pooling
+    batch_size: int
+
+    @property
+    def num_tables(self) -> int:
+        return self.row_offsets.numel() - 1
+
+    def rows(self) -> torch.Tensor:
+        """(N,) row of each id in the flat buffer, computed independently of the library."""
+        lengths = (self.offsets[1:] - self.offsets[:-1]).tolist()
+        tables = [bag // self.batch_size for bag, n in enumerate(lengths) for _ in range(n)]
+        return torch.tensor([int(self.row_offsets[t]) for t in tables], dtype=torch.int64) + self.indices.cpu()
+
+    def call(self) -> dict:
+        return {
+            "indices": self.indices,
+            "offsets": self.offsets,
+            "row_offsets": self.row_offsets,
+            "pooling": self.pooling,
+        }
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> Case:
+    """T tables of 1..40 rows sharing D, B bags of 0..6 ids, uniform or Zipf-skewed ids (many duplicates)."""
+    num_tables = draw(st.integers(1, 3))
+    batch_size = draw(st.integers(1, 8))
+    dim = draw(st.sampled_from([4, 8, 12, 16, 32]))  # 12: a partial D-block
+    dtype = draw(st.sampled_from(DTYPES))
+    table_rows = draw(st.lists(st.integers(1, 40), min_size=num_tables, max_size=num_tables))
+    lengths = draw(st.lists(st.integers(0, 6), min_size=num_tables * batch_size, max_size=num_tables * batch_size))
+    zipf = draw(st.booleans())
+    psw_dtype = draw(st.sampled_from([None, torch.float32, dtype]))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+
+    ids = []
+    for t, rows in enumerate(table_rows):
+        n = sum(lengths[t * batch_size : (t + 1) * batch_size])
+        if zipf:
+            probs = 1.0 / torch.arange(1, rows + 1, dtype=torch.float64) ** 1.5
+            ids.append(torch.multinomial(probs, n, replacement=True, generator=gen) if n else torch.zeros(0).long())
+        else:
+            ids.append(torch.randint(0, rows, (n,), generator=gen))
+    indices = torch.cat(ids)
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int64)
+    row_offsets = torch.tensor([0, *torch.tensor(table_rows).cumsum(0).tolist()], dtype=torch.int64)
+    weights = torch.randn(sum(table_rows), dim, generator=gen).to(dtype)
+    psw = None
+    if psw_dtype is not None:
+        psw = (torch.rand(indices.numel(), generator=gen) * 2 - 0.5).to(psw_dtype)
+    return Case(
+        weights=weights.to(DEVICE),
+        row_offsets=row_offsets.to(DEVICE),
+        indices=indices.to(DEVICE),
+        offsets=offsets.to(DEVICE),
+        per_sample_weights=None if psw is None else psw.to(DEVICE),
+        pooling=draw(st.sampled_from(["sum", "mean"])),
+        batch_size=batch_size,
+    )
+
+
+def reference_gradients(
+    case: Case, grad_output: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(reference output (B, T*D), dense table gradient (R, D), per-sample-weight gradient (N,)), all fp32."""
+    weights = case.weights.to(torch.float32, copy=True).requires_grad_()
+    psw = None
+    if case.per_sample_weights is not None:
+        psw = case.per_sample_weights.to(torch.float32, copy=True).requires_grad_()
+    out = reference.embedding_bag(weights, per_sample_weights=psw, **case.call())
+    out.backward(grad_output.float())
+    assert weights.grad is not None
+    return out.detach(), weights.grad, None if psw is None else psw.grad
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@settings(max_examples=20, deadline=None)
+@given(case=cases(), fp32_output=st.booleans(), deterministic=st.booleans(), sparse_grad=st.booleans())
+def test_forward_and_gradients_match_reference(
+    kernel: Kernel, case: Case, fp32_output: bool, deterministic: bool, sparse_grad: bool
+) -> None:
+    dtype = case.weights.dtype
+    out_dtype = torch.float32 if fp32_output else dtype
+    weights = case.weights.clone().requires_grad_()
+    psw = None if case.per_sample_weights is None else case.per_sample_weights.clone().requires_grad_()
+    out = embedding_bag(
+        weights,
+        per_sample_weights=psw,
+        output_dtype=torch.float32 if fp32_output else None,
+        kernel=kernel,
+        deterministic=deterministic,
+        sparse_grad=sparse_grad,
+        **case.call(),
+    )
+    assert out.shape == (case.batch_size, case.num_tables * weights.shape[1])
+    assert out.dtype == out_dtype
+
+    grad_output = torch.randn(out.shape, device=DEVICE).to(out_dtype)
+    expected_out, expected_grad, expected_psw_grad = reference_gradients(case, grad_output)
+    torch.testing.assert_close(out.float(), expected_out, **TOLERANCE[out_dtype])
+
+    out.backward(grad_output)
+    grad = weights.grad
+    assert grad is not None and grad.dtype == dtype
+    if sparse_grad:
+        assert grad.is_sparse
+        # Exactly the touched rows, each once: duplicates were summed before the gradient was built.
+        assert grad._indices()[0].tolist() == sorted(set(case.rows().tolist()))
+        grad = grad.to_dense()
+    torch.testing.assert_close(grad.float(), expected_grad, **TOLERANCE[dtype])
+    # Before the cast to the table dtype, the summed rows are fp32-accurate whatever the table dtype.
+    unique_rows, row_grads = embedding_bag_backward(
+        grad_output, case.weights, per_sample_weights=case.per_sample_weights, kernel=kernel, **case.call()
+    )
+    assert unique_rows.tolist() == sorted(set(case.rows().tolist())) and row_grads.dtype == torch.float32
+    torch.testing.assert_close(row_grads, expected_grad[unique_rows], **TOLERANCE[torch.float32])
+    if psw is not None:
+        assert psw.grad is not None and psw.grad.dtype == psw.dtype
+        torch.testing.assert_close(psw.grad.float(), expected_psw_grad, **TOLERANCE[psw.dtype])
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("optim", list(OptimType))
+@settings(max_examples=15, deadline=None)
+@given(case=cases(), lr=st.sampled_from([0.01, 0.5]))
+def test_fused_update_matches_reference(kernel: Kernel, optim: OptimType, case: Case, lr: float) -> None:
+    dtype = case.weights.dtype
+    grad_output = torch.randn(case.batch_size, case.num_tables * case.weights.shape[1], device=DEVICE).to(dtype)
+    _, dense_grad, expected_psw_grad = reference_gradients(case, grad_output)
+    optimizer = RowwiseOptimizer(optim, lr=lr)
+    state = torch.rand(case.weights.shape[0], device=DEVICE) if optim is OptimType.EXACT_ROWWISE_ADAGRAD else None
+    if state is None:
+        expected_weights, expected_state = reference.sgd_update(case.weights, dense_grad, lr), None
+    else:
+        expected_weights, expected_state = reference.rowwise_adagrad_update(
+            case.weights, state, dense_grad, lr, optimizer.eps
+        )
+
+    weights = case.weights.clone()
+    new_state = None if state is None else state.clone()
+    psw_grad = fused_backward_update(
+        grad_output,
+        weights,
+        optimizer=optimizer,
+        state=new_state,
+        per_sample_weights=case.per_sample_weights,
+        kernel=kernel,
+        **case.call(),
+    )
+    torch.testing.assert_close(weights.float(), expected_weights.float(), **TOLERANCE[dtype])
+    untouched = torch.ones(weights.shape[0], dtype=torch.bool)
+    untouched[case.rows()] = False
+    assert torch.equal(weights[untouched.to(DEVICE)], case.weights[untouched.to(DEVICE)])
+    if state is not None:
+        assert new_state is not None and expected_state is not None
+        torch.testing.assert_close(new_state, expected_state, rtol=1e-5, atol=1e-6)
+        assert torch.equal(new_state[untouched.to(DEVICE)], state[untouched.to(DEVICE)])
+    if case.per_sample_weights is None:
+        assert psw_grad is None
+    else:
+        assert psw_grad is not None and expected_psw_grad is not None
+        torch.testing.assert_close(psw_grad.float(), expected_psw_grad, **TOLERANCE[case.per_sample_weights.dtype])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fbgemm_gpu's own import-time notices
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_layout_matches_torchrec_keyed_tensor(kernel: Kernel) -> None:
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
+
+    tables = [
+        EmbeddingBagConfig(name=f"t{i}", embedding_dim=4, num_embeddings=rows, feature_names=[f"f{i}"])
+        for i, rows in enumerate([5, 3])
+    ]
+    ebc = EmbeddingBagCollection(tables=tables)
+    kjt = KeyedJaggedTensor.from_lengths_sync(
+        keys=["f0", "f1"], values=torch.tensor([1, 4, 4, 0, 2, 2, 1]), lengths=torch.tensor([2, 0, 1, 1, 3, 0])
+    )
+    expected = ebc(kjt).values()  # (B=3, T*D=8)
+    weights = torch.cat([ebc.embedding_bags[f"t{i}"].weight.detach() for i in range(2)])
+    out = embedding_bag(
+        weights.to(DEVICE), kjt.values().to(DEVICE), kjt.offsets().to(DEVICE), torch.tensor([0, 5, 8]).to(DEVICE),
+        kernel=kernel,
+    )  # fmt: skip
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_empty_bags_and_batches_pool_to_zeros(kernel: Kernel, pooling: reference.Pooling) -> None:
+    weights = torch.randn(6, 8, device=DEVICE).requires_grad_()
+    no_ids = torch.zeros(0, dtype=torch.int64, device=DEVICE)
+    row_offsets = torch.tensor([0, 4, 6], device=DEVICE)
+
+    out = embedding_bag(weights, no_ids, torch.zeros(7, dtype=torch.int64, device=DEVICE), row_offsets,
+                        pooling=pooling, kernel=kernel)  # fmt: skip
+    assert out.shape == (3, 16) and not out.any()
+    out.sum().backward()
+    assert weights.grad is not None and weights.grad._nnz() == 0
+
+    empty_batch = embedding_bag(weights, no_ids, torch.zeros(1, dtype=torch.int64, device=DEVICE), row_offsets,
+                                pooling=pooling, kernel=kernel)  # fmt: skip
+    assert empty_batch.shape == (0, 16)
+
+    before = weights.detach().clone()
+    fused_backward_update(
+        torch.ones(3, 16, device=DEVICE), weights.detach(), no_ids, torch.zeros(7, dtype=torch.int64, device=DEVICE),
+        row_offsets, optimizer=RowwiseOptimizer(lr=1.0), pooling=pooling, kernel=kernel,
+    )  # fmt: skip
+    assert torch.equal(weights.detach(), before)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fbgemm_gpu's own import-time notices
+@pytest.mark.parametrize("optim", list(OptimType))
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_reference_semantics_are_fbgemm_tbe(optim: OptimType, pooling: reference.Pooling, weighted: bool) -> None:
+    """Forward, per-sample-weight gradients and the exact optimizers of the reference are those of FBGEMM's CPU TBE."""
+    pytest.importorskip("fbgemm_gpu")
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    gen = torch.Generator().manual_seed(0)
+    rows, dim, lr, eps = [5, 7], 8, 0.1, 1e-8
+    row_offsets = torch.tensor([0, 5, 12])
+    indices = torch.tensor([0, 0, 4, 1, 6, 6, 2, 6])  # duplicates inside and across bags
+    offsets = torch.tensor([0, 3, 4, 7, 8])  # T=2, B=2
+    fbgemm_optim = {
+        OptimType.SGD: EmbOptimType.EXACT_SGD,
+        OptimType.EXACT_ROWWISE_ADAGRAD: EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+    }[optim]
+    tbe = SplitTableBatchedEmbeddingBagsCodegen(
+        embedding_specs=[(r, dim, EmbeddingLocation.HOST, ComputeDevice.CPU) for r in rows],
+        optimizer=fbgemm_optim,
+        learning_rate=lr,
+        eps=eps,
+        pooling_mode={"sum": PoolingMode.SUM, "mean": PoolingMode.MEAN}[pooling],
+    )
+    initial = torch.randn(sum(rows), dim, generator=gen)
+    for table, w in zip(tbe.split_embedding_weights(), initial.split(rows), strict=True):
+        table.data.copy_(w)
+    psw = (torch.rand(indices.numel(), generator=gen) + 0.5).requires_grad_() if weighted else None
+    out = tbe(indices, offsets, per_sample_weights=psw)
+    grad_output = torch.randn(out.shape, generator=gen)
+    out.backward(grad_output)  # updates the tables in place
+
+    weights = initial.clone().requires_grad_()
+    ref_psw = None if psw is None else psw.detach().clone().requires_grad_()
+    expected_out = reference.embedding_bag(
+        weights, indices, offsets, row_offsets, pooling=pooling, per_sample_weights=ref_psw
+    )
+    torch.testing.assert_close(expected_out, out.detach())
+    expected_out.backward(grad_output)
+    assert weights.grad is not None
+    if weighted and pooling == "mean":
+        # FBGEMM's CPU TBE divides by len in this forward but not in its backward (table and per-sample-weight
+        # gradients are those of weighted "sum"); ours are the derivative of the forward (autograd of the reference).
+        return
+    if psw is not None and ref_psw is not None:
+        torch.testing.assert_close(ref_psw.grad, psw.grad)
+    if optim is OptimType.SGD:
+        expected = reference.sgd_update(initial, weights.grad, lr)
+    else:
+        expected, state = reference.rowwise_adagrad_update(initial, torch.zeros(sum(rows)), weights.grad, lr, eps)
+        torch.testing.assert_close(state, torch.cat([s[0] for s in tbe.split_optimizer_states()]))
+    torch.testing.assert_close(expected, torch.cat([w.detach() for w in tbe.split_embedding_weights()]))
+
+
+def test_auto_choice_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    ops._log_choice.cache_clear()
+    weights = torch.randn(4, 2)
+    with caplog.at_level(logging.INFO, logger="recsys.ops.embedding_bag"):
+        for _ in range(3):
+            embedding_bag(weights, torch.tensor([1, 2]), torch.tensor([0, 2]))
+    messages = [r.getMessage() for r in caplog.records if r.name == "recsys.ops.embedding_bag"]
+    assert messages == ["embedding_bag: TORCH kernel on cpu (chosen by availability)"]
+
+
+def test_unavailable_kernels_raise_with_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    with pytest.raises(KernelUnavailableError, match=r"kernel=Kernel\.TORCH"):
+        ops.select_kernel(Kernel.FBGEMM, cpu)
+    if HAS_TRITON:
+        from recsys.ops.triton import embedding_bag as triton_backend
+
+        monkeypatch.setattr(triton_backend, "INTERPRETED", False)
+        with pytest.raises(KernelUnavailableError, match="TRITON_INTERPRET=1"):
+            ops.select_kernel(Kernel.TRITON, cpu)
+    monkeypatch.setattr(ops, "triton_available", lambda: False)
+    with pytest.raises(KernelUnavailableError, match="pip install triton"):
+        ops.select_kernel(Kernel.TRITON, cpu)
+    assert ops.select_kernel(None, cpu) is Kernel.TORCH
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"offsets": torch.tensor([0, 1, 2, 3])}, "T\\*B\\+1 values for T=2"),
+        ({"indices": torch.tensor([0, 3, 1], dtype=torch.int32)}, "indices must be a 1-d int64"),
+        ({"indices": torch.tensor([0, 3, 2])}, "indices\\[2\\]=2 is outside table 1"),
+        ({"offsets": torch.tensor([0, 2, 1, 2, 3])}, "offsets must rise from 0 to len\\(indices\\)=3"),
+        ({"per_sample_weights": torch.ones(2)}, "per_sample_weights must be"),
+        ({"pooling": "max"}, "pooling must be"),
+    ],
+)
+def test_bad_inputs_are_named(kwargs: dict, message: str) -> None:
+    call = {
+        "weights": torch.randn(6, 4),
+        "indices": torch.tensor([0, 3, 1]),
+        "offsets": torch.tensor([0, 1, 2, 2, 3]),  # T=2, B=2
+        "row_offsets": torch.tensor([0, 4, 6]),
+        "kernel": Kernel.TORCH,
+    }
+    with pytest.raises(ValueError, match=message):
+        embedding_bag(**{**call, **kwargs})
