@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -18,6 +19,7 @@ from torch import nn
 from recsys.data.schema import PADDING_IDX
 from recsys.modules.sid_embedding import SemanticIdEmbedding
 from recsys.modules.transformer import TransformerBlock, causal_segment_mask
+from recsys.ops.embedding_bag import Kernel
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class SASRecConfig:
     # the model score items it never saw in training
     sid_levels: int = 0
     id_embeddings: bool = True  # False (with sid_levels > 0): items are represented by their semantic ID only
+    # embedding-bag backend of the semantic-ID lookup: "auto" = Triton on CUDA, torch elsewhere
+    embedding_kernel: Literal["auto", "torch", "triton"] = "auto"
 
 
 class SASRec(nn.Module):
@@ -54,8 +58,11 @@ class SASRec(nn.Module):
         self.item_emb = (
             nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX) if config.id_embeddings else None
         )
+        kernel = None if config.embedding_kernel == "auto" else Kernel(config.embedding_kernel)
         self.sid_emb = (
-            SemanticIdEmbedding(config.num_items, config.sid_levels, config.dim, codes) if config.sid_levels else None
+            SemanticIdEmbedding(config.num_items, config.sid_levels, config.dim, codes, kernel)
+            if config.sid_levels
+            else None
         )
         self.pos_emb = nn.Embedding(config.max_len, config.dim)
         self.emb_dropout = nn.Dropout(config.dropout)

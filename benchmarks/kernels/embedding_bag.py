@@ -1,0 +1,560 @@
+"""Kernel benchmark: the Triton embedding bag against torch (and FBGEMM where it runs), in GB/s; writes JSON.
+
+Usage:
+    python benchmarks/kernels/embedding_bag.py            # on a CUDA GPU: the issue's cases (~5 GB tables)
+    .venv/bin/python benchmarks/kernels/embedding_bag.py --smoke   # tiny sizes; on CPU in Triton's interpreter
+
+Cases (one run): forward fp32 / bf16, D=128, 10M rows, B=65,536 bags of 20 ids, uniform ids; the same
+fp32 forward with Zipf-skewed ids (alpha 1.15); forward + backward to a sparse gradient; forward + fused
+backward + SGD and + exact row-wise Adagrad (torch: F.embedding_bag(sparse=True), backward, then
+torch.optim.SGD / Adagrad on the sparse gradient); 32 tables x 100,000 rows, B=512, in one launch against
+32 F.embedding_bag calls. Before timing, each case checks its Triton result on a slice of the batch.
+
+Times are `triton.testing.do_bench` medians (L2 flushed between runs) on CUDA, perf_counter medians on
+CPU. GB/s = the bytes the op must move (counted per op below, the same count for every implementation)
+/ time; `copy_GBps` is a device-to-device copy measured in the same run (bytes read + written).
+Writes benchmarks/results/kernels-embedding-bag-<gpu>.json (`-smoke` appended with --smoke).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.common import RESULTS_DIR, command, machine, versions, write_result
+from recsys.ops.embedding_bag import Kernel, OptimType, RowwiseOptimizer, embedding_bag, fused_backward_update
+from recsys.ops.reference import embedding_bag as reference
+
+LR = 0.01
+EPS = 1e-8
+OPS = ("fwd", "fwd_bwd", "fwd_bwd_sgd", "fwd_bwd_rowwise_adagrad")
+TOLERANCE: dict[torch.dtype, dict[str, Any]] = {
+    torch.float32: {"rtol": 1e-4, "atol": 1e-4},
+    torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2},
+}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    rows: int = 10_000_000  # rows of the single-table cases (fp32 D=128: 5.1 GB)
+    dim: int = 128
+    batch: int = 65_536  # bags
+    pool: int = 20  # ids per bag
+    multi_tables: int = 32
+    multi_rows: int = 100_000  # rows per table of the many-tables case
+    multi_batch: int = 512
+    zipf_alpha: float = 1.15
+    check_bags: int = 256  # bags (per table) of the correctness slice
+    copy_bytes: int = 2**30  # size of the buffer copied for copy_GBps
+
+
+SMOKE = Sizes(rows=1_000, dim=16, batch=16, pool=4, multi_tables=3, multi_rows=50, multi_batch=4, check_bags=4,
+              copy_bytes=2**22)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    op: str  # one of OPS
+    dtype: torch.dtype
+    rows: int  # per table
+    dim: int
+    batch: int
+    pool: int
+    tables: int
+    ids: str  # "uniform" | "zipf"
+
+
+def all_cases(s: Sizes) -> list[Case]:
+    base = Case("fwd-fp32", "fwd", torch.float32, s.rows, s.dim, s.batch, s.pool, 1, "uniform")
+    return [
+        base,
+        replace(base, name="fwd-bf16", dtype=torch.bfloat16),
+        replace(base, name="fwd-fp32-zipf", ids="zipf"),
+        replace(base, name="fwd_bwd-fp32", op="fwd_bwd"),
+        replace(base, name="fwd_bwd_sgd-fp32", op="fwd_bwd_sgd"),
+        replace(base, name="fwd_bwd_rowwise_adagrad-fp32", op="fwd_bwd_rowwise_adagrad"),
+        replace(base, name=f"fwd-fp32-{s.multi_tables}tables", rows=s.multi_rows, batch=s.multi_batch,
+                tables=s.multi_tables),
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------- bytes per op
+# Bytes the op has to move through memory, the same count for every implementation: duplicate ids each
+# read their row (a lookup), while the backward reads each bag's output gradient once and touches each of
+# the U unique rows once. Sorting, index bookkeeping and re-reads served from cache are not counted.
+
+
+def _elem(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def fwd_bytes(c: Case) -> int:
+    ids = c.tables * c.batch * c.pool
+    return (
+        ids * c.dim * _elem(c.dtype)  # one table row read per id
+        + ids * 8  # the ids (int64)
+        + (c.tables * c.batch + 1) * 8  # the bag offsets (int64)
+        + c.batch * c.tables * c.dim * _elem(c.dtype)  # the pooled output written, in the table dtype
+    )
+
+
+def _bwd_input_bytes(c: Case) -> int:
+    ids = c.tables * c.batch * c.pool
+    return (
+        c.batch * c.tables * c.dim * _elem(c.dtype)  # the output gradient, each bag's row read once
+        + ids * 8  # the ids, read again to find each id's row
+        + (c.tables * c.batch + 1) * 8  # the bag offsets, read again
+    )
+
+
+def fwd_bwd_bytes(c: Case, unique_rows: int) -> int:
+    return (
+        fwd_bytes(c)
+        + _bwd_input_bytes(c)
+        + unique_rows * c.dim * _elem(c.dtype)  # the sparse gradient's U rows written, in the table dtype
+        + unique_rows * 8  # and their row numbers (int64)
+    )
+
+
+def fwd_bwd_sgd_bytes(c: Case, unique_rows: int) -> int:
+    return (
+        fwd_bytes(c)
+        + _bwd_input_bytes(c)
+        + 2 * unique_rows * c.dim * _elem(c.dtype)  # each touched row read and written once (the update)
+    )
+
+
+def fwd_bwd_rowwise_adagrad_bytes(c: Case, unique_rows: int) -> int:
+    return (
+        fwd_bwd_sgd_bytes(c, unique_rows) + 2 * unique_rows * 4  # each touched row's fp32 state read and written once
+    )
+
+
+def case_bytes(c: Case, unique_rows: int) -> int:
+    if c.op == "fwd":
+        return fwd_bytes(c)
+    counts = {"fwd_bwd": fwd_bwd_bytes, "fwd_bwd_sgd": fwd_bwd_sgd_bytes,
+              "fwd_bwd_rowwise_adagrad": fwd_bwd_rowwise_adagrad_bytes}  # fmt: skip
+    return counts[c.op](c, unique_rows)
+
+
+# -------------------------------------------------------------------------------------------------- inputs
+
+
+@dataclass
+class Problem:
+    """One batch in the layout of `recsys.ops.embedding_bag` (T tables, B bags per table, fixed pool P)."""
+
+    weights: torch.Tensor  # (T*R, D)
+    indices: torch.Tensor  # (T*B*P,) int64 ids local to their table, table-major
+    offsets: torch.Tensor  # (T*B+1,) int64
+    row_offsets: torch.Tensor  # (T+1,) int64
+    tables: int
+    pool: int
+
+    @property
+    def batch(self) -> int:
+        return (self.offsets.numel() - 1) // self.tables
+
+    def flat_rows(self) -> torch.Tensor:
+        """(N,) row of each id in the flat buffer."""
+        table = torch.arange(self.tables, device=self.indices.device).repeat_interleave(self.batch * self.pool)
+        return self.row_offsets[table] + self.indices
+
+    def sliced(self, bags: int) -> Problem:
+        """The first `bags` bags of every table (the correctness slice)."""
+        bags = min(bags, self.batch)
+        ids = self.indices.view(self.tables, self.batch, self.pool)[:, :bags].reshape(-1)
+        return replace(self, indices=ids, offsets=_fixed_offsets(self.tables * bags, self.pool, ids.device))
+
+    def compacted(self) -> Problem:
+        """The same bags over one small table holding only the touched rows (for checking updates; T=1)."""
+        assert self.tables == 1, "compacted() keeps the (B, D) layout of one table only"
+        unique, inverse = torch.unique(self.flat_rows(), return_inverse=True)
+        return Problem(
+            self.weights[unique].clone(), inverse.flatten(), self.offsets[: self.tables * self.batch + 1].clone(),
+            torch.tensor([0, unique.numel()], device=unique.device), 1, self.pool,
+        )  # fmt: skip
+
+
+def _fixed_offsets(bags: int, pool: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(bags + 1, dtype=torch.int64, device=device) * pool
+
+
+def zipf_ids(num_rows: int, n: int, alpha: float, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    """(n,) ids in [0, num_rows): rank k has probability ~ k^-alpha (inverse CDF), ranks shuffled over the rows."""
+    weights = torch.arange(1, num_rows + 1, dtype=torch.float64, device=device).pow_(-alpha)
+    cdf = torch.cumsum(weights, dim=0)
+    u = torch.rand(n, dtype=torch.float64, device=device, generator=gen) * cdf[-1]
+    rank = torch.searchsorted(cdf, u).clamp_(max=num_rows - 1)
+    return torch.randperm(num_rows, device=device, generator=gen)[rank]
+
+
+def make_problem(c: Case, sizes: Sizes, device: torch.device, seed: int = 0) -> Problem:
+    gen = torch.Generator(device=device).manual_seed(seed)
+    n = c.batch * c.pool
+    per_table = [
+        zipf_ids(c.rows, n, sizes.zipf_alpha, gen, device)
+        if c.ids == "zipf"
+        else torch.randint(0, c.rows, (n,), device=device, generator=gen)
+        for _ in range(c.tables)
+    ]
+    weights = torch.randn(c.tables * c.rows, c.dim, device=device, dtype=c.dtype, generator=gen)
+    return Problem(
+        weights, torch.cat(per_table), _fixed_offsets(c.tables * c.batch, c.pool, device),
+        torch.arange(c.tables + 1, device=device) * c.rows, c.tables, c.pool,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------- implementations
+# Each returns a step function; forward steps return the (B, T*D) output, update steps update in place.
+
+
+def ours_step(op: str, p: Problem, grad_output: torch.Tensor) -> Callable[[], Any]:
+    if op == "fwd":
+        return lambda: embedding_bag(p.weights, p.indices, p.offsets, p.row_offsets, kernel=Kernel.TRITON)
+    if op == "fwd_bwd":
+        leaf = p.weights.detach().requires_grad_()
+
+        def fwd_bwd() -> torch.Tensor:
+            leaf.grad = None
+            embedding_bag(leaf, p.indices, p.offsets, p.row_offsets, kernel=Kernel.TRITON).backward(grad_output)
+            assert leaf.grad is not None
+            return leaf.grad  # sparse (R, D)
+
+        return fwd_bwd
+    adagrad = op == "fwd_bwd_rowwise_adagrad"
+    optimizer = RowwiseOptimizer(OptimType.EXACT_ROWWISE_ADAGRAD if adagrad else OptimType.SGD, lr=LR, eps=EPS)
+    state = torch.zeros(p.weights.shape[0], device=p.weights.device) if adagrad else None
+
+    def fwd_bwd_update() -> torch.Tensor:
+        embedding_bag(p.weights, p.indices, p.offsets, p.row_offsets, kernel=Kernel.TRITON)
+        fused_backward_update(grad_output, p.weights, p.indices, p.offsets, p.row_offsets, optimizer=optimizer,
+                              state=state, kernel=Kernel.TRITON)  # fmt: skip
+        return p.weights
+
+    return fwd_bwd_update
+
+
+def torch_step(op: str, p: Problem, grad_output: torch.Tensor) -> tuple[Callable[[], Any], str]:
+    """(step, what it does) with torch's own ops."""
+    if op == "fwd" and p.tables > 1:
+        rows = p.weights.shape[0] // p.tables
+        tables = [p.weights[t * rows : (t + 1) * rows] for t in range(p.tables)]
+        ids = p.indices.view(p.tables, -1)
+        local_offsets = _fixed_offsets(p.batch, p.pool, p.weights.device)
+
+        def per_table() -> torch.Tensor:
+            outs = [
+                F.embedding_bag(ids[t], tables[t], local_offsets, mode="sum", include_last_offset=True)
+                for t in range(p.tables)
+            ]
+            return torch.cat(outs, dim=1)
+
+        return per_table, f"{p.tables} F.embedding_bag calls (one per table) + torch.cat to (B, T*D)"
+    if op == "fwd":
+
+        def one_call() -> torch.Tensor:
+            return F.embedding_bag(p.indices, p.weights, p.offsets, mode="sum", include_last_offset=True)
+
+        return one_call, "F.embedding_bag(mode='sum')"
+    param = torch.nn.Parameter(p.weights.detach())  # shares the storage
+    optim: torch.optim.Optimizer | None = None
+    what = "F.embedding_bag(sparse=True) + backward"
+    if op == "fwd_bwd_sgd":
+        optim, what = torch.optim.SGD([param], lr=LR), what + " + torch.optim.SGD step (sparse gradient)"
+    elif op == "fwd_bwd_rowwise_adagrad":
+        optim = torch.optim.Adagrad([param], lr=LR, eps=EPS)
+        what += " + torch.optim.Adagrad step (sparse gradient; element-wise state, not row-wise)"
+
+    def fwd_bwd() -> torch.Tensor:
+        param.grad = None
+        out = F.embedding_bag(p.indices, param, p.offsets, mode="sum", include_last_offset=True, sparse=True)
+        out.backward(grad_output)
+        if optim is not None:
+            optim.step()
+            return param.detach()
+        assert param.grad is not None
+        return param.grad
+
+    return fwd_bwd, what
+
+
+def fbgemm_step(c: Case, p: Problem, grad_output: torch.Tensor) -> Callable[[], Any] | None:
+    """FBGEMM's TBE (fused backward + optimizer), or None for ops it has no counterpart of."""
+    if c.op == "fwd_bwd":
+        return None  # FBGEMM's TBE fuses the optimizer: no plain sparse gradient to compare with
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    cuda = p.weights.device.type == "cuda"
+    where = (EmbeddingLocation.DEVICE, ComputeDevice.CUDA) if cuda else (EmbeddingLocation.HOST, ComputeDevice.CPU)
+    precision = SparseType.BF16 if c.dtype == torch.bfloat16 else SparseType.FP32
+    optim = EmbOptimType.EXACT_ROWWISE_ADAGRAD if c.op == "fwd_bwd_rowwise_adagrad" else EmbOptimType.EXACT_SGD
+    tbe = SplitTableBatchedEmbeddingBagsCodegen(
+        embedding_specs=[(c.rows, c.dim, *where) for _ in range(c.tables)],
+        optimizer=optim, learning_rate=LR, eps=EPS, pooling_mode=PoolingMode.SUM,
+        weights_precision=precision, output_dtype=precision, device=p.weights.device,
+    )  # fmt: skip
+    if c.op == "fwd":
+        return lambda: tbe(p.indices, p.offsets)
+    return lambda: tbe(p.indices, p.offsets).backward(grad_output)  # the update happens in the backward
+
+
+def fbgemm_status(device: torch.device) -> str | None:
+    """None when FBGEMM's TBE runs on `device`, else why not (e.g. the CPU build on a GPU)."""
+    try:
+        sizes = replace(SMOKE, rows=8, dim=8, batch=2, pool=2)
+        c = Case("probe", "fwd", torch.float32, sizes.rows, sizes.dim, sizes.batch, sizes.pool, 1, "uniform")
+        p = make_problem(c, sizes, device)
+        step = fbgemm_step(c, p, torch.zeros(2, 8, device=device))
+        assert step is not None
+        step()
+    except Exception as err:  # an optional comparison: any failure only means "not here"
+        return _describe(err)
+    return None
+
+
+def _describe(err: Exception) -> str:
+    first_line = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {first_line}"[:300]
+
+
+# ------------------------------------------------------------------------------------------------ checking
+
+
+def check(c: Case, p: Problem) -> str:
+    """Assert the Triton result equals torch's (or the reference's, for row-wise Adagrad) on this small slice."""
+    gen = torch.Generator(device=p.weights.device).manual_seed(1)
+    grad_output = torch.randn(p.batch, p.tables * c.dim, device=p.weights.device, generator=gen)
+    tolerance = TOLERANCE[c.dtype]
+    if c.op == "fwd":
+        ours, theirs = ours_step(c.op, p, grad_output)(), torch_step(c.op, p, grad_output)[0]()
+        torch.testing.assert_close(ours.float(), theirs.float(), **tolerance)
+        return f"forward of {p.batch} bags per table = torch's"
+    small = p.compacted()  # updates change the table: check on a copy of the touched rows
+    if c.op == "fwd_bwd_rowwise_adagrad":
+        weights = small.weights.detach().clone().requires_grad_()
+        reference.embedding_bag(weights, small.indices, small.offsets).backward(grad_output)
+        assert weights.grad is not None
+        expected, _ = reference.rowwise_adagrad_update(
+            small.weights, torch.zeros(small.weights.shape[0], device=weights.device), weights.grad, LR, EPS
+        )
+        against = "the fp32 reference (torch's Adagrad is element-wise)"
+    else:
+        expected = torch_step(c.op, replace(small, weights=small.weights.clone()), grad_output)[0]()
+        against = "torch's"
+    ours = ours_step(c.op, small, grad_output)()
+    if ours.is_sparse:
+        ours, expected = ours.to_dense(), expected.to_dense()
+    torch.testing.assert_close(ours.float(), expected.float(), **tolerance)
+    return f"{c.op} on {p.batch} bags ({small.weights.shape[0]} unique rows) = {against}"
+
+
+# -------------------------------------------------------------------------------------------------- timing
+
+
+def make_timer(device: torch.device, smoke: bool) -> tuple[Callable[[Callable[[], Any]], float], str]:
+    """(a function returning the median milliseconds of a step, its description)."""
+    if device.type == "cuda":
+        from triton.testing import do_bench
+
+        return (
+            lambda fn: float(do_bench(fn, return_mode="median")),
+            "triton.testing.do_bench median (warmup 25 ms, rep 100 ms, L2 flushed between runs)",
+        )
+    reps = 2 if smoke else 20
+
+    def cpu_median(fn: Callable[[], Any]) -> float:
+        fn()  # warm-up (compilation, allocation)
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(times)
+
+    return cpu_median, f"time.perf_counter median of {reps} runs after one warm-up (CPU)"
+
+
+def copy_bandwidth(num_bytes: int, device: torch.device, timer: Callable[[Callable[[], Any]], float]) -> float:
+    """GB/s of a device-to-device copy of `num_bytes` (bytes read + written)."""
+    src = torch.randn(num_bytes // 4, device=device)
+    dst = torch.empty_like(src)
+    ms = timer(lambda: dst.copy_(src))
+    return 2 * src.numel() * 4 / (ms * 1e6)
+
+
+def run_case(
+    c: Case,
+    sizes: Sizes,
+    device: torch.device,
+    timer: Callable[[Callable[[], Any]], float],
+    copy_gbps: float,
+    fbgemm_reason: str | None,
+) -> dict[str, Any]:
+    p = make_problem(c, sizes, device)
+    # The forward kernel is autotuned on its first call (the key has no batch size): tune it at full size.
+    ours_step("fwd", p, torch.empty(0))()
+    checked = check(c, p.sliced(sizes.check_bags))
+    unique_rows = int(torch.unique(p.flat_rows()).numel())
+    grad_output = torch.randn(c.batch, c.tables * c.dim, device=device)
+    nbytes = case_bytes(c, unique_rows)
+    ms = timer(ours_step(c.op, p, grad_output))
+    torch_fn, torch_impl = torch_step(c.op, p, grad_output)
+    torch_ms = timer(torch_fn)
+    fbgemm_ms: float | None = None
+    fbgemm_note = fbgemm_reason
+    if fbgemm_reason is None:
+        try:
+            fbgemm_fn = fbgemm_step(c, p, grad_output)
+            if fbgemm_fn is None:
+                fbgemm_note = "no FBGEMM counterpart: its TBE fuses the optimizer into the backward"
+            else:
+                fbgemm_ms = timer(fbgemm_fn)
+        except Exception as err:  # optional: a failing FBGEMM case must not lose the others' figures
+            fbgemm_note = _describe(err)
+    gbps = nbytes / (ms * 1e6)
+    result = {
+        "name": c.name,
+        "op": c.op,
+        "dtype": str(c.dtype).removeprefix("torch."),
+        "rows": c.rows,
+        "dim": c.dim,
+        "batch": c.batch,
+        "pool": c.pool,
+        "tables": c.tables,
+        "ids": c.ids,
+        "unique_rows": unique_rows,
+        "bytes": nbytes,
+        "ms": _sig(ms),
+        "GBps": _sig(gbps),
+        "torch_ms": _sig(torch_ms),
+        "torch_GBps": _sig(nbytes / (torch_ms * 1e6)),
+        "ratio_vs_torch": _sig(torch_ms / ms),
+        "fraction_of_copy": _sig(gbps / copy_gbps),
+        "torch_impl": torch_impl,
+        "fbgemm_ms": None if fbgemm_ms is None else _sig(fbgemm_ms),
+        "fbgemm_GBps": None if fbgemm_ms is None else _sig(nbytes / (fbgemm_ms * 1e6)),
+        "fbgemm_note": fbgemm_note,
+        "checked": checked,
+    }
+    del p, grad_output, torch_fn
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+
+
+def _sig(x: float, digits: int = 4) -> float:
+    """`x` rounded to `digits` significant digits (CPU smoke figures are tiny, GPU ones large)."""
+    return float(f"{x:.{digits}g}")
+
+
+def gpu_name(device: torch.device) -> tuple[str, str]:
+    """(the device's name, a short slug for the file name: "h100", "cpu")."""
+    if device.type != "cuda":
+        return "cpu", "cpu"
+    name = torch.cuda.get_device_name(device)
+    model = re.search(r"\b([A-Z]+\d{2,4}[A-Za-z]?)\b", name)
+    slug = model.group(1) if model else name
+    return name, re.sub(r"[^a-z0-9]+", "-", slug.lower()).strip("-")
+
+
+def print_table(cases: list[dict[str, Any]], copy_gbps: float) -> None:
+    print(f"device-to-device copy: {copy_gbps:,.0f} GB/s")
+    header = (
+        f"{'case':<32} {'ms':>9} {'GB/s':>8} {'copy':>5} {'torch ms':>9} {'torch GB/s':>10} {'x torch':>7} "
+        f"{'fbgemm ms':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in cases:
+        fbgemm = "-" if r["fbgemm_ms"] is None else f"{r['fbgemm_ms']:.3f}"
+        print(
+            f"{r['name']:<32} {r['ms']:>9.3f} {r['GBps']:>8,.0f} {r['fraction_of_copy']:>5.0%} {r['torch_ms']:>9.3f} "
+            f"{r['torch_GBps']:>10,.0f} {r['ratio_vs_torch']:>7.2f} {fbgemm:>9}"
+        )
+
+
+def main(argv: list[str] | None = None) -> Path:
+    names = [c.name for c in all_cases(Sizes())]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, few runs (on CPU: Triton's interpreter)")
+    parser.add_argument("--case", action="append", choices=names + [c.name for c in all_cases(SMOKE)],
+                        help="run only these cases (repeatable); default: all")  # fmt: skip
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
+    args = parser.parse_args(argv)
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type != "cuda":
+        if not args.smoke:
+            raise SystemExit("no CUDA device: this benchmark is for a GPU; pass --smoke for a quick run on CPU")
+        # Before `triton` is first imported: the kernels then run in Triton's interpreter.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import triton
+
+    sizes = SMOKE if args.smoke else Sizes()
+    cases = [c for c in all_cases(sizes) if not args.case or c.name in args.case]
+    timer, timer_note = make_timer(device, args.smoke)
+    copy_gbps = copy_bandwidth(sizes.copy_bytes, device, timer)
+    fbgemm_reason = fbgemm_status(device)
+    results = []
+    for c in cases:
+        results.append(run_case(c, sizes, device, timer, copy_gbps, fbgemm_reason))
+        print(f"  {c.name}: {results[-1]['ms']:.3f} ms, {results[-1]['GBps']:,.0f} GB/s", flush=True)
+    gpu, slug = gpu_name(device)
+    name = f"kernels-embedding-bag-{slug}" + ("-smoke" if args.smoke else "")
+    result = {
+        "name": name,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "copy_GBps": _sig(copy_gbps),
+        "copy_bytes": 2 * (sizes.copy_bytes // 4) * 4,
+        "smoke": args.smoke,
+        "timer": timer_note,
+        "fbgemm": {"available": fbgemm_reason is None, "reason": fbgemm_reason},
+        "notes": {
+            "GBps": "bytes the op must move (see benchmarks/kernels/embedding_bag.py, *_bytes) / median time; "
+            "1 GB = 1e9 bytes; the same byte count for ours, torch and FBGEMM",
+            "ratio_vs_torch": "torch_ms / ms: above 1 means the Triton kernel is faster",
+            "fraction_of_copy": "GBps / copy_GBps",
+            "rows": "rows per table",
+            "kernel": "ours = recsys.ops.embedding_bag with Kernel.TRITON (the fused optimizer for *_sgd/*_adagrad)",
+        },
+        "cases": results,
+        "machine": machine(),
+        "versions": versions("triton", "fbgemm-gpu", "fbgemm-gpu-cpu"),
+        "command": command(),
+    }
+    path = write_result(name, result, args.results_dir)
+    print_table(results, copy_gbps)
+    print(f"-> {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""The kernel benchmark's --smoke run: every case runs (and checks itself), and the JSON has the issue's fields."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels" / "embedding_bag.py"
+TOP_LEVEL = {"gpu": str, "torch": str, "triton": str, "copy_GBps": float, "cases": list, "machine": dict,
+             "versions": dict, "command": str}  # fmt: skip
+CASE_FIELDS = {"op", "dtype", "rows", "dim", "batch", "pool", "tables", "ids", "ms", "GBps", "torch_ms",
+               "torch_GBps", "ratio_vs_torch", "fraction_of_copy"}  # fmt: skip
+POSITIVE = ["rows", "dim", "batch", "pool", "tables", "ms", "GBps", "torch_ms", "torch_GBps", "ratio_vs_torch",
+            "fraction_of_copy", "bytes", "unique_rows"]  # fmt: skip
+
+
+@functools.cache
+def load_script() -> ModuleType:
+    """The script as a module (it is a CLI under benchmarks/, not an installed package)."""
+    spec = importlib.util.spec_from_file_location("kernel_benchmark", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fbgemm_gpu's own import-time notices
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")  # torch's sparse Adagrad
+def test_smoke_run_writes_the_issue_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = load_script().main(["--smoke", "--results-dir", str(tmp_path)])
+    slug = (
+        "cpu" if not torch.cuda.is_available() else path.stem.removeprefix("kernels-embedding-bag-")[: -len("-smoke")]
+    )
+    assert path == tmp_path / f"kernels-embedding-bag-{slug}-smoke.json"
+    result = json.loads(path.read_text())
+    for key, kind in TOP_LEVEL.items():
+        assert isinstance(result[key], kind), key
+    assert result["copy_GBps"] > 0 and result["smoke"] is True
+
+    cases = result["cases"]
+    ops = {c["op"] for c in cases}
+    assert {"fwd", "fwd_bwd_sgd", "fwd_bwd_rowwise_adagrad"} <= ops
+    assert {c["dtype"] for c in cases} == {"float32", "bfloat16"}
+    assert {c["ids"] for c in cases} == {"uniform", "zipf"}
+    assert any(c["tables"] > 1 for c in cases)
+    for case in cases:
+        assert CASE_FIELDS <= case.keys(), CASE_FIELDS - case.keys()
+        bad = [key for key in POSITIVE if not (isinstance(case[key], int | float) and 0 < case[key] < math.inf)]
+        assert not bad, (case["name"], bad)
+        assert case["checked"]  # each case checked its Triton result before timing
+    printed = capsys.readouterr().out  # the table
+    assert all(c["name"] in printed for c in cases)
+
+
+def test_zipf_ids_are_skewed_and_in_range() -> None:
+    script = load_script()
+    gen = torch.Generator().manual_seed(0)
+    ids = script.zipf_ids(1_000, 20_000, 1.15, gen, torch.device("cpu"))
+    assert ids.min() >= 0 and ids.max() < 1_000
+    counts = torch.bincount(ids, minlength=1_000).sort(descending=True).values
+    # rank 1 holds 1 / H(1000, 1.15) ~ 23% of the ids; a uniform draw would give each row ~0.1%
+    assert 0.18 < counts[0] / ids.numel() < 0.28
+    assert counts[0] > 1.8 * counts[1]
+
+
+def test_bytes_are_counted_per_op() -> None:
+    script = load_script()
+    c = script.Case("x", "fwd", torch.float32, rows=100, dim=4, batch=2, pool=3, tables=1, ids="uniform")
+    # 6 rows of 16 bytes read + 6 int64 ids + 3 int64 offsets + 2 pooled rows of 16 bytes written
+    assert script.case_bytes(c, unique_rows=5) == 6 * 16 + 6 * 8 + 3 * 8 + 2 * 16
+    sgd = script.case_bytes(script.replace(c, op="fwd_bwd_sgd"), unique_rows=5)
+    # + the output gradient (2 x 16) + ids and offsets again + 5 touched rows read and written
+    assert sgd == script.case_bytes(c, unique_rows=5) + 2 * 16 + 6 * 8 + 3 * 8 + 2 * 5 * 16
+    adagrad = script.case_bytes(script.replace(c, op="fwd_bwd_rowwise_adagrad"), unique_rows=5)
+    assert adagrad == sgd + 2 * 5 * 4
