@@ -44,6 +44,11 @@ def versions(*packages: str) -> dict[str, str]:
     return out
 
 
+def significant(x: float, digits: int = 4) -> float:
+    """`x` rounded to `digits` significant digits (CPU smoke figures are tiny, GPU ones large)."""
+    return float(f"{x:.{digits}g}")
+
+
 def command() -> str:
     return " ".join([Path(sys.executable).name, *sys.argv])
 

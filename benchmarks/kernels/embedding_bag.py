@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.common import RESULTS_DIR, command, machine, versions, write_result
+from benchmarks.common import RESULTS_DIR, command, machine, significant, versions, write_result
 from recsys.ops.embedding_bag import Kernel, OptimType, RowwiseOptimizer, embedding_bag, fused_backward_update
 from recsys.ops.reference import embedding_bag as reference
 
@@ -446,15 +446,15 @@ def run_case(
         "ids": c.ids,
         "unique_rows": unique_rows,
         "bytes": nbytes,
-        "ms": _sig(ms),
-        "GBps": _sig(gbps),
-        "torch_ms": _sig(torch_ms),
-        "torch_GBps": _sig(nbytes / (torch_ms * 1e6)),
-        "ratio_vs_torch": _sig(torch_ms / ms),
-        "fraction_of_copy": _sig(gbps / copy_gbps),
+        "ms": significant(ms),
+        "GBps": significant(gbps),
+        "torch_ms": significant(torch_ms),
+        "torch_GBps": significant(nbytes / (torch_ms * 1e6)),
+        "ratio_vs_torch": significant(torch_ms / ms),
+        "fraction_of_copy": significant(gbps / copy_gbps),
         "torch_impl": torch_impl,
-        "fbgemm_ms": None if fbgemm_ms is None else _sig(fbgemm_ms),
-        "fbgemm_GBps": None if fbgemm_ms is None else _sig(nbytes / (fbgemm_ms * 1e6)),
+        "fbgemm_ms": None if fbgemm_ms is None else significant(fbgemm_ms),
+        "fbgemm_GBps": None if fbgemm_ms is None else significant(nbytes / (fbgemm_ms * 1e6)),
         "fbgemm_note": fbgemm_note,
         "checked": checked,
     }
@@ -465,11 +465,6 @@ def run_case(
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
-
-
-def _sig(x: float, digits: int = 4) -> float:
-    """`x` rounded to `digits` significant digits (CPU smoke figures are tiny, GPU ones large)."""
-    return float(f"{x:.{digits}g}")
 
 
 def gpu_name(device: torch.device) -> tuple[str, str]:
@@ -532,7 +527,7 @@ def main(argv: list[str] | None = None) -> Path:
         "gpu": gpu,
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "copy_GBps": _sig(copy_gbps),
+        "copy_GBps": significant(copy_gbps),
         "copy_bytes": 2 * (sizes.copy_bytes // 4) * 4,
         "smoke": args.smoke,
         "timer": timer_note,
