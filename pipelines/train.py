@@ -15,6 +15,7 @@ from recsys.data.prepared import SequenceData, load_prepared
 from recsys.data.schema import TEST, VALID
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.evaluation.slices import slice_metrics
+from recsys.models.generative import GenerativeRetriever
 from recsys.models.popularity import Popularity
 from recsys.models.registry import Model, build_model
 from recsys.training.trainer import FitResult, fit
@@ -39,6 +40,8 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
     """
     data = load_prepared(data_dir)
     model = build_model(config.model.name, config.model.params, data.num_items)
+    if isinstance(model, GenerativeRetriever):
+        model.mark_new_items(data.cold_mask)  # cold-start items: served through `new_item_slots`, if any
     eval_config = _eval_config(config, model)
     t = config.tracking
     with start_tracking(t.enabled, t.resolved_uri(), config.experiment_name, config.name) as tracker:

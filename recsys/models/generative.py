@@ -12,6 +12,7 @@ Dimension letters: B users, H history items, T code levels, S = 1 + H * T encode
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +37,9 @@ class GenerativeConfig:
     dropout: float = 0.1
     beam_size: int = 50  # >= the largest k evaluated
     user_buckets: int = 2000  # hashed user tokens (TIGER: 2,000); 0 = no user token
+    # Of the W items returned, this many are reserved for items marked new (`mark_new_items`): the model was
+    # never trained to emit them, so they would rarely reach the beam (TIGER's epsilon * K). 0 = off.
+    new_item_slots: int = 0
 
 
 class GenerativeRetriever(nn.Module):
@@ -48,6 +52,7 @@ class GenerativeRetriever(nn.Module):
 
     codes: torch.Tensor  # (V+1, T) buffer
     offsets: torch.Tensor  # (T,) buffer: first token id of every level
+    new_items: torch.Tensor  # (V+1,) bool buffer: items added after training (cold start)
 
     def __init__(self, config: GenerativeConfig, codes: torch.Tensor) -> None:
         super().__init__()
@@ -56,8 +61,14 @@ class GenerativeRetriever(nn.Module):
             raise ValueError(
                 f"codes must be (num_items + 1, {T}) = ({config.num_items + 1}, {T}), got {tuple(codes.shape)}"
             )
+        if not 0 <= config.new_item_slots <= config.beam_size:
+            raise ValueError(
+                f"new_item_slots must be in [0, beam_size={config.beam_size}], got {config.new_item_slots}. "
+                "Fix: reserve fewer slots or widen the beam"
+            )
         self.config = config
         self.register_buffer("codes", codes.long().clone())
+        self.register_buffer("new_items", torch.zeros(config.num_items + 1, dtype=torch.bool))
         sizes = torch.tensor(config.codebook_sizes)
         self.register_buffer("offsets", FIRST_CODE_TOKEN + torch.cumsum(sizes, 0) - sizes)  # (T,) first token per level
         vocab = FIRST_CODE_TOKEN + int(sizes.sum())
@@ -75,19 +86,32 @@ class GenerativeRetriever(nn.Module):
             batch_first=True,
             norm_first=True,
         )
-        self._trie: SemanticIdTrie | None = None
+        self._tries: dict[str, SemanticIdTrie] = {}
 
     @property
     def levels(self) -> int:
         return len(self.config.codebook_sizes)
 
-    def trie(self) -> SemanticIdTrie:
-        """The trie of the catalog's semantic IDs (built once, on the model's device)."""
-        if self._trie is None or self._trie.radix.device != self.codes.device:
-            items = torch.arange(1, self.config.num_items + 1, device=self.codes.device)
-            trie = SemanticIdTrie.build(self.codes[1:].cpu(), items.cpu(), list(self.config.codebook_sizes))
-            self._trie = trie.to(self.codes.device)
-        return self._trie
+    def mark_new_items(self, new: torch.Tensor) -> None:
+        """(V+1,) bool: items to serve through the `new_item_slots` reserved slots (e.g. the cold-start items)."""
+        self.new_items.copy_(new.to(self.new_items.device).bool())
+        self.new_items[PADDING_IDX] = False
+        self._tries.clear()
+
+    def trie(self, subset: Literal["all", "old", "new"] = "all") -> SemanticIdTrie:
+        """The trie of the semantic IDs of all items, of the items not marked new, or of the new ones.
+
+        Built once per subset, on the model's device.
+        """
+        cached = self._tries.get(subset)
+        if cached is None or cached.radix.device != self.codes.device:
+            items = torch.arange(1, self.config.num_items + 1)
+            if subset != "all":
+                new = self.new_items[1:].cpu()
+                items = items[new if subset == "new" else ~new]
+            trie = SemanticIdTrie.build(self.codes.cpu()[items], items, list(self.config.codebook_sizes))
+            cached = self._tries[subset] = trie.to(self.codes.device)
+        return cached
 
     def encode(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, L) left-padded item_idx [+ (B,) user_idx, 0 = unknown] -> memory (B, S, D), padding mask (B, S)."""
@@ -161,6 +185,10 @@ class GenerativeRetriever(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Constrained beam search.
 
+        With `new_item_slots` = s > 0 and items marked new, the W results are the best W - s items that are
+        not new plus the best s new items (each found by a beam search over its own trie), all ranked by
+        their log-probability under the whole catalog's trie.
+
         Args:
             histories: (B, L) left-padded item_idx.
             users: (B,) user_idx (0 = unknown), or None.
@@ -170,8 +198,21 @@ class GenerativeRetriever(nn.Module):
             items (B, W) item_idx best first (0 where fewer than W items exist), log-probs (B, W).
         """
         W = beam_size or self.config.beam_size
-        trie = self.trie()
         memory, pad = self.encode(histories, users)
+        slots = min(self.config.new_item_slots, W)
+        if not slots or not bool(self.new_items.any()):
+            return self._beam_search(memory, pad, self.trie(), W)
+        old, _ = self._beam_search(memory, pad, self.trie("old"), W - slots)
+        new, _ = self._beam_search(memory, pad, self.trie("new"), slots)
+        items = torch.cat([old, new], dim=1)  # (B, W)
+        scores = self.sequence_log_probs(memory, pad, items)
+        scores, order = scores.sort(dim=1, descending=True)
+        return items.gather(1, order), scores
+
+    def _beam_search(
+        self, memory: torch.Tensor, pad: torch.Tensor, trie: SemanticIdTrie, W: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Beam search of width W over `trie` -> items (B, W) best first (0 = none), log-probs (B, W)."""
         B = memory.shape[0]
         memory, pad = memory.repeat_interleave(W, 0), pad.repeat_interleave(W, 0)  # (B*W, S, D)
         scores = torch.full((B, W), float("-inf"), device=memory.device)
@@ -190,6 +231,31 @@ class GenerativeRetriever(nn.Module):
             prefix = torch.cat([prefix.gather(1, beam[..., None].expand(-1, -1, t)), code[..., None]], dim=2)
         items = trie.items(keys).masked_fill(scores == float("-inf"), PADDING_IDX)
         return items, scores
+
+    @torch.no_grad()
+    def sequence_log_probs(self, memory: torch.Tensor, pad: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """Log-probability of each item's semantic ID under trie-constrained decoding of the whole catalog.
+
+        Args:
+            memory, pad: from `encode`, (B, S, D) and (B, S).
+            items: (B, M) item_idx; 0 (no item) scores -inf.
+
+        Returns:
+            (B, M), the scores beam search over `trie()` gives these items.
+        """
+        B, M = items.shape
+        trie, codes = self.trie(), self.codes[items].reshape(B * M, self.levels)  # (B*M, T)
+        states = self.decode(memory.repeat_interleave(M, 0), pad.repeat_interleave(M, 0), codes[:, :-1])
+        total = torch.zeros(B * M, device=memory.device)
+        keys = torch.zeros(B * M, dtype=torch.long, device=memory.device)
+        rows = torch.arange(B * M, device=memory.device)
+        for t in range(self.levels):
+            code = codes[:, t].clamp(min=0)  # the padding item's codes are -1
+            logits = self.level_logits(states[:, t], t).float()
+            logits = logits.masked_fill(~trie.allowed_next(t, keys), float("-inf"))
+            total += F.log_softmax(logits, dim=-1)[rows, code]
+            keys = keys * self.config.codebook_sizes[t] + code
+        return total.view(B, M).masked_fill(items == PADDING_IDX, float("-inf"))
 
     def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
         """(B, L) histories [+ (B,) users] -> (B, V+1): beam log-probs of the W generated items, -inf elsewhere.

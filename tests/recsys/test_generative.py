@@ -19,7 +19,7 @@ def catalog(num_items: int = 14, seed: int = 0) -> torch.Tensor:
     return torch.cat([torch.zeros(1, len(SIZES), dtype=torch.long), chosen])
 
 
-def model(codes: torch.Tensor, beam: int, user_buckets: int = 5) -> GenerativeRetriever:
+def model(codes: torch.Tensor, beam: int, user_buckets: int = 5, new_item_slots: int = 0) -> GenerativeRetriever:
     torch.manual_seed(0)
     config = GenerativeConfig(
         num_items=codes.shape[0] - 1,
@@ -31,6 +31,7 @@ def model(codes: torch.Tensor, beam: int, user_buckets: int = 5) -> GenerativeRe
         num_decoder_layers=1,
         beam_size=beam,
         user_buckets=user_buckets,
+        new_item_slots=new_item_slots,
     )
     return GenerativeRetriever(config, codes).eval()
 
@@ -95,6 +96,37 @@ def test_user_token_personalises_and_hashes_into_buckets() -> None:
     no_token = model(catalog(), beam=14, user_buckets=0)
     assert no_token.user_emb is None
     torch.testing.assert_close(no_token.score(histories[:2], torch.tensor([1, 2]))[0], no_token.score(histories[:1])[0])
+
+
+def test_sequence_log_probs_are_the_exact_trie_constrained_log_probs() -> None:
+    m = model(catalog(), beam=4)
+    histories, users = torch.tensor([[0, 3, 4], [5, 6, 7]]), torch.tensor([1, 2])
+    memory, pad = m.encode(histories, users)
+    items = torch.tensor([[1, 14, 0], [7, 2, 9]])
+    exact = exact_log_probs(m, histories, users)
+    got = m.sequence_log_probs(memory, pad, items)
+    torch.testing.assert_close(got[:, :2], exact.gather(1, items[:, :2]), rtol=1e-4, atol=1e-4)
+    assert got[0, 2] == float("-inf")  # item 0 = no item
+    torch.testing.assert_close(got[1], exact[1, items[1]], rtol=1e-4, atol=1e-4)
+
+
+def test_new_items_get_their_reserved_slots_and_comparable_scores() -> None:
+    new = torch.zeros(15, dtype=torch.bool)
+    new[[2, 5, 11]] = True
+    m = model(catalog(), beam=6, new_item_slots=2)
+    histories, users = torch.tensor([[0, 3, 4], [1, 1, 2]]), torch.tensor([3, 4])
+    exact = exact_log_probs(m, histories, users)
+    assert torch.equal(m.generate(histories, users)[0], model(catalog(), beam=6).generate(histories, users)[0])
+
+    m.mark_new_items(new)
+    items, scores = m.generate(histories, users)
+    for b in range(2):
+        row = items[b].tolist()
+        old_best = [i for i in exact[b].argsort(descending=True).tolist() if i != 0 and not new[i]][:4]
+        new_best = [i for i in exact[b].argsort(descending=True).tolist() if new[i]][:2]
+        assert sorted(row) == sorted(old_best + new_best), "the 4 best old items and the 2 best new ones"
+        torch.testing.assert_close(scores[b], exact[b, items[b]], rtol=1e-4, atol=1e-4)
+        assert (scores[b][:-1] >= scores[b][1:]).all(), "ranked by their log-prob over the whole catalog"
 
 
 def test_training_logits_have_one_head_per_level() -> None:
