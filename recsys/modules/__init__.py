@@ -1,1 +1,1 @@
-"""Reusable nn.Modules (transformer blocks)."""
+"""Reusable nn.Modules: transformer blocks, semantic-ID prefix embeddings, torchrec-compatible embedding bags."""
