@@ -404,8 +404,22 @@ def embedding_bag(
     if out_dtype not in _FLOAT_DTYPES:
         raise ValueError(f"output_dtype must be fp32, bf16, fp16 or None, got {output_dtype}")
     options = _Options(select_kernel(kernel, weights.device), pooling, out_dtype, deterministic, sparse_grad)
+    if _torch_autograd_suffices(options, weights, per_sample_weights):
+        # torch's own embedding_bag backward gives exactly this dense gradient, about twice as fast as ours
+        return _torch_forward(weights, indices, offsets, row_offsets, pooling, None, out_dtype)
     out: torch.Tensor = _EmbeddingBagFunction.apply(weights, per_sample_weights, indices, offsets, row_offsets, options)
     return out
+
+
+def _torch_autograd_suffices(options: _Options, weights: torch.Tensor, per_sample_weights: torch.Tensor | None) -> bool:
+    """TORCH backend, dense table gradient, no per-sample weights, output in the table dtype, no determinism asked."""
+    return (
+        options.kernel is Kernel.TORCH
+        and not options.sparse_grad
+        and not options.deterministic
+        and per_sample_weights is None
+        and options.output_dtype == weights.dtype
+    )
 
 
 def embedding_bag_backward(
