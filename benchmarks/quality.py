@@ -4,7 +4,9 @@ Usage:
     .venv/bin/python benchmarks/quality.py --config configs/beauty-sasrec.yaml --data-dir ../shared/data/amazon-beauty
 
 Writes benchmarks/results/<config name>.json with the dataset, protocol, model, valid/test metrics,
-training time (total, median seconds per epoch), best epoch, machine, versions and the command.
+training time (total, median seconds per epoch), best epoch, machine, versions and the command. Each run
+trains afresh; `--resume` continues a time-boxed one (`--set train.max_train_seconds=S`, then a larger S)
+from the training state it left in the work dir.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import RESULTS_DIR, command, machine, versions, write_result
 from pipelines.config import load_config
 from pipelines.experiment import ExperimentPaths, run_experiment
+from pipelines.train import training_state_path
 from recsys.training.device import resolve_device, use_bf16_autocast
 
 
@@ -40,6 +43,11 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="override a config key (YAML value), e.g. --set train.epochs=40 --set tracking.enabled=false",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the training state an earlier (time-boxed) run left in the work dir; default: train afresh",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("mlflow").setLevel(logging.ERROR)
@@ -53,6 +61,8 @@ def main() -> None:
     overrides.update(_parse_overrides(args.set))
     config = load_config(args.config, overrides)
     paths = ExperimentPaths.under(work, config)
+    if not args.resume:  # a benchmark measures a whole run, not the rest of an earlier one
+        training_state_path(paths.model_dir).unlink(missing_ok=True)
     device = resolve_device(config.train.device)
     start = time.perf_counter()
     outputs = run_experiment(config, paths)
@@ -71,6 +81,7 @@ def main() -> None:
         },
         "model": {"name": config.model.name, **config.model.params},
         "overrides": args.set,
+        "resumed": args.resume,
         "train": config.train.__dict__,
         "metrics": {split: m[split] for split in ("valid", "test", "test_warm", "test_cold") if split in m},
         "train_seconds": round(m["train_seconds"], 1),
