@@ -29,9 +29,6 @@ synchronise the device.
 from __future__ import annotations
 
 import enum
-import functools
-import importlib.util
-import logging
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -39,22 +36,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from recsys.ops import dispatch
+from recsys.ops.dispatch import Kernel as Kernel
+from recsys.ops.dispatch import KernelUnavailableError as KernelUnavailableError  # re-exported for callers
 from recsys.ops.reference import embedding_bag as reference
 from recsys.ops.reference.embedding_bag import Pooling, bag_and_row_of_ids, id_scales
 
-logger = logging.getLogger(__name__)
-
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-class Kernel(enum.Enum):
-    TORCH = "torch"
-    TRITON = "triton"
-    FBGEMM = "fbgemm"
-
-
-class KernelUnavailableError(RuntimeError):
-    """An explicitly requested kernel cannot run here; the message says what to do instead."""
 
 
 class OptimType(enum.Enum):
@@ -71,48 +59,16 @@ class RowwiseOptimizer:
     eps: float = 1e-8  # row-wise Adagrad only; FBGEMM's default
 
 
-def triton_available() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
 def select_kernel(kernel: Kernel | None, device: torch.device) -> Kernel:
     """The kernel that will run on `device`: `kernel` itself (raising if it cannot), or the best available."""
-    if kernel is None:
-        chosen = Kernel.TRITON if device.type == "cuda" and triton_available() else Kernel.TORCH
-        _log_choice(chosen, device.type, "chosen by availability")
-        return chosen
-    if kernel is Kernel.FBGEMM:
-        raise KernelUnavailableError(
-            "Kernel.FBGEMM has no embedding_bag implementation yet: pass kernel=Kernel.TRITON (CUDA), "
-            "kernel=Kernel.TORCH, or kernel=None to choose by availability"
-        )
-    how = "requested"
-    if kernel is Kernel.TRITON and _triton_backend(device).INTERPRETED:  # raises when it cannot run here
-        how = "requested, in Triton's interpreter"
-    _log_choice(kernel, device.type, how)
-    return kernel
-
-
-@functools.cache
-def _log_choice(kernel: Kernel, device_type: str, how: str) -> None:
-    logger.info("embedding_bag: %s kernel on %s (%s)", kernel.name, device_type, how)
+    return dispatch.select_kernel(
+        "embedding_bag", kernel, device, logger_name=__name__, triton_module="embedding_bag",
+        fbgemm_missing="Kernel.FBGEMM has no embedding_bag implementation yet",
+    )  # fmt: skip
 
 
 def _triton_backend(device: torch.device) -> ModuleType:
-    if not triton_available():
-        raise KernelUnavailableError(
-            "Kernel.TRITON needs the `triton` package (CUDA builds of torch bring it; on CPU `pip install triton`), "
-            "or pass kernel=Kernel.TORCH"
-        )
-    from recsys.ops.triton import embedding_bag as backend
-
-    if device.type != "cuda" and not backend.INTERPRETED:
-        raise KernelUnavailableError(
-            f"Kernel.TRITON cannot run on {device.type} tensors: move them to a CUDA device, pass "
-            "kernel=Kernel.TORCH, or (slow, for tests) set TRITON_INTERPRET=1 before `triton` is first imported "
-            "to run the kernels in Triton's interpreter"
-        )
-    return backend
+    return dispatch.triton_backend("embedding_bag", device)
 
 
 def _resolve_row_offsets(weights: torch.Tensor, row_offsets: torch.Tensor | None) -> torch.Tensor:

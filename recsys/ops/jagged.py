@@ -31,16 +31,14 @@ Values (offsets rising from 0 to N) are checked on CPU only: on CUDA a check wou
 
 from __future__ import annotations
 
-import functools
-import logging
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from recsys.ops.embedding_bag import Kernel, KernelUnavailableError, triton_available
-
-logger = logging.getLogger(__name__)
+from recsys.ops import dispatch
+from recsys.ops.dispatch import Kernel as Kernel
+from recsys.ops.dispatch import KernelUnavailableError as KernelUnavailableError  # re-exported for callers
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -48,48 +46,18 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 
 def select_kernel(kernel: Kernel | None, device: torch.device, op: str = "jagged_to_padded_dense") -> Kernel:
     """The kernel that will run `op` on `device`: `kernel` itself (raising if it cannot), or the best available."""
-    if kernel is None:
-        if op == "complete_cumsum":
-            _log_choice(
-                op, Kernel.TORCH, device.type, "chosen by default: torch.cumsum scales, the Triton scan is one program"
-            )
-            return Kernel.TORCH
-        chosen = Kernel.TRITON if device.type == "cuda" and triton_available() else Kernel.TORCH
-        _log_choice(op, chosen, device.type, "chosen by availability")
-        return chosen
-    if kernel is Kernel.FBGEMM:
-        raise KernelUnavailableError(
-            f"Kernel.FBGEMM is reserved for {op} (fbgemm's CPU build, the only one the lent GPU can carry, fails on "
-            "CUDA tensors): pass kernel=Kernel.TRITON (CUDA), kernel=Kernel.TORCH, or kernel=None to choose by "
-            "availability"
-        )
-    how = "requested"
-    if kernel is Kernel.TRITON and _triton_backend(device).INTERPRETED:  # raises when it cannot run here
-        how = "requested, in Triton's interpreter"
-    _log_choice(op, kernel, device.type, how)
-    return kernel
-
-
-@functools.cache
-def _log_choice(op: str, kernel: Kernel, device_type: str, how: str) -> None:
-    logger.info("%s: %s kernel on %s (%s)", op, kernel.name, device_type, how)
+    default = None
+    if op == "complete_cumsum":
+        default = (Kernel.TORCH, "chosen by default: torch.cumsum scales, the Triton scan is one program")
+    return dispatch.select_kernel(
+        op, kernel, device, logger_name=__name__, triton_module="jagged", default=default,
+        fbgemm_missing=f"Kernel.FBGEMM is reserved for {op} (fbgemm's CPU build, the only one the lent GPU can "
+        "carry, fails on CUDA tensors)",
+    )  # fmt: skip
 
 
 def _triton_backend(device: torch.device) -> ModuleType:
-    if not triton_available():
-        raise KernelUnavailableError(
-            "Kernel.TRITON needs the `triton` package (CUDA builds of torch bring it; on CPU `pip install triton`), "
-            "or pass kernel=Kernel.TORCH"
-        )
-    from recsys.ops.triton import jagged as backend
-
-    if device.type != "cuda" and not backend.INTERPRETED:
-        raise KernelUnavailableError(
-            f"Kernel.TRITON cannot run on {device.type} tensors: move them to a CUDA device, pass "
-            "kernel=Kernel.TORCH, or (slow, for tests) set TRITON_INTERPRET=1 before `triton` is first imported "
-            "to run the kernels in Triton's interpreter"
-        )
-    return backend
+    return dispatch.triton_backend("jagged", device)
 
 
 # ----------------------------------------------------------------------------------------------- validation

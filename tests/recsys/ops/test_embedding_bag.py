@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import recsys.ops.embedding_bag as ops
+from recsys.ops import dispatch
 from recsys.ops.embedding_bag import (
     Kernel,
     KernelUnavailableError,
@@ -322,7 +323,7 @@ def test_reference_semantics_are_fbgemm_tbe(optim: OptimType, pooling: reference
 
 
 def test_auto_choice_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    ops._log_choice.cache_clear()
+    dispatch.log_choice.cache_clear()
     weights = torch.randn(4, 2)
     with caplog.at_level(logging.INFO, logger="recsys.ops.embedding_bag"):
         for _ in range(3):
@@ -341,7 +342,7 @@ def test_unavailable_kernels_raise_with_what_to_do(monkeypatch: pytest.MonkeyPat
         monkeypatch.setattr(triton_backend, "INTERPRETED", False)
         with pytest.raises(KernelUnavailableError, match="TRITON_INTERPRET=1"):
             ops.select_kernel(Kernel.TRITON, cpu)
-    monkeypatch.setattr(ops, "triton_available", lambda: False)
+    monkeypatch.setattr(dispatch, "triton_available", lambda: False)
     with pytest.raises(KernelUnavailableError, match="pip install triton"):
         ops.select_kernel(Kernel.TRITON, cpu)
     assert ops.select_kernel(None, cpu) is Kernel.TORCH

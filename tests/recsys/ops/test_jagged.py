@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import recsys.ops.jagged as ops
+from recsys.ops import dispatch
 from recsys.ops.jagged import (
     Kernel,
     KernelUnavailableError,
@@ -187,7 +188,7 @@ def test_reference_semantics_are_fbgemm(case: Case) -> None:
 
 
 def test_auto_choice_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    ops._log_choice.cache_clear()
+    dispatch.log_choice.cache_clear()
     values = torch.randn(3, 2)
     offsets = torch.tensor([0, 1, 3])
     with caplog.at_level(logging.INFO, logger="recsys.ops.jagged"):
@@ -212,7 +213,7 @@ def test_unavailable_kernels_raise_with_what_to_do(monkeypatch: pytest.MonkeyPat
         monkeypatch.setattr(triton_backend, "INTERPRETED", False)
         with pytest.raises(KernelUnavailableError, match="TRITON_INTERPRET=1"):
             jagged_to_padded_dense(torch.randn(2, 2), torch.tensor([0, 2]), 2, kernel=Kernel.TRITON)
-    monkeypatch.setattr(ops, "triton_available", lambda: False)
+    monkeypatch.setattr(dispatch, "triton_available", lambda: False)
     with pytest.raises(KernelUnavailableError, match="pip install triton"):
         ops.select_kernel(Kernel.TRITON, cpu)
     assert ops.select_kernel(None, cpu) is Kernel.TORCH
