@@ -191,10 +191,15 @@ def _torch_row_grads(
     return unique_rows, grads
 
 
-def _sorted_segments(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(unique rows (U,), perm (N,) = ids sorted by row (stable), seg_offsets (U+1,)) for the Triton kernels."""
-    sorted_rows, perm = torch.sort(rows, stable=True)
-    unique_rows, counts = torch.unique_consecutive(sorted_rows, return_counts=True)
+def _sorted_segments(rows: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(unique rows (U,), perm (N,) = ids sorted by row (stable), seg_offsets (U+1,)) for the Triton kernels.
+
+    `num_rows` bounds the rows: below 2**31 the sort runs on int32 keys (a radix sort: half the passes).
+    """
+    keys = rows.to(torch.int32) if num_rows <= torch.iinfo(torch.int32).max else rows
+    sorted_rows, perm = torch.sort(keys, stable=True)
+    unique_keys, counts = torch.unique_consecutive(sorted_rows, return_counts=True)
+    unique_rows = unique_keys.to(torch.int64)
     seg_offsets = torch.zeros(unique_rows.numel() + 1, dtype=torch.int64, device=rows.device)
     torch.cumsum(counts, dim=0, out=seg_offsets[1:])
     return unique_rows, perm, seg_offsets
@@ -216,7 +221,7 @@ def _row_grads(
     num_tables = row_offsets.numel() - 1
     if kernel is Kernel.TORCH:
         return _torch_row_grads(grad_output, offsets, bag, rows, num_tables, pooling, per_sample_weights, deterministic)
-    unique_rows, perm, seg_offsets = _sorted_segments(rows)
+    unique_rows, perm, seg_offsets = _sorted_segments(rows, weights.shape[0])
     grads = _triton_backend(weights.device).row_grads(
         grad_output, offsets, bag, perm, seg_offsets,
         dim=weights.shape[1], pooling=pooling, per_sample_weights=per_sample_weights,
@@ -486,7 +491,7 @@ def fused_backward_update(
             _torch_update(grad_output, weights, state, offsets, row_offsets, bag, rows, pooling, per_sample_weights,
                           optimizer, deterministic)  # fmt: skip
         else:
-            unique_rows, perm, seg_offsets = _sorted_segments(rows)
+            unique_rows, perm, seg_offsets = _sorted_segments(rows, weights.shape[0])
             _triton_backend(weights.device).fused_update(
                 grad_output, weights, state, offsets, bag, perm, seg_offsets, unique_rows,
                 pooling=pooling, per_sample_weights=per_sample_weights, lr=optimizer.lr, eps=optimizer.eps,

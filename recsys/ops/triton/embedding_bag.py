@@ -36,11 +36,13 @@ SEGMENT_BLOCK_N = 4 if INTERPRETED else 16
 def _forward_configs() -> list[triton.Config]:
     if INTERPRETED:
         return [triton.Config({"BLOCK_N": 4}, num_warps=1)]
+    # Few warps per bag: more bags resident per SM keep more row loads in flight (the op is latency-bound;
+    # an H100 sweep at D=128 put 2 warps ahead of 4 and 8 for fp32 and bf16).
     return [
-        triton.Config({"BLOCK_N": 8}, num_warps=2),
-        triton.Config({"BLOCK_N": 16}, num_warps=4),
+        triton.Config({"BLOCK_N": 16}, num_warps=2),
+        triton.Config({"BLOCK_N": 32}, num_warps=2),
         triton.Config({"BLOCK_N": 32}, num_warps=4),
-        triton.Config({"BLOCK_N": 64}, num_warps=8),
+        triton.Config({"BLOCK_N": 64}, num_warps=4),
     ]
 
 
@@ -92,8 +94,8 @@ def _forward_kernel(
 @triton.jit
 def _segment_grad(
     grad_ptr,  # (B, T*D) gradient of the output, row stride `stride_g`
-    perm_ptr,  # (N,) int64: ids sorted by row (stable)
-    bag_ptr,  # (N,) int64: bag t*B+b of each id
+    perm_ptr,  # (N,) int64: ids sorted by row (stable); read only for per-sample weights
+    sorted_bag_ptr,  # (N,) int64: bag t*B+b of each id, in perm order (one dependent load less per id)
     offsets_ptr,
     psw_ptr,
     seg_start,
@@ -113,12 +115,12 @@ def _segment_grad(
     for j0 in range(seg_start, seg_end, BLOCK_N):
         j = j0 + tl.arange(0, BLOCK_N)
         j_mask = j < seg_end
-        i = tl.load(perm_ptr + j, mask=j_mask, other=0)
-        bag = tl.load(bag_ptr + i, mask=j_mask, other=0)
+        bag = tl.load(sorted_bag_ptr + j, mask=j_mask, other=0)
         t = bag // B
         b = bag - t * B
         scale = tl.where(j_mask, 1.0, 0.0)
         if HAS_WEIGHTS:
+            i = tl.load(perm_ptr + j, mask=j_mask, other=0)
             scale = tl.load(psw_ptr + i, mask=j_mask, other=0.0).to(tl.float32)
         if MEAN:
             length = tl.load(offsets_ptr + bag + 1, mask=j_mask, other=1) - tl.load(
@@ -138,7 +140,7 @@ def _segment_grad(
 def _row_grad_kernel(
     grad_ptr,
     perm_ptr,
-    bag_ptr,
+    sorted_bag_ptr,
     offsets_ptr,
     psw_ptr,
     seg_offsets_ptr,  # (U+1,) int64: unique row u owns perm[seg_offsets[u]:seg_offsets[u+1]]
@@ -157,7 +159,7 @@ def _row_grad_kernel(
     seg_start = tl.load(seg_offsets_ptr + u)
     seg_end = tl.load(seg_offsets_ptr + u + 1)
     acc = _segment_grad(
-        grad_ptr, perm_ptr, bag_ptr, offsets_ptr, psw_ptr, seg_start, seg_end, B, D, stride_g, d, d_mask,
+        grad_ptr, perm_ptr, sorted_bag_ptr, offsets_ptr, psw_ptr, seg_start, seg_end, B, D, stride_g, d, d_mask,
         MEAN, HAS_WEIGHTS, BLOCK_N, BLOCK_D,
     )  # fmt: skip
     tl.store(out_ptr + u.to(tl.int64) * D + d, acc, mask=d_mask)
@@ -167,7 +169,7 @@ def _row_grad_kernel(
 def _fused_update_kernel(
     grad_ptr,
     perm_ptr,
-    bag_ptr,
+    sorted_bag_ptr,
     offsets_ptr,
     psw_ptr,
     seg_offsets_ptr,
@@ -192,7 +194,7 @@ def _fused_update_kernel(
     seg_start = tl.load(seg_offsets_ptr + u)
     seg_end = tl.load(seg_offsets_ptr + u + 1)
     g = _segment_grad(
-        grad_ptr, perm_ptr, bag_ptr, offsets_ptr, psw_ptr, seg_start, seg_end, B, D, stride_g, d, d_mask,
+        grad_ptr, perm_ptr, sorted_bag_ptr, offsets_ptr, psw_ptr, seg_start, seg_end, B, D, stride_g, d, d_mask,
         MEAN, HAS_WEIGHTS, BLOCK_N, BLOCK_D,
     )  # fmt: skip
     row = tl.load(unique_rows_ptr + u)
@@ -245,6 +247,12 @@ def _psw_grad_kernel(
 
 def _block_d(dim: int) -> int:
     return min(triton.next_power_of_2(max(dim, 1)), MAX_BLOCK_D)
+
+
+def _segment_warps(block_d: int) -> int:
+    """Warps of one unique row's program: most rows hold one or two ids, so the backward is latency-bound
+    and small programs (more of them resident per SM) do better; wide rows need more warps for registers."""
+    return 2 if block_d <= 128 else 4 if block_d <= 256 else 8
 
 
 def forward(
@@ -302,9 +310,10 @@ def row_grads(
     block_d = _block_d(dim)
     psw = per_sample_weights if per_sample_weights is not None else grad_output
     _row_grad_kernel[(num_unique, triton.cdiv(dim, block_d))](
-        grad_output, perm, bag, offsets, psw, seg_offsets, out,
+        grad_output, perm, bag[perm], offsets, psw, seg_offsets, out,
         grad_output.shape[0], dim, grad_output.stride(0),
         MEAN=pooling == "mean", HAS_WEIGHTS=per_sample_weights is not None, BLOCK_N=SEGMENT_BLOCK_N, BLOCK_D=block_d,
+        num_warps=_segment_warps(block_d),
     )  # fmt: skip
     return out
 
@@ -337,11 +346,11 @@ def fused_update(
     block_n = SEGMENT_BLOCK_N if block_d <= 256 else 4
     psw = per_sample_weights if per_sample_weights is not None else grad_output
     _fused_update_kernel[(num_unique,)](
-        grad_output, perm, bag, offsets, psw, seg_offsets, unique_rows, weights,
+        grad_output, perm, bag[perm], offsets, psw, seg_offsets, unique_rows, weights,
         state if state is not None else weights,
         grad_output.shape[0], dim, grad_output.stride(0), weights.stride(0), lr, eps,
         MEAN=pooling == "mean", HAS_WEIGHTS=per_sample_weights is not None, ADAGRAD=state is not None,
-        BLOCK_N=block_n, BLOCK_D=block_d, num_warps=8 if block_d >= 512 else 4,
+        BLOCK_N=block_n, BLOCK_D=block_d, num_warps=_segment_warps(block_d),
     )  # fmt: skip
 
 

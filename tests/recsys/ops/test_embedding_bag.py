@@ -218,6 +218,7 @@ def test_fused_update_matches_reference(kernel: Kernel, optim: OptimType, case: 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fbgemm_gpu's own import-time notices
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_layout_matches_torchrec_keyed_tensor(kernel: Kernel) -> None:
+    pytest.importorskip("torchrec")  # installed everywhere `make setup` ran; absent on a bare GPU image
     from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
 
     tables = [
@@ -369,3 +370,46 @@ def test_bad_inputs_are_named(kwargs: dict, message: str) -> None:
     }
     with pytest.raises(ValueError, match=message):
         embedding_bag(**{**call, **kwargs})
+
+
+@pytest.mark.parametrize("dim", [128, 160, 512])  # one D-block, a partial second block, four blocks
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_at_real_sizes_on_cuda(dim: int, dtype: torch.dtype) -> None:
+    """Production-sized batches (B=4,096 bags of 20 ids over 2 x 200,000 rows, Zipf hot rows hit by thousands
+    of ids): forward, sparse gradient and fused row-wise Adagrad against the fp32 reference."""
+    if DEVICE.type != "cuda" or not HAS_TRITON:
+        pytest.skip("real sizes need a CUDA GPU with triton (the interpreter would take hours)")
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    num_tables, rows, batch, pool = 2, 200_000, 4_096, 20
+    ranks = torch.multinomial(
+        torch.arange(1, rows + 1, device=DEVICE, dtype=torch.float32).pow(-1.15), num_tables * batch * pool,
+        replacement=True, generator=gen,
+    )  # fmt: skip
+    case = Case(
+        weights=torch.randn(num_tables * rows, dim, device=DEVICE, generator=gen).to(dtype),
+        row_offsets=torch.tensor([0, rows, 2 * rows], device=DEVICE),
+        indices=ranks,
+        offsets=torch.arange(num_tables * batch + 1, device=DEVICE) * pool,
+        per_sample_weights=None,
+        pooling="sum",
+        batch_size=batch,
+    )
+    grad_output = torch.randn(batch, num_tables * dim, device=DEVICE, generator=gen).to(dtype)
+    expected_out, expected_grad, _ = reference_gradients(case, grad_output)
+
+    out = embedding_bag(case.weights, kernel=Kernel.TRITON, **case.call())
+    torch.testing.assert_close(out.float(), expected_out, **TOLERANCE[dtype])
+    unique_rows, row_grads = embedding_bag_backward(grad_output, case.weights, kernel=Kernel.TRITON, **case.call())
+    assert torch.equal(unique_rows.cpu(), torch.unique(case.rows()))
+    # Hot rows sum ~25,000 fp32 terms of size ~1 in another order than the reference: ~1e-3 apart.
+    torch.testing.assert_close(row_grads, expected_grad[unique_rows], rtol=1e-4, atol=1e-2)
+
+    optimizer = RowwiseOptimizer(OptimType.EXACT_ROWWISE_ADAGRAD, lr=0.05)
+    state = torch.zeros(case.weights.shape[0], device=DEVICE)
+    expected_weights, expected_state = reference.rowwise_adagrad_update(
+        case.weights, state, expected_grad, 0.05, optimizer.eps
+    )
+    weights = case.weights.clone()
+    fused_backward_update(grad_output, weights, optimizer=optimizer, state=state, kernel=Kernel.TRITON, **case.call())
+    torch.testing.assert_close(state, expected_state, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(weights.float(), expected_weights.float(), **TOLERANCE[dtype])

@@ -8,6 +8,8 @@ import torch
 
 from recsys.models.sasrec import SASRec, SASRecConfig
 
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # CPU: Triton's interpreter (conftest.py)
+
 
 def sasrec_with_sid(kernel: Literal["torch", "triton"]) -> SASRec:
     torch.manual_seed(0)
@@ -15,12 +17,12 @@ def sasrec_with_sid(kernel: Literal["torch", "triton"]) -> SASRec:
     config = SASRecConfig(
         num_items=12, max_len=6, dim=8, num_heads=1, ffn_dim=16, sid_levels=2, embedding_kernel=kernel
     )
-    return SASRec(config, codes)
+    return SASRec(config, codes).to(DEVICE)
 
 
 def test_sasrec_semantic_id_lookup_is_the_same_on_torch_and_triton() -> None:
     models = {"torch": sasrec_with_sid("torch"), "triton": sasrec_with_sid("triton")}
-    histories = torch.tensor([[0, 0, 3, 5, 5], [1, 2, 3, 4, 12]])
+    histories = torch.tensor([[0, 0, 3, 5, 5], [1, 2, 3, 4, 12]], device=DEVICE)
     outputs = {}
     for kernel, model in models.items():
         model.eval()
