@@ -52,7 +52,8 @@ class FusedEmbeddingBagCollection(nn.Module):
             in [weight_init_min, weight_init_max] (default ±sqrt(1 / num_embeddings)).
         is_weighted: use the KJT's weights as per-sample weights.
         device: where the tables live.
-        kernel: `Kernel.TORCH`, `Kernel.TRITON`, or None to choose by the device.
+        kernel: `Kernel.TORCH`, `Kernel.TRITON`, `Kernel.FBGEMM` (with sparse_grad=False), or None to choose by
+            the device.
         sparse_grad: table gradients as sparse COO tensors (for SGD / Adagrad / SparseAdam) instead of dense.
     """
 

@@ -1,8 +1,9 @@
-"""Backend choice shared by every op: the `Kernel` enum, Triton availability, the log-once record, Triton loading.
+"""Backend choice shared by every op: the `Kernel` enum, the log-once record, loading Triton / FBGEMM backends.
 
-An op passes its name, its logger and its Triton module; the rules are the same for all: `kernel=None` picks
-TRITON on CUDA when Triton is installed (or the op's own default), else TORCH; an explicit request that cannot
-run raises `KernelUnavailableError` saying what to do; the choice is logged once per (op, kernel, device).
+An op passes its name, its logger and its Triton (and FBGEMM) module; the rules are the same for all:
+`kernel=None` picks TRITON on CUDA when Triton is installed (or the op's own default), else TORCH; an
+explicit request that cannot run raises `KernelUnavailableError` saying what to do; the choice is logged
+once per (op, kernel, device).
 """
 
 from __future__ import annotations
@@ -53,6 +54,23 @@ def triton_backend(module: str, device: torch.device) -> ModuleType:
     return backend
 
 
+def fbgemm_backend(module: str, device: torch.device) -> ModuleType:
+    """`recsys.ops.fbgemm.<module>`, or `KernelUnavailableError` when fbgemm_gpu cannot run it on `device`."""
+    if importlib.util.find_spec("fbgemm_gpu") is None:
+        raise KernelUnavailableError(
+            "Kernel.FBGEMM needs fbgemm_gpu (`make setup` installs fbgemm-gpu on CUDA machines, fbgemm-gpu-cpu "
+            "elsewhere; pins in pyproject.toml), or pass kernel=Kernel.TRITON (CUDA) / kernel=Kernel.TORCH"
+        )
+    backend = importlib.import_module(f"recsys.ops.fbgemm.{module}")
+    if not backend.runs_on(device.type):
+        raise KernelUnavailableError(
+            f"the installed fbgemm_gpu has no {device.type} kernel for this op (its CPU build cannot take CUDA "
+            "tensors): install the matching fbgemm-gpu build, or pass kernel=Kernel.TRITON (CUDA) / "
+            "kernel=Kernel.TORCH"
+        )
+    return backend
+
+
 def select_kernel(
     op: str,
     kernel: Kernel | None,
@@ -60,13 +78,15 @@ def select_kernel(
     *,
     logger_name: str,
     triton_module: str,
-    fbgemm_missing: str,
+    fbgemm_module: str | None = None,
+    fbgemm_missing: str = "",
     default: tuple[Kernel, str] | None = None,
 ) -> Kernel:
     """The kernel that will run `op` on `device`: `kernel` itself (raising if it cannot), or the best available.
 
     Args:
-        fbgemm_missing: why the op has no FBGEMM kernel (the start of the error message).
+        fbgemm_module: the op's module under `recsys.ops.fbgemm`, None when it has no FBGEMM backend.
+        fbgemm_missing: why the op has no FBGEMM kernel (the start of the error message), when it has none.
         default: (kernel, why) chosen when `kernel` is None, instead of choosing by availability.
     """
     if kernel is None:
@@ -76,7 +96,9 @@ def select_kernel(
         )
         log_choice(logger_name, op, chosen, device.type, how)
         return chosen
-    if kernel is Kernel.FBGEMM:
+    if kernel is Kernel.FBGEMM and fbgemm_module is not None:
+        fbgemm_backend(fbgemm_module, device)  # raises if it cannot run
+    elif kernel is Kernel.FBGEMM:
         raise KernelUnavailableError(
             f"{fbgemm_missing}: pass kernel=Kernel.TRITON (CUDA), kernel=Kernel.TORCH, or kernel=None to choose by "
             "availability"

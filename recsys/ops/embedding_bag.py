@@ -13,8 +13,9 @@ Layout (torchrec's `KeyedJaggedTensor` in, `KeyedTensor` out; drawn for T=2, B=2
     output       (B, T*D)  output[b, t*D:(t+1)*D] = pooled bag t*B+b   (= KeyedTensor values)
 
 Backends (`Kernel`): TORCH (plain PyTorch, any device), TRITON (CUDA, or CPU under TRITON_INTERPRET=1),
-FBGEMM (reserved: not implemented yet, requesting it raises). `kernel=None` picks TRITON on CUDA when
-Triton is installed, else TORCH; the choice is logged once per (kernel, device). An explicit request that
+FBGEMM (the forward only, with FBGEMM's dense-gradient autograd, where fbgemm_gpu has a kernel for the
+device; limits in `recsys.ops.fbgemm.embedding_bag`). `kernel=None` picks TRITON on CUDA when Triton is
+installed, else TORCH (never FBGEMM); the choice is logged once per (kernel, device). An explicit request that
 cannot run raises `KernelUnavailableError` saying what to do; nothing is swapped silently.
 
 Gradients (TORCH and TRITON): the table gradient is row-sparse, a coalesced `torch.sparse_coo_tensor`
@@ -63,8 +64,19 @@ def select_kernel(kernel: Kernel | None, device: torch.device) -> Kernel:
     """The kernel that will run on `device`: `kernel` itself (raising if it cannot), or the best available."""
     return dispatch.select_kernel(
         "embedding_bag", kernel, device, logger_name=__name__, triton_module="embedding_bag",
-        fbgemm_missing="Kernel.FBGEMM has no embedding_bag implementation yet",
+        fbgemm_module="embedding_bag",
     )  # fmt: skip
+
+
+def _select_unfused_kernel(kernel: Kernel | None, device: torch.device, op: str) -> Kernel:
+    """`select_kernel` for the ops without an FBGEMM backend (its fused optimizers live in its own TBE module)."""
+    if kernel is Kernel.FBGEMM:
+        raise KernelUnavailableError(
+            f"Kernel.FBGEMM has no {op}: FBGEMM's fused optimizers belong to its TBE module "
+            "(fbgemm_gpu's SplitTableBatchedEmbeddingBagsCodegen, which owns the weights); pass "
+            "kernel=Kernel.TRITON (CUDA) or kernel=Kernel.TORCH"
+        )
+    return select_kernel(kernel, device)
 
 
 def _triton_backend(device: torch.device) -> ModuleType:
@@ -340,8 +352,8 @@ def embedding_bag(
         pooling: "sum" or "mean" (an empty bag pools to zeros; weighted mean = sum(w_i * row_i) / len).
         per_sample_weights: (N,) float weight of each id, optional.
         output_dtype: None = the table dtype; e.g. torch.float32 for fp32 output from a bf16 table.
-        kernel: the backend; None = TRITON on CUDA when available, else TORCH.
-        deterministic: a fixed summation order in the backward (TRITON always has one).
+        kernel: the backend; None = TRITON on CUDA when available, else TORCH; FBGEMM on request.
+        deterministic: a fixed summation order in the backward (TRITON always has one; FBGEMM refuses it).
         sparse_grad: return the table gradient as a sparse COO tensor (True) or dense (False).
 
     Returns:
@@ -365,6 +377,13 @@ def embedding_bag(
     if out_dtype not in _FLOAT_DTYPES:
         raise ValueError(f"output_dtype must be fp32, bf16, fp16 or None, got {output_dtype}")
     options = _Options(select_kernel(kernel, weights.device), pooling, out_dtype, deterministic, sparse_grad)
+    if options.kernel is Kernel.FBGEMM:
+        fbgemm_out: torch.Tensor = dispatch.fbgemm_backend("embedding_bag", weights.device).forward(
+            weights, indices, offsets, row_offsets,
+            pooling=pooling, per_sample_weights=per_sample_weights, output_dtype=out_dtype, sparse_grad=sparse_grad,
+            deterministic=deterministic,
+        )  # fmt: skip
+        return fbgemm_out
     if _torch_autograd_suffices(options, weights, per_sample_weights):
         # torch's own embedding_bag backward gives exactly this dense gradient, and faster than the general path
         return _torch_forward(weights, indices, offsets, row_offsets, pooling, None, out_dtype)
@@ -373,9 +392,13 @@ def embedding_bag(
 
 
 def _torch_autograd_suffices(options: _Options, weights: torch.Tensor, per_sample_weights: torch.Tensor | None) -> bool:
-    """TORCH backend, dense table gradient, no per-sample weights, output in the table dtype, no determinism asked."""
+    """TORCH backend, fp32 table, dense table gradient, no per-sample weights, fp32 output, no determinism asked.
+
+    fp32 only: torch's backward sums duplicate ids in the table dtype, and bf16/fp16 sums drift (we sum in fp32).
+    """
     return (
         options.kernel is Kernel.TORCH
+        and weights.dtype == torch.float32
         and not options.sparse_grad
         and not options.deterministic
         and per_sample_weights is None
@@ -404,7 +427,7 @@ def embedding_bag_backward(
     """
     row_offsets = _resolve_row_offsets(weights, row_offsets)
     _validate_backward(grad_output, weights, indices, offsets, row_offsets, pooling, per_sample_weights)
-    kernel = select_kernel(kernel, weights.device)
+    kernel = _select_unfused_kernel(kernel, weights.device, "embedding_bag_backward")
     bag, rows = bag_and_row_of_ids(indices, offsets, row_offsets)
     return _row_grads(
         kernel, grad_output.contiguous(), weights, offsets, row_offsets, bag, rows, pooling, per_sample_weights,
@@ -479,7 +502,7 @@ def fused_backward_update(
         raise ValueError(f"row-wise Adagrad needs state: a contiguous (R,) = ({weights.shape[0]},) fp32 tensor")
     if not adagrad and state is not None:
         raise ValueError(f"{optimizer.optim.name} keeps no state: pass state=None")
-    kernel = select_kernel(kernel, weights.device)
+    kernel = _select_unfused_kernel(kernel, weights.device, "fused_backward_update")
     grad_output = grad_output.contiguous()
     bag, rows = bag_and_row_of_ids(indices, offsets, row_offsets)
     psw_grad = None

@@ -335,8 +335,13 @@ def test_auto_choice_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_unavailable_kernels_raise_with_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.device("cpu")
-    with pytest.raises(KernelUnavailableError, match=r"kernel=Kernel\.TORCH"):
-        ops.select_kernel(Kernel.FBGEMM, cpu)
+    real_find_spec = importlib.util.find_spec
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            importlib.util, "find_spec", lambda name: None if name == "fbgemm_gpu" else real_find_spec(name)
+        )
+        with pytest.raises(KernelUnavailableError, match="needs fbgemm_gpu"):
+            ops.select_kernel(Kernel.FBGEMM, cpu)
     if HAS_TRITON:
         from recsys.ops.triton import embedding_bag as triton_backend
 
@@ -413,3 +418,62 @@ def test_triton_at_real_sizes_on_cuda(dim: int, dtype: torch.dtype) -> None:
     fused_backward_update(grad_output, weights, optimizer=optimizer, state=state, kernel=Kernel.TRITON, **case.call())
     torch.testing.assert_close(state, expected_state, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(weights.float(), expected_weights.float(), **TOLERANCE[dtype])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fbgemm_gpu's own import-time notices
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_fbgemm_backend_matches_reference(dtype: torch.dtype, pooling: reference.Pooling, weighted: bool) -> None:
+    """Kernel.FBGEMM (fbgemm's dense TBE op): forward and dense table gradient equal the fp32 reference."""
+    pytest.importorskip("fbgemm_gpu")
+    if not importlib.import_module("recsys.ops.fbgemm.embedding_bag").runs_on(DEVICE.type):
+        pytest.skip(f"the installed fbgemm_gpu has no {DEVICE.type} kernel (its CPU build on a GPU machine)")
+    gen = torch.Generator().manual_seed(0)
+    case = Case(
+        weights=torch.randn(12, 8, generator=gen).to(dtype).to(DEVICE),
+        row_offsets=torch.tensor([0, 5, 12], device=DEVICE),
+        indices=torch.tensor([0, 0, 4, 1, 6, 6, 2, 6], device=DEVICE),  # duplicates inside and across bags
+        offsets=torch.tensor([0, 3, 3, 4, 8], device=DEVICE),  # T=2, B=2, one empty bag
+        per_sample_weights=(torch.rand(8, generator=gen) + 0.5).to(DEVICE) if weighted else None,
+        pooling=pooling,
+        batch_size=2,
+    )
+    trainable = not (weighted and pooling == "mean")  # FBGEMM's weighted-mean backward is refused (next test)
+    weights = case.weights.clone().requires_grad_(trainable)
+    out = embedding_bag(
+        weights, per_sample_weights=case.per_sample_weights, kernel=Kernel.FBGEMM, sparse_grad=False, **case.call()
+    )
+    grad_output = torch.randn(out.shape, generator=gen).to(DEVICE).to(dtype)
+    expected_out, expected_grad, _ = reference_gradients(case, grad_output)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), expected_out, **TOLERANCE[dtype])
+    if not trainable:
+        return
+    out.backward(grad_output)
+    assert weights.grad is not None and not weights.grad.is_sparse
+    torch.testing.assert_close(weights.grad.float(), expected_grad, **TOLERANCE[dtype])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_fbgemm_backend_refuses_what_it_cannot_do() -> None:
+    pytest.importorskip("fbgemm_gpu")
+    weights = torch.randn(6, 4, requires_grad=True)
+    ids, offsets = torch.tensor([1, 2, 5]), torch.tensor([0, 2, 3])
+    with pytest.raises(KernelUnavailableError, match="pass sparse_grad=False"):
+        embedding_bag(weights, ids, offsets, kernel=Kernel.FBGEMM)
+    with pytest.raises(KernelUnavailableError, match="detach them"):
+        embedding_bag(weights.detach(), ids, offsets, per_sample_weights=torch.ones(3, requires_grad=True),
+                      kernel=Kernel.FBGEMM)  # fmt: skip
+    with pytest.raises(KernelUnavailableError, match="backward of a weighted mean"):
+        embedding_bag(weights, ids, offsets, per_sample_weights=torch.ones(3), pooling="mean", kernel=Kernel.FBGEMM,
+                      sparse_grad=False)  # fmt: skip
+    with pytest.raises(KernelUnavailableError, match="drop deterministic=True"):
+        embedding_bag(weights, ids, offsets, kernel=Kernel.FBGEMM, sparse_grad=False, deterministic=True)
+    with pytest.raises(KernelUnavailableError, match="no bf16 tables"):
+        embedding_bag(weights.detach().bfloat16(), ids, offsets, kernel=Kernel.FBGEMM)
+    with pytest.raises(KernelUnavailableError, match="SplitTableBatchedEmbeddingBagsCodegen"):
+        fused_backward_update(torch.ones(2, 4), weights.detach(), ids, offsets, optimizer=RowwiseOptimizer(),
+                              kernel=Kernel.FBGEMM)  # fmt: skip
+    with pytest.raises(KernelUnavailableError, match=r"Kernel\.FBGEMM has no embedding_bag_backward"):
+        embedding_bag_backward(torch.ones(2, 4), weights.detach(), ids, offsets, kernel=Kernel.FBGEMM)

@@ -1,0 +1,1 @@
+"""FBGEMM backends of the ops (`Kernel.FBGEMM`): thin wrappers over `torch.ops.fbgemm.*`, loaded only on request."""
