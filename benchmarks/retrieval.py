@@ -4,10 +4,12 @@ Usage:
     .venv/bin/python benchmarks/retrieval.py            # 1M items x 64-d, 1,000 queries, k=100 (~10 min on 2 cores)
     .venv/bin/python benchmarks/retrieval.py --smoke    # 20,000 items, for a quick check
 
-Data: synthetic unit vectors around 1,024 Gaussian centres (noise sigma 0.5 per coordinate around N(0, 1)
-centres), the clustered shape of learned item embeddings; the queries are drawn the same way, independently
-of the items. Every index is built with `recsys.retrieval.build_index` (which logs its own recall check) and
-searched with the same 1,000 queries in one batch; QPS = queries / median wall time of `search` over
+Data: synthetic unit vectors around 4,096 Gaussian centres (N(0, 1) centres, N(0, 0.6^2) noise per
+coordinate: ~244 items per centre at 1M, so a query's top 100 is mostly in its own and nearby clusters),
+a clustered shape like learned item embeddings, neither trivially separable nor uniform on the sphere
+(ANN's worst case: `--centres 16384 --noise 1` comes close to it); the queries are drawn the same way,
+independently of the items. Every index is built with `recsys.retrieval.build_index` (which logs its own
+recall check) and searched with the same 1,000 queries in one batch; QPS = queries / median wall time of `search` over
 `--repeats` runs, exact search (`ExactTopK`, torch matmul + topk) timed the same way in the same run. The
 search-time knob of each index (IVF nprobe, HNSW efSearch) is swept; `chosen` is the fastest setting that
 reaches `--target-recall`. Writes benchmarks/results/retrieval-faiss-<size>.json.
@@ -37,8 +39,8 @@ logger = logging.getLogger("benchmarks.retrieval")
 
 # (index config, the knob swept at search time, its values)
 FULL_INDEXES: list[tuple[IndexConfig, str, list[int]]] = [
-    (IndexConfig(kind="ivf_flat", nlist=4096), "nprobe", [16, 64, 128, 256]),
-    (IndexConfig(kind="hnsw", hnsw_m=32, ef_construction=200), "ef_search", [128, 256, 512, 1024]),
+    (IndexConfig(kind="ivf_flat", nlist=4096), "nprobe", [32, 64, 128, 256]),
+    (IndexConfig(kind="hnsw", hnsw_m=32, ef_construction=200), "ef_search", [128, 256, 512]),
 ]
 SMOKE_INDEXES: list[tuple[IndexConfig, str, list[int]]] = [
     (IndexConfig(kind="ivf_flat", nlist=64), "nprobe", [4, 16]),
@@ -46,10 +48,10 @@ SMOKE_INDEXES: list[tuple[IndexConfig, str, list[int]]] = [
 ]
 
 
-def clustered(num: int, dim: int, centres: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """`num` unit vectors: a random centre plus N(0, 0.5^2) noise, normalised."""
+def clustered(num: int, centres: torch.Tensor, noise: float, gen: torch.Generator) -> torch.Tensor:
+    """`num` unit vectors: a random centre plus N(0, noise^2) per coordinate, normalised."""
     points = centres[torch.randint(0, centres.shape[0], (num,), generator=gen)]
-    return torch.nn.functional.normalize(points + 0.5 * torch.randn(num, dim, generator=gen), dim=1)
+    return torch.nn.functional.normalize(points + noise * torch.randn(points.shape, generator=gen), dim=1)
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
@@ -67,6 +69,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--smoke", action="store_true", help="20,000 items instead of 1M")
     parser.add_argument("--items", type=int, help="catalog size (default 1,000,000; 20,000 with --smoke)")
     parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--centres", type=int, default=4_096, help="Gaussian centres of the synthetic vectors")
+    parser.add_argument("--noise", type=float, default=0.6, help="noise sigma per coordinate around a centre")
     parser.add_argument("--queries", type=int, default=1_000)
     parser.add_argument("--k", type=int, default=100)
     parser.add_argument("--target-recall", type=float, default=0.95)
@@ -77,9 +81,9 @@ def main(argv: list[str] | None = None) -> Path:
     num_items = args.items or (20_000 if args.smoke else 1_000_000)
 
     gen = torch.Generator().manual_seed(0)
-    centres = torch.randn(1_024, args.dim, generator=gen)
-    items = clustered(num_items, args.dim, centres, gen)
-    queries = clustered(args.queries, args.dim, centres, gen)
+    centres = torch.randn(args.centres, args.dim, generator=gen)
+    items = clustered(num_items, centres, args.noise, gen)
+    queries = clustered(args.queries, centres, args.noise, gen)
     exact = ExactTopK(items)
     exact_ids = exact.search(queries, args.k)[1]
     exact_s = median_seconds(lambda: exact.search(queries, args.k), args.repeats)

@@ -131,8 +131,13 @@ class FaissTopK:
             faiss.ParameterSpace().set_index_parameter(self.index, "efSearch", self.config.ef_search)
         return scores, ids
 
-    def save(self, out_dir: Path) -> Path:
-        """Write index.faiss, ids.npy and index.json (config + report) into `out_dir`, atomically."""
+    def save(self, out_dir: Path, source: dict[str, Any] | None = None) -> Path:
+        """Write index.faiss, ids.npy and index.json (config, report, `source`) into `out_dir`, atomically.
+
+        Args:
+            source: what the vectors came from (e.g. a model fingerprint), kept in index.json for callers
+                that rebuild only when it changes (`read_source`).
+        """
         with atomic_directory(out_dir, marker=_MARKER) as tmp:
             cpu_index = faiss.index_gpu_to_cpu(self.index) if _on_gpu(self.index) else self.index
             faiss.write_index(cpu_index, str(tmp / "index.faiss"))
@@ -140,9 +145,19 @@ class FaissTopK:
             meta = {
                 "config": dataclasses.asdict(self.config),
                 "report": self.report and dataclasses.asdict(self.report),
+                "source": source or {},
             }
             (tmp / _MARKER).write_text(json.dumps(meta, indent=2) + "\n")
         return out_dir
+
+    @staticmethod
+    def read_source(index_dir: Path) -> dict[str, Any] | None:
+        """The `source` an index directory was saved with, or None when there is no index there."""
+        meta_path = index_dir / _MARKER
+        source: dict[str, Any] | None = (
+            json.loads(meta_path.read_text()).get("source", {}) if meta_path.exists() else None
+        )
+        return source
 
     @classmethod
     def load(cls, index_dir: Path) -> FaissTopK:
@@ -243,7 +258,7 @@ def _training_sample(x: np.ndarray, config: IndexConfig, num_items: int) -> np.n
 def _to_device(index: Any, config: IndexConfig) -> Any:
     gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
     if config.device == "gpu" and gpus == 0:
-        raise RuntimeError("device: gpu, but the installed faiss has no GPUs: install faiss-gpu, or use device: cpu")
+        raise ValueError("device: gpu, but the installed faiss has no GPUs: install faiss-gpu, or use device: cpu")
     if config.device == "gpu" and config.kind == "hnsw":
         raise ValueError("FAISS has no GPU HNSW: use kind ivf_flat / ivf_pq / flat on the GPU, or device: cpu")
     if config.device == "cpu" or gpus == 0:

@@ -122,6 +122,6 @@ def test_gpu_request_without_faiss_gpus_says_what_to_do() -> None:
 
     if faiss.get_num_gpus() > 0:
         pytest.skip("this faiss has GPUs: the request is valid here")
-    with pytest.raises(RuntimeError, match="install faiss-gpu, or use device: cpu"):
+    with pytest.raises(ValueError, match="install faiss-gpu, or use device: cpu"):
         build_index(VECTORS, config=IndexConfig(kind="flat", device="gpu"))
     assert math.isclose(build_index(VECTORS, config=IndexConfig(kind="flat", device="auto")).report.recall, 1.0)  # type: ignore[union-attr]

@@ -1,0 +1,54 @@
+"""Pipeline step `build_index`: a trained retriever's item vectors -> a FAISS index directory.
+
+The index holds the model's item vectors (ids = the model's item indices, 1..V; the raw ids are in the model
+directory's items.parquet) and is checked, as it is built, against exact search with the queries it will
+serve: the user vectors of (up to) `eval_users` validation users. Idempotent: the index records the model
+file's hash and the index config, and an index built from the same ones is kept as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipelines.model_dir import MODEL_FILE, load_model_dir
+from recsys.errors import RecsysError
+from recsys.retrieval import FaissTopK, IndexConfig, build_index
+
+logger = logging.getLogger(__name__)
+
+
+def build_index_step(model_dir: Path, out_dir: Path, config: IndexConfig, eval_users: int = 1_000) -> Path:
+    """Build (or keep, when up to date) the FAISS index of `model_dir`'s item vectors in `out_dir`."""
+    source = {"model_sha256": _file_sha256(model_dir / MODEL_FILE), "config": dataclasses.asdict(config)}
+    if FaissTopK.read_source(out_dir) == source:
+        logger.info("index %s is up to date with %s: kept", out_dir, model_dir)
+        return out_dir
+    trained = load_model_dir(model_dir)
+    model: Any = trained.model
+    if not (hasattr(model, "item_embeddings") and hasattr(model, "encode_queries")):
+        raise RecsysError(
+            f"{model_dir} holds a {trained.name} model, which has no item vectors to index (generative models "
+            "retrieve by beam search, popularity by counts). Fix: build the index from a SASRec model directory"
+        )
+    model.eval()
+    with torch.no_grad():
+        vectors = model.item_embeddings()[1:].float()  # row 0 is padding
+        valid = trained.data.eval_split("valid")
+        users = valid.histories.select(torch.arange(min(eval_users, len(valid.histories))))
+        queries = model.encode_queries(users.to_padded(model.config.max_len)).float()
+    index = build_index(vectors, torch.arange(1, vectors.shape[0] + 1), config, eval_queries=queries)
+    return index.save(out_dir, source=source)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
