@@ -4,11 +4,11 @@ Usage:
     .venv/bin/python benchmarks/retrieval.py            # 1M items x 64-d, 1,000 queries, k=100 (~10 min on 2 cores)
     .venv/bin/python benchmarks/retrieval.py --smoke    # 20,000 items, for a quick check
 
-Data: synthetic unit vectors around 4,096 Gaussian centres (N(0, 1) centres, N(0, 0.6^2) noise per
-coordinate: ~244 items per centre at 1M, so a query's top 100 is mostly in its own and nearby clusters),
-a clustered shape like learned item embeddings, neither trivially separable nor uniform on the sphere
-(ANN's worst case: `--centres 16384 --noise 1` comes close to it); the queries are drawn the same way,
-independently of the items. Every index is built with `recsys.retrieval.build_index` (which logs its own
+Data: synthetic unit vectors around 16,384 Gaussian centres (N(0, 1) centres, N(0, 0.6^2) noise per
+coordinate: ~61 items per centre at 1M, so a query's top 100 spans several clusters), a clustered shape
+like learned item embeddings, neither trivially separable (few large clusters: IVF cells then hold whole
+top-100 lists) nor uniform on the sphere (ANN's worst case; `--noise 1` comes close); the queries are drawn
+the same way, independently of the items. Every index is built with `recsys.retrieval.build_index` (which logs its own
 recall check) and searched with the same 1,000 queries in one batch; QPS = queries / median wall time of `search` over
 `--repeats` runs, exact search (`ExactTopK`, torch matmul + topk) timed the same way in the same run. The
 search-time knob of each index (IVF nprobe, HNSW efSearch) is swept; `chosen` is the fastest setting that
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--smoke", action="store_true", help="20,000 items instead of 1M")
     parser.add_argument("--items", type=int, help="catalog size (default 1,000,000; 20,000 with --smoke)")
     parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--centres", type=int, default=4_096, help="Gaussian centres of the synthetic vectors")
+    parser.add_argument("--centres", type=int, default=16_384, help="Gaussian centres of the synthetic vectors")
     parser.add_argument("--noise", type=float, default=0.6, help="noise sigma per coordinate around a centre")
     parser.add_argument("--queries", type=int, default=1_000)
     parser.add_argument("--k", type=int, default=100)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
+from recsys.retrieval import IndexConfig
 from recsys.semantic_ids.content import ContentConfig
 from recsys.semantic_ids.rqkmeans import RQKMeansConfig
 from recsys.semantic_ids.rqvae import RQVAEConfig
@@ -70,6 +71,21 @@ class SidSection(Section):
     device: str = "auto"
 
 
+class RegistrySection(Section):
+    """The MLflow registered model a pipeline's bundles become versions of, and the champion gate."""
+
+    model_name: str | None = None  # defaults to the config name
+    # a new version becomes `champion` unless its validation NDCG@10 is below the champion's by more than this
+    tolerance: float = 0.0
+
+
+class PipelineSection(Section):
+    """What `recsys pipeline run` adds to training: the FAISS index and the registration."""
+
+    index: IndexConfig = IndexConfig()
+    registry: RegistrySection = RegistrySection()
+
+
 class ExperimentConfig(Section):
     name: str
     data: DataSection = DataSection()
@@ -78,10 +94,15 @@ class ExperimentConfig(Section):
     eval: EvalConfig = EvalConfig()
     sid: SidSection | None = None  # semantic IDs to build before training (models that use them)
     tracking: TrackingSection = TrackingSection()
+    pipeline: PipelineSection = PipelineSection()
 
     @property
     def experiment_name(self) -> str:
         return self.tracking.experiment or self.name
+
+    @property
+    def registered_model_name(self) -> str:
+        return self.pipeline.registry.model_name or self.name
 
 
 def load_config(path: Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:

@@ -16,12 +16,14 @@ from pipelines.train import TrainOutputs, train_step
 
 @dataclass(frozen=True)
 class ExperimentPaths:
-    """Where an experiment keeps its prepared data, semantic IDs, model directory and embedding cache."""
+    """Where an experiment keeps its prepared data, semantic IDs, model, index, bundle and embedding cache."""
 
     data_dir: Path
     sid_dir: Path
     model_dir: Path
     cache_dir: Path
+    index_dir: Path
+    bundle_dir: Path
 
     @staticmethod
     def under(work_dir: Path, config: ExperimentConfig) -> ExperimentPaths:
@@ -30,6 +32,8 @@ class ExperimentPaths:
             sid_dir=work_dir / "sids" / config.name,
             model_dir=work_dir / "models" / config.name,
             cache_dir=work_dir / "cache" / "embeddings",
+            index_dir=work_dir / "indexes" / config.name,
+            bundle_dir=work_dir / "bundles" / config.name,
         )
 
 

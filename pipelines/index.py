@@ -18,6 +18,7 @@ import torch
 
 from pipelines.model_dir import MODEL_FILE, load_model_dir
 from recsys.errors import RecsysError
+from recsys.models.registry import VECTOR_MODELS
 from recsys.retrieval import FaissTopK, IndexConfig, build_index
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ def build_index_step(model_dir: Path, out_dir: Path, config: IndexConfig, eval_u
         return out_dir
     trained = load_model_dir(model_dir)
     model: Any = trained.model
-    if not (hasattr(model, "item_embeddings") and hasattr(model, "encode_queries")):
+    if trained.name not in VECTOR_MODELS:
         raise RecsysError(
             f"{model_dir} holds a {trained.name} model, which has no item vectors to index (generative models "
             "retrieve by beam search, popularity by counts). Fix: build the index from a SASRec model directory"

@@ -99,7 +99,8 @@ def start_tracking(enabled: bool, tracking_uri: str, experiment: str, run_name: 
     if mlflow.get_experiment_by_name(experiment) is None:
         mlflow.create_experiment(experiment, artifact_location=artifact_root(tracking_uri))
     mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_name=run_name) as run:
+    # inside a pipeline's run, a step's run is nested under it
+    with mlflow.start_run(run_name=run_name, nested=mlflow.active_run() is not None) as run:
         logger.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, tracking_uri)
         yield MlflowTracker(run.info.run_id)
 

@@ -1,4 +1,4 @@
-"""The `recsys` command line: data, sid, train, evaluate, recommend, index, demo.
+"""The `recsys` command line: data, sid, train, evaluate, recommend, index, pipeline, demo.
 
 Run `recsys --help` or `recsys COMMAND --help`. Errors the user can fix exit with code 2 and a message.
 """
@@ -9,7 +9,7 @@ import logging
 
 import typer
 
-from recsys.cli import data, demo, index, models, sid
+from recsys.cli import data, demo, index, models, pipeline, sid
 
 app = typer.Typer(
     help="Recommender platform: prepare data, train, evaluate and recommend.",
@@ -19,6 +19,7 @@ app = typer.Typer(
 app.add_typer(data.app, name="data")
 app.add_typer(sid.app, name="sid")
 app.add_typer(index.app, name="index")
+app.add_typer(pipeline.app, name="pipeline")
 app.command("train")(models.train_command)
 app.command("evaluate")(models.evaluate_command)
 app.command("recommend")(models.recommend_command)

@@ -27,6 +27,9 @@ CONFIGS: dict[str, type] = {
     "sasrec": SASRecConfig,
     "generative": GenerativeConfig,
 }
+# Models that score by a dot product of a user vector (`encode_queries`) and item vectors
+# (`item_embeddings`): the ones a FAISS index of item vectors can serve.
+VECTOR_MODELS = frozenset({"sasrec"})
 
 
 def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:

@@ -1,0 +1,127 @@
+"""Model bundles in the MLflow model registry, and the champion gate.
+
+A bundle is one directory holding everything serving needs: the model directory (weights, config, id maps,
+metrics), the FAISS index when the model has item vectors, the semantic IDs when the model uses them, and
+bundle.json (name, metrics, fingerprints). `register_bundle` logs it as the artifacts of an MLflow run,
+creates a new version of the registered model, and moves the alias `champion` to it only when its
+validation NDCG@10 is not worse than the current champion's by more than `tolerance`; the decision and
+both numbers are logged and kept as tags of the new version.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from recsys.atomic import atomic_directory
+
+logger = logging.getLogger(__name__)
+
+BUNDLE_FILE = "bundle.json"
+CHAMPION = "champion"
+GATE_METRIC = "valid_ndcg_at_10"
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """Whether version `version` of `model_name` became the champion, and why."""
+
+    model_name: str
+    version: str
+    promoted: bool
+    value: float  # the new version's validation NDCG@10
+    champion_version: str | None  # the champion it was compared with (None: there was none)
+    champion_value: float | None
+    tolerance: float
+    reason: str
+
+
+def write_bundle(
+    out_dir: Path, *, name: str, model_dir: Path, index_dir: Path | None, sid_path: Path | None, source: dict[str, Any]
+) -> Path:
+    """Assemble the bundle directory atomically (model/, index/, semantic_ids.parquet, bundle.json)."""
+    metrics = json.loads((model_dir / "metrics.json").read_text())
+    with atomic_directory(out_dir, marker=BUNDLE_FILE) as tmp:
+        shutil.copytree(model_dir, tmp / "model")
+        if index_dir is not None:
+            shutil.copytree(index_dir, tmp / "index")
+        if sid_path is not None:
+            shutil.copyfile(sid_path, tmp / sid_path.name)
+        bundle = {
+            "name": name,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "metrics": {"valid": metrics["valid"], "test": metrics["test"]},
+            "has_index": index_dir is not None,
+            "has_semantic_ids": sid_path is not None,
+            "source": source,
+        }
+        (tmp / BUNDLE_FILE).write_text(json.dumps(bundle, indent=2) + "\n")
+    return out_dir
+
+
+def register_bundle(bundle_dir: Path, model_name: str, tracking_uri: str, tolerance: float = 0.0) -> GateDecision:
+    """Log the bundle to MLflow, register it as a new version of `model_name`, and apply the champion gate.
+
+    Runs inside the active MLflow run when there is one (as a nested run), else in a run of its own.
+    """
+    import mlflow
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    value = float(json.loads((bundle_dir / BUNDLE_FILE).read_text())["metrics"]["valid"]["ndcg@10"])
+    mlflow.set_tracking_uri(tracking_uri)
+    client = MlflowClient(tracking_uri)
+    with mlflow.start_run(run_name=f"register {model_name}", nested=mlflow.active_run() is not None) as run:
+        mlflow.log_artifacts(str(bundle_dir), artifact_path="bundle")
+        mlflow.log_metric(GATE_METRIC, value)
+        try:
+            client.get_registered_model(model_name)
+        except MlflowException:
+            client.create_registered_model(model_name, description="recsys model bundles (pipelines/registry.py)")
+        version = client.create_model_version(
+            model_name, source=f"{run.info.artifact_uri}/bundle", run_id=run.info.run_id, tags={GATE_METRIC: str(value)}
+        ).version
+        champion = _champion(client, model_name)
+        decision = _decide(model_name, str(version), value, champion, tolerance)
+        if decision.promoted:
+            client.set_registered_model_alias(model_name, CHAMPION, str(version))
+        for key, tag in asdict(decision).items():
+            client.set_model_version_tag(model_name, str(version), f"gate.{key}", str(tag))
+        mlflow.log_dict(asdict(decision), "gate_decision.json")
+    logger.info("champion gate for %s v%s: %s", model_name, version, decision.reason)
+    return decision
+
+
+def champion_bundle_uri(model_name: str, tracking_uri: str) -> str | None:
+    """Where the current champion's bundle lives (an artifact URI), or None when there is no champion."""
+    from mlflow.tracking import MlflowClient
+
+    champion = _champion(MlflowClient(tracking_uri), model_name)
+    return None if champion is None else str(champion.source)
+
+
+def _champion(client: Any, model_name: str) -> Any | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(model_name, CHAMPION)
+    except MlflowException:  # no such model or no champion yet
+        return None
+
+
+def _decide(model_name: str, version: str, value: float, champion: Any | None, tolerance: float) -> GateDecision:
+    if champion is None:
+        return GateDecision(model_name, version, True, value, None, None, tolerance, "first version: champion")
+    champion_value = float(champion.tags[GATE_METRIC])
+    promoted = value >= champion_value - tolerance
+    verdict = "promoted" if promoted else "kept the champion"
+    reason = (
+        f"{verdict}: validation NDCG@10 {value:.4f} vs champion v{champion.version} {champion_value:.4f} "
+        f"(tolerance {tolerance:g})"
+    )
+    return GateDecision(model_name, version, promoted, value, str(champion.version), champion_value, tolerance, reason)

@@ -1,0 +1,212 @@
+"""`recsys pipeline run`: prepare_data -> build_semantic_ids -> train_retriever -> build_index -> register.
+
+Each step is a function `(config, inputs) -> outputs` (JSON-able dicts) whose work is written atomically. The
+runner fingerprints every step's inputs (its config sections and its upstream steps' outputs) and records
+(fingerprint, outputs) in `WORK/pipelines/NAME/state.json` (rewritten atomically after each step), so a
+re-run skips every step whose inputs did not change and whose outputs still exist, and a run that crashed
+resumes at the step that failed. With tracking on, the pipeline is one MLflow run and each step that runs
+is a nested run of it (params = its inputs, metrics = its numeric outputs).
+
+Steps that do not apply are recorded as such: no `sid` section -> no semantic IDs; a model without item
+vectors (generative, popularity) -> no index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pipelines.config import ExperimentConfig
+from pipelines.data import data_fingerprint, prepare_step
+from pipelines.experiment import ExperimentPaths
+from pipelines.index import build_index_step
+from pipelines.registry import register_bundle, write_bundle
+from pipelines.semantic_ids import build_semantic_ids_step
+from pipelines.tracking import Tracker, start_tracking
+from pipelines.train import train_step
+from recsys.atomic import atomic_file
+from recsys.models.registry import VECTOR_MODELS
+
+logger = logging.getLogger(__name__)
+
+Outputs = dict[str, Any]
+STATE_FILE = "state.json"
+
+
+@dataclass(frozen=True)
+class StepReport:
+    name: str
+    status: str  # "ran", "skipped" (up to date) or "not applicable"
+    seconds: float
+    outputs: Outputs
+
+
+@dataclass(frozen=True)
+class _Step:
+    name: str
+    inputs: Callable[[ExperimentConfig, dict[str, Outputs]], dict[str, Any] | None]  # None: not applicable
+    run: Callable[[ExperimentConfig, ExperimentPaths, dict[str, Outputs]], Outputs]
+    produces: Callable[[Outputs], list[Path]]  # what must still exist for a skip
+
+
+def run_pipeline(config: ExperimentConfig, work_dir: Path) -> list[StepReport]:
+    """Run the pipeline of `config` under `work_dir`, skipping up-to-date steps; returns one report per step."""
+    paths = ExperimentPaths.under(work_dir, config)
+    state_path = work_dir / "pipelines" / config.name / STATE_FILE
+    state: dict[str, dict[str, Any]] = json.loads(state_path.read_text()) if state_path.exists() else {}
+    done: dict[str, Outputs] = {}
+    reports = []
+    t = config.tracking
+    with start_tracking(t.enabled, t.resolved_uri(), config.experiment_name, f"pipeline {config.name}") as tracker:
+        for step in STEPS:
+            inputs = step.inputs(config, done)
+            if inputs is None:
+                done[step.name] = {}
+                reports.append(StepReport(step.name, "not applicable", 0.0, {}))
+                continue
+            fingerprint = _fingerprint(inputs)
+            previous = state.get(step.name)
+            if previous and previous["fingerprint"] == fingerprint and _exist(step.produces(previous["outputs"])):
+                done[step.name] = previous["outputs"]
+                reports.append(StepReport(step.name, "skipped", 0.0, previous["outputs"]))
+                logger.info("step %s: up to date, skipped", step.name)
+                continue
+            start = time.perf_counter()
+            logger.info("step %s: running", step.name)
+            outputs = _run_tracked(step, config, paths, done, inputs, tracker)
+            done[step.name] = outputs
+            state[step.name] = {"fingerprint": fingerprint, "outputs": outputs}
+            with atomic_file(state_path) as tmp:
+                tmp.write_text(json.dumps(state, indent=2) + "\n")
+            reports.append(StepReport(step.name, "ran", time.perf_counter() - start, outputs))
+        tracker.log_params({f"step.{r.name}": r.status for r in reports})
+    return reports
+
+
+def _run_tracked(
+    step: _Step, config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs], inputs: dict[str, Any],
+    tracker: Tracker,
+) -> Outputs:  # fmt: skip
+    """The step inside a nested MLflow run (train_retriever and register open their own nested runs)."""
+    if step.name in ("train_retriever", "register") or tracker.run_id is None:
+        return step.run(config, paths, done)
+    t = config.tracking
+    with start_tracking(True, t.resolved_uri(), config.experiment_name, step.name) as step_tracker:
+        step_tracker.log_params(inputs)
+        outputs = step.run(config, paths, done)
+        step_tracker.log_metrics({k: v for k, v in _flat_numbers(outputs).items()})
+    return outputs
+
+
+# ------------------------------------------------------------------------------------------------- the steps
+
+
+def _prepare_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any]:
+    return {"data": data_fingerprint(config.data)}
+
+
+def _prepare(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
+    return {"data_dir": str(prepare_step(config.data, paths.data_dir))}
+
+
+def _sid_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any] | None:
+    if config.sid is None:
+        return None
+    return {"sid": config.sid.model_dump(mode="json"), "data": done["prepare_data"]}
+
+
+def _sids(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
+    assert config.sid is not None
+    data_dir = Path(done["prepare_data"]["data_dir"])
+    return {"semantic_ids": str(build_semantic_ids_step(config.sid, data_dir, paths.sid_dir, paths.cache_dir))}
+
+
+def _train_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any]:
+    sections = config.model_dump(mode="json", include={"model", "train", "eval"})
+    return {**sections, "data": done["prepare_data"], "sids": done["build_semantic_ids"]}
+
+
+def _train(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
+    if sids := done["build_semantic_ids"].get("semantic_ids"):
+        params = {**config.model.params, "semantic_ids": sids}
+        config = config.model_copy(update={"model": config.model.model_copy(update={"params": params})})
+    outputs = train_step(config, Path(done["prepare_data"]["data_dir"]), paths.model_dir)
+    return {
+        "model_dir": str(outputs.model_dir),
+        "model_sha256": _sha256(outputs.model_dir / "model.pt"),
+        "valid_ndcg@10": outputs.metrics["valid"]["ndcg@10"],
+        "test_ndcg@10": outputs.metrics["test"]["ndcg@10"],
+        "test_recall@10": outputs.metrics["test"]["recall@10"],
+        "mlflow_run_id": outputs.run_id,
+    }
+
+
+def _index_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any] | None:
+    if config.model.name not in VECTOR_MODELS:
+        return None
+    return {"index": asdict(config.pipeline.index), "model_sha256": done["train_retriever"]["model_sha256"]}
+
+
+def _index(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
+    index_dir = build_index_step(Path(done["train_retriever"]["model_dir"]), paths.index_dir, config.pipeline.index)
+    report = json.loads((index_dir / "index.json").read_text())["report"]
+    return {"index_dir": str(index_dir), "recall@k": report["recall"], "k": report["k"]}
+
+
+def _register_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any] | None:
+    if not config.tracking.enabled:
+        return None  # the registry is MLflow's
+    return {
+        "registry": config.pipeline.registry.model_dump(mode="json"),
+        "model_sha256": done["train_retriever"]["model_sha256"],
+        "index": done["build_index"],
+        "sids": done["build_semantic_ids"],
+    }
+
+
+def _register(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
+    index_dir, sids = done["build_index"].get("index_dir"), done["build_semantic_ids"].get("semantic_ids")
+    bundle = write_bundle(
+        paths.bundle_dir, name=config.name, model_dir=Path(done["train_retriever"]["model_dir"]),
+        index_dir=Path(index_dir) if index_dir else None, sid_path=Path(sids) if sids else None,
+        source={"model_sha256": done["train_retriever"]["model_sha256"], "config": config.model_dump(mode="json")},
+    )  # fmt: skip
+    decision = register_bundle(
+        bundle, config.registered_model_name, config.tracking.resolved_uri(), config.pipeline.registry.tolerance
+    )
+    return {"bundle_dir": str(bundle), **asdict(decision)}
+
+
+STEPS = [
+    _Step("prepare_data", _prepare_inputs, _prepare, lambda o: [Path(o["data_dir"])]),
+    _Step("build_semantic_ids", _sid_inputs, _sids, lambda o: [Path(o["semantic_ids"])]),
+    _Step("train_retriever", _train_inputs, _train, lambda o: [Path(o["model_dir"]) / "model.pt"]),
+    _Step("build_index", _index_inputs, _index, lambda o: [Path(o["index_dir"]) / "index.faiss"]),
+    _Step("register", _register_inputs, _register, lambda o: [Path(o["bundle_dir"])]),
+]
+
+
+def _fingerprint(inputs: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _exist(paths: list[Path]) -> bool:
+    return all(p.exists() for p in paths)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _flat_numbers(outputs: Outputs) -> dict[str, float]:
+    return {k: float(v) for k, v in outputs.items() if isinstance(v, int | float) and not isinstance(v, bool)}

@@ -1,0 +1,113 @@
+"""`recsys pipeline run` against a real MLflow SQLite store and registry: steps, skips, resume, champion gate."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+import pipelines.runner as runner
+from pipelines.config import load_config
+from pipelines.registry import CHAMPION, register_bundle, write_bundle
+from recsys.cli import app
+
+STEPS = ["prepare_data", "build_semantic_ids", "train_retriever", "build_index", "register"]
+
+
+def statuses(reports: list[runner.StepReport]) -> dict[str, str]:
+    return {r.name: r.status for r in reports}
+
+
+def test_pipeline_runs_every_step_then_skips_them(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
+    config = load_config(tiny_config(tmp_path, pipeline={"index": {"kind": "flat"}}))
+    first = runner.run_pipeline(config, tmp_path)
+    assert statuses(first) == {
+        "prepare_data": "ran", "build_semantic_ids": "not applicable", "train_retriever": "ran",
+        "build_index": "ran", "register": "ran",
+    }  # fmt: skip
+    outputs = {r.name: r.outputs for r in first}
+    assert outputs["build_index"]["recall@k"] == 1.0  # a flat index is exact
+    assert outputs["register"]["promoted"] is True and outputs["register"]["version"] == "1"
+    bundle = Path(outputs["register"]["bundle_dir"])
+    assert {"model", "index", "bundle.json"} <= {p.name for p in bundle.iterdir()}
+
+    second = runner.run_pipeline(config, tmp_path)
+    assert set(statuses(second).values()) == {"skipped", "not applicable"}
+
+    uri = config.tracking.resolved_uri()
+    client = MlflowClient(uri)
+    champion = client.get_model_version_by_alias(config.registered_model_name, CHAMPION)
+    assert str(champion.version) == "1" and champion.tags["gate.promoted"] == "True"
+    experiment = client.get_experiment_by_name(config.experiment_name)
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if r.info.run_name == "pipeline tiny-sasrec"]
+    assert len(parents) == 2
+    children = [
+        {r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+        for parent in parents
+    ]  # the first run's steps are nested runs; the second ran none
+    assert sorted(children, key=len) == [set(), {"prepare_data", "tiny-sasrec", "build_index", "register tiny-sasrec"}]
+
+
+def test_a_crashed_run_resumes_at_the_failed_step(
+    tmp_path: Path, tiny_config: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = load_config(tiny_config(tmp_path, tracking={"enabled": False}, pipeline={"index": {"kind": "flat"}}))
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("disk full")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(runner, "build_index_step", crash)
+        with pytest.raises(RuntimeError, match="disk full"):
+            runner.run_pipeline(config, tmp_path)
+    state = json.loads((tmp_path / "pipelines" / "tiny-sasrec" / "state.json").read_text())
+    assert set(state) == {"prepare_data", "train_retriever"}
+    resumed = statuses(runner.run_pipeline(config, tmp_path))
+    assert resumed["prepare_data"] == resumed["train_retriever"] == "skipped" and resumed["build_index"] == "ran"
+    assert resumed["register"] == "not applicable"  # tracking off: no registry
+
+    changed = load_config(tiny_config(tmp_path, tracking={"enabled": False}, pipeline={"index": {"kind": "hnsw"}}))
+    again = statuses(runner.run_pipeline(changed, tmp_path))
+    assert again["train_retriever"] == "skipped" and again["build_index"] == "ran"
+
+
+def test_champion_gate_keeps_a_worse_version_out(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
+    config = load_config(tiny_config(tmp_path, pipeline={"index": {"kind": "flat"}}))
+    reports = {r.name: r.outputs for r in runner.run_pipeline(config, tmp_path)}
+    model_dir = Path(reports["train_retriever"]["model_dir"])
+    uri, name = config.tracking.resolved_uri(), config.registered_model_name
+
+    def bundle_with_valid_ndcg(value: float) -> Path:
+        copy = tmp_path / f"model-{value}"
+        copy.mkdir()
+        for f in model_dir.iterdir():
+            (copy / f.name).write_bytes(f.read_bytes())
+        metrics = json.loads((copy / "metrics.json").read_text())
+        metrics["valid"]["ndcg@10"] = value
+        (copy / "metrics.json").write_text(json.dumps(metrics))
+        return write_bundle(tmp_path / f"bundle-{value}", name=name, model_dir=copy, index_dir=None, sid_path=None,
+                            source={})  # fmt: skip
+
+    champion_value = float(reports["register"]["value"])
+    worse = register_bundle(bundle_with_valid_ndcg(champion_value - 0.02), name, uri, tolerance=0.01)
+    assert not worse.promoted and worse.champion_version == "1" and "kept the champion" in worse.reason
+    close = register_bundle(bundle_with_valid_ndcg(champion_value - 0.005), name, uri, tolerance=0.01)
+    assert close.promoted and close.champion_value == pytest.approx(champion_value)
+    client = MlflowClient(uri)
+    assert str(client.get_model_version_by_alias(name, CHAMPION).version) == close.version == "3"
+    assert client.get_model_version(name, "2").tags["gate.promoted"] == "False"
+
+
+def test_cli_prints_the_steps(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
+    path = tiny_config(tmp_path, tracking={"enabled": False})
+    result = CliRunner().invoke(app, ["pipeline", "run", "--config", str(path), "--work-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    for step in STEPS:
+        assert step in result.output
+    assert "not applicable" in result.output and "recall@k=" in result.output
