@@ -51,8 +51,10 @@ class TrackingSection(Section):
     """MLflow tracking; the URI falls back to $MLFLOW_TRACKING_URI, then a local SQLite file."""
 
     enabled: bool = True  # false: no MLflow run (e.g. a GPU box without MLflow); the model dir is still written
-    uri: str | None = None
+    uri: str | None = None  # e.g. postgresql+psycopg2://user@host:5432/db for a shared store (docs/pipelines.md)
     experiment: str | None = None  # defaults to the config name
+    # artifact location of experiments this creates; None: beside a SQLite file, else MLflow's default (./mlruns)
+    artifacts: str | None = None
 
     def resolved_uri(self) -> str:
         return self.uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI

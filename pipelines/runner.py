@@ -62,8 +62,7 @@ def run_pipeline(config: ExperimentConfig, work_dir: Path) -> list[StepReport]:
     state: dict[str, dict[str, Any]] = json.loads(state_path.read_text()) if state_path.exists() else {}
     done: dict[str, Outputs] = {}
     reports = []
-    t = config.tracking
-    with start_tracking(t.enabled, t.resolved_uri(), config.experiment_name, f"pipeline {config.name}") as tracker:
+    with start_tracking(config.tracking, config.experiment_name, f"pipeline {config.name}") as tracker:
         for step in STEPS:
             inputs = step.inputs(config, done)
             if inputs is None:
@@ -96,8 +95,7 @@ def _run_tracked(
     """The step inside a nested MLflow run (train_retriever and register open their own nested runs)."""
     if step.name in ("train_retriever", "register") or tracker.run_id is None:
         return step.run(config, paths, done)
-    t = config.tracking
-    with start_tracking(True, t.resolved_uri(), config.experiment_name, step.name) as step_tracker:
+    with start_tracking(config.tracking, config.experiment_name, step.name) as step_tracker:
         step_tracker.log_params(inputs)
         outputs = step.run(config, paths, done)
         step_tracker.log_metrics({k: v for k, v in _flat_numbers(outputs).items()})

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 from torch import nn
 
+from pipelines.config import TrackingSection
+
 logger = logging.getLogger(__name__)
 
 
@@ -87,17 +89,18 @@ class OfflineTracker:
 
 
 @contextmanager
-def start_tracking(enabled: bool, tracking_uri: str, experiment: str, run_name: str) -> Iterator[Tracker]:
+def start_tracking(tracking: TrackingSection, experiment: str, run_name: str) -> Iterator[Tracker]:
     """A tracker for one run: an MLflow run in `experiment` (created if missing), ended FAILED on error."""
-    if not enabled:
+    if not tracking.enabled:
         logger.warning("MLflow tracking is off (tracking.enabled: false): this run is recorded in its model dir only")
         yield OfflineTracker()
         return
     import mlflow
 
+    tracking_uri = tracking.resolved_uri()
     mlflow.set_tracking_uri(tracking_uri)
     if mlflow.get_experiment_by_name(experiment) is None:
-        mlflow.create_experiment(experiment, artifact_location=artifact_root(tracking_uri))
+        mlflow.create_experiment(experiment, artifact_location=tracking.artifacts or artifact_root(tracking_uri))
     mlflow.set_experiment(experiment)
     # inside a pipeline's run, a step's run is nested under it
     with mlflow.start_run(run_name=run_name, nested=mlflow.active_run() is not None) as run:

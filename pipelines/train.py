@@ -43,8 +43,7 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
     if isinstance(model, GenerativeRetriever):
         model.mark_new_items(data.cold_mask)  # cold-start items: served through `new_item_slots`, if any
     eval_config = _eval_config(config, model)
-    t = config.tracking
-    with start_tracking(t.enabled, t.resolved_uri(), config.experiment_name, config.name) as tracker:
+    with start_tracking(config.tracking, config.experiment_name, config.name) as tracker:
         tracker.log_params({**config.model_dump(mode="json"), "data_dir": str(data_dir)})
         start = time.perf_counter()
         fitted = _fit(model, data, config, eval_config, tracker, training_state_path(out_dir))
