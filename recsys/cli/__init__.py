@@ -1,4 +1,4 @@
-"""The `recsys` command line: data, sid, train, evaluate, recommend, index, pipeline, demo.
+"""The `recsys` command line: data, sid, train, evaluate, recommend, index, pipeline, serve, demo.
 
 Run `recsys --help` or `recsys COMMAND --help`. Errors the user can fix exit with code 2 and a message.
 """
@@ -9,7 +9,7 @@ import logging
 
 import typer
 
-from recsys.cli import data, demo, index, models, pipeline, sid
+from recsys.cli import data, demo, index, models, pipeline, serve, sid
 
 app = typer.Typer(
     help="Recommender platform: prepare data, train, evaluate and recommend.",
@@ -24,6 +24,7 @@ app.command("train")(models.train_command)
 app.command("evaluate")(models.evaluate_command)
 app.command("recommend")(models.recommend_command)
 app.command("demo")(demo.demo_command)
+app.command("serve")(serve.serve_command)
 
 
 @app.callback()
@@ -34,5 +35,5 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logg
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    for noisy in ("alembic", "mlflow", "urllib3", "git"):
+    for noisy in ("alembic", "mlflow", "urllib3", "git", "faiss.loader"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,43 @@
+"""The online recommendation API: `create_app(settings)`; `recsys serve` runs it with uvicorn.
+
+The lifespan loads the bundle (a directory, or the registered model's champion) into `app.state` once;
+routers read it through `serving.deps`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from serving.history import HistoryStore, InMemoryHistoryStore, RedisHistoryStore
+from serving.recommender import Recommender, resolve_bundle
+from serving.routers import events, health, items, recommendations
+from serving.settings import ServingSettings
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(settings: ServingSettings | None = None) -> FastAPI:
+    settings = settings or ServingSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.history_store = make_history_store(settings)
+        bundle = resolve_bundle(settings.bundle, settings.model_name, settings.tracking_uri)
+        app.state.recommender = Recommender(bundle)
+        logger.info("serving %s from %s", app.state.recommender.version, bundle)
+        yield
+
+    app = FastAPI(title="recsys online API", version="1", lifespan=lifespan)
+    for module in (recommendations, items, events, health):
+        app.include_router(module.router)
+    return app
+
+
+def make_history_store(settings: ServingSettings) -> HistoryStore:
+    if settings.history_store == "redis":
+        return RedisHistoryStore(settings.redis_url, settings.max_history)
+    return InMemoryHistoryStore(settings.max_history)

@@ -1,0 +1,134 @@
+"""A loaded model bundle answering recommendation and similar-item queries (no HTTP here).
+
+Dimension letters: V items (item_idx 1..V, 0 = padding), D vector dim, k results.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipelines.model_dir import load_model_dir
+from pipelines.registry import BUNDLE_FILE, champion_bundle_uri
+from recsys.data.jagged import Jagged
+from recsys.inference import recommend
+from recsys.models.registry import VECTOR_MODELS
+from recsys.retrieval import ExactTopK, FaissTopK, TopK
+
+logger = logging.getLogger(__name__)
+
+
+class BundleError(RuntimeError):
+    """The bundle to serve cannot be found or loaded; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    item_id: str
+    title: str
+    score: float
+
+
+class Recommender:
+    """The bundle's model, catalog and training histories, plus its FAISS index for similar items."""
+
+    def __init__(self, bundle_dir: Path) -> None:
+        if not (bundle_dir / BUNDLE_FILE).is_file():
+            raise BundleError(f"{bundle_dir} is not a model bundle (no {BUNDLE_FILE}): run `recsys pipeline run`")
+        self.bundle = json.loads((bundle_dir / BUNDLE_FILE).read_text())
+        trained = load_model_dir(bundle_dir / "model")
+        self.name, self.model, self.data = trained.name, trained.model.eval(), trained.data
+        self.version = f"{self.bundle['name']}@{self.bundle['created']}"
+        config = self.model.config  # SASRec reads `max_len` items, the generative model `max_history`
+        self.max_history: int = getattr(config, "max_len", 0) or getattr(config, "max_history", 50)
+        item_ids = self.data.items["item_id"].to_list()
+        self._item_idx = {item_id: i + 1 for i, item_id in enumerate(item_ids)}
+        self._item_ids = ["", *item_ids]
+        self._popular = torch.argsort(self.data.item_counts()[1:], descending=True, stable=True) + 1  # (V,)
+        self._similar = self._similar_items_index(bundle_dir)
+
+    @property
+    def num_items(self) -> int:
+        return self.data.num_items
+
+    def item_idx(self, item_ids: list[str]) -> tuple[list[int], list[str]]:
+        """(item_idx of the known ids, in order; the unknown ids)."""
+        known = [self._item_idx[i] for i in item_ids if i in self._item_idx]
+        return known, [i for i in item_ids if i not in self._item_idx]
+
+    def training_history(self, user_id: str) -> list[int] | None:
+        """The user's interactions in the bundle's data (oldest first), or None for a user it does not know."""
+        try:
+            row = self.data.user_row(user_id)
+        except KeyError:
+            return None
+        return [int(i) for i in self.data.sequences.row(row)]
+
+    @torch.no_grad()
+    def recommend(self, history: list[int], k: int, exclude_seen: bool) -> list[Recommendation]:
+        """Top-k for one history (item_idx, oldest first): the model's full ranking, or popularity when empty."""
+        if not history:
+            return self._popularity(k, set())
+        scores, items = recommend(self.model, Jagged.from_lists([history]), k, self.max_history, exclude_seen)
+        return self._describe(items[0].tolist(), scores[0].tolist())
+
+    def popular(self, k: int, exclude: list[int]) -> list[Recommendation]:
+        return self._popularity(k, set(exclude))
+
+    @torch.no_grad()
+    def similar_items(self, item_idx: int, k: int) -> list[Recommendation] | None:
+        """The k items nearest to `item_idx` by the model's item vectors (itself excluded); None without vectors."""
+        if self._similar is None:
+            return None
+        assert self.name in VECTOR_MODELS
+        query = self.model.item_embeddings()[item_idx][None].float()  # type: ignore[operator]
+        scores, ids = self._similar.search(query, min(k + 1, self._similar.num_items))
+        pairs = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) not in (item_idx, -1)]
+        return self._describe([i for i, _ in pairs[:k]], [s for _, s in pairs[:k]])
+
+    def _similar_items_index(self, bundle_dir: Path) -> TopK | None:
+        if self.name not in VECTOR_MODELS:
+            return None
+        if (bundle_dir / "index").is_dir():
+            return FaissTopK.load(bundle_dir / "index")
+        with torch.no_grad():
+            vectors = self.model.item_embeddings()[1:].float()  # type: ignore[operator]
+        return ExactTopK(vectors, torch.arange(1, vectors.shape[0] + 1))
+
+    def _popularity(self, k: int, exclude: set[int]) -> list[Recommendation]:
+        items = [int(i) for i in self._popular if int(i) not in exclude][:k]
+        counts = self.data.item_counts()
+        return self._describe(items, [float(counts[i]) for i in items])
+
+    def _describe(self, items: list[int], scores: list[float]) -> list[Recommendation]:
+        titles = self.data.titles(torch.tensor(items, dtype=torch.long)) if items else []
+        return [
+            Recommendation(self._item_ids[i], title, score)
+            for i, title, score in zip(items, titles, scores, strict=True)
+        ]
+
+
+def resolve_bundle(bundle: Path | None, model_name: str | None, tracking_uri: str) -> Path:
+    """The bundle directory to serve: `bundle` itself, or the registered model's champion (downloaded)."""
+    if bundle is not None:
+        if not (bundle / BUNDLE_FILE).is_file():
+            raise BundleError(
+                f"{bundle} is not a model bundle (no {BUNDLE_FILE}): pass WORK/bundles/NAME of `recsys pipeline run`"
+            )
+        return bundle
+    if model_name is None:
+        raise BundleError(
+            "nothing to serve: set RECSYS_BUNDLE to a bundle directory or RECSYS_MODEL_NAME to a registered model"
+        )
+    uri = champion_bundle_uri(model_name, tracking_uri)
+    if uri is None:
+        raise BundleError(
+            f"registered model {model_name!r} has no champion in {tracking_uri}: run `recsys pipeline run`"
+        )
+    import mlflow
+
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, tracking_uri=tracking_uri))

@@ -1,0 +1,24 @@
+"""`POST /v1/events`: append what a user just did to the online history store (no retraining needed)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+
+from serving.deps import HistoryStoreDep, RecommenderDep
+from serving.history import HistoryUnavailableError
+from serving.schemas import EventsRequest, EventsResponse
+
+router = APIRouter(prefix="/v1", tags=["events"])
+
+
+@router.post("/events")
+def events(body: EventsRequest, recommender: RecommenderDep, store: HistoryStoreDep) -> EventsResponse:
+    """Known items are stored (oldest first); ids outside the catalog are returned in `unknown_items`."""
+    known, unknown = recommender.item_idx(body.item_ids)
+    kept = [i for i in body.item_ids if i not in set(unknown)]
+    if kept:
+        try:
+            store.append(body.user_id, kept)
+        except HistoryUnavailableError as err:
+            raise HTTPException(status_code=503, detail=f"events not stored, retry later: {err}") from err
+    return EventsResponse(user_id=body.user_id, accepted=len(known), unknown_items=unknown)

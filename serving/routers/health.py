@@ -1,0 +1,30 @@
+"""`/healthz` (the process answers) and `/readyz` (a model is loaded and the history store answers)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from serving.history import HistoryUnavailableError
+from serving.schemas import Health
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get("/readyz")
+def readyz(request: Request, response: Response) -> Health:
+    """503 until a model is loaded; "degraded" (200) when only the online history store is down."""
+    recommender = getattr(request.app.state, "recommender", None)
+    if recommender is None:
+        response.status_code = 503
+        return Health(status="degraded", detail="no model loaded")
+    store_name = type(request.app.state.history_store).__name__
+    try:
+        request.app.state.history_store.ping()
+    except HistoryUnavailableError as err:
+        return Health(status="degraded", model_version=recommender.version, history_store=store_name, detail=str(err))
+    return Health(status="ok", model_version=recommender.version, history_store=store_name)

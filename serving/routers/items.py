@@ -1,0 +1,29 @@
+"""`GET /v1/similar-items/{item_id}`: nearest items by the model's item vectors (FAISS index of the bundle)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
+
+from serving.deps import RecommenderDep
+from serving.schemas import ScoredItem, SimilarItemsResponse
+
+router = APIRouter(prefix="/v1", tags=["items"])
+
+
+@router.get("/similar-items/{item_id}")
+def similar_items(
+    item_id: str, recommender: RecommenderDep, k: Annotated[int, Query(ge=1, le=100)] = 10
+) -> SimilarItemsResponse:
+    known, _ = recommender.item_idx([item_id])
+    if not known:
+        raise HTTPException(status_code=404, detail=f"unknown item {item_id!r}: not in this bundle's catalog")
+    items = recommender.similar_items(known[0], k)
+    if items is None:
+        raise HTTPException(status_code=501, detail=f"the served {recommender.name} model has no item vectors")
+    return SimilarItemsResponse(
+        item_id=item_id,
+        items=[ScoredItem(item_id=r.item_id, title=r.title, score=r.score) for r in items],
+        model_version=recommender.version,
+    )

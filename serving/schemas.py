@@ -1,0 +1,75 @@
+"""Request and response bodies of the online API, per resource (pydantic; invalid input -> 422 with a message)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ----------------------------------------------------------------------------------------- recommendations
+
+
+class RecommendationRequest(_Body):
+    """Either a known `user_id` (their bundle history plus their online events) or an explicit `history`."""
+
+    user_id: str | None = Field(None, min_length=1, max_length=256)
+    history: list[str] | None = Field(None, max_length=1_000, description="item ids, oldest first")
+    k: int = Field(10, ge=1, le=100)
+    exclude_seen: bool = True
+    domain: str | None = Field(None, description="reserved for multi-domain bundles; single-domain bundles reject it")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RecommendationRequest:
+        if (self.user_id is None) == (self.history is None):
+            raise ValueError("give exactly one of user_id or history")
+        return self
+
+
+class ScoredItem(BaseModel):
+    item_id: str
+    title: str
+    score: float
+
+
+class RecommendationResponse(BaseModel):
+    items: list[ScoredItem]
+    source: Literal["model", "popularity"] = Field(description="popularity: the fallback for an empty history")
+    history_length: int = Field(description="items of history the model read (bundle + online events)")
+    unknown_items: list[str] = Field(description="history ids not in the catalog (ignored)")
+    degraded: bool = Field(description="the online history store did not answer: bundle history only")
+    model_version: str
+
+
+class SimilarItemsResponse(BaseModel):
+    item_id: str
+    items: list[ScoredItem]
+    model_version: str
+
+
+# ------------------------------------------------------------------------------------------------- events
+
+
+class EventsRequest(_Body):
+    user_id: str = Field(min_length=1, max_length=256)
+    item_ids: list[str] = Field(min_length=1, max_length=100, description="items the user just interacted with")
+
+
+class EventsResponse(BaseModel):
+    user_id: str
+    accepted: int
+    unknown_items: list[str]
+
+
+# ------------------------------------------------------------------------------------------------- health
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    model_version: str | None = None
+    history_store: str | None = None
+    detail: str | None = None
