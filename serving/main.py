@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from serving.history import HistoryStore, InMemoryHistoryStore, RedisHistoryStore
+from serving.metrics import ServingMetrics
 from serving.recommender import Recommender, resolve_bundle
 from serving.routers import events, health, items, recommendations
 from serving.settings import ServingSettings
@@ -32,6 +33,8 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
         yield
 
     app = FastAPI(title="recsys online API", version="1", lifespan=lifespan)
+    app.state.metrics = ServingMetrics()
+    app.state.metrics.install(app)
     for module in (recommendations, items, events, health):
         app.include_router(module.router)
     return app

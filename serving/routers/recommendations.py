@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 
 from serving.deps import HistoryStoreDep, RecommenderDep
 from serving.history import HistoryUnavailableError
@@ -16,7 +16,7 @@ router = APIRouter(prefix="/v1", tags=["recommendations"])
 
 @router.post("/recommendations")
 def recommendations(
-    body: RecommendationRequest, recommender: RecommenderDep, store: HistoryStoreDep
+    body: RecommendationRequest, request: Request, recommender: RecommenderDep, store: HistoryStoreDep
 ) -> RecommendationResponse:
     """Unknown users and empty histories get the most popular items (`source: popularity`), never an error."""
     if body.domain is not None:
@@ -36,7 +36,8 @@ def recommendations(
             logger.warning("serving without online events: %s", err)
             degraded = True
     history = history[-recommender.max_history :]
-    items = recommender.recommend(history, body.k, body.exclude_seen)
+    with request.app.state.metrics.model_call.time():
+        items = recommender.recommend(history, body.k, body.exclude_seen)
     return RecommendationResponse(
         items=[ScoredItem(item_id=r.item_id, title=r.title, score=r.score) for r in items],
         source="model" if history else "popularity",

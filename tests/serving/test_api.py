@@ -123,3 +123,15 @@ def test_redis_store_and_degraded_mode(registry: tuple) -> None:
         assert body.status_code == 200 and body.json()["degraded"] and body.json()["source"] == "model"
         assert client.post("/v1/events", json={"user_id": user, "item_ids": items}).status_code == 503
         assert client.get("/readyz").json()["status"] == "degraded"
+
+
+def test_metrics_count_requests_by_route_and_time_the_model(client: TestClient) -> None:
+    client.post("/v1/recommendations", json={"user_id": "u00004"})
+    client.post("/v1/recommendations", json={"user_id": "u00004", "k": 0})
+    client.get("/v1/similar-items/no-such-item")
+    text = client.get("/metrics").text
+    assert 'recsys_http_requests_total{route="/v1/recommendations",status="200"}' in text
+    assert 'recsys_http_requests_total{route="/v1/recommendations",status="422"}' in text
+    assert 'recsys_http_requests_total{route="/v1/similar-items/{item_id}",status="404"}' in text
+    count = next(line for line in text.splitlines() if line.startswith("recsys_model_call_seconds_count"))
+    assert float(count.split()[-1]) >= 1
