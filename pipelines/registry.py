@@ -105,6 +105,14 @@ def champion_bundle_uri(model_name: str, tracking_uri: str) -> str | None:
     return None if champion is None else str(champion.source)
 
 
+def champion_version(model_name: str, tracking_uri: str) -> str | None:
+    """The version number holding the `champion` alias, or None when there is no champion."""
+    from mlflow.tracking import MlflowClient
+
+    champion = _champion(MlflowClient(tracking_uri), model_name)
+    return None if champion is None else str(champion.version)
+
+
 def _champion(client: Any, model_name: str) -> Any | None:
     from mlflow.exceptions import MlflowException
 

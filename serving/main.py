@@ -6,6 +6,7 @@ routers read it through `serving.deps`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,7 +16,8 @@ from fastapi import FastAPI
 from serving.history import HistoryStore, InMemoryHistoryStore, RedisHistoryStore
 from serving.metrics import ServingMetrics
 from serving.recommender import Recommender, resolve_bundle
-from serving.routers import events, health, items, recommendations
+from serving.reloader import ChampionWatcher
+from serving.routers import admin, events, health, items, recommendations
 from serving.settings import ServingSettings
 
 logger = logging.getLogger(__name__)
@@ -27,15 +29,26 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.history_store = make_history_store(settings)
-        bundle = resolve_bundle(settings.bundle, settings.model_name, settings.tracking_uri)
-        app.state.recommender = Recommender(bundle)
-        logger.info("serving %s from %s", app.state.recommender.version, bundle)
+        app.state.watcher = None
+        if settings.bundle is None and settings.model_name is not None:  # follow the registry's champion
+            app.state.watcher = ChampionWatcher(settings, app.state)
+            app.state.watcher.check()
+        else:
+            app.state.recommender = Recommender(
+                resolve_bundle(settings.bundle, settings.model_name, settings.tracking_uri)
+            )
+        logger.info("serving %s", app.state.recommender.version)
+        poller = None
+        if app.state.watcher is not None and settings.reload_interval_s > 0:
+            poller = asyncio.create_task(app.state.watcher.poll(settings.reload_interval_s))
         yield
+        if poller is not None:
+            poller.cancel()
 
     app = FastAPI(title="recsys online API", version="1", lifespan=lifespan)
     app.state.metrics = ServingMetrics()
     app.state.metrics.install(app)
-    for module in (recommendations, items, events, health):
+    for module in (recommendations, items, events, health, admin):
         app.include_router(module.router)
     return app
 

@@ -18,6 +18,8 @@ class ServingSettings(BaseSettings):
         history_store: "memory" (in-process, the embedded default) or "redis".
         redis_url: the Redis server of the "redis" store.
         max_history: most recent events kept per user (and fed to the model).
+        reload_interval_s: how often the registry is asked for a new champion (0 = never; only when serving
+            `model_name`); `POST /v1/admin/reload` asks at once.
     """
 
     model_config = SettingsConfigDict(env_prefix="RECSYS_", frozen=True)
@@ -28,3 +30,4 @@ class ServingSettings(BaseSettings):
     history_store: Literal["memory", "redis"] = "memory"
     redis_url: str = "redis://127.0.0.1:6379/0"
     max_history: int = 50
+    reload_interval_s: float = 30.0
