@@ -105,6 +105,16 @@ def champion_bundle_uri(model_name: str, tracking_uri: str) -> str | None:
     return None if champion is None else str(champion.source)
 
 
+def download_champion_bundle(model_name: str, tracking_uri: str) -> Path | None:
+    """A local copy of the champion's bundle directory (MLflow caches the download), or None without a champion."""
+    uri = champion_bundle_uri(model_name, tracking_uri)
+    if uri is None:
+        return None
+    import mlflow
+
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, tracking_uri=tracking_uri))
+
+
 def champion_version(model_name: str, tracking_uri: str) -> str | None:
     """The version number holding the `champion` alias, or None when there is no champion."""
     from mlflow.tracking import MlflowClient

@@ -31,6 +31,7 @@ from pipelines.semantic_ids import build_semantic_ids_step
 from pipelines.tracking import Tracker, start_tracking
 from pipelines.train import train_step
 from recsys.atomic import atomic_file
+from recsys.errors import RecsysError
 from recsys.models.registry import VECTOR_MODELS
 
 logger = logging.getLogger(__name__)
@@ -55,15 +56,23 @@ class _Step:
     produces: Callable[[Outputs], list[Path]]  # what must still exist for a skip
 
 
-def run_pipeline(config: ExperimentConfig, work_dir: Path) -> list[StepReport]:
-    """Run the pipeline of `config` under `work_dir`, skipping up-to-date steps; returns one report per step."""
+def run_pipeline(config: ExperimentConfig, work_dir: Path, only: str | None = None) -> list[StepReport]:
+    """Run the pipeline of `config` under `work_dir`, skipping up-to-date steps; returns one report per step.
+
+    Args:
+        only: run just this step (an Airflow task): the steps before it must be up to date (else
+            `RecsysError` says which one to run), the steps after it are left alone.
+    """
+    if only is not None and only not in STEP_NAMES:
+        raise RecsysError(f"unknown pipeline step {only!r}. Fix: one of {', '.join(STEP_NAMES)}")
     paths = ExperimentPaths.under(work_dir, config)
     state_path = work_dir / "pipelines" / config.name / STATE_FILE
     state: dict[str, dict[str, Any]] = json.loads(state_path.read_text()) if state_path.exists() else {}
     done: dict[str, Outputs] = {}
     reports = []
-    with start_tracking(config.tracking, config.experiment_name, f"pipeline {config.name}") as tracker:
-        for step in STEPS:
+    run_name = f"pipeline {config.name}" + (f": {only}" if only else "")
+    with start_tracking(config.tracking, config.experiment_name, run_name) as tracker:
+        for step in STEPS[: STEP_NAMES.index(only) + 1] if only else STEPS:
             inputs = step.inputs(config, done)
             if inputs is None:
                 done[step.name] = {}
@@ -76,6 +85,11 @@ def run_pipeline(config: ExperimentConfig, work_dir: Path) -> list[StepReport]:
                 reports.append(StepReport(step.name, "skipped", 0.0, previous["outputs"]))
                 logger.info("step %s: up to date, skipped", step.name)
                 continue
+            if only is not None and step.name != only:
+                raise RecsysError(
+                    f"step {step.name} is not up to date for {config.name}. Fix: run it first "
+                    f"(`recsys pipeline run --config ... --step {step.name}`, or its Airflow task)"
+                )
             start = time.perf_counter()
             logger.info("step %s: running", step.name)
             outputs = _run_tracked(step, config, paths, done, inputs, tracker)
@@ -188,6 +202,9 @@ STEPS = [
     _Step("build_index", _index_inputs, _index, lambda o: [Path(o["index_dir"]) / "index.faiss"]),
     _Step("register", _register_inputs, _register, lambda o: [Path(o["bundle_dir"])]),
 ]
+
+
+STEP_NAMES = [step.name for step in STEPS]
 
 
 def _fingerprint(inputs: dict[str, Any]) -> str:

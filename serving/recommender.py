@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from pipelines.model_dir import load_model_dir
-from pipelines.registry import BUNDLE_FILE, champion_bundle_uri
+from pipelines.registry import BUNDLE_FILE, download_champion_bundle
 from recsys.data.jagged import Jagged
 from recsys.inference import recommend
 from recsys.models.registry import VECTOR_MODELS
@@ -124,11 +124,9 @@ def resolve_bundle(bundle: Path | None, model_name: str | None, tracking_uri: st
         raise BundleError(
             "nothing to serve: set RECSYS_BUNDLE to a bundle directory or RECSYS_MODEL_NAME to a registered model"
         )
-    uri = champion_bundle_uri(model_name, tracking_uri)
-    if uri is None:
+    bundle_dir = download_champion_bundle(model_name, tracking_uri)
+    if bundle_dir is None:
         raise BundleError(
             f"registered model {model_name!r} has no champion in {tracking_uri}: run `recsys pipeline run`"
         )
-    import mlflow
-
-    return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, tracking_uri=tracking_uri))
+    return bundle_dir

@@ -21,6 +21,9 @@ def run_command(
     config: Annotated[Path, typer.Option("--config", help="Experiment YAML, e.g. configs/synthetic-sasrec.yaml.")],
     work_dir: Annotated[Path, typer.Option("--work-dir", help="Every step's outputs go under WORK.")] = Path("runs"),
     epochs: Annotated[int | None, typer.Option("--epochs", help="Override train.epochs.")] = None,
+    step: Annotated[
+        str | None, typer.Option("--step", help="Run only this step (the ones before it must be up to date).")
+    ] = None,
 ) -> None:
     """Run the config's pipeline; steps whose inputs did not change are skipped."""
     from pipelines.config import load_config
@@ -28,7 +31,7 @@ def run_command(
 
     with handle_errors():
         cfg = load_config(config, {"train.epochs": epochs} if epochs else None)
-        reports = run_pipeline(cfg, work_dir)
+        reports = run_pipeline(cfg, work_dir, only=step)
     table = Table(title=f"pipeline {cfg.name}")
     for column in ("step", "status", "seconds", "outputs"):
         table.add_column(column)

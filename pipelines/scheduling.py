@@ -1,0 +1,40 @@
+"""What the Airflow DAGs in dags/ call: one pipeline step per task, and the champion's index refresh.
+
+The DAG files only wire these into tasks; everything they do lives here and in the steps, so a task
+behaves exactly like `recsys pipeline run --step NAME` (same skips, same errors).
+
+Task params (DAG-level `params`, overridable per run): `config` (an experiment YAML), `work_dir`, and
+for the refresh `index_dir`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pipelines.config import load_config
+from pipelines.index import build_index_step
+from pipelines.registry import download_champion_bundle
+from pipelines.runner import run_pipeline
+from recsys.errors import RecsysError
+
+logger = logging.getLogger(__name__)
+
+
+def run_step_task(step: str, params: Mapping[str, Any]) -> dict[str, str]:
+    """Run pipeline step `step` of `params["config"]` under `params["work_dir"]`; returns each step's status."""
+    config = load_config(Path(params["config"]))
+    reports = run_pipeline(config, Path(params["work_dir"]), only=step)
+    return {r.name: r.status for r in reports}
+
+
+def refresh_champion_index_task(params: Mapping[str, Any]) -> str:
+    """Rebuild (or keep, when up to date) the FAISS index of the registered champion's item vectors."""
+    config = load_config(Path(params["config"]))
+    bundle = download_champion_bundle(config.registered_model_name, config.tracking.resolved_uri())
+    if bundle is None:
+        raise RecsysError(f"{config.registered_model_name} has no champion yet. Fix: let daily_training run first")
+    index_dir = Path(params.get("index_dir") or Path(params["work_dir"]) / "indexes" / f"{config.name}-champion")
+    return str(build_index_step(bundle / "model", index_dir, config.pipeline.index))
