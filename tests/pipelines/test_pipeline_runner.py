@@ -111,3 +111,16 @@ def test_cli_prints_the_steps(tmp_path: Path, tiny_config: Callable[..., Path]) 
     for step in STEPS:
         assert step in result.output
     assert "not applicable" in result.output and "recall@k=" in result.output
+
+
+def test_single_step_needs_its_upstream_steps(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
+    from recsys.errors import RecsysError
+
+    config = load_config(tiny_config(tmp_path, tracking={"enabled": False}, pipeline={"index": {"kind": "flat"}}))
+    with pytest.raises(RecsysError, match="unknown pipeline step 'deploy'"):
+        runner.run_pipeline(config, tmp_path, only="deploy")
+    with pytest.raises(RecsysError, match="step prepare_data is not up to date"):
+        runner.run_pipeline(config, tmp_path, only="train_retriever")
+    assert statuses(runner.run_pipeline(config, tmp_path, only="prepare_data")) == {"prepare_data": "ran"}
+    ran = statuses(runner.run_pipeline(config, tmp_path, only="train_retriever"))
+    assert ran == {"prepare_data": "skipped", "build_semantic_ids": "not applicable", "train_retriever": "ran"}
