@@ -1,19 +1,25 @@
-"""`recsys demo`: the main job on the embedded synthetic data, end to end, in about a minute or two.
+"""`recsys demo`: the platform's main job on the embedded synthetic data, end to end, in a minute or two.
 
-Prepare the synthetic data -> train popularity and SASRec (tracked in MLflow) -> print the test
-metrics side by side -> print top-10 recommendations with titles for three users.
+Prepare the synthetic data -> train popularity (the baseline) -> the pipeline for SASRec (train, FAISS
+index, bundle registered in MLflow, champion gate) -> print the test metrics side by side -> start the
+online API on 127.0.0.1 over the registered champion -> real HTTP requests: recommendations for three
+users, an event and the recommendation that follows it, similar items -> print them -> stop the API.
 """
 
 from __future__ import annotations
 
+import json
+import socket
+import threading
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from recsys.cli.common import handle_errors
-from recsys.cli.models import recommendation_for
-from recsys.cli.render import metrics_table, print_tables
+from recsys.cli.render import metrics_table, print_tables, recommendations_table
+from recsys.errors import RecsysError
 
 DEFAULT_CONFIG = Path("configs/synthetic-sasrec.yaml")
 
@@ -25,29 +31,85 @@ def demo_command(
     ] = DEFAULT_CONFIG,
     num_users: Annotated[int, typer.Option("--show-users", help="Users to show recommendations for.")] = 3,
 ) -> None:
-    """Train and evaluate popularity and SASRec on the synthetic data; show recommendations."""
+    """Train popularity and the SASRec pipeline on the synthetic data, serve the champion, query it over HTTP."""
     from pipelines.config import load_config
     from pipelines.data import prepare_step
-    from pipelines.model_dir import load_model_dir
+    from pipelines.runner import run_pipeline
     from pipelines.train import train_step
 
     with handle_errors():
         out = out.resolve()
         tracking = {"tracking.uri": f"sqlite:///{out / 'mlflow.db'}"}
         sequential = load_config(config, tracking)
-        data_dir = prepare_step(sequential.data, out / "data" / sequential.name)
         popularity = load_config(config, {**tracking, "model": {"name": "popularity"}, "name": "popularity"})
-        rows = {}
-        for cfg in (popularity, sequential):
-            typer.echo(f"training {cfg.model.name} ...")
-            outputs = train_step(cfg, data_dir, out / "models" / cfg.model.name)
-            rows[cfg.model.name] = {
-                **outputs.metrics["test"],
-                "train_seconds": outputs.metrics["train_seconds"],
-            }
-        trained = load_model_dir(out / "models" / sequential.model.name)
-        user_ids = trained.data.users["user_id"].head(num_users).to_list()
-        tables = [recommendation_for(trained, user_id, k=10, exclude_seen=True) for user_id in user_ids]
-    print_tables(metrics_table("test metrics (leave-one-out, full ranking)", rows, extra=("train_seconds",)), *tables)
+        typer.echo("training popularity (the baseline) ...")
+        data_dir = prepare_step(popularity.data, out / "data" / sequential.name)
+        rows = {"popularity": _test_row(train_step(popularity, data_dir, out / "models" / "popularity").metrics)}
+        typer.echo(f"pipeline {sequential.name}: prepare -> train -> index -> register ...")
+        reports = {r.name: r.outputs for r in run_pipeline(sequential, out)}
+        model_dir = Path(reports["train_retriever"]["model_dir"])
+        rows[sequential.model.name] = _test_row(json.loads((model_dir / "metrics.json").read_text()))
+        gate = reports["register"]
+    print_tables(metrics_table("test metrics (leave-one-out, full ranking)", rows, extra=("train_seconds",)))
+    typer.echo(f"registered {gate['model_name']} v{gate['version']}: {gate['reason']}")
+    with handle_errors():
+        _serve_and_query(sequential.registered_model_name, tracking["tracking.uri"], data_dir, num_users)
     uri = tracking["tracking.uri"]
     typer.echo(f"MLflow store: {uri}  (browse it: .venv/bin/mlflow ui --backend-store-uri {uri})")
+    typer.echo(f"serve it yourself: .venv/bin/recsys serve --model-name {gate['model_name']} --tracking-uri {uri}")
+
+
+def _test_row(metrics: dict[str, Any]) -> dict[str, float]:
+    return {**metrics["test"], "train_seconds": metrics["train_seconds"]}
+
+
+def _serve_and_query(model_name: str, tracking_uri: str, data_dir: Path, num_users: int) -> None:
+    """The API on a free loopback port in a background thread; real HTTP requests; then shut it down."""
+    import httpx
+    import uvicorn
+
+    from recsys.data.prepared import load_prepared
+    from serving.main import create_app
+    from serving.settings import ServingSettings
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = ServingSettings(model_name=model_name, tracking_uri=tracking_uri, reload_interval_s=0)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RecsysError(f"the API did not start on {base}. Fix: see the log above (port or bundle problem)")
+            time.sleep(0.1)
+        typer.echo(f"online API up on {base} (OpenAPI: {base}/docs)")
+        data = load_prepared(data_dir)
+        with httpx.Client(base_url=base, timeout=30) as http:
+            tables = []
+            for user_id in data.users["user_id"].head(num_users).to_list():
+                history = data.titles(data.sequences.row(data.user_row(user_id))[-5:])
+                body = http.post("/v1/recommendations", json={"user_id": user_id, "k": 10}).raise_for_status().json()
+                tables.append(_table(f"POST /v1/recommendations user {user_id}", history, body))
+            item = data.items["item_id"][0]
+            newcomer = {"user_id": "demo-newcomer", "item_ids": data.items["item_id"].head(3).to_list()}
+            before = http.post("/v1/recommendations", json={"user_id": "demo-newcomer", "k": 5}).json()
+            http.post("/v1/events", json=newcomer).raise_for_status()
+            after = http.post("/v1/recommendations", json={"user_id": "demo-newcomer", "k": 5}).json()
+            similar = http.get(f"/v1/similar-items/{item}", params={"k": 5}).raise_for_status().json()
+        tables.append(_table("a new user before any event", [], before))
+        posted = data.items["title"].head(3).to_list()
+        tables.append(_table("the same user after POST /v1/events of these 3 items", posted, after))
+        tables.append(_table(f"GET /v1/similar-items/{item}", [], similar))
+        print_tables(*tables)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def _table(title: str, history: list[str], body: dict[str, Any]) -> Any:
+    source = f" (source: {body['source']})" if "source" in body else ""
+    return recommendations_table(title + source, history, [(i["title"], i["score"]) for i in body["items"]])
