@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(HW)
 DEMO_DIR ?= .demo
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint bench-beauty clean
+.PHONY: setup demo serve test lint bench-beauty clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,10 @@ $(STAMP): pyproject.toml
 
 demo: setup
 	$(VENV)/bin/recsys demo --out $(DEMO_DIR)
+
+# The champion `make demo` registered, served on http://127.0.0.1:8000 (OpenAPI at /docs) until Ctrl-C.
+serve: setup
+	$(VENV)/bin/recsys serve --model-name synthetic-sasrec --tracking-uri sqlite:///$(abspath $(DEMO_DIR))/mlflow.db
 
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
