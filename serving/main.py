@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import torch
 from fastapi import FastAPI
 
 from serving.history import HistoryStore, InMemoryHistoryStore, RedisHistoryStore
@@ -28,6 +29,7 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        torch.set_num_threads(settings.torch_threads)
         app.state.history_store = make_history_store(settings)
         app.state.watcher = None
         if settings.bundle is None and settings.model_name is not None:  # follow the registry's champion

@@ -45,6 +45,7 @@ class Recommender:
         self.version = f"{self.bundle['name']}@{self.bundle['created']}"
         config = self.model.config  # SASRec reads `max_len` items, the generative model `max_history`
         self.max_history: int = getattr(config, "max_len", 0) or getattr(config, "max_history", 50)
+        self._user_row = {user_id: row for row, user_id in enumerate(self.data.users["user_id"].to_list())}
         item_ids = self.data.items["item_id"].to_list()
         self._item_idx = {item_id: i + 1 for i, item_id in enumerate(item_ids)}
         self._item_ids = ["", *item_ids]
@@ -62,11 +63,8 @@ class Recommender:
 
     def training_history(self, user_id: str) -> list[int] | None:
         """The user's interactions in the bundle's data (oldest first), or None for a user it does not know."""
-        try:
-            row = self.data.user_row(user_id)
-        except KeyError:
-            return None
-        return [int(i) for i in self.data.sequences.row(row)]
+        row = self._user_row.get(user_id)  # a dict: the data's own lookup scans every user
+        return None if row is None else self.data.sequences.row(row).tolist()
 
     @torch.no_grad()
     def recommend(self, history: list[int], k: int, exclude_seen: bool) -> list[Recommendation]:

@@ -18,6 +18,8 @@ class ServingSettings(BaseSettings):
         history_store: "memory" (in-process, the embedded default) or "redis".
         redis_url: the Redis server of the "redis" store.
         max_history: most recent events kept per user (and fed to the model).
+        torch_threads: intra-op threads of each model call; 1 suits concurrent requests on few cores (they
+            run side by side instead of fighting over the same cores).
         reload_interval_s: how often the registry is asked for a new champion (0 = never; only when serving
             `model_name`); `POST /v1/admin/reload` asks at once.
     """
@@ -31,3 +33,4 @@ class ServingSettings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     max_history: int = 50
     reload_interval_s: float = 30.0
+    torch_threads: int = 1

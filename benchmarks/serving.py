@@ -1,0 +1,250 @@
+"""Serving load test: `recsys serve` over the Beauty champion, driven by wrk on loopback; writes JSON.
+
+Usage:
+    .venv/bin/python benchmarks/serving.py            # Beauty (trains its pipeline once, ~10 min on 2 cores)
+    .venv/bin/python benchmarks/serving.py --config configs/synthetic-sasrec.yaml --duration 5   # quick
+
+Needs `wrk` (apt-get install -y wrk). Steps, in one run:
+1. `recsys pipeline run` of the config (kept when up to date) -> the registered champion (SQLite store in
+   --work-dir).
+2. `recsys serve` in its own process (one uvicorn worker, in-process history store) on a free loopback port.
+3. The model call alone: `Recommender.recommend` for --model-calls users in this process (p50/p99).
+4. wrk, --connections connections for --duration seconds: `POST /v1/recommendations` {user_id, k: 10} for
+   users drawn at random from the data; requests/s, latency p50/p95/p99 and every error wrk counts
+   (connect/read/write/timeout and non-2xx statuses).
+5. Freshness: for --freshness-trials new users, the time from sending `POST /v1/events` to holding a
+   recommendation that reads the event (history_length 1), p50/p99.
+6. Hot swap under load: the same wrk load while a better-scoring copy of the model is registered, promoted
+   and loaded (`POST /v1/admin/reload`); its errors must be 0.
+Writes benchmarks/results/serving-<config name>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import RESULTS_DIR, command, machine, significant, versions, write_result
+from pipelines.config import load_config
+from pipelines.registry import register_bundle, write_bundle
+from pipelines.runner import run_pipeline
+from recsys.data.prepared import load_prepared
+
+WRK_SCRIPT = """
+local users = {%s}
+math.randomseed(%d)
+request = function()
+  local body = '{"user_id": "' .. users[math.random(#users)] .. '", "k": 10}'
+  return wrk.format("POST", "/v1/recommendations", {["Content-Type"] = "application/json"}, body)
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('WRK_JSON {"requests": %%d, "duration_us": %%d, "connect": %%d, "read": %%d, ' ..
+    '"write": %%d, "status": %%d, "timeout": %%d, "p50_us": %%d, "p95_us": %%d, "p99_us": %%d}\\n',
+    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(95), latency:percentile(99)))
+end
+"""
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=Path("configs/beauty-sasrec.yaml"))
+    parser.add_argument("--data-dir", type=Path, help="raw data instead of the config's data.path")
+    parser.add_argument("--work-dir", type=Path, default=Path(".cache/serving-bench"))
+    parser.add_argument("--duration", type=int, default=30, help="seconds of each wrk run")
+    parser.add_argument("--connections", type=int, default=8, help="concurrent HTTP connections")
+    parser.add_argument("--model-calls", type=int, default=500)
+    parser.add_argument("--freshness-trials", type=int, default=200)
+    parser.add_argument(
+        "--epochs", type=int, help="override train.epochs (serving cost depends on the model's shape, not its training)"
+    )
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install -y wrk")
+
+    work = args.work_dir.resolve()
+    overrides: dict[str, Any] = {"tracking.uri": f"sqlite:///{work / 'mlflow.db'}", "pipeline.index.kind": "hnsw"}
+    if args.data_dir is not None:
+        overrides["data.path"] = str(args.data_dir)
+    if args.epochs is not None:
+        overrides["train.epochs"] = args.epochs
+    config = load_config(args.config, overrides)
+    reports = {r.name: r.outputs for r in run_pipeline(config, work)}
+    data = load_prepared(Path(reports["prepare_data"]["data_dir"]))
+    users = data.users["user_id"].to_list()
+    uri, name = config.tracking.resolved_uri(), config.registered_model_name
+
+    model_call_ms = _model_call_ms(Path(reports["register"]["bundle_dir"]), users, args.model_calls)
+    port = _free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("recsys")), "serve", "--model-name", name, "--tracking-uri", uri,
+         "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(base)
+        load = _wrk(base, users, args.duration, args.connections, seed=0)
+        freshness = _freshness_ms(base, data.items["item_id"].to_list(), args.freshness_trials)
+        swap = _hot_swap_under_load(base, work, reports, name, uri, users, args)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    result = {
+        "name": f"serving-{config.name.removesuffix('-sasrec')}",
+        "bundle": {
+            "config": str(args.config),
+            "model": config.model.name,
+            "items": data.num_items,
+            "users": data.num_users,
+            "index": "hnsw",
+            "train_epochs": config.train.epochs if args.epochs is not None else "config",
+        },
+        "endpoint": "POST /v1/recommendations {user_id, k: 10}, users drawn uniformly from the data",
+        "server": "recsys serve: 1 uvicorn worker, in-process history store, same 2-core machine as wrk",
+        "load_generator": f"wrk, 1 thread, {args.connections} connections, {args.duration} s",
+        "concurrency": args.connections,
+        "duration_s": load["duration_s"],
+        "requests": load["requests"],
+        "requests_per_second": load["requests_per_second"],
+        "latency_ms": load["latency_ms"],
+        "errors": load["errors"],
+        "model_call_ms": model_call_ms,
+        "freshness_ms": freshness,
+        "hot_swap": swap,
+        "machine": machine(),
+        "versions": versions("fastapi", "uvicorn", "faiss-cpu"),
+        "command": command(),
+    }
+    path = write_result(str(result["name"]), result, args.results_dir)
+    print(json.dumps({k: result[k] for k in ("requests_per_second", "latency_ms", "errors", "model_call_ms",
+                                             "freshness_ms", "hot_swap")}, indent=1))  # fmt: skip
+    print(f"-> {path}")
+    return path
+
+
+def _model_call_ms(bundle: Path, users: list[str], calls: int) -> dict[str, float]:
+    """The model call alone: history lookup excluded, `Recommender.recommend` timed per user."""
+    from serving.recommender import Recommender
+
+    recommender = Recommender(bundle)
+    rng = random.Random(1)
+    histories = [recommender.training_history(rng.choice(users)) or [] for _ in range(calls)]
+    times = []
+    for history in histories:
+        start = time.perf_counter()
+        recommender.recommend(history[-recommender.max_history :], 10, True)
+        times.append((time.perf_counter() - start) * 1e3)
+    return _percentiles(times, (50, 99))
+
+
+def _wrk(base: str, users: list[str], duration: int, connections: int, seed: int) -> dict[str, Any]:
+    sample = random.Random(seed).sample(users, min(len(users), 2_000))
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(WRK_SCRIPT % (", ".join(json.dumps(u) for u in sample), seed))
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--timeout", "5s", "-s", script.name, base],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    Path(script.name).unlink()
+    stats = json.loads(next(line for line in out.splitlines() if line.startswith("WRK_JSON"))[len("WRK_JSON ") :])
+    seconds = stats["duration_us"] / 1e6
+    errors = {k: stats[k] for k in ("connect", "read", "write", "status", "timeout")}
+    return {
+        "duration_s": significant(seconds),
+        "requests": stats["requests"],
+        "requests_per_second": significant(stats["requests"] / seconds),
+        "latency_ms": {p: significant(stats[f"{p}_us"] / 1e3) for p in ("p50", "p95", "p99")},
+        "errors": sum(errors.values()),
+        "errors_by_kind": errors,
+    }
+
+
+def _freshness_ms(base: str, item_ids: list[str], trials: int) -> dict[str, float]:
+    """Event sent -> a recommendation that reads it in hand (new users: history_length goes 0 -> 1)."""
+    times = []
+    with httpx.Client(base_url=base, timeout=10) as http:
+        for trial in range(trials):
+            user = f"freshness-{trial}"
+            start = time.perf_counter()
+            http.post("/v1/events", json={"user_id": user, "item_ids": [item_ids[trial % len(item_ids)]]})
+            while http.post("/v1/recommendations", json={"user_id": user}).json()["history_length"] < 1:
+                pass
+            times.append((time.perf_counter() - start) * 1e3)
+    return _percentiles(times, (50, 99))
+
+
+def _hot_swap_under_load(
+    base: str, work: Path, reports: dict[str, Any], name: str, uri: str, users: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """wrk load while a better-scoring copy of the model is registered, promoted and swapped in."""
+    import threading
+
+    result: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: result.update(_wrk(base, users, args.duration, args.connections, 1)))
+    runner.start()
+    time.sleep(args.duration / 3)
+    model = work / "swap-model"
+    shutil.rmtree(model, ignore_errors=True)
+    shutil.copytree(reports["train_retriever"]["model_dir"], model)
+    metrics = json.loads((model / "metrics.json").read_text())
+    metrics["valid"]["ndcg@10"] += 1.0  # a copy that the gate must promote
+    (model / "metrics.json").write_text(json.dumps(metrics))
+    bundle = write_bundle(work / "swap-bundle", name=name, model_dir=model, index_dir=None, sid_path=None, source={})
+    decision = register_bundle(bundle, name, uri)
+    start = time.perf_counter()
+    reload = httpx.post(f"{base}/v1/admin/reload", timeout=120).json()
+    swap_seconds = time.perf_counter() - start
+    runner.join()
+    return {
+        "promoted_version": decision.version,
+        "reloaded": reload["reloaded"],
+        "reload_seconds": significant(swap_seconds),
+        "requests": result["requests"],
+        "errors": result["errors"],
+        "latency_ms": result["latency_ms"],
+    }
+
+
+def _percentiles(times: list[float], ps: tuple[int, ...]) -> dict[str, float]:
+    q = statistics.quantiles(times, n=100, method="inclusive")
+    return {f"p{p}": significant(q[p - 1]) for p in ps}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(base: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"the API at {base} did not become ready in {timeout_s:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
