@@ -9,14 +9,13 @@ file's hash and the index config, and an index built from the same ones is kept 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from pipelines.model_dir import MODEL_FILE, load_model_dir
+from pipelines.model_dir import load_model_dir, model_sha256
 from recsys.errors import RecsysError
 from recsys.models.registry import VECTOR_MODELS
 from recsys.retrieval import FaissTopK, IndexConfig, build_index
@@ -26,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 def build_index_step(model_dir: Path, out_dir: Path, config: IndexConfig, eval_users: int = 1_000) -> Path:
     """Build (or keep, when up to date) the FAISS index of `model_dir`'s item vectors in `out_dir`."""
-    source = {"model_sha256": _file_sha256(model_dir / MODEL_FILE), "config": dataclasses.asdict(config)}
+    source = {"model_sha256": model_sha256(model_dir), "config": dataclasses.asdict(config)}
     if FaissTopK.read_source(out_dir) == source:
         logger.info("index %s is up to date with %s: kept", out_dir, model_dir)
         return out_dir
@@ -45,11 +44,3 @@ def build_index_step(model_dir: Path, out_dir: Path, config: IndexConfig, eval_u
         queries = model.encode_queries(users.to_padded(model.config.max_len)).float()
     index = build_index(vectors, torch.arange(1, vectors.shape[0] + 1), config, eval_queries=queries)
     return index.save(out_dir, source=source)
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -10,6 +10,7 @@ Written atomically: a crash leaves the previous directory (or none), never a par
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -50,6 +51,15 @@ def write_model_dir(
         (tmp / DATA_FILE).write_text(json.dumps({"data_dir": str(data_dir.resolve()), "meta": meta}, indent=2))
         for name in (ITEMS_FILE, USERS_FILE):
             shutil.copyfile(data_dir / name, tmp / name)
+
+
+def model_sha256(model_dir: Path) -> str:
+    """SHA-256 of a model directory's weights file: what downstream steps fingerprint."""
+    digest = hashlib.sha256()
+    with (model_dir / MODEL_FILE).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedModel:

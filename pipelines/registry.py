@@ -97,30 +97,33 @@ def register_bundle(bundle_dir: Path, model_name: str, tracking_uri: str, tolera
     return decision
 
 
-def champion_bundle_uri(model_name: str, tracking_uri: str) -> str | None:
-    """Where the current champion's bundle lives (an artifact URI), or None when there is no champion."""
+@dataclass(frozen=True)
+class Champion:
+    """The version holding the `champion` alias and where its bundle lives (an artifact URI)."""
+
+    version: str
+    source: str
+
+
+def get_champion(model_name: str, tracking_uri: str) -> Champion | None:
+    """The current champion of `model_name` (one registry lookup), or None when there is none."""
     from mlflow.tracking import MlflowClient
 
-    champion = _champion(MlflowClient(tracking_uri), model_name)
-    return None if champion is None else str(champion.source)
+    found = _champion(MlflowClient(tracking_uri), model_name)
+    return None if found is None else Champion(str(found.version), str(found.source))
+
+
+def download_bundle(source: str, tracking_uri: str) -> Path:
+    """A local copy of a registered bundle directory (MLflow caches the download)."""
+    import mlflow
+
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=tracking_uri))
 
 
 def download_champion_bundle(model_name: str, tracking_uri: str) -> Path | None:
-    """A local copy of the champion's bundle directory (MLflow caches the download), or None without a champion."""
-    uri = champion_bundle_uri(model_name, tracking_uri)
-    if uri is None:
-        return None
-    import mlflow
-
-    return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, tracking_uri=tracking_uri))
-
-
-def champion_version(model_name: str, tracking_uri: str) -> str | None:
-    """The version number holding the `champion` alias, or None when there is no champion."""
-    from mlflow.tracking import MlflowClient
-
-    champion = _champion(MlflowClient(tracking_uri), model_name)
-    return None if champion is None else str(champion.version)
+    """A local copy of the champion's bundle directory, or None without a champion."""
+    current = get_champion(model_name, tracking_uri)
+    return None if current is None else download_bundle(current.source, tracking_uri)
 
 
 def _champion(client: Any, model_name: str) -> Any | None:

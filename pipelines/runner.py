@@ -26,6 +26,7 @@ from pipelines.config import ExperimentConfig
 from pipelines.data import data_fingerprint, prepare_step
 from pipelines.experiment import ExperimentPaths
 from pipelines.index import build_index_step
+from pipelines.model_dir import model_sha256
 from pipelines.registry import register_bundle, write_bundle
 from pipelines.semantic_ids import build_semantic_ids_step
 from pipelines.tracking import Tracker, start_tracking
@@ -33,6 +34,7 @@ from pipelines.train import train_step
 from recsys.atomic import atomic_file
 from recsys.errors import RecsysError
 from recsys.models.registry import VECTOR_MODELS
+from recsys.retrieval import FaissTopK
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +114,7 @@ def _run_tracked(
     with start_tracking(config.tracking, config.experiment_name, step.name) as step_tracker:
         step_tracker.log_params(inputs)
         outputs = step.run(config, paths, done)
-        step_tracker.log_metrics({k: v for k, v in _flat_numbers(outputs).items()})
+        step_tracker.log_metrics(_flat_numbers(outputs))
     return outputs
 
 
@@ -151,7 +153,7 @@ def _train(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Out
     outputs = train_step(config, Path(done["prepare_data"]["data_dir"]), paths.model_dir)
     return {
         "model_dir": str(outputs.model_dir),
-        "model_sha256": _sha256(outputs.model_dir / "model.pt"),
+        "model_sha256": model_sha256(outputs.model_dir),
         "valid_ndcg@10": outputs.metrics["valid"]["ndcg@10"],
         "test_ndcg@10": outputs.metrics["test"]["ndcg@10"],
         "test_recall@10": outputs.metrics["test"]["recall@10"],
@@ -167,8 +169,9 @@ def _index_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[st
 
 def _index(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
     index_dir = build_index_step(Path(done["train_retriever"]["model_dir"]), paths.index_dir, config.pipeline.index)
-    report = json.loads((index_dir / "index.json").read_text())["report"]
-    return {"index_dir": str(index_dir), "recall@k": report["recall"], "k": report["k"]}
+    report = FaissTopK.read_report(index_dir)
+    assert report is not None  # build_index_step writes it
+    return {"index_dir": str(index_dir), "recall@k": report.recall, "k": report.k}
 
 
 def _register_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any] | None:
@@ -213,14 +216,6 @@ def _fingerprint(inputs: dict[str, Any]) -> str:
 
 def _exist(paths: list[Path]) -> bool:
     return all(p.exists() for p in paths)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _flat_numbers(outputs: Outputs) -> dict[str, float]:

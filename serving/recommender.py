@@ -49,7 +49,8 @@ class Recommender:
         item_ids = self.data.items["item_id"].to_list()
         self._item_idx = {item_id: i + 1 for i, item_id in enumerate(item_ids)}
         self._item_ids = ["", *item_ids]
-        self._popular = torch.argsort(self.data.item_counts()[1:], descending=True, stable=True) + 1  # (V,)
+        self._counts = self.data.item_counts()  # (V+1,) once: the popularity fallback reads it per request
+        self._popular = torch.argsort(self._counts[1:], descending=True, stable=True) + 1  # (V,)
         self._similar = self._similar_items_index(bundle_dir)
 
     @property
@@ -99,8 +100,7 @@ class Recommender:
 
     def _popularity(self, k: int, exclude: set[int]) -> list[Recommendation]:
         items = [int(i) for i in self._popular if int(i) not in exclude][:k]
-        counts = self.data.item_counts()
-        return self._describe(items, [float(counts[i]) for i in items])
+        return self._describe(items, [float(self._counts[i]) for i in items])
 
     def _describe(self, items: list[int], scores: list[float]) -> list[Recommendation]:
         titles = self.data.titles(torch.tensor(items, dtype=torch.long)) if items else []

@@ -14,8 +14,8 @@ import logging
 import threading
 from typing import Any
 
-from pipelines.registry import champion_version
-from serving.recommender import Recommender, resolve_bundle
+from pipelines.registry import download_bundle, get_champion
+from serving.recommender import Recommender
 from serving.settings import ServingSettings
 
 logger = logging.getLogger(__name__)
@@ -33,13 +33,14 @@ class ChampionWatcher:
         """Load and swap in the champion if it changed; True when it swapped."""
         assert self.settings.model_name is not None
         with self._lock:
-            current = champion_version(self.settings.model_name, self.settings.tracking_uri)
-            if current is None or current == self.version:
+            # one lookup gives the version and its bundle, so the version served is the one recorded
+            current = get_champion(self.settings.model_name, self.settings.tracking_uri)
+            if current is None or current.version == self.version:
                 return False
-            bundle = resolve_bundle(None, self.settings.model_name, self.settings.tracking_uri)
+            bundle = download_bundle(current.source, self.settings.tracking_uri)
             recommender = Recommender(bundle)  # loaded before the swap: the old one serves meanwhile
-            self.state.recommender, previous, self.version = recommender, self.version, current
-        logger.info("serving champion v%s of %s (was v%s)", current, self.settings.model_name, previous)
+            self.state.recommender, previous, self.version = recommender, self.version, current.version
+        logger.info("serving champion v%s of %s (was v%s)", current.version, self.settings.model_name, previous)
         return True
 
     async def poll(self, interval_s: float) -> None:

@@ -42,7 +42,7 @@ def build_command(
             path = build_index_step(model_dir, out, config, eval_users)
         except ValueError as err:
             raise ConfigError(f"{err} (see `recsys index build --help`)") from err
-        report = FaissTopK.load(path).report
+        report = FaissTopK.read_report(path)
     table = Table(title=f"FAISS {kind} index of {model_dir}")
     table.add_column("statistic")
     table.add_column("value", justify="right")

@@ -70,13 +70,11 @@ def select_kernel(kernel: Kernel | None, device: torch.device) -> Kernel:
 
 def _select_unfused_kernel(kernel: Kernel | None, device: torch.device, op: str) -> Kernel:
     """`select_kernel` for the ops without an FBGEMM backend (its fused optimizers live in its own TBE module)."""
-    if kernel is Kernel.FBGEMM:
-        raise KernelUnavailableError(
-            f"Kernel.FBGEMM has no {op}: FBGEMM's fused optimizers belong to its TBE module "
-            "(fbgemm_gpu's SplitTableBatchedEmbeddingBagsCodegen, which owns the weights); pass "
-            "kernel=Kernel.TRITON (CUDA) or kernel=Kernel.TORCH"
-        )
-    return select_kernel(kernel, device)
+    return dispatch.select_kernel(
+        op, kernel, device, logger_name=__name__, triton_module="embedding_bag",
+        fbgemm_missing=f"Kernel.FBGEMM has no {op}: FBGEMM's fused optimizers belong to its TBE module "
+        "(fbgemm_gpu's SplitTableBatchedEmbeddingBagsCodegen, which owns the weights)",
+    )  # fmt: skip
 
 
 def _triton_backend(device: torch.device) -> ModuleType:

@@ -153,11 +153,14 @@ class FaissTopK:
     @staticmethod
     def read_source(index_dir: Path) -> dict[str, Any] | None:
         """The `source` an index directory was saved with, or None when there is no index there."""
-        meta_path = index_dir / _MARKER
-        source: dict[str, Any] | None = (
-            json.loads(meta_path.read_text()).get("source", {}) if meta_path.exists() else None
-        )
-        return source
+        meta = _read_meta(index_dir)
+        return None if meta is None else dict(meta.get("source", {}))
+
+    @staticmethod
+    def read_report(index_dir: Path) -> BuildReport | None:
+        """The build report of an index directory (without loading the index), or None."""
+        meta = _read_meta(index_dir)
+        return BuildReport(**meta["report"]) if meta and meta["report"] else None
 
     @classmethod
     def load(cls, index_dir: Path) -> FaissTopK:
@@ -221,6 +224,11 @@ def build_index(
         config.kind, num_items, dim, device, k, recall, len(eval_queries), build_seconds,
     )  # fmt: skip
     return built
+
+
+def _read_meta(index_dir: Path) -> dict[str, Any] | None:
+    meta_path = index_dir / _MARKER
+    return dict(json.loads(meta_path.read_text())) if meta_path.exists() else None
 
 
 def _factory_string(config: IndexConfig, num_items: int, dim: int) -> str:

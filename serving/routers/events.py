@@ -15,7 +15,8 @@ router = APIRouter(prefix="/v1", tags=["events"])
 def events(body: EventsRequest, recommender: RecommenderDep, store: HistoryStoreDep) -> EventsResponse:
     """Known items are stored (oldest first); ids outside the catalog are returned in `unknown_items`."""
     known, unknown = recommender.item_idx(body.item_ids)
-    kept = [i for i in body.item_ids if i not in set(unknown)]
+    unknown_ids = set(unknown)
+    kept = [i for i in body.item_ids if i not in unknown_ids]
     if kept:
         try:
             store.append(body.user_id, kept)

@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipelines.config import load_config
-from pipelines.registry import BUNDLE_FILE, CHAMPION, champion_bundle_uri
+from pipelines.registry import BUNDLE_FILE, CHAMPION, get_champion
 from pipelines.runner import run_pipeline
 
 HOST, PORT, USER = "127.0.0.1", 5432, "root"
@@ -63,7 +63,8 @@ def test_pipeline_tracks_and_registers_in_postgresql(
     client = MlflowClient(postgres_uri)
     champion = client.get_model_version_by_alias(config.registered_model_name, CHAMPION)
     assert str(champion.version) == "1" and float(champion.tags["valid_ndcg_at_10"]) > 0
-    source = champion_bundle_uri(config.registered_model_name, postgres_uri)
+    found = get_champion(config.registered_model_name, postgres_uri)
+    source = found and found.source
     assert source is not None and source.startswith(artifacts)
     assert (Path(urlparse(source).path) / BUNDLE_FILE).is_file(), "the registered source holds the bundle"
     experiment = client.get_experiment_by_name(config.experiment_name)
