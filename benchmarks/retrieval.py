@@ -33,7 +33,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS_DIR, command, machine, significant, versions, write_result
-from recsys.retrieval import ExactTopK, FaissTopK, IndexConfig, build_index, recall_at_k
+from recsys.retrieval import ExactTopK, IndexConfig, recall_at_k
+from recsys.retrieval.faiss_index import FaissTopK, build_index
 
 logger = logging.getLogger("benchmarks.retrieval")
 

@@ -18,7 +18,8 @@ import torch
 from pipelines.model_dir import load_model_dir, model_sha256
 from recsys.errors import RecsysError
 from recsys.models.registry import VECTOR_MODELS
-from recsys.retrieval import FaissTopK, IndexConfig, build_index
+from recsys.retrieval import IndexConfig
+from recsys.retrieval.faiss_index import FaissTopK, build_index
 
 logger = logging.getLogger(__name__)
 

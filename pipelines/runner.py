@@ -34,7 +34,7 @@ from pipelines.train import train_step
 from recsys.atomic import atomic_file
 from recsys.errors import RecsysError
 from recsys.models.registry import VECTOR_MODELS
-from recsys.retrieval import FaissTopK
+from recsys.retrieval.faiss_index import FaissTopK
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ from pipelines.registry import BUNDLE_FILE, download_champion_bundle
 from recsys.data.jagged import Jagged
 from recsys.inference import recommend
 from recsys.models.registry import VECTOR_MODELS
-from recsys.retrieval import ExactTopK, FaissTopK, TopK
+from recsys.retrieval import ExactTopK, TopK
+from recsys.retrieval.faiss_index import FaissTopK
 
 logger = logging.getLogger(__name__)
 

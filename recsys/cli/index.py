@@ -32,7 +32,8 @@ def build_command(
     """Index the model's item vectors (kept as is when already built from the same model and settings)."""
     from pipelines.index import build_index_step
     from recsys.errors import ConfigError
-    from recsys.retrieval import FaissTopK, IndexConfig
+    from recsys.retrieval import IndexConfig
+    from recsys.retrieval.faiss_index import FaissTopK
 
     with handle_errors():
         try:  # bad settings (an unknown kind, pq_m not dividing the dim, no GPU) are the user's to fix

@@ -72,6 +72,7 @@ class GenerativeRecipe:
 
     max_history: int
     batch_size: int
+    label_smoothing: float = 0.0
 
     def batches(self, sequences: Jagged, generator: torch.Generator) -> list[HistoryBatch]:
         return list(history_target_batches(sequences, self.max_history, self.batch_size, generator))
@@ -80,20 +81,30 @@ class GenerativeRecipe:
         assert isinstance(model, GenerativeRetriever)
         codes = model.codes[batch.targets]  # (B, T)
         logits = model(batch.histories, batch.targets, batch.users)
-        loss = torch.stack([F.cross_entropy(lg.float(), codes[:, t]) for t, lg in enumerate(logits)]).mean()
+        per_level = [
+            F.cross_entropy(lg.float(), codes[:, t], label_smoothing=self.label_smoothing)
+            for t, lg in enumerate(logits)
+        ]
+        loss = torch.stack(per_level).mean()
         return loss, batch.targets.numel()
 
 
 def recipe_for(
-    model: nn.Module, data: SequenceData, batch_size: int, loss: str = "full_softmax", num_negatives: int = 0
+    model: nn.Module,
+    data: SequenceData,
+    batch_size: int,
+    loss: str = "full_softmax",
+    num_negatives: int = 0,
+    label_smoothing: float = 0.0,
 ) -> Recipe:
-    """The recipe that trains `model`; `loss` and `num_negatives` apply to next-item models."""
+    """The recipe that trains `model`; `loss` and `num_negatives` apply to next-item models, `label_smoothing`
+    to the generative one."""
     if isinstance(model, SASRec):
         probs = _sampling_probs(data) if loss == "sampled_softmax" else None
         excluded = data.cold_mask if bool(data.cold_mask.any()) else None
         return NextItemRecipe(model.config.max_len, batch_size, excluded, probs, num_negatives)
     if isinstance(model, GenerativeRetriever):
-        return GenerativeRecipe(model.config.max_history, batch_size)
+        return GenerativeRecipe(model.config.max_history, batch_size, label_smoothing)
     raise TypeError(f"no training recipe for {type(model).__name__}")
 
 

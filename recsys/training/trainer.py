@@ -46,6 +46,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     loss: Literal["full_softmax", "sampled_softmax"] = "full_softmax"
     num_negatives: int = 1024  # sampled_softmax only; negatives drawn by training popularity (logQ-corrected)
+    label_smoothing: float = 0.0  # generative only: smoothing of the cross-entropy on each semantic-ID level
     patience: int = 10  # epochs without a better validation metric before stopping
     max_train_seconds: float | None = None  # stop after the first validated epoch past this wall time
     monitor: str = "ndcg@10"  # validation metric that picks the checkpoint
@@ -113,7 +114,7 @@ def fit(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=device.type == "cuda"
     )
     sequences, valid = data.training_sequences(), data.eval_split("valid")
-    recipe = recipe_for(model, data, config.batch_size, config.loss, config.num_negatives)
+    recipe = recipe_for(model, data, config.batch_size, config.loss, config.num_negatives, config.label_smoothing)
     # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
     steps_per_epoch = len(recipe.batches(sequences, torch.Generator())) if config.lr_schedule == "cosine" else 0
     scheduler = _lr_scheduler(optimizer, config, steps_per_epoch)

@@ -16,7 +16,8 @@ from pipelines.index import build_index_step
 from pipelines.model_dir import load_model_dir
 from recsys.cli import app
 from recsys.errors import RecsysError
-from recsys.retrieval import FaissTopK, IndexConfig
+from recsys.retrieval import IndexConfig
+from recsys.retrieval.faiss_index import FaissTopK
 
 
 @pytest.fixture(scope="module")

@@ -176,3 +176,26 @@ def test_generative_training_beats_popularity_on_structured_ids(tiny_data_dir) -
     popularity.fit(data.item_counts())
     baseline = evaluate(popularity, data.eval_split("valid"), data.num_items, eval_config).metrics["recall@10"]
     assert result.best_valid["recall@10"] > 1.5 * baseline > 0
+
+
+def test_label_smoothing_mixes_each_level_target_with_a_uniform_distribution() -> None:
+    from recsys.data.batching import HistoryBatch
+    from recsys.training.recipes import GenerativeRecipe
+
+    codes = catalog()
+    m = model(codes, beam=4)  # eval mode: no dropout, so both losses see the same logits
+    batch = HistoryBatch(
+        histories=torch.tensor([[0, 1, 2], [3, 4, 5]]), targets=torch.tensor([6, 7]), users=torch.tensor([1, 2])
+    )
+    eps = 0.2
+    logits = m(batch.histories, batch.targets, batch.users)
+    expected = []
+    for t, lg in enumerate(logits):
+        log_p = F.log_softmax(lg.float(), -1)
+        target = codes[batch.targets][:, t]
+        nll = -log_p.gather(1, target[:, None]).squeeze(1)
+        expected.append(((1 - eps) * nll - eps * log_p.mean(-1)).mean())
+    smoothed, _ = GenerativeRecipe(3, 2, label_smoothing=eps).loss(m, batch, torch.Generator())
+    plain, _ = GenerativeRecipe(3, 2).loss(m, batch, torch.Generator())
+    torch.testing.assert_close(smoothed, torch.stack(expected).mean())
+    assert smoothed.item() != plain.item()

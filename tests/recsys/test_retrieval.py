@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from recsys.retrieval import ExactTopK, FaissTopK, IndexConfig, build_index, recall_at_k
+from recsys.retrieval import ExactTopK, IndexConfig, recall_at_k
+from recsys.retrieval.faiss_index import FaissTopK, build_index
 
 
 def clustered_vectors(num: int, dim: int, seed: int = 0) -> torch.Tensor:
