@@ -11,7 +11,8 @@ Needs `wrk` (apt-get install -y wrk). Steps, in one run:
 3. The model call alone: `Recommender.recommend` for --model-calls users in this process (p50/p99).
 4. wrk, --connections connections for --duration seconds: `POST /v1/recommendations` {user_id, k: 10} for
    users drawn at random from the data; requests/s, latency p50/p95/p99 and every error wrk counts
-   (connect/read/write/timeout and non-2xx statuses).
+   (connect/read/write/timeout and non-2xx statuses); then the server's own count of model calls and
+   requests per call (micro-batching) from its /metrics.
 5. Freshness: for --freshness-trials new users, the time from sending `POST /v1/events` to holding a
    recommendation that reads the event (history_length 1), p50/p99.
 6. Hot swap under load: the same wrk load while a better-scoring copy of the model is registered, promoted
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> Path:
     try:
         _wait_ready(base)
         load = _wrk(base, users, args.duration, args.connections, seed=0)
+        batching = _server_batching(base)
         freshness = _freshness_ms(base, data.items["item_id"].to_list(), args.freshness_trials)
         swap = _hot_swap_under_load(base, work, reports, name, uri, users, args)
     finally:
@@ -118,7 +120,8 @@ def main(argv: list[str] | None = None) -> Path:
             "train_epochs": config.train.epochs if args.epochs is not None else "config",
         },
         "endpoint": "POST /v1/recommendations {user_id, k: 10}, users drawn uniformly from the data",
-        "server": "recsys serve: 1 uvicorn worker, in-process history store, same 2-core machine as wrk",
+        "server": "recsys serve: 1 uvicorn worker, micro-batching (max 64), in-process history store, same 2-core "
+        "machine as wrk",
         "load_generator": f"wrk, 1 thread, {args.connections} connections, {args.duration} s",
         "concurrency": args.connections,
         "duration_s": load["duration_s"],
@@ -127,6 +130,7 @@ def main(argv: list[str] | None = None) -> Path:
         "latency_ms": load["latency_ms"],
         "errors": load["errors"],
         "model_call_ms": model_call_ms,
+        "server_batching": batching,
         "freshness_ms": freshness,
         "hot_swap": swap,
         "machine": machine(),
@@ -174,6 +178,23 @@ def _wrk(base: str, users: list[str], duration: int, connections: int, seed: int
         "latency_ms": {p: significant(stats[f"{p}_us"] / 1e3) for p in ("p50", "p95", "p99")},
         "errors": sum(errors.values()),
         "errors_by_kind": errors,
+    }
+
+
+def _server_batching(base: str) -> dict[str, float]:
+    """Model calls the server made so far (from its /metrics): how many, requests per call, ms per call."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(httpx.get(f"{base}/metrics", timeout=10).text)
+        for sample in family.samples
+    }
+    calls = samples["recsys_model_batch_size_count"]
+    return {
+        "model_calls": int(calls),
+        "mean_requests_per_call": significant(samples["recsys_model_batch_size_sum"] / calls),
+        "mean_model_call_ms": significant(samples["recsys_model_call_seconds_sum"] / calls * 1e3),
     }
 
 

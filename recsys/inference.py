@@ -43,7 +43,7 @@ def recommend(
     histories: Jagged,
     k: int,
     max_history: int,
-    exclude_seen: bool = True,
+    exclude_seen: bool | torch.Tensor = True,
     users: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k items for every history.
@@ -53,14 +53,24 @@ def recommend(
         histories: (B,) rows of item_idx, oldest first.
         k: list length (at most V).
         max_history: the most recent items fed to the model.
-        exclude_seen: drop items already in the history (what a product page wants).
+        exclude_seen: drop items already in the history (what a product page wants); a (B,) bool tensor
+            decides it row by row.
         users: (B,) user_idx of the rows (0 = unknown user), for models with a user token; None = unknown.
 
     Returns:
         (scores (B, k), item_idx (B, k)), best first.
     """
     scores = scorer.score(histories.to_padded(max_history), users).float()
-    scores = mask_unrankable(scores, histories if exclude_seen else None)
+    scores = mask_unrankable(scores, _rows_to_exclude(histories, exclude_seen))
     k = min(k, scores.shape[1] - 1)
     top = scores.topk(k, dim=1)
     return top.values.cpu(), top.indices.cpu()
+
+
+def _rows_to_exclude(histories: Jagged, exclude_seen: bool | torch.Tensor) -> Jagged | None:
+    """The history items to mask: all of them, none, or those of the rows whose flag is set."""
+    if isinstance(exclude_seen, bool):
+        return histories if exclude_seen else None
+    lengths = histories.lengths() * exclude_seen.to(torch.int64)
+    keep = torch.repeat_interleave(exclude_seen, histories.lengths())
+    return Jagged.from_lengths(histories.values[keep], lengths)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict, deque
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 
 class HistoryUnavailableError(RuntimeError):
@@ -17,6 +17,9 @@ class HistoryUnavailableError(RuntimeError):
 
 
 class HistoryStore(Protocol):
+    # True when calls wait on the network: async endpoints then call the store from a worker thread
+    blocking_io: ClassVar[bool]
+
     def recent(self, user_id: str) -> list[str]:
         """The user's online events, oldest first (item ids)."""
         ...
@@ -30,6 +33,8 @@ class HistoryStore(Protocol):
 
 class InMemoryHistoryStore:
     """Per-process histories (thread-safe), the most recent `max_history` per user."""
+
+    blocking_io: ClassVar[bool] = False
 
     def __init__(self, max_history: int) -> None:
         self._events: defaultdict[str, deque[str]] = defaultdict(lambda: deque(maxlen=max_history))
@@ -49,6 +54,8 @@ class InMemoryHistoryStore:
 
 class RedisHistoryStore:
     """A Redis list `recsys:history:<user_id>` per user, trimmed to the most recent `max_history` events."""
+
+    blocking_io: ClassVar[bool] = True
 
     def __init__(self, url: str, max_history: int, timeout_s: float = 0.5) -> None:
         import redis

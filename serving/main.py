@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 import torch
 from fastapi import FastAPI
 
+from serving.batcher import MicroBatcher
 from serving.history import HistoryStore, InMemoryHistoryStore, RedisHistoryStore
 from serving.metrics import ServingMetrics
 from serving.recommender import Recommender, resolve_bundle
@@ -31,6 +32,8 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         torch.set_num_threads(settings.torch_threads)
         app.state.history_store = make_history_store(settings)
+        app.state.batcher = MicroBatcher(settings.max_batch, app.state.metrics)
+        app.state.batcher.start()
         app.state.watcher = None
         if settings.bundle is None and settings.model_name is not None:  # follow the registry's champion
             app.state.watcher = ChampionWatcher(settings, app.state)
@@ -46,6 +49,7 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
         yield
         if poller is not None:
             poller.cancel()
+        await app.state.batcher.stop()
 
     app = FastAPI(title="recsys online API", version="1", lifespan=lifespan)
     app.state.metrics = ServingMetrics()

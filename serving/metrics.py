@@ -1,18 +1,20 @@
-"""Prometheus metrics of one app: requests by route and status, request latency, model-call latency.
+"""Prometheus metrics of one app: requests by route and status, request latency, model calls and batch sizes.
 
 Each app owns its registry (several apps in one process, e.g. tests, do not collide); `GET /metrics`
-serves it in the Prometheus text format.
+serves it in the Prometheus text format. Requests are observed by a plain ASGI middleware (Starlette's
+`@app.middleware("http")` wraps every request in extra tasks and streams, a cost paid on the hot path).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 class ServingMetrics:
@@ -26,22 +28,44 @@ class ServingMetrics:
             registry=self.registry,
         )  # fmt: skip
         self.model_call = Histogram(
-            "recsys_model_call_seconds", "latency of the model call alone (scoring one request)",
+            "recsys_model_call_seconds", "latency of one model call (a micro-batch of recommendation requests)",
             buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.batch_size = Histogram(
+            "recsys_model_batch_size", "recommendation requests scored per model call", buckets=_BATCH_BUCKETS,
+            registry=self.registry,
         )  # fmt: skip
 
     def install(self, app: FastAPI) -> None:
         """Count and time every request (by its route template, so ids do not explode the label set)."""
-
-        @app.middleware("http")
-        async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-            start = time.perf_counter()
-            response = await call_next(request)
-            route = getattr(request.scope.get("route"), "path", "unmatched")
-            self.requests.labels(route, str(response.status_code)).inc()
-            self.latency.labels(route).observe(time.perf_counter() - start)
-            return response
+        app.add_middleware(_ObserveRequests, metrics=self)
 
         @app.get("/metrics", include_in_schema=False)
         def metrics() -> Response:
             return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+class _ObserveRequests:
+    def __init__(self, app: ASGIApp, metrics: ServingMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500  # what the client gets if the app raises before starting a response
+
+        async def send_observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_observed)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")  # set by the router on the shared scope
+            self.metrics.requests.labels(route, str(status)).inc()
+            self.metrics.latency.labels(route).observe(time.perf_counter() - start)

@@ -28,6 +28,13 @@ class BundleError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class RecommendationQuery:
+    history: list[int]  # item_idx, oldest first, at most `Recommender.max_history`
+    k: int
+    exclude_seen: bool
+
+
+@dataclass(frozen=True)
 class Recommendation:
     item_id: str
     title: str
@@ -47,6 +54,8 @@ class Recommender:
         config = self.model.config  # SASRec reads `max_len` items, the generative model `max_history`
         self.max_history: int = getattr(config, "max_len", 0) or getattr(config, "max_history", 50)
         self._user_row = {user_id: row for row, user_id in enumerate(self.data.users["user_id"].to_list())}
+        # plain ints: slicing a tensor with tensor offsets costs ~0.2 ms per request
+        self._history_offsets: list[int] = self.data.sequences.offsets.tolist()
         item_ids = self.data.items["item_id"].to_list()
         self._item_idx = {item_id: i + 1 for i, item_id in enumerate(item_ids)}
         self._item_ids = ["", *item_ids]
@@ -66,15 +75,29 @@ class Recommender:
     def training_history(self, user_id: str) -> list[int] | None:
         """The user's interactions in the bundle's data (oldest first), or None for a user it does not know."""
         row = self._user_row.get(user_id)  # a dict: the data's own lookup scans every user
-        return None if row is None else self.data.sequences.row(row).tolist()
+        if row is None:
+            return None
+        start, end = self._history_offsets[row], self._history_offsets[row + 1]
+        return self.data.sequences.values[start:end].tolist()
 
-    @torch.no_grad()
     def recommend(self, history: list[int], k: int, exclude_seen: bool) -> list[Recommendation]:
         """Top-k for one history (item_idx, oldest first): the model's full ranking, or popularity when empty."""
-        if not history:
-            return self._popularity(k, set())
-        scores, items = recommend(self.model, Jagged.from_lists([history]), k, self.max_history, exclude_seen)
-        return self._describe(items[0].tolist(), scores[0].tolist())
+        return self.recommend_batch([RecommendationQuery(history, k, exclude_seen)])[0]
+
+    @torch.no_grad()
+    def recommend_batch(self, queries: list[RecommendationQuery]) -> list[list[Recommendation]]:
+        """Top-k for each query, the histories scored in one model call; empty histories get popularity."""
+        scored = [i for i, q in enumerate(queries) if q.history]
+        ranked: dict[int, list[Recommendation]] = {}
+        if scored:
+            histories = Jagged.from_lists([queries[i].history for i in scored])
+            exclude = torch.tensor([queries[i].exclude_seen for i in scored])
+            k = max(queries[i].k for i in scored)
+            scores, items = recommend(self.model, histories, k, self.max_history, exclude)
+            for row, i in enumerate(scored):
+                top = queries[i].k
+                ranked[i] = self._describe(items[row, :top].tolist(), scores[row, :top].tolist())
+        return [ranked[i] if i in ranked else self._popularity(q.k, set()) for i, q in enumerate(queries)]
 
     def popular(self, k: int, exclude: list[int]) -> list[Recommendation]:
         return self._popularity(k, set(exclude))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -73,3 +73,21 @@ class Health(BaseModel):
     model_version: str | None = None
     history_store: str | None = None
     detail: str | None = None
+
+
+# ------------------------------------------------------------------------------------------------- errors
+
+
+class ErrorResponse(BaseModel):
+    """An error the client can act on: `detail` says what was wrong and how to fix it."""
+
+    detail: str
+
+
+NOT_READY = "no model loaded yet (see /readyz)"
+UNPARSEABLE_BODY = "the body is not parseable JSON"
+
+
+def error_responses(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` of a route for its error statuses (all with an `ErrorResponse` body)."""
+    return {code: {"model": ErrorResponse, "description": text} for code, text in descriptions.items()}

@@ -22,6 +22,12 @@ def serve_command(
     redis_url: Annotated[str, typer.Option("--redis-url")] = "redis://127.0.0.1:6379/0",
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port")] = 8000,
+    max_batch: Annotated[
+        int, typer.Option("--max-batch", min=1, help="Most recommendation requests scored in one model call.")
+    ] = 64,
+    access_log: Annotated[
+        bool, typer.Option("--access-log/--no-access-log", help="Log every request (costs throughput under load).")
+    ] = False,
 ) -> None:
     """Serve /v1/recommendations, /v1/similar-items, /v1/events, /healthz, /readyz (OpenAPI at /docs)."""
     import uvicorn
@@ -36,9 +42,9 @@ def serve_command(
         try:
             settings = ServingSettings(
                 bundle=bundle, model_name=model_name, tracking_uri=tracking_uri,
-                history_store=history_store, redis_url=redis_url,  # type: ignore[arg-type]
+                history_store=history_store, redis_url=redis_url, max_batch=max_batch,  # type: ignore[arg-type]
             )  # fmt: skip
             resolve_bundle(settings.bundle, settings.model_name, settings.tracking_uri)  # fail before binding the port
         except (ValidationError, BundleError) as err:
             raise ConfigError(f"{err}. Fix: see `recsys serve --help`") from err
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=access_log)

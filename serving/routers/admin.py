@@ -5,6 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel
 
+from serving.schemas import error_responses
+
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 
@@ -14,7 +16,7 @@ class ReloadResponse(BaseModel):
     registry_version: str | None
 
 
-@router.post("/reload")
+@router.post("/reload", responses=error_responses({409: "serving a fixed bundle, not a registered model"}))
 def reload(request: Request) -> ReloadResponse:
     watcher = request.app.state.watcher
     if watcher is None:

@@ -6,12 +6,15 @@ from fastapi import APIRouter, HTTPException
 
 from serving.deps import HistoryStoreDep, RecommenderDep
 from serving.history import HistoryUnavailableError
-from serving.schemas import EventsRequest, EventsResponse
+from serving.schemas import NOT_READY, UNPARSEABLE_BODY, EventsRequest, EventsResponse, error_responses
 
 router = APIRouter(prefix="/v1", tags=["events"])
 
 
-@router.post("/events")
+@router.post(
+    "/events",
+    responses=error_responses({400: UNPARSEABLE_BODY, 503: f"{NOT_READY}, or the online history store is down"}),
+)
 def events(body: EventsRequest, recommender: RecommenderDep, store: HistoryStoreDep) -> EventsResponse:
     """Known items are stored (oldest first); ids outside the catalog are returned in `unknown_items`."""
     known, unknown = recommender.item_idx(body.item_ids)

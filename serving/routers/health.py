@@ -15,7 +15,7 @@ def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses={503: {"model": Health, "description": "no model loaded yet"}})
 def readyz(request: Request, response: Response) -> Health:
     """503 until a model is loaded; "degraded" (200) when only the online history store is down."""
     recommender = getattr(request.app.state, "recommender", None)

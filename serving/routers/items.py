@@ -7,12 +7,17 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 
 from serving.deps import RecommenderDep
-from serving.schemas import ScoredItem, SimilarItemsResponse
+from serving.schemas import NOT_READY, ScoredItem, SimilarItemsResponse, error_responses
 
 router = APIRouter(prefix="/v1", tags=["items"])
 
 
-@router.get("/similar-items/{item_id}")
+@router.get(
+    "/similar-items/{item_id}",
+    responses=error_responses(
+        {404: "the item is not in the served catalog", 501: "the served model has no item vectors", 503: NOT_READY}
+    ),
+)
 def similar_items(
     item_id: str, recommender: RecommenderDep, k: Annotated[int, Query(ge=1, le=100)] = 10
 ) -> SimilarItemsResponse:

@@ -4,25 +4,34 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter
+from fastapi.exceptions import RequestValidationError
+from starlette.concurrency import run_in_threadpool
 
-from serving.deps import HistoryStoreDep, RecommenderDep
-from serving.history import HistoryUnavailableError
-from serving.schemas import RecommendationRequest, RecommendationResponse, ScoredItem
+from serving.deps import BatcherDep, HistoryStoreDep, RecommenderDep
+from serving.history import HistoryStore, HistoryUnavailableError
+from serving.recommender import RecommendationQuery
+from serving.schemas import (
+    NOT_READY,
+    UNPARSEABLE_BODY,
+    RecommendationRequest,
+    RecommendationResponse,
+    ScoredItem,
+    error_responses,
+)
 
 logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["recommendations"])
 
 
-@router.post("/recommendations")
-def recommendations(
-    body: RecommendationRequest, request: Request, recommender: RecommenderDep, store: HistoryStoreDep
+@router.post("/recommendations", responses=error_responses({400: UNPARSEABLE_BODY, 503: NOT_READY}))
+async def recommendations(
+    body: RecommendationRequest, recommender: RecommenderDep, store: HistoryStoreDep, batcher: BatcherDep
 ) -> RecommendationResponse:
     """Unknown users and empty histories get the most popular items (`source: popularity`), never an error."""
     if body.domain is not None:
-        raise HTTPException(
-            status_code=422, detail=f"domain {body.domain!r}: this bundle serves a single domain; omit `domain`"
-        )
+        message = f"domain {body.domain!r}: this bundle serves a single domain; omit `domain`"
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "domain"), "msg": message}])
     degraded = False
     if body.history is not None:
         history, unknown = recommender.item_idx(body.history)
@@ -30,14 +39,13 @@ def recommendations(
         assert body.user_id is not None
         history, unknown = recommender.training_history(body.user_id) or [], []
         try:
-            online, unknown = recommender.item_idx(store.recent(body.user_id))
+            online, unknown = recommender.item_idx(await _recent(store, body.user_id))
             history += online
         except HistoryUnavailableError as err:
             logger.warning("serving without online events: %s", err)
             degraded = True
     history = history[-recommender.max_history :]
-    with request.app.state.metrics.model_call.time():
-        items = recommender.recommend(history, body.k, body.exclude_seen)
+    items = await batcher.recommend(recommender, RecommendationQuery(history, body.k, body.exclude_seen))
     return RecommendationResponse(
         items=[ScoredItem(item_id=r.item_id, title=r.title, score=r.score) for r in items],
         source="model" if history else "popularity",
@@ -46,3 +54,8 @@ def recommendations(
         degraded=degraded,
         model_version=recommender.version,
     )
+
+
+async def _recent(store: HistoryStore, user_id: str) -> list[str]:
+    """The user's online events, read off the event loop when the store waits on the network."""
+    return await run_in_threadpool(store.recent, user_id) if store.blocking_io else store.recent(user_id)

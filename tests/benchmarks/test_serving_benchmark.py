@@ -34,6 +34,9 @@ def test_short_load_test_writes_the_issue_fields(tmp_path: Path, tiny_config: Ca
     assert 0 < result["latency_ms"]["p50"] <= result["latency_ms"]["p95"] <= result["latency_ms"]["p99"]
     assert 0 < result["model_call_ms"]["p50"] <= result["model_call_ms"]["p99"]
     assert 0 < result["freshness_ms"]["p50"] <= result["freshness_ms"]["p99"]
+    batching = result["server_batching"]  # every wrk request went through a model call
+    assert batching["model_calls"] * batching["mean_requests_per_call"] >= result["requests"]
+    assert batching["mean_requests_per_call"] >= 1 and batching["mean_model_call_ms"] > 0
     swap = result["hot_swap"]
     assert swap["reloaded"] is True and swap["promoted_version"] == "2" and swap["errors"] == 0
     assert {"concurrency", "duration_s", "machine", "command"} <= set(result)

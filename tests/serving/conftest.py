@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from pipelines.config import load_config
@@ -18,3 +24,32 @@ def registry(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[...
     config = load_config(tiny_config(work, pipeline={"index": {"kind": "flat"}}))
     reports = {r.name: r.outputs for r in run_pipeline(config, work)}
     return config.tracking.resolved_uri(), config.registered_model_name, Path(reports["prepare_data"]["data_dir"])
+
+
+@contextmanager
+def recsys_serve(uri: str, model_name: str, *extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`recsys serve` of the model's champion as a real process on a free loopback port, once it is ready.
+
+    Yields (base URL, process); the process is terminated on exit (its output stays readable).
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    recsys = str(Path(sys.executable).with_name("recsys"))  # the console script of this environment
+    command = [recsys, "serve", "--model-name", model_name, "--tracking-uri", uri, "--port", str(port), *extra]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.3)
+        else:
+            raise AssertionError("the server did not become ready in 60 s")
+        yield base, server
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
