@@ -53,6 +53,11 @@ def write_model_dir(
             shutil.copyfile(data_dir / name, tmp / name)
 
 
+def trained_data_dir(model_dir: Path) -> Path:
+    """The prepared data directory the model was trained on (recorded in data.json)."""
+    return Path(json.loads((model_dir / DATA_FILE).read_text())["data_dir"])
+
+
 def model_sha256(model_dir: Path) -> str:
     """SHA-256 of a model directory's weights file: what downstream steps fingerprint."""
     digest = hashlib.sha256()
@@ -68,8 +73,7 @@ def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedMode
         raise RecsysError(
             f"{model_dir}: not a model directory (no {MODEL_FILE}). Fix: pass the --out of `recsys train`"
         )
-    if data_dir is None:
-        data_dir = Path(json.loads((model_dir / DATA_FILE).read_text())["data_dir"])
+    data_dir = data_dir or trained_data_dir(model_dir)
     data = load_prepared(data_dir)
     name, model = load_model(model_dir / MODEL_FILE)
     if data.num_items != model.config.num_items:

@@ -1,11 +1,12 @@
 """Model bundles in the MLflow model registry, and the champion gate.
 
 A bundle is one directory holding everything serving needs: the model directory (weights, config, id maps,
-metrics), the FAISS index when the model has item vectors, the semantic IDs when the model uses them, and
-bundle.json (name, metrics, fingerprints). `register_bundle` logs it as the artifacts of an MLflow run,
-creates a new version of the registered model, and moves the alias `champion` to it only when its
-validation NDCG@10 is not worse than the current champion's by more than `tolerance`; the decision and
-both numbers are logged and kept as tags of the new version.
+metrics), the prepared data it was trained on (item metadata and the users' histories, so a bundle served on
+another machine needs nothing else), the FAISS index when the model has item vectors, the semantic IDs when
+the model uses them, and bundle.json (name, metrics, fingerprints). `register_bundle` logs it as the
+artifacts of an MLflow run, creates a new version of the registered model, and moves the alias `champion`
+to it only when its validation NDCG@10 is not worse than the current champion's by more than `tolerance`;
+the decision and both numbers are logged and kept as tags of the new version.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pipelines.model_dir import trained_data_dir
 from recsys.atomic import atomic_directory
 
 logger = logging.getLogger(__name__)
 
 BUNDLE_FILE = "bundle.json"
+BUNDLE_DATA_DIR = "data"  # the prepared training data, inside the bundle
 CHAMPION = "champion"
 GATE_METRIC = "valid_ndcg_at_10"
 
@@ -44,10 +47,11 @@ class GateDecision:
 def write_bundle(
     out_dir: Path, *, name: str, model_dir: Path, index_dir: Path | None, sid_path: Path | None, source: dict[str, Any]
 ) -> Path:
-    """Assemble the bundle directory atomically (model/, index/, semantic_ids.parquet, bundle.json)."""
+    """Assemble the bundle directory atomically (model/, data/, index/, semantic_ids.parquet, bundle.json)."""
     metrics = json.loads((model_dir / "metrics.json").read_text())
     with atomic_directory(out_dir, marker=BUNDLE_FILE) as tmp:
         shutil.copytree(model_dir, tmp / "model")
+        shutil.copytree(trained_data_dir(model_dir), tmp / BUNDLE_DATA_DIR)
         if index_dir is not None:
             shutil.copytree(index_dir, tmp / "index")
         if sid_path is not None:

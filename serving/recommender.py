@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from pipelines.model_dir import load_model_dir
-from pipelines.registry import BUNDLE_FILE, download_champion_bundle
+from pipelines.registry import BUNDLE_DATA_DIR, BUNDLE_FILE, download_champion_bundle
 from recsys.data.jagged import Jagged
 from recsys.inference import recommend
 from recsys.models.registry import VECTOR_MODELS
@@ -48,7 +48,9 @@ class Recommender:
         if not (bundle_dir / BUNDLE_FILE).is_file():
             raise BundleError(f"{bundle_dir} is not a model bundle (no {BUNDLE_FILE}): run `recsys pipeline run`")
         self.bundle = json.loads((bundle_dir / BUNDLE_FILE).read_text())
-        trained = load_model_dir(bundle_dir / "model")
+        # bundles registered before they carried their data read it where the model was trained
+        data_dir = bundle_dir / BUNDLE_DATA_DIR if (bundle_dir / BUNDLE_DATA_DIR).is_dir() else None
+        trained = load_model_dir(bundle_dir / "model", data_dir)
         self.name, self.model, self.data = trained.name, trained.model.eval(), trained.data
         self.version = f"{self.bundle['name']}@{self.bundle['created']}"
         config = self.model.config  # SASRec reads `max_len` items, the generative model `max_history`

@@ -14,7 +14,9 @@ import httpx
 import pytest
 
 from pipelines.config import load_config
+from pipelines.registry import download_champion_bundle
 from pipelines.runner import run_pipeline
+from serving.recommender import Recommender
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +26,15 @@ def registry(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[...
     config = load_config(tiny_config(work, pipeline={"index": {"kind": "flat"}}))
     reports = {r.name: r.outputs for r in run_pipeline(config, work)}
     return config.tracking.resolved_uri(), config.registered_model_name, Path(reports["prepare_data"]["data_dir"])
+
+
+@pytest.fixture(scope="session")
+def recommender(registry: tuple[str, str, Path]) -> Recommender:
+    """The champion bundle of `registry`, loaded."""
+    uri, name, _ = registry
+    bundle = download_champion_bundle(name, uri)
+    assert bundle is not None
+    return Recommender(bundle)
 
 
 @contextmanager

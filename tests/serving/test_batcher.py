@@ -14,14 +14,6 @@ from serving.metrics import ServingMetrics
 from serving.recommender import RecommendationQuery, Recommender
 
 
-@pytest.fixture(scope="module")
-def recommender(registry: tuple[str, str, Path]) -> Recommender:
-    uri, name, _ = registry
-    bundle = download_champion_bundle(name, uri)
-    assert bundle is not None
-    return Recommender(bundle)
-
-
 def queries(recommender: Recommender) -> list[RecommendationQuery]:
     """Mixed lengths, k and exclusion, and one empty history (popularity)."""
     rows = [recommender.data.sequences.row(r).tolist()[-recommender.max_history :] for r in range(8)]

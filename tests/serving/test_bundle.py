@@ -1,0 +1,26 @@
+"""A served bundle is self-contained: weights, id maps, item metadata and the users' histories."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from pipelines.registry import download_champion_bundle
+from serving.recommender import Recommender
+
+
+def test_a_bundle_needs_nothing_outside_itself(recommender: Recommender, registry: tuple, tmp_path: Path) -> None:
+    """Served on another machine: the directory the model was trained on does not exist there."""
+    uri, name, _ = registry
+    bundle = download_champion_bundle(name, uri)
+    assert bundle is not None
+    moved = shutil.copytree(bundle, tmp_path / "bundle")
+    data_json = moved / "model" / "data.json"
+    data_json.write_text(json.dumps({**json.loads(data_json.read_text()), "data_dir": "/nonexistent/prepared"}))
+    elsewhere = Recommender(moved)
+    user = recommender.data.users["user_id"][0]
+    assert elsewhere.training_history(user) == recommender.training_history(user)
+    assert [r.item_id for r in elsewhere.recommend([1, 2], 5, True)] == [
+        r.item_id for r in recommender.recommend([1, 2], 5, True)
+    ]
