@@ -16,7 +16,7 @@ from pipelines.train import TrainOutputs, train_step
 
 @dataclass(frozen=True)
 class ExperimentPaths:
-    """Where an experiment keeps its prepared data, semantic IDs, model, index, bundle and embedding cache."""
+    """Where an experiment keeps its prepared data, semantic IDs, model, index, evaluation, bundle and cache."""
 
     data_dir: Path
     sid_dir: Path
@@ -24,6 +24,7 @@ class ExperimentPaths:
     cache_dir: Path
     index_dir: Path
     bundle_dir: Path
+    evaluation_dir: Path  # evaluation.json (slices) and dashboard.html of the `evaluate` step
 
     @staticmethod
     def under(work_dir: Path, config: ExperimentConfig) -> ExperimentPaths:
@@ -34,6 +35,7 @@ class ExperimentPaths:
             cache_dir=work_dir / "cache" / "embeddings",
             index_dir=work_dir / "indexes" / config.name,
             bundle_dir=work_dir / "bundles" / config.name,
+            evaluation_dir=work_dir / "evaluations" / config.name,
         )
 
 

@@ -1,4 +1,4 @@
-"""`recsys pipeline run`: prepare_data -> build_semantic_ids -> train_retriever -> build_index -> register.
+"""`recsys pipeline run`: prepare_data -> build_semantic_ids -> train_retriever -> build_index -> evaluate -> register.
 
 Each step is a function `(config, inputs) -> outputs` (JSON-able dicts) whose work is written atomically. The
 runner fingerprints every step's inputs (its config sections and its upstream steps' outputs) and records
@@ -24,6 +24,7 @@ from typing import Any
 
 from pipelines.config import ExperimentConfig
 from pipelines.data import data_fingerprint, prepare_step
+from pipelines.evaluate import EVALUATION_FILE, evaluate_step
 from pipelines.experiment import ExperimentPaths
 from pipelines.index import build_index_step
 from pipelines.model_dir import model_sha256
@@ -108,8 +109,8 @@ def _run_tracked(
     step: _Step, config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs], inputs: dict[str, Any],
     tracker: Tracker,
 ) -> Outputs:  # fmt: skip
-    """The step inside a nested MLflow run (train_retriever and register open their own nested runs)."""
-    if step.name in ("train_retriever", "register") or tracker.run_id is None:
+    """The step inside a nested MLflow run (train_retriever, evaluate and register open their own nested runs)."""
+    if step.name in ("train_retriever", "evaluate", "register") or tracker.run_id is None:
         return step.run(config, paths, done)
     with start_tracking(config.tracking, config.experiment_name, step.name) as step_tracker:
         step_tracker.log_params(inputs)
@@ -174,6 +175,29 @@ def _index(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Out
     return {"index_dir": str(index_dir), "recall@k": report.recall, "k": report.k}
 
 
+def _evaluate_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any]:
+    return {
+        "eval": config.model_dump(mode="json", include={"eval"})["eval"],
+        "model_sha256": done["train_retriever"]["model_sha256"],
+        "sids": done["build_semantic_ids"],
+    }
+
+
+def _evaluate(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
+    sids = done["build_semantic_ids"].get("semantic_ids")
+    outputs = evaluate_step(
+        config, Path(done["train_retriever"]["model_dir"]), paths.evaluation_dir,
+        sid_path=Path(sids) if sids else None, training_run_id=done["train_retriever"].get("mlflow_run_id"),
+    )  # fmt: skip
+    overall = outputs.report["overall"]
+    return {
+        "evaluation_dir": str(outputs.evaluation_dir),
+        "test_ndcg@10": overall.get("ndcg@10"),
+        "slices": sum(len(entries) for entries in outputs.report["slices"].values()),
+        "mlflow_run_id": outputs.run_id,
+    }
+
+
 def _register_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any] | None:
     if not config.tracking.enabled:
         return None  # the registry is MLflow's
@@ -203,6 +227,7 @@ STEPS = [
     _Step("build_semantic_ids", _sid_inputs, _sids, lambda o: [Path(o["semantic_ids"])]),
     _Step("train_retriever", _train_inputs, _train, lambda o: [Path(o["model_dir"]) / "model.pt"]),
     _Step("build_index", _index_inputs, _index, lambda o: [Path(o["index_dir"]) / "index.faiss"]),
+    _Step("evaluate", _evaluate_inputs, _evaluate, lambda o: [Path(o["evaluation_dir"]) / EVALUATION_FILE]),
     _Step("register", _register_inputs, _register, lambda o: [Path(o["bundle_dir"])]),
 ]
 

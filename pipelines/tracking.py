@@ -8,6 +8,7 @@ on machines that only train, e.g. a GPU box without it: `tracking.enabled: false
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,8 @@ from torch import nn
 from pipelines.config import TrackingSection
 
 logger = logging.getLogger(__name__)
+
+_UNSAFE_METRIC_CHARS = re.compile(r"[^A-Za-z0-9_\-. :/]")  # MLflow accepts these characters only
 
 
 class Tracker(Protocol):
@@ -46,8 +49,7 @@ class MlflowTracker:
     def log_metrics(self, metrics: Mapping[str, float], prefix: str = "", step: int | None = None) -> None:
         import mlflow
 
-        # MLflow metric names may not contain '@'
-        mlflow.log_metrics({f"{prefix}{k.replace('@', '_at_')}": float(v) for k, v in metrics.items()}, step=step)
+        mlflow.log_metrics({metric_name(f"{prefix}{k}"): float(v) for k, v in metrics.items()}, step=step)
 
     def log_artifacts(self, directory: Path, artifact_path: str) -> None:
         import mlflow
@@ -115,6 +117,16 @@ def artifact_root(tracking_uri: str) -> str | None:
         return None
     db = Path(tracking_uri[len(prefix) :]).resolve()
     return (db.parent / "mlartifacts").as_uri()
+
+
+def metric_name(name: str) -> str:
+    """An MLflow-safe metric name: '@' -> '_at_', '+' -> 'plus', any other character MLflow refuses -> '_'.
+
+    Example:
+        >>> metric_name("slice.history_length_21+.ndcg@10"), metric_name("slice.domain_toys & games.users")
+        ('slice.history_length_21plus.ndcg_at_10', 'slice.domain_toys _ games.users')
+    """
+    return _UNSAFE_METRIC_CHARS.sub("_", name.replace("@", "_at_").replace("+", "plus"))
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -42,7 +42,7 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
     model = build_model(config.model.name, config.model.params, data.num_items)
     if isinstance(model, GenerativeRetriever):
         model.mark_new_items(data.cold_mask)  # cold-start items: served through `new_item_slots`, if any
-    eval_config = _eval_config(config, model)
+    eval_config = eval_config_for(config, model)
     with start_tracking(config.tracking, config.experiment_name, config.name) as tracker:
         tracker.log_params({**config.model_dump(mode="json"), "data_dir": str(data_dir)})
         start = time.perf_counter()
@@ -67,8 +67,8 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
     return TrainOutputs(model_dir=out_dir, metrics=metrics, run_id=tracker.run_id)
 
 
-def _eval_config(config: ExperimentConfig, model: Model) -> EvalConfig:
-    """Feed the model as much history as it reads."""
+def eval_config_for(config: ExperimentConfig, model: Model) -> EvalConfig:
+    """The experiment's evaluation settings, feeding the model as much history as it reads."""
     max_len = getattr(model.config, "max_len", config.eval.max_history)
     return EvalConfig(**{**asdict(config.eval), "max_history": max_len})
 

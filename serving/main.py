@@ -19,7 +19,7 @@ from serving.history import HistoryStore, InMemoryHistoryStore, RedisHistoryStor
 from serving.metrics import ServingMetrics
 from serving.recommender import Recommender, resolve_bundle
 from serving.reloader import ChampionWatcher
-from serving.routers import admin, events, health, items, recommendations
+from serving.routers import admin, dashboard, events, health, items, recommendations
 from serving.settings import ServingSettings
 
 logger = logging.getLogger(__name__)
@@ -52,9 +52,10 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
         await app.state.batcher.stop()
 
     app = FastAPI(title="recsys online API", version="1", lifespan=lifespan)
+    app.state.settings = settings
     app.state.metrics = ServingMetrics()
     app.state.metrics.install(app)
-    for module in (recommendations, items, events, health, admin):
+    for module in (recommendations, items, events, health, admin, dashboard):
         app.include_router(module.router)
     return app
 

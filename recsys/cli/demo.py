@@ -1,9 +1,10 @@
 """`recsys demo`: the platform's main job on the embedded synthetic data, end to end, in a minute or two.
 
 Prepare the synthetic data -> train popularity (the baseline) -> the pipeline for SASRec (train, FAISS
-index, bundle registered in MLflow, champion gate) -> print the test metrics side by side -> start the
-online API on 127.0.0.1 over the registered champion -> real HTTP requests: recommendations for three
-users, an event and the recommendation that follows it, similar items -> print them -> stop the API.
+index, evaluation with slices, bundle registered in MLflow, champion gate) -> print the test metrics side by
+side -> start the online API on 127.0.0.1 over the registered champion -> real HTTP requests: recommendations
+for three users, an event and the recommendation that follows it, similar items, the evaluation dashboard ->
+print them -> stop the API.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def demo_command(
         typer.echo("training popularity (the baseline) ...")
         data_dir = prepare_step(popularity.data, out / "data" / sequential.name)
         rows = {"popularity": _test_row(train_step(popularity, data_dir, out / "models" / "popularity").metrics)}
-        typer.echo(f"pipeline {sequential.name}: prepare -> train -> index -> register ...")
+        typer.echo(f"pipeline {sequential.name}: prepare -> train -> index -> evaluate -> register ...")
         reports = {r.name: r.outputs for r in run_pipeline(sequential, out)}
         model_dir = Path(reports["train_retriever"]["model_dir"])
         rows[sequential.model.name] = _test_row(json.loads((model_dir / "metrics.json").read_text()))
@@ -57,6 +58,9 @@ def demo_command(
     uri = tracking["tracking.uri"]
     typer.echo(f"MLflow store: {uri}  (browse it: .venv/bin/mlflow ui --backend-store-uri {uri})")
     typer.echo(f"serve it yourself: .venv/bin/recsys serve --model-name {gate['model_name']} --tracking-uri {uri}")
+    typer.echo("  (or `make serve`), then open the dashboard at http://127.0.0.1:8000/dashboard")
+    page = Path(reports["evaluate"]["evaluation_dir"]) / "dashboard.html"
+    typer.echo(f"this pipeline run's evaluation dashboard (a file, also an MLflow artifact): {page}")
 
 
 def _test_row(metrics: dict[str, Any]) -> dict[str, float]:
@@ -100,11 +104,17 @@ def _serve_and_query(model_name: str, tracking_uri: str, data_dir: Path, num_use
             http.post("/v1/events", json=newcomer).raise_for_status()
             after = http.post("/v1/recommendations", json={"user_id": "demo-newcomer", "k": 5}).json()
             similar = http.get(f"/v1/similar-items/{item}", params={"k": 5}).raise_for_status().json()
+            dashboard = http.get("/dashboard").raise_for_status().text
         tables.append(_table("a new user before any event", [], before))
         posted = data.items["title"].head(3).to_list()
         tables.append(_table("the same user after POST /v1/events of these 3 items", posted, after))
         tables.append(_table(f"GET /v1/similar-items/{item}", [], similar))
         print_tables(*tables)
+        charts = dashboard.count('class="plotly-graph-div')
+        typer.echo(
+            f"evaluation dashboard: {base}/dashboard ({charts} charts, {len(dashboard) / 1e6:.1f} MB with plotly.js "
+            "inlined; runs, metrics across runs and models, slices)"
+        )
     finally:
         server.should_exit = True
         thread.join(timeout=30)

@@ -12,7 +12,7 @@ from rich.table import Table
 from recsys.cli.common import handle_errors
 
 app = typer.Typer(
-    help="Training pipelines (prepare -> semantic IDs -> train -> index -> register).", no_args_is_help=True
+    help="Training pipelines (prepare -> semantic IDs -> train -> index -> evaluate -> register).", no_args_is_help=True
 )
 
 

@@ -15,7 +15,7 @@ from pipelines.config import load_config
 from pipelines.registry import CHAMPION, register_bundle, write_bundle
 from recsys.cli import app
 
-STEPS = ["prepare_data", "build_semantic_ids", "train_retriever", "build_index", "register"]
+STEPS = ["prepare_data", "build_semantic_ids", "train_retriever", "build_index", "evaluate", "register"]
 
 
 def statuses(reports: list[runner.StepReport]) -> dict[str, str]:
@@ -27,7 +27,7 @@ def test_pipeline_runs_every_step_then_skips_them(tmp_path: Path, tiny_config: C
     first = runner.run_pipeline(config, tmp_path)
     assert statuses(first) == {
         "prepare_data": "ran", "build_semantic_ids": "not applicable", "train_retriever": "ran",
-        "build_index": "ran", "register": "ran",
+        "build_index": "ran", "evaluate": "ran", "register": "ran",
     }  # fmt: skip
     outputs = {r.name: r.outputs for r in first}
     assert outputs["build_index"]["recall@k"] == 1.0  # a flat index is exact
@@ -51,7 +51,20 @@ def test_pipeline_runs_every_step_then_skips_them(tmp_path: Path, tiny_config: C
         {r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
         for parent in parents
     ]  # the first run's steps are nested runs; the second ran none
-    assert sorted(children, key=len) == [set(), {"prepare_data", "tiny-sasrec", "build_index", "register tiny-sasrec"}]
+    assert sorted(children, key=len) == [
+        set(), {"prepare_data", "tiny-sasrec", "build_index", "evaluate", "register tiny-sasrec"}
+    ]  # fmt: skip
+
+    # the evaluate step's run: slice metrics (MLflow-safe names) and evaluation.json + dashboard.html as artifacts
+    (evaluate,) = [r for r in runs if r.info.run_name == "evaluate"]
+    assert evaluate.info.run_id == outputs["evaluate"]["mlflow_run_id"]
+    metrics = evaluate.data.metrics
+    assert {"slice.popularity_decile_10.ndcg_at_10", "slice.history_length_21plus.users", "test.recall_at_10"} <= set(
+        metrics
+    )
+    assert metrics["test.ndcg_at_10"] == pytest.approx(outputs["train_retriever"]["test_ndcg@10"])
+    artifacts = {a.path for a in client.list_artifacts(evaluate.info.run_id, "evaluation")}
+    assert artifacts == {"evaluation/evaluation.json", "evaluation/dashboard.html"}
 
 
 def test_a_crashed_run_resumes_at_the_failed_step(

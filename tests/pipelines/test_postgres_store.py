@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from pipelines.config import load_config
 from pipelines.registry import BUNDLE_FILE, CHAMPION, get_champion
 from pipelines.runner import run_pipeline
+from serving.dashboard import from_mlflow
 
 HOST, PORT, USER = "127.0.0.1", 5432, "root"
 
@@ -70,4 +71,9 @@ def test_pipeline_tracks_and_registers_in_postgresql(
     experiment = client.get_experiment_by_name(config.experiment_name)
     assert experiment is not None
     names = {r.info.run_name for r in client.search_runs([experiment.experiment_id])}
-    assert names == {"pipeline tiny-sasrec", "prepare_data", "tiny-sasrec", "build_index", "register tiny-sasrec"}
+    assert names == {
+        "pipeline tiny-sasrec", "prepare_data", "tiny-sasrec", "build_index", "evaluate", "register tiny-sasrec"
+    }  # fmt: skip
+    dashboard = from_mlflow(postgres_uri)  # the dashboard reads a PostgreSQL store like a SQLite one
+    assert [run.name for run in dashboard.runs] == ["tiny-sasrec"] and len(dashboard.evaluations) == 1
+    assert dashboard.evaluations[0].report["slices"]["popularity_decile"][-1]["name"] == "10"

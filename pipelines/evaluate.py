@@ -1,0 +1,142 @@
+"""Pipeline step `evaluate`: the trained model on the test split once, sliced -> evaluation.json + dashboard.html.
+
+The step loads the model directory, ranks every user's test target among all items (the protocol of
+DESIGN.md, the experiment's `eval` settings), and splits the users into the slice families of
+`recsys.evaluation.slices` (cold-start targets, target popularity deciles, history length, target domain).
+It writes, atomically, one evaluation directory:
+
+    evaluation.json   the report: overall metrics, per-slice metrics and user counts, semantic-ID health
+                      (when the model was built with semantic IDs), the training run's validation/test metrics
+    dashboard.html    this run's evaluation dashboard (serving.dashboard, plotly inlined, no network)
+
+and, with tracking on, logs them as artifacts `evaluation/` of an MLflow run `evaluate` (nested in the
+pipeline's run), with the slice metrics as `slice.<family>_<slice>.<metric>` (e.g.
+`slice.popularity_decile_3.ndcg_at_10`) and the overall ones as `test.<metric>`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pipelines.config import ExperimentConfig
+from pipelines.model_dir import TrainedModel, load_model_dir, model_sha256
+from pipelines.tracking import start_tracking
+from pipelines.train import eval_config_for
+from recsys.atomic import atomic_directory
+from recsys.data.prepared import EvalSplit, SequenceData
+from recsys.data.schema import DOMAIN, TEST, VALID
+from recsys.evaluation import evaluate
+from recsys.evaluation.slices import (
+    SliceMasks,
+    cold_start_masks,
+    domain_masks,
+    flat_slice_metrics,
+    history_length_masks,
+    popularity_decile_masks,
+    slice_report,
+)
+from recsys.semantic_ids.codes import read_semantic_ids
+from recsys.training.device import resolve_device
+
+logger = logging.getLogger(__name__)
+
+EVALUATION_FILE = "evaluation.json"
+DASHBOARD_FILE = "dashboard.html"
+RUN_NAME = "evaluate"  # what serving.dashboard looks for
+ARTIFACT_PATH = "evaluation"
+
+
+@dataclass(frozen=True)
+class EvaluateOutputs:
+    evaluation_dir: Path
+    report: dict[str, Any]  # the contents of evaluation.json
+    run_id: str | None  # the MLflow run `evaluate`; None when tracking is off
+
+
+def evaluate_step(
+    config: ExperimentConfig,
+    model_dir: Path,
+    out_dir: Path,
+    *,
+    sid_path: Path | None = None,
+    training_run_id: str | None = None,
+) -> EvaluateOutputs:
+    """Evaluate `model_dir` on the test split with slices; write `out_dir` (evaluation.json, dashboard.html).
+
+    Args:
+        config: the experiment (its `eval` section, its tracking).
+        model_dir: a model directory (`pipelines.train.train_step`); its training data gives the split.
+        out_dir: the evaluation directory (replaced atomically when it holds an earlier evaluation).
+        sid_path: the model's semantic_ids.parquet, for the semantic-ID health section.
+        training_run_id: the MLflow run that trained the model (recorded in the report).
+    """
+    start = time.perf_counter()
+    trained = load_model_dir(model_dir)
+    sha256 = model_sha256(model_dir)
+    with start_tracking(config.tracking, config.experiment_name, RUN_NAME) as tracker:
+        tracker.log_params(
+            {"model_dir": str(model_dir), "model_sha256": sha256, "eval": asdict(config.eval),
+             "semantic_ids": str(sid_path), "training_run_id": str(training_run_id)}
+        )  # fmt: skip
+        report = evaluation_report(config, trained, sid_path)
+        training_metrics = {split: trained.metrics.get(split, {}) for split in (VALID, TEST)}
+        report |= {"model_sha256": sha256, "run_id": tracker.run_id,
+                   "training": {"run_id": training_run_id, "metrics": training_metrics}}  # fmt: skip
+        write_evaluation(out_dir, report)
+        tracker.log_metrics(report["overall"], prefix="test.")
+        tracker.log_metrics(flat_slice_metrics(report["slices"]))
+        tracker.log_metrics({"evaluate_seconds": time.perf_counter() - start})
+        tracker.log_artifacts(out_dir, artifact_path=ARTIFACT_PATH)
+    logger.info("evaluation of %s written to %s (%.1f s)", trained.name, out_dir, time.perf_counter() - start)
+    return EvaluateOutputs(evaluation_dir=out_dir, report=report, run_id=tracker.run_id)
+
+
+def evaluation_report(config: ExperimentConfig, trained: TrainedModel, sid_path: Path | None) -> dict[str, Any]:
+    """Rank the test split once and slice it; the JSON-able report without the run ids."""
+    eval_config = eval_config_for(config, trained.model)
+    model = trained.model.to(resolve_device(config.train.device))
+    split = trained.data.eval_split(TEST)
+    result = evaluate(model, split, trained.data.num_items, eval_config)
+    families = slice_families(trained.data, split)
+    return {
+        "name": config.name,
+        "experiment": config.experiment_name,
+        "model": trained.name,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "split": TEST,
+        "protocol": {**asdict(eval_config), "ks": list(eval_config.ks)},
+        "users": len(split.targets),
+        "items": trained.data.num_items,
+        "overall": result.metrics,
+        "slices": slice_report(result.ranks, families, eval_config.ks),
+        "semantic_ids": read_semantic_ids(sid_path)[1].to_dict() if sid_path is not None else None,
+    }
+
+
+def slice_families(data: SequenceData, split: EvalSplit) -> dict[str, SliceMasks]:
+    """The slice families of `split`: popularity and cold start from the training counts, the domain when known."""
+    counts = data.item_counts()  # (V+1,) training interactions per item
+    families = {
+        "cold_start": cold_start_masks(split.targets, counts),
+        "popularity_decile": popularity_decile_masks(split.targets, counts),
+        "history_length": history_length_masks(split.histories.lengths()),
+    }
+    if DOMAIN in data.items.columns and data.items[DOMAIN].drop_nulls().len() > 0:
+        families["domain"] = domain_masks(split.targets, [None, *data.items[DOMAIN].to_list()])
+    return families
+
+
+def write_evaluation(out_dir: Path, report: dict[str, Any]) -> None:
+    """evaluation.json and dashboard.html, swapped in together (a crash leaves the previous pair or none)."""
+    from serving.dashboard import from_evaluation, render_dashboard
+
+    page = render_dashboard(from_evaluation(report, source=str(out_dir / EVALUATION_FILE)))
+    with atomic_directory(out_dir, marker=EVALUATION_FILE) as tmp:
+        (tmp / EVALUATION_FILE).write_text(json.dumps(report, indent=2) + "\n")
+        (tmp / DASHBOARD_FILE).write_text(page)

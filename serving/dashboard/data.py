@@ -1,0 +1,254 @@
+"""What the evaluation dashboard shows, gathered from an MLflow store (or from one evaluation report).
+
+From MLflow (`from_mlflow`): every training run (a run that logged its model config and the standard
+metrics valid/test recall@k and ndcg@k: run name, model, a few params, start time), and for each experiment the latest
+`evaluate` run's `evaluation/evaluation.json` artifact (the slices and semantic-ID health written by
+`pipelines.evaluate`). From one report (`from_evaluation`): the same page for a single pipeline run, which
+the `evaluate` step writes as `dashboard.html` beside its `evaluation.json`.
+
+MLflow is imported only when the store is read (it is slow to import).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import tempfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from recsys.errors import RecsysError
+
+logger = logging.getLogger(__name__)
+
+EVALUATE_RUN_NAME = "evaluate"  # the runner's nested run of the `evaluate` step
+EVALUATION_ARTIFACT = "evaluation/evaluation.json"
+# MLflow names of the standard metrics: valid_recall_at_10, test_ndcg_at_50, ... (pipelines/tracking.py)
+STANDARD_METRIC = re.compile(r"^(valid|test)_(recall|ndcg)_at_(\d+)$")
+SHOWN_PARAMS = ("data.source", "train.epochs", "train.batch_size", "train.lr", "train.loss")
+SQLITE_PREFIX = "sqlite:///"
+
+
+class DashboardUnavailable(RecsysError):
+    """The dashboard's MLflow store cannot be read; the message says how to point it at one."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One training run, as the runs table and the comparison chart show it.
+
+    Args:
+        metrics: the standard metrics as "valid/recall@10", "test/ndcg@50", ... -> value.
+        params: the `SHOWN_PARAMS` the run logged.
+    """
+
+    run_id: str
+    name: str
+    experiment: str
+    model: str
+    status: str
+    start_time: datetime | None
+    metrics: dict[str, float]
+    params: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """A short, unique legend entry: name, model and the run id's first characters."""
+        return f"{self.name} ({self.model}, {self.run_id[:6]})"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One `evaluate` step's report (the contents of evaluation.json) and the run that logged it."""
+
+    report: dict[str, Any]
+    experiment: str
+    run_id: str | None = None
+    start_time: datetime | None = None
+
+    @property
+    def label(self) -> str:
+        name, model = self.report.get("name", "?"), self.report.get("model", "?")
+        return f"{name} ({model}{', ' + self.run_id[:6] if self.run_id else ''})"
+
+
+@dataclass(frozen=True)
+class DashboardData:
+    """Everything one dashboard page shows.
+
+    Args:
+        title: the page heading.
+        source: where it came from (a tracking URI with any password hidden, or a file).
+        runs: training runs, newest first.
+        evaluations: evaluate reports, newest first.
+        notes: what could not be read (shown on the page, never an error page).
+        hint: the command that adds runs to this source (used by the empty states).
+    """
+
+    title: str
+    source: str
+    runs: list[RunSummary]
+    evaluations: list[Evaluation]
+    notes: list[str] = field(default_factory=list)
+    hint: str = "recsys pipeline run --config configs/synthetic-sasrec.yaml --work-dir runs"
+    generated: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+def redact_uri(uri: str) -> str:
+    """The URI with any password replaced by ***, safe to show on a page.
+
+    Example:
+        >>> redact_uri("postgresql+psycopg2://mlflow:secret@db:5432/mlflow")
+        'postgresql+psycopg2://mlflow:***@db:5432/mlflow'
+    """
+    return re.sub(r"(//[^/:@]+):[^/@]*@", r"\1:***@", uri)
+
+
+def standard_metrics(mlflow_metrics: dict[str, float]) -> dict[str, float]:
+    """The standard metrics among a run's MLflow metrics, renamed "split/metric@k".
+
+    Example:
+        >>> standard_metrics({"test_ndcg_at_10": 0.1, "valid_recall_at_5": 0.2, "train_seconds": 3.0})
+        {'test/ndcg@10': 0.1, 'valid/recall@5': 0.2}
+    """
+    out = {}
+    for name, value in mlflow_metrics.items():
+        if match := STANDARD_METRIC.match(name):
+            split, metric, k = match.groups()
+            out[f"{split}/{metric}@{k}"] = float(value)
+    return out
+
+
+def from_evaluation(report: dict[str, Any], source: str) -> DashboardData:
+    """The page of one pipeline run: its training metrics (from the report) and its evaluation."""
+    training = report.get("training", {})
+    metrics = {
+        f"{split}/{name}": float(value)
+        for split in ("valid", "test")
+        for name, value in training.get("metrics", {}).get(split, {}).items()
+        if name.startswith(("recall@", "ndcg@"))
+    }
+    run = RunSummary(
+        run_id=str(training.get("run_id") or "local"),
+        name=str(report.get("name", "?")),
+        experiment=str(report.get("experiment", "?")),
+        model=str(report.get("model", "?")),
+        status="FINISHED",
+        start_time=_parse_time(report.get("created")),
+        metrics=metrics,
+    )
+    evaluation = Evaluation(report, run.experiment, report.get("run_id"), run.start_time)
+    return DashboardData(title=f"Evaluation of {run.name}", source=source, runs=[run], evaluations=[evaluation])
+
+
+def from_mlflow(tracking_uri: str, experiment: str | None = None, *, max_runs: int = 200) -> DashboardData:
+    """Training runs and the latest evaluation of each experiment in the store at `tracking_uri`.
+
+    Args:
+        tracking_uri: the MLflow store (SQLite file, PostgreSQL, ...).
+        experiment: only this experiment (by name); None = every experiment of the store.
+        max_runs: at most this many of the newest runs are read.
+
+    Raises:
+        DashboardUnavailable: a SQLite store whose file does not exist (reading would create an empty one),
+            or a store that does not answer.
+    """
+    source = redact_uri(tracking_uri)
+    _check_sqlite_exists(tracking_uri)
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        client = MlflowClient(tracking_uri)
+        experiments = {e.experiment_id: e.name for e in client.search_experiments()}
+        title = "Offline evaluation"
+        notes: list[str] = []
+        if experiment is not None:
+            title = f"Offline evaluation: {experiment}"
+            experiments = {i: name for i, name in experiments.items() if name == experiment}
+            if not experiments:
+                notes.append(f"no experiment named {experiment!r} in this store; open /dashboard for all of them")
+        runs = (
+            client.search_runs(list(experiments), max_results=max_runs, order_by=["attributes.start_time DESC"])
+            if experiments
+            else []
+        )
+    except MlflowException as err:
+        raise DashboardUnavailable(
+            f"the MLflow store at {source} could not be read ({err}). "
+            "Fix: check the tracking URI (--tracking-uri or RECSYS_TRACKING_URI) and that the store answers"
+        ) from err
+    summaries = [_summary(run, experiments) for run in runs if _is_training_run(run)]
+    evaluations = _latest_evaluations(runs, experiments, tracking_uri, notes)
+    return DashboardData(title=title, source=source, runs=summaries, evaluations=evaluations, notes=notes)
+
+
+def _check_sqlite_exists(tracking_uri: str) -> None:
+    if tracking_uri.startswith(SQLITE_PREFIX):
+        path = Path(tracking_uri[len(SQLITE_PREFIX) :])
+        if not path.is_file():
+            raise DashboardUnavailable(
+                f"there is no MLflow store at {path.resolve()} (from the tracking URI {tracking_uri}). Fix: pass "
+                "the store your pipelines log to (tracking.uri of the config), e.g. `recsys serve --model-name "
+                "NAME --tracking-uri sqlite:///ABSOLUTE/PATH/mlflow.db`"
+            )
+
+
+def _is_training_run(run: Any) -> bool:
+    """A run of `pipelines.train.train_step`: it logged the model config and standard metrics (the champion
+    gate's register runs log valid_ndcg_at_10 too, but no model)."""
+    return "model.name" in run.data.params and bool(standard_metrics(run.data.metrics))
+
+
+def _summary(run: Any, experiments: dict[str, str]) -> RunSummary:
+    params = run.data.params
+    return RunSummary(
+        run_id=run.info.run_id,
+        name=run.info.run_name or run.info.run_id,
+        experiment=experiments.get(run.info.experiment_id, run.info.experiment_id),
+        model=params.get("model.name", "?"),
+        status=run.info.status,
+        start_time=_from_millis(run.info.start_time),
+        metrics=standard_metrics(run.data.metrics),
+        params={key: params[key] for key in SHOWN_PARAMS if key in params},
+    )
+
+
+def _latest_evaluations(runs: list[Any], experiments: dict[str, str], uri: str, notes: list[str]) -> list[Evaluation]:
+    """The newest finished `evaluate` run of each experiment (runs are newest first), with its report."""
+    import mlflow
+
+    latest: dict[str, Any] = {}
+    for run in runs:
+        if run.info.run_name == EVALUATE_RUN_NAME and run.info.status == "FINISHED":
+            latest.setdefault(run.info.experiment_id, run)
+    evaluations = []
+    for experiment_id, run in latest.items():
+        try:
+            with tempfile.TemporaryDirectory(prefix="recsys-dashboard-") as tmp:
+                path = mlflow.artifacts.download_artifacts(
+                    run_id=run.info.run_id, artifact_path=EVALUATION_ARTIFACT, dst_path=tmp, tracking_uri=uri
+                )
+                report = json.loads(Path(path).read_text())
+        except Exception as err:  # a missing or unreadable artifact costs that section, not the page
+            logger.warning("evaluate run %s: %s unreadable: %s", run.info.run_id, EVALUATION_ARTIFACT, err)
+            notes.append(f"evaluate run {run.info.run_id}: {EVALUATION_ARTIFACT} could not be read ({err})")
+            continue
+        evaluations.append(
+            Evaluation(report, experiments[experiment_id], run.info.run_id, _from_millis(run.info.start_time))
+        )
+    return evaluations
+
+
+def _from_millis(millis: int | None) -> datetime | None:
+    return None if millis is None else datetime.fromtimestamp(millis / 1000, tz=UTC)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None

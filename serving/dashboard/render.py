@@ -1,0 +1,289 @@
+"""Render `DashboardData` as one self-contained HTML page: plotly.js inlined once, no CDN, no network.
+
+Sections (each with an empty state that says what to run to fill it):
+
+    runs            the training runs table (newest first; the best value of each metric column in bold)
+    comparison      validation and test Recall@k / NDCG@k across runs, grouped bars
+    slices          one chart per slice family (cold start, popularity deciles, history length, domain):
+                    Recall@K and NDCG@K per slice of each evaluation, bars labelled with the slice's users
+    semantic-ids    codebook utilisation and perplexity per level, collision rate (models with semantic IDs)
+
+Every text that comes from a run (names, params, domains) is HTML-escaped, in the page and in the charts
+(plotly draws labels as a small HTML subset, so escaped text shows literally).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+from serving.dashboard.data import DashboardData, Evaluation, RunSummary
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+SLICE_FAMILIES = {  # family -> (heading, what a slice is)
+    "cold_start": ("Cold-start items", "target item never seen in training (cold) or seen (warm)"),
+    "popularity_decile": ("Item popularity deciles", "decile of the target item's training count, 10 = most popular"),
+    "history_length": ("History length", "number of history items the model reads"),
+    "domain": ("Domain", "domain of the target item"),
+}
+NO_DOMAINS = (
+    '<div class="empty">The evaluated data has no item domains (no domain column in items.parquet); data with '
+    "domains, e.g. the synthetic source, fills this chart.</div>"
+)
+COMPARED_METRICS = ("recall", "ndcg")
+MAX_COMPARED_RUNS = 12  # the newest runs in the comparison chart (the table lists them all)
+
+_STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1200px;
+       padding: 0 16px 48px; color: #1d2330; background: #fff; }
+header { border-bottom: 1px solid #d8dce3; margin-bottom: 12px; }
+h1 { font-size: 22px; margin: 16px 0 4px; } h2 { font-size: 18px; margin: 24px 0 8px; }
+h3 { font-size: 15px; margin: 16px 0 4px; } .meta, .explain { color: #5b6475; margin: 4px 0 10px; }
+nav a { margin-right: 14px; } .table-wrap { max-height: 340px; overflow: auto; border: 1px solid #d8dce3; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+th, td { padding: 4px 8px; border-bottom: 1px solid #eceef2; text-align: left; white-space: nowrap; }
+td.params { white-space: normal; min-width: 180px; max-width: 260px; }
+th { position: sticky; top: 0; background: #f4f6f9; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.best { font-weight: 700; } code { background: #f4f6f9; padding: 1px 4px; border-radius: 3px; }
+.empty { border: 1px dashed #b8bfcc; background: #fafbfc; padding: 12px 14px; border-radius: 4px; }
+.notes li { color: #8a4b00; }
+"""
+
+
+def render_dashboard(data: DashboardData) -> str:
+    """The whole page for `data`: one HTML document with plotly.js inlined (before the first chart)."""
+    figures: list[str] = []  # rendered chart divs, in page order; the first carries plotly.js
+
+    def chart(figure: Any, key: str) -> str:
+        figures.append(key)
+        return _figure_html(figure, key, include_plotlyjs=len(figures) == 1)
+
+    evaluations = data.evaluations
+    sections = [
+        _section("runs", "Runs", _runs_table(data.runs) if data.runs else _empty_runs(data)),
+        _section(
+            "comparison",
+            "Metrics across runs",
+            chart(_comparison_figure(data.runs), "comparison") if data.runs else _empty_runs(data),
+            "Validation and test metrics of the newest runs (leave-one-out, all items ranked).",
+        ),
+        _section("slices", "Slices", _slices(evaluations, data.hint, chart), _slices_explain(evaluations)),
+        _section("semantic-ids", "Semantic-ID health", _semantic_ids(evaluations, chart)),
+    ]
+    if data.notes:
+        notes = "".join(f"<li>{html.escape(note)}</li>" for note in data.notes)
+        sections.append(_section("notes", "Notes", f'<ul class="notes">{notes}</ul>'))
+    meta = (
+        f"Source: <code>{html.escape(data.source)}</code> · {len(data.runs)} training run(s) · "
+        f"{len(evaluations)} evaluation(s) · generated {data.generated:%Y-%m-%d %H:%M:%S} UTC"
+    )
+    nav = " ".join(
+        f'<a href="#{anchor}">{title}</a>'
+        for anchor, title in (("runs", "Runs"), ("comparison", "Comparison"), ("slices", "Slices"),
+                              ("semantic-ids", "Semantic IDs"))
+    )  # fmt: skip
+    body = f'<header><h1>{html.escape(data.title)}</h1><p class="meta">{meta}</p><nav>{nav}</nav></header>'
+    return _page(data.title, body + "".join(sections))
+
+
+def render_message(title: str, message: str, fix: str) -> str:
+    """A small page (no charts) that says what is wrong and how to fix it, e.g. no MLflow store configured."""
+    body = (
+        f"<header><h1>{html.escape(title)}</h1></header>"
+        f'<div class="empty"><p>{html.escape(message)}</p><p><b>Fix:</b> {html.escape(fix)}</p></div>'
+    )
+    return _page(title, body)
+
+
+# ------------------------------------------------------------------------------------------------- page parts
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n<body>{body}</body></html>\n"
+    )
+
+
+def _section(anchor: str, title: str, content: str, explain: str = "") -> str:
+    intro = f'<p class="explain">{html.escape(explain)}</p>' if explain else ""
+    return f'<section id="{anchor}"><h2>{html.escape(title)}</h2>{intro}{content}</section>\n'
+
+
+def _empty(message: str, command: str) -> str:
+    return f'<div class="empty">{html.escape(message)} Run <code>{html.escape(command)}</code>.</div>'
+
+
+def _empty_runs(data: DashboardData) -> str:
+    return _empty(f"No training runs in {data.source} yet.", f"{data.hint} (or make demo) with this tracking URI")
+
+
+def _metric_columns(runs: Sequence[RunSummary]) -> list[str]:
+    """'valid/recall@5', ... in a stable order: split, metric, k."""
+    names = {name for run in runs for name in run.metrics}
+
+    def order(name: str) -> tuple[int, int, int]:
+        split, metric_k = name.split("/")
+        metric, k = metric_k.split("@")
+        return (split != "valid", COMPARED_METRICS.index(metric) if metric in COMPARED_METRICS else 9, int(k))
+
+    return sorted(names, key=order)
+
+
+def _runs_table(runs: Sequence[RunSummary]) -> str:
+    columns = _metric_columns(runs)
+    best = {c: max((r.metrics[c] for r in runs if c in r.metrics), default=None) for c in columns}
+    head = "".join(
+        f"<th>{html.escape(h)}</th>" for h in ("run", "experiment", "model", "started (UTC)", "status", "params")
+    ) + "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    rows = []
+    for run in runs:
+        started = f"{run.start_time:%Y-%m-%d %H:%M}" if run.start_time else ""
+        params = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in run.params.items())
+        run_id = html.escape(run.run_id)
+        cells = [
+            f'<td title="{run_id}">{html.escape(run.name)} <small>{run_id[:8]}</small></td>',
+            *(f"<td>{html.escape(text)}</td>" for text in (run.experiment, run.model, started, run.status)),
+            f'<td class="params">{html.escape(params)}</td>',
+        ]
+        for column in columns:
+            value = run.metrics.get(column)
+            is_best = value is not None and value == best[column] and len(runs) > 1
+            cells.append(f'<td class="num{" best" if is_best else ""}">{"" if value is None else f"{value:.4f}"}</td>')
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def _slices_explain(evaluations: Sequence[Evaluation]) -> str:
+    if not evaluations:
+        return ""
+    k = _headline_k(evaluations[0].report)
+    return (
+        f"Test split, per slice of users: Recall@{k} and NDCG@{k} of the latest evaluate run of each experiment; "
+        "each bar is labelled with its slice's number of users."
+    )
+
+
+def _slices(evaluations: Sequence[Evaluation], hint: str, chart: Any) -> str:
+    if not evaluations:
+        return _empty(
+            "No evaluation yet: slices come from the pipeline's evaluate step (evaluation.json).",
+            f"{hint} (it evaluates the trained model after build_index)",
+        )
+    parts = []
+    for family, (heading, explain) in SLICE_FAMILIES.items():
+        present = [e for e in evaluations if e.report.get("slices", {}).get(family)]
+        parts.append(f'<h3>{html.escape(heading)}</h3><p class="explain">{html.escape(explain)}</p>')
+        if present:
+            parts.append(chart(_slice_figure(family, present), f"slice-{family}"))
+        elif family == "domain":
+            parts.append(NO_DOMAINS)
+        else:
+            parts.append(_empty(f"The evaluations have no {family} slices.", hint))
+    return "".join(parts)
+
+
+def _semantic_ids(evaluations: Sequence[Evaluation], chart: Any) -> str:
+    present = [e for e in evaluations if e.report.get("semantic_ids")]
+    if not present:
+        return _empty(
+            "No semantic IDs in the evaluated models: they were trained without them.",
+            "recsys pipeline run --config configs/beauty-sasrec-sid.yaml (a config with a sid section)",
+        )
+    lines = []
+    for e in present:
+        s = e.report["semantic_ids"]
+        recon = s.get("recon_relative")
+        lines.append(
+            f"<li>{html.escape(e.label)}: {s['num_items']} items, {s['levels']} levels of {s['codebook_size']} codes; "
+            f"collision rate {s['collision_rate']:.4f} (largest group {s['max_collision']})"
+            + (f"; unexplained variance {recon:.4f}" if recon is not None else "")
+            + "</li>"
+        )
+    return f"<ul>{''.join(lines)}</ul>" + chart(_sid_figure(present), "semantic-ids")
+
+
+# ---------------------------------------------------------------------------------------------------- charts
+
+
+def _figure_html(figure: Any, key: str, include_plotlyjs: bool) -> str:
+    config = {"displaylogo": False, "responsive": True}
+    div = figure.to_html(
+        full_html=False, include_plotlyjs=include_plotlyjs, div_id=f"chart-{key}", config=config,
+        default_width="100%", default_height=f"{figure.layout.height}px",
+    )  # fmt: skip
+    return f'<div class="chart" data-chart="{html.escape(key)}">{div}</div>'
+
+
+def _layout(figure: Any, height: int, title: str = "") -> Any:
+    figure.update_layout(
+        template="plotly_white", height=height, barmode="group", margin={"l": 50, "r": 20, "t": 50, "b": 50},
+        title={"text": html.escape(title), "font": {"size": 14}}, legend={"orientation": "h", "y": -0.18},
+    )  # fmt: skip
+    return figure
+
+
+def _comparison_figure(runs: Sequence[RunSummary]) -> Any:
+    from plotly.subplots import make_subplots
+
+    runs = list(runs[:MAX_COMPARED_RUNS])
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("validation", "test"), shared_yaxes=True)
+    columns = _metric_columns(runs)
+    for i, run in enumerate(reversed(runs)):  # oldest first: colours stay put as runs are added
+        for col, split in enumerate(("valid", "test"), start=1):
+            names = [c for c in columns if c.startswith(f"{split}/")]
+            figure.add_bar(
+                x=[n.split("/")[1] for n in names], y=[run.metrics.get(n) for n in names], row=1, col=col,
+                name=html.escape(run.label), legendgroup=run.run_id, showlegend=col == 1,
+                marker_color=PALETTE[i % len(PALETTE)],
+            )  # fmt: skip
+    return _layout(figure, 420)
+
+
+def _headline_k(report: dict[str, Any]) -> int:
+    ks = [int(k) for k in report.get("protocol", {}).get("ks", [10])] or [10]
+    return 10 if 10 in ks else min(ks)
+
+
+def _slice_figure(family: str, evaluations: Sequence[Evaluation]) -> Any:
+    from plotly.subplots import make_subplots
+
+    k = _headline_k(evaluations[0].report)
+    figure = make_subplots(rows=1, cols=2, subplot_titles=(f"Recall@{k}", f"NDCG@{k}"))
+    for i, evaluation in enumerate(evaluations):
+        entries = evaluation.report["slices"][family]
+        names = [html.escape(str(entry["name"])) for entry in entries]
+        users = [f"n={entry['users']}" for entry in entries]
+        for col, metric in enumerate((f"recall@{k}", f"ndcg@{k}"), start=1):
+            figure.add_bar(  # an empty slice is a 0-high bar labelled n=0
+                x=names, y=[entry.get(metric, 0.0) for entry in entries], text=users, textposition="outside",
+                hovertemplate="%{x}: %{y:.4f} (%{text})",
+                name=html.escape(evaluation.label), legendgroup=str(i), showlegend=col == 1, row=1, col=col,
+                marker_color=PALETTE[i % len(PALETTE)], cliponaxis=False,
+            )  # fmt: skip
+    figure.update_xaxes(type="category")
+    return _layout(figure, 380)
+
+
+def _sid_figure(evaluations: Sequence[Evaluation]) -> Any:
+    from plotly.subplots import make_subplots
+
+    figure = make_subplots(
+        rows=1, cols=3, subplot_titles=("codebook utilisation per level", "perplexity per level", "collision rate")
+    )
+    for i, evaluation in enumerate(evaluations):
+        stats, colour = evaluation.report["semantic_ids"], PALETTE[i % len(PALETTE)]
+        levels = [f"level {level + 1}" for level in range(int(stats["levels"]))]
+        common = {"name": html.escape(evaluation.label), "legendgroup": str(i), "marker_color": colour}
+        figure.add_bar(x=levels, y=stats["utilisation"], row=1, col=1, **common)
+        figure.add_bar(x=levels, y=stats["perplexity"], row=1, col=2, showlegend=False, **common)
+        figure.add_bar(x=["items sharing codes"], y=[stats["collision_rate"]], row=1, col=3, showlegend=False, **common)
+        figure.add_scatter(
+            x=levels, y=[stats["codebook_size"]] * len(levels), mode="lines", line={"dash": "dot", "color": colour},
+            name=f"codebook size ({stats['codebook_size']})", showlegend=i == 0, row=1, col=2,
+        )  # fmt: skip
+    figure.update_yaxes(range=[0, 1], row=1, col=1)
+    figure.update_yaxes(rangemode="tozero", row=1, col=3)
+    return _layout(figure, 380)

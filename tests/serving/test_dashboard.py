@@ -1,0 +1,214 @@
+"""The evaluation dashboard end to end, over the real MLflow store of one pipeline run (with its evaluate step):
+GET /dashboard through the app (runs, slices, no external script), the pages of a bundle without a store and of
+a missing store, HTML escaping, and the page drawn by a real headless Chromium (every chart div gets plotly's
+SVG, the screenshot shows the chart colours)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import time
+import zlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from recsys.semantic_ids.codes import semantic_id_stats
+from serving.dashboard import DashboardData, Evaluation, RunSummary, render_dashboard
+from serving.dashboard.render import PALETTE
+from serving.main import create_app
+from serving.settings import ServingSettings
+
+CHARTS = {
+    "chart-comparison",
+    *(f"chart-slice-{f}" for f in ("cold_start", "popularity_decile", "history_length", "domain")),
+}
+INSTALL_HINT = "apt-get install -y chromium"
+
+
+@pytest.fixture(scope="module")
+def client(registry: tuple[str, str, Path]) -> Iterator[TestClient]:
+    uri, name, _ = registry
+    with TestClient(create_app(ServingSettings(model_name=name, tracking_uri=uri, reload_interval_s=0))) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def page(client: TestClient) -> str:
+    response = client.get("/dashboard")
+    assert response.status_code == 200, response.text[:2000]
+    assert response.headers["content-type"].startswith("text/html")
+    return response.text
+
+
+def chart_ids(html: str) -> list[str]:
+    return re.findall(r'<div id="(chart-[^"]+)" class="plotly-graph-div', html)
+
+
+def test_dashboard_shows_runs_comparison_and_slices(page: str) -> None:
+    for section in ("runs", "comparison", "slices", "semantic-ids"):
+        assert f'<section id="{section}">' in page
+    assert "tiny-sasrec" in page and "<td>sasrec</td>" in page  # the training run: name, model
+    assert re.search(r"test/ndcg@10</th>", page) and re.search(r'<td class="num">0\.\d{4}</td>', page)
+    assert set(chart_ids(page)) == CHARTS  # the comparison and one chart per slice family
+    assert "No semantic IDs" in page  # the empty state of a model without them, with what to run
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.IGNORECASE)  # plotly.js is inlined ...
+    assert not re.search(r"<link[^>]*\bhref\s*=\s*[\"']?https?:", page, re.IGNORECASE)
+    assert page.count("window.PlotlyConfig") == 1  # ... once
+
+
+def test_dashboard_of_one_experiment(client: TestClient) -> None:
+    one = client.get("/dashboard", params={"experiment": "tiny-sasrec"}).text
+    assert set(chart_ids(one)) == CHARTS
+    unknown = client.get("/dashboard", params={"experiment": "no-such-experiment"})
+    assert unknown.status_code == 200 and "no experiment named" in unknown.text and "No training runs" in unknown.text
+    assert chart_ids(unknown.text) == []
+
+
+def test_bundle_without_a_store_says_how_to_configure_it(
+    registry: tuple[str, str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RECSYS_TRACKING_URI", raising=False)
+    bundle = registry[2].parent.parent / "bundles" / "tiny-sasrec"  # WORK/data/NAME -> WORK/bundles/NAME
+    with TestClient(create_app(ServingSettings(bundle=bundle, reload_interval_s=0))) as bundle_client:
+        response = bundle_client.get("/dashboard")
+    assert response.status_code == 200 and "RECSYS_TRACKING_URI" in response.text and "Fix:" in response.text
+    missing = tmp_path / "absent" / "mlflow.db"
+    monkeypatch.setenv("RECSYS_TRACKING_URI", f"sqlite:///{missing}")  # named in the environment
+    with TestClient(create_app(ServingSettings(bundle=bundle, reload_interval_s=0))) as bundle_client:
+        unavailable = bundle_client.get("/dashboard")
+    assert unavailable.status_code == 503 and str(missing) in unavailable.text and "Fix:" in unavailable.text
+    assert not missing.exists()  # reading did not create an empty store
+
+
+def test_run_names_and_slice_names_are_escaped() -> None:
+    evil = '<script>alert("x")</script>'
+    run = RunSummary("0123456789", evil, evil, "<b>m</b>", "FINISHED", datetime.now(UTC), {"test/ndcg@10": 0.1})
+    report = {
+        "name": evil, "model": "sasrec", "protocol": {"ks": [10]},
+        "slices": {"domain": [{"name": "<img src=x onerror=alert(1)>", "users": 3, "recall@10": 0.5, "ndcg@10": 0.2}]},
+        "semantic_ids": None,
+    }  # fmt: skip
+    html = render_dashboard(DashboardData(evil, evil, [run], [Evaluation(report, evil, "abcdef123")]))
+    assert "<script>alert" not in html and "<img src=x" not in html and "<b>m</b>" not in html
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html and "&lt;b&gt;m&lt;/b&gt;" in html
+
+
+def semantic_id_page() -> str:
+    """The page of an evaluation with semantic-ID health (real `semantic_id_stats`) and nothing else."""
+    codes = np.random.default_rng(0).integers(0, 8, size=(200, 3))  # 200 items, 3 levels of 8 codes
+    report = {"name": "tiny-tiger", "model": "generative", "semantic_ids": semantic_id_stats(codes, 8).to_dict()}
+    return render_dashboard(DashboardData("SIDs", "test", runs=[], evaluations=[Evaluation(report, "e", "run1")]))
+
+
+def test_semantic_id_health_and_empty_states() -> None:
+    html = semantic_id_page()
+    assert chart_ids(html) == ["chart-semantic-ids"]
+    assert "collision rate" in html and "3 levels of 8 codes" in html
+    assert "No training runs in test yet" in html and "recsys pipeline run --config" in html  # what to run
+    assert "The evaluations have no cold_start slices" in html
+
+
+# ------------------------------------------------------------------------------------------- headless Chromium
+
+
+def chromium_or_skip() -> str:
+    """The Chromium binary; without one, a skip naming the install command (a failure under CI=true)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        message = f"chromium is not installed: the dashboard's browser test needs it. Fix: {INSTALL_HINT}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def run_chromium(chromium: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [
+        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+        "--window-size=1200,800", "--virtual-time-budget=10000", *args,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def read_png(path: Path) -> np.ndarray:
+    """(H, W, C) uint8 pixels of an 8-bit, non-interlaced RGB(A) PNG: the chunks, zlib, and the five row filters."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    pos, idat, header = 8, bytearray(), None
+    while pos < len(data):
+        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", data[pos + 8 : pos + 8 + length])
+        elif kind == b"IDAT":
+            idat += data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    assert header is not None
+    width, height, depth, colour, _, _, interlace = header
+    assert depth == 8 and colour in (2, 6) and interlace == 0, header
+    bpp = 3 if colour == 2 else 4
+    stride, raw = width * bpp, zlib.decompress(bytes(idat))
+    rows, previous = np.zeros((height, stride), dtype=np.uint8), np.zeros(stride, dtype=np.int64)
+    for y in range(height):
+        kind_of_filter, start = raw[y * (stride + 1)], y * (stride + 1) + 1
+        line = np.frombuffer(raw, dtype=np.uint8, count=stride, offset=start).astype(np.int64)
+        if kind_of_filter == 0:
+            row = line
+        elif kind_of_filter == 1:  # Sub: a running sum per channel
+            row = line.reshape(width, bpp).cumsum(axis=0).reshape(-1) % 256
+        elif kind_of_filter == 2:  # Up
+            row = (line + previous) % 256
+        else:  # Average, Paeth: sequential within the row
+            row = np.array(_unfilter_sequential(kind_of_filter, line.tolist(), previous.tolist(), bpp))
+        rows[y], previous = row, row
+    return rows.reshape(height, width, bpp)
+
+
+def _unfilter_sequential(kind: int, line: list[int], up: list[int], bpp: int) -> list[int]:
+    out = [0] * len(line)
+    for i, x in enumerate(line):
+        a, b = (out[i - bpp], up[i]) if i >= bpp else (0, up[i])
+        if kind == 3:
+            out[i] = (x + (a + b) // 2) & 255
+            continue
+        c = up[i - bpp] if i >= bpp else 0
+        p = a + b - c
+        pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+        out[i] = (x + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    return out
+
+
+def test_dashboard_draws_in_headless_chromium(page: str, tmp_path: Path) -> None:
+    chromium = chromium_or_skip()
+    html_path = tmp_path / "dashboard.html"
+    html_path.write_text(page)
+    start = time.perf_counter()
+    sid_path = tmp_path / "semantic-ids.html"
+    sid_path.write_text(semantic_id_page())
+    for path, expected in ((html_path, CHARTS), (sid_path, {"chart-semantic-ids"})):
+        dom = run_chromium(chromium, tmp_path / "profile", "--dump-dom", path.as_uri()).stdout
+        # every chart div got plotly's drawing: an <svg class="main-svg"> before the next chart's div
+        assert set(chart_ids(path.read_text())) == expected
+        drawn = re.split(r'id="(chart-[^"]+)"', dom)[1:]  # [id, what follows it, id, what follows it, ...]
+        svg_after = {chart: 'class="main-svg"' in after for chart, after in zip(drawn[::2], drawn[1::2], strict=True)}
+        assert svg_after == dict.fromkeys(expected, True), svg_after
+
+    shot = tmp_path / "dashboard.png"
+    run_chromium(chromium, tmp_path / "profile", f"--screenshot={shot}", html_path.as_uri())
+    pixels = read_png(shot)[..., :3]  # (800, 1200, 3)
+    assert pixels.shape == (800, 1200, 3)
+    colours = np.unique(pixels.reshape(-1, 3), axis=0)
+    first_trace = np.array([int(PALETTE[0][i : i + 2], 16) for i in (1, 3, 5)])  # the first run's bars
+    bar_pixels = int((np.abs(pixels.astype(np.int64) - first_trace).max(axis=-1) <= 3).sum())
+    assert len(colours) > 50 and bar_pixels > 2_000, (len(colours), bar_pixels)  # text, table and a drawn chart
+    print(f"chromium: DOM + screenshot in {time.perf_counter() - start:.1f} s")  # noqa: T201
