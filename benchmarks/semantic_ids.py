@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS_DIR, command, machine, versions, write_result
 from pipelines.config import ExperimentConfig, load_config
+from pipelines.content import embed_content_step
 from pipelines.data import prepare_step
 from pipelines.experiment import ExperimentPaths
 from pipelines.semantic_ids import SEMANTIC_IDS_FILE, build_semantic_ids_step
@@ -98,7 +99,8 @@ def sid_health(config: ExperimentConfig, data_dir: Path, work: Path) -> dict[str
     assert config.sid is not None
     paths = ExperimentPaths.under(work, config)
     shutil.rmtree(paths.sid_dir, ignore_errors=True)  # a fresh build, so `seconds` is measured here
-    path = build_semantic_ids_step(config.sid, data_dir, paths.sid_dir, paths.cache_dir)
+    embeddings = embed_content_step(config.sid.content, data_dir, paths.content_dir, paths.cache_dir)
+    path = build_semantic_ids_step(config.sid, data_dir, embeddings, paths.sid_dir)
     assert path.name == SEMANTIC_IDS_FILE
     sids, stats = read_semantic_ids(path)
     return {"codebook_sizes": list(sids.codebook_sizes), **stats.to_dict(), "build": sids.meta}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.config import ExperimentConfig
+from pipelines.content import embed_content_step
 from pipelines.data import prepare_step
 from pipelines.semantic_ids import build_semantic_ids_step
 from pipelines.train import TrainOutputs, train_step
@@ -19,6 +20,7 @@ class ExperimentPaths:
     """Where an experiment keeps its prepared data, semantic IDs, model, index, evaluation, bundle and cache."""
 
     data_dir: Path
+    content_dir: Path
     sid_dir: Path
     model_dir: Path
     cache_dir: Path
@@ -30,6 +32,7 @@ class ExperimentPaths:
     def under(work_dir: Path, config: ExperimentConfig) -> ExperimentPaths:
         return ExperimentPaths(
             data_dir=work_dir / "data" / config.name,
+            content_dir=work_dir / "content" / config.name,
             sid_dir=work_dir / "sids" / config.name,
             model_dir=work_dir / "models" / config.name,
             cache_dir=work_dir / "cache" / "embeddings",
@@ -40,7 +43,7 @@ class ExperimentPaths:
 
 
 def run_experiment(config: ExperimentConfig, paths: ExperimentPaths, data_dir: Path | None = None) -> TrainOutputs:
-    """prepare_step -> [build_semantic_ids_step] -> train_step; returns the trained model's outputs.
+    """prepare_step -> [embed_content_step -> build_semantic_ids_step] -> train_step; returns the model's outputs.
 
     Args:
         config: the experiment.
@@ -49,7 +52,8 @@ def run_experiment(config: ExperimentConfig, paths: ExperimentPaths, data_dir: P
     """
     data_dir = data_dir or prepare_step(config.data, paths.data_dir)
     if config.sid is not None:
-        sid_path = build_semantic_ids_step(config.sid, data_dir, paths.sid_dir, paths.cache_dir)
+        embeddings = embed_content_step(config.sid.content, data_dir, paths.content_dir, paths.cache_dir)
+        sid_path = build_semantic_ids_step(config.sid, data_dir, embeddings, paths.sid_dir)
         params = {**config.model.params, "semantic_ids": str(sid_path)}
         config = config.model_copy(update={"model": config.model.model_copy(update={"params": params})})
     return train_step(config, data_dir, paths.model_dir)

@@ -1,4 +1,5 @@
-"""`recsys pipeline run`: prepare_data -> build_semantic_ids -> train_retriever -> build_index -> evaluate -> register.
+"""`recsys pipeline run`: prepare_data -> embed_content -> build_semantic_ids -> train_retriever -> build_index ->
+evaluate -> register.
 
 Each step is a function `(config, inputs) -> outputs` (JSON-able dicts) whose work is written atomically. The
 runner fingerprints every step's inputs (its config sections and its upstream steps' outputs) and records
@@ -7,8 +8,8 @@ re-run skips every step whose inputs did not change and whose outputs still exis
 resumes at the step that failed. With tracking on, the pipeline is one MLflow run and each step that runs
 is a nested run of it (params = its inputs, metrics = its numeric outputs).
 
-Steps that do not apply are recorded as such: no `sid` section -> no semantic IDs; a model without item
-vectors (generative, popularity) -> no index.
+Steps that do not apply are recorded as such: no `sid` section -> no content embeddings and no semantic IDs;
+a model without item vectors (generative, popularity) -> no index.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.config import ExperimentConfig
+from pipelines.content import embed_content_step
 from pipelines.data import data_fingerprint, prepare_step
 from pipelines.evaluate import EVALUATION_FILE, evaluate_step
 from pipelines.experiment import ExperimentPaths
@@ -130,16 +132,29 @@ def _prepare(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, O
     return {"data_dir": str(prepare_step(config.data, paths.data_dir))}
 
 
+def _content_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any] | None:
+    if config.sid is None:
+        return None  # only semantic IDs read content embeddings today
+    return {"content": config.sid.model_dump(mode="json")["content"], "data": done["prepare_data"]}
+
+
+def _content(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
+    assert config.sid is not None
+    data_dir = Path(done["prepare_data"]["data_dir"])
+    path = embed_content_step(config.sid.content, data_dir, paths.content_dir, paths.cache_dir)
+    return {"content_embeddings": str(path)}
+
+
 def _sid_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any] | None:
     if config.sid is None:
         return None
-    return {"sid": config.sid.model_dump(mode="json"), "data": done["prepare_data"]}
+    return {"sid": config.sid.model_dump(mode="json"), "data": done["prepare_data"], "content": done["embed_content"]}
 
 
 def _sids(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
     assert config.sid is not None
-    data_dir = Path(done["prepare_data"]["data_dir"])
-    return {"semantic_ids": str(build_semantic_ids_step(config.sid, data_dir, paths.sid_dir, paths.cache_dir))}
+    data_dir, embeddings = Path(done["prepare_data"]["data_dir"]), Path(done["embed_content"]["content_embeddings"])
+    return {"semantic_ids": str(build_semantic_ids_step(config.sid, data_dir, embeddings, paths.sid_dir))}
 
 
 def _train_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any]:
@@ -224,6 +239,7 @@ def _register(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, 
 
 STEPS = [
     _Step("prepare_data", _prepare_inputs, _prepare, lambda o: [Path(o["data_dir"])]),
+    _Step("embed_content", _content_inputs, _content, lambda o: [Path(o["content_embeddings"])]),
     _Step("build_semantic_ids", _sid_inputs, _sids, lambda o: [Path(o["semantic_ids"])]),
     _Step("train_retriever", _train_inputs, _train, lambda o: [Path(o["model_dir"]) / "model.pt"]),
     _Step("build_index", _index_inputs, _index, lambda o: [Path(o["index_dir"]) / "index.faiss"]),

@@ -1,4 +1,4 @@
-"""Pipeline step: prepared catalog -> content embeddings -> RQ-VAE / RQ-KMeans codes -> semantic_ids.parquet.
+"""Pipeline step: content embeddings (pipelines.content) -> RQ-VAE / RQ-KMeans codes -> semantic_ids.parquet.
 
 Skipped when a previous run produced the file from the same settings and the same catalog.
 """
@@ -15,6 +15,7 @@ import polars as pl
 import torch
 
 from pipelines.config import SidSection
+from pipelines.content import read_content_embeddings
 from recsys.data.schema import ITEM_ID, ITEM_IDX, ITEMS_FILE
 from recsys.semantic_ids.codes import (
     SemanticIdStats,
@@ -23,7 +24,6 @@ from recsys.semantic_ids.codes import (
     semantic_id_stats,
     write_semantic_ids,
 )
-from recsys.semantic_ids.content import embed_items
 from recsys.semantic_ids.rqkmeans import fit_rqkmeans
 from recsys.semantic_ids.rqvae import train_rqvae
 
@@ -32,14 +32,15 @@ logger = logging.getLogger(__name__)
 SEMANTIC_IDS_FILE = "semantic_ids.parquet"
 
 
-def build_semantic_ids_step(section: SidSection, data_dir: Path, out_dir: Path, cache_dir: Path) -> Path:
+def build_semantic_ids_step(section: SidSection, data_dir: Path, embeddings: Path, out_dir: Path) -> Path:
     """Write `out_dir/semantic_ids.parquet` (+ stats JSON) for the catalog of `data_dir`; returns its path.
 
     Args:
         section: method, vectors, encoder and tokenizer settings.
         data_dir: a prepared directory (its items.parquet is the catalog).
+        embeddings: the catalog's content_embeddings.npy (`pipelines.content.embed_content_step` with
+            `section.content`); random vectors take only its dimension.
         out_dir: where the semantic IDs go.
-        cache_dir: content-embedding cache (re-runs embed nothing).
     """
     path = out_dir / SEMANTIC_IDS_FILE
     items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
@@ -48,7 +49,7 @@ def build_semantic_ids_step(section: SidSection, data_dir: Path, out_dir: Path, 
         logger.info("semantic IDs in %s are up to date; skipping", path)
         return path
     start = time.perf_counter()
-    vectors = _vectors(section, items, cache_dir)
+    vectors = _vectors(section, read_content_embeddings(embeddings, items.height))
     codes, reconstructions = _tokenize(section, vectors)
     stats = semantic_id_stats(codes, _codebook_size(section), vectors, reconstructions)
     meta = {
@@ -63,12 +64,11 @@ def build_semantic_ids_step(section: SidSection, data_dir: Path, out_dir: Path, 
     return path
 
 
-def _vectors(section: SidSection, items: pl.DataFrame, cache_dir: Path) -> np.ndarray:
+def _vectors(section: SidSection, content: np.ndarray) -> np.ndarray:
     if section.vectors == "content":
-        return embed_items(items, section.content, cache_dir)
-    dim = embed_items(items.head(1), section.content, cache_dir).shape[1]
+        return content
     rng = np.random.default_rng(section.rqvae.seed)
-    x = rng.standard_normal((items.height, dim)).astype(np.float32)
+    x = rng.standard_normal(content.shape).astype(np.float32)
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 

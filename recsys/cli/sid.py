@@ -22,6 +22,7 @@ def build_command(
 ) -> None:
     """Prepare the config's data (skipped when up to date) and build its semantic IDs."""
     from pipelines.config import load_config
+    from pipelines.content import embed_content_step
     from pipelines.data import prepare_step
     from pipelines.experiment import ExperimentPaths
     from pipelines.semantic_ids import build_semantic_ids_step
@@ -33,7 +34,8 @@ def build_command(
             raise ConfigError(f"{config} has no `sid` section. Fix: see configs/beauty-sid-rqvae.yaml")
         paths = ExperimentPaths.under(work_dir, cfg)
         data_dir = prepare_step(cfg.data, paths.data_dir)
-        path = build_semantic_ids_step(cfg.sid, data_dir, paths.sid_dir, paths.cache_dir)
+        embeddings = embed_content_step(cfg.sid.content, data_dir, paths.content_dir, paths.cache_dir)
+        path = build_semantic_ids_step(cfg.sid, data_dir, embeddings, paths.sid_dir)
         _, stats = read_semantic_ids(path)
     table = Table(title=f"semantic-ID health ({cfg.sid.method}, {cfg.sid.vectors} vectors)")
     table.add_column("statistic")

@@ -15,8 +15,6 @@ from pipelines.config import load_config
 from pipelines.registry import CHAMPION, register_bundle, write_bundle
 from recsys.cli import app
 
-STEPS = ["prepare_data", "build_semantic_ids", "train_retriever", "build_index", "evaluate", "register"]
-
 
 def statuses(reports: list[runner.StepReport]) -> dict[str, str]:
     return {r.name: r.status for r in reports}
@@ -26,8 +24,8 @@ def test_pipeline_runs_every_step_then_skips_them(tmp_path: Path, tiny_config: C
     config = load_config(tiny_config(tmp_path, pipeline={"index": {"kind": "flat"}}))
     first = runner.run_pipeline(config, tmp_path)
     assert statuses(first) == {
-        "prepare_data": "ran", "build_semantic_ids": "not applicable", "train_retriever": "ran",
-        "build_index": "ran", "evaluate": "ran", "register": "ran",
+        "prepare_data": "ran", "embed_content": "not applicable", "build_semantic_ids": "not applicable",
+        "train_retriever": "ran", "build_index": "ran", "evaluate": "ran", "register": "ran",
     }  # fmt: skip
     outputs = {r.name: r.outputs for r in first}
     assert outputs["build_index"]["recall@k"] == 1.0  # a flat index is exact
@@ -121,7 +119,7 @@ def test_cli_prints_the_steps(tmp_path: Path, tiny_config: Callable[..., Path]) 
     path = tiny_config(tmp_path, tracking={"enabled": False})
     result = CliRunner().invoke(app, ["pipeline", "run", "--config", str(path), "--work-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    for step in STEPS:
+    for step in runner.STEP_NAMES:
         assert step in result.output
     assert "not applicable" in result.output and "recall@k=" in result.output
 
@@ -136,4 +134,7 @@ def test_single_step_needs_its_upstream_steps(tmp_path: Path, tiny_config: Calla
         runner.run_pipeline(config, tmp_path, only="train_retriever")
     assert statuses(runner.run_pipeline(config, tmp_path, only="prepare_data")) == {"prepare_data": "ran"}
     ran = statuses(runner.run_pipeline(config, tmp_path, only="train_retriever"))
-    assert ran == {"prepare_data": "skipped", "build_semantic_ids": "not applicable", "train_retriever": "ran"}
+    assert ran == {
+        "prepare_data": "skipped", "embed_content": "not applicable", "build_semantic_ids": "not applicable",
+        "train_retriever": "ran",
+    }  # fmt: skip

@@ -1,0 +1,76 @@
+"""Pipeline step `embed_content`: the prepared catalog's item text -> content embeddings (an LLM encoder).
+
+Writes `content_embeddings.npy` ((V, D) float32, row i = item_idx i+1, L2-normalised by default) and
+`content_embeddings.json` (encoder settings, item count, dim) together, atomically. The encoder's outputs are
+cached per text in the shared embedding cache, so a re-run, or another experiment over the same catalog,
+embeds nothing; the step is skipped outright when its file was made from the same settings and catalog.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from recsys.atomic import atomic_directory
+from recsys.data.schema import ITEM_IDX, ITEMS_FILE
+from recsys.errors import RecsysError
+from recsys.semantic_ids.content import ContentConfig, embed_items, item_texts
+
+logger = logging.getLogger(__name__)
+
+CONTENT_EMBEDDINGS_FILE = "content_embeddings.npy"
+CONTENT_META_FILE = "content_embeddings.json"
+
+
+def embed_content_step(config: ContentConfig, data_dir: Path, out_dir: Path, cache_dir: Path) -> Path:
+    """Embed the catalog of `data_dir` into `out_dir`; returns the path of content_embeddings.npy.
+
+    Args:
+        config: encoder (a sentence-transformers model, any local Hugging Face encoder, or a decoder LLM) and
+            the text fields to embed.
+        data_dir: a prepared directory (its items.parquet is the catalog).
+        out_dir: where the embeddings go.
+        cache_dir: the per-text embedding cache shared by experiments.
+    """
+    items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
+    fingerprint = _fingerprint(config, items)
+    path = out_dir / CONTENT_EMBEDDINGS_FILE
+    if path.is_file() and _read_meta(out_dir).get("fingerprint") == fingerprint:
+        logger.info("content embeddings in %s are up to date; skipping", path)
+        return path
+    vectors = embed_items(items, config, cache_dir)
+    meta = {"fingerprint": fingerprint, "items": items.height, "dim": int(vectors.shape[1]),
+            "encoder": dataclasses.asdict(config)}  # fmt: skip
+    with atomic_directory(out_dir, marker=CONTENT_EMBEDDINGS_FILE) as tmp:
+        np.save(tmp / CONTENT_EMBEDDINGS_FILE, vectors.astype(np.float32, copy=False))
+        (tmp / CONTENT_META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    logger.info("embedded %d items (dim %d) into %s", items.height, vectors.shape[1], path)
+    return path
+
+
+def read_content_embeddings(path: Path, num_items: int) -> np.ndarray:
+    """(V, D) float32 embeddings of `embed_content_step`; `RecsysError` when they are not for V items."""
+    if not path.is_file():
+        raise RecsysError(f"{path}: no content embeddings. Fix: run the embed_content step first")
+    vectors = np.load(path)
+    if vectors.shape[0] != num_items:
+        raise RecsysError(
+            f"{path} holds {vectors.shape[0]} items, the catalog {num_items}. Fix: re-run embed_content on this data"
+        )
+    return vectors
+
+
+def _fingerprint(config: ContentConfig, items: pl.DataFrame) -> str:
+    texts = "\n".join(item_texts(items, config.text_fields))
+    return hashlib.sha256(f"{config.cache_key}|normalize={config.normalize}\n{texts}".encode()).hexdigest()
+
+
+def _read_meta(out_dir: Path) -> dict:
+    meta_path = out_dir / CONTENT_META_FILE
+    return json.loads(meta_path.read_text()) if meta_path.is_file() else {}

@@ -1,0 +1,43 @@
+"""The embed_content step: catalog text -> content_embeddings.npy in item order, skipped when up to date."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipelines.config import load_config
+from pipelines.content import CONTENT_META_FILE, embed_content_step, read_content_embeddings
+from pipelines.data import prepare_step
+from recsys.data.schema import ITEM_IDX, ITEMS_FILE
+from recsys.errors import RecsysError
+from recsys.semantic_ids.content import ContentConfig, embed_items
+
+
+def test_embeddings_are_the_encoders_in_item_order_and_a_rerun_skips(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    config = load_config(tiny_config(tmp_path))
+    data_dir = prepare_step(config.data, tmp_path / "data")
+    content = ContentConfig(text_fields=("title",), progress=False)
+    path = embed_content_step(content, data_dir, tmp_path / "content", tmp_path / "cache")
+
+    items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
+    vectors = read_content_embeddings(path, items.height)
+    np.testing.assert_allclose(vectors, embed_items(items, content, tmp_path / "cache"), rtol=1e-6)
+    meta = json.loads((path.parent / CONTENT_META_FILE).read_text())
+    assert meta["items"] == items.height and meta["dim"] == vectors.shape[1] == 384
+
+    written = path.stat().st_mtime_ns
+    assert embed_content_step(content, data_dir, tmp_path / "content", tmp_path / "cache") == path
+    assert path.stat().st_mtime_ns == written  # skipped: same settings, same catalog
+    other = ContentConfig(text_fields=("title", "category"), progress=False)
+    embed_content_step(other, data_dir, tmp_path / "content", tmp_path / "cache")
+    assert json.loads((path.parent / CONTENT_META_FILE).read_text())["fingerprint"] != meta["fingerprint"]
+
+    with pytest.raises(RecsysError, match="re-run embed_content"):
+        read_content_embeddings(path, items.height + 1)
