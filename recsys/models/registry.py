@@ -17,15 +17,17 @@ from pydantic import TypeAdapter, ValidationError
 from recsys.errors import ConfigError, RecsysError
 from recsys.models.generative import GenerativeConfig, GenerativeRetriever
 from recsys.models.popularity import Popularity, PopularityConfig
+from recsys.models.ranker import RankerConfig, TwoStageRanker
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.training.checkpoint import load_checkpoint, save_checkpoint
 
-Model = Popularity | SASRec | GenerativeRetriever
+Model = Popularity | SASRec | GenerativeRetriever | TwoStageRanker
 
 CONFIGS: dict[str, type] = {
     "popularity": PopularityConfig,
     "sasrec": SASRecConfig,
     "generative": GenerativeConfig,
+    "ranker": RankerConfig,
 }
 # Models that score by a dot product of a user vector (`encode_queries`) and item vectors
 # (`item_embeddings`): the ones a FAISS index of item vectors can serve.
@@ -37,6 +39,8 @@ def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
     if name not in CONFIGS:
         raise ConfigError(f"unknown model {name!r}. Fix: use one of {', '.join(sorted(CONFIGS))}")
     params = dict(params)
+    if name == "ranker":
+        return _two_stage(params, num_items)
     sid_path = params.pop("semantic_ids", None)
     codes = None
     if name == "generative" or (name == "sasrec" and params.get("sid_levels")):
@@ -63,14 +67,43 @@ def load_model(path: Path) -> tuple[str, Model]:
     if not path.is_file():
         raise RecsysError(f"{path}: model file not found. Fix: train one with `recsys train --config ...`")
     payload = load_checkpoint(path)
-    name, config = payload["name"], _validate(payload["name"], payload["config"])
-    model: Model
-    if isinstance(config, GenerativeConfig):
-        model = GenerativeRetriever(config, _placeholder_codes(config))
-    else:  # SASRec's semantic-ID prefix index is a buffer: it comes with the state dict
-        model = Popularity(config) if isinstance(config, PopularityConfig) else SASRec(config)
+    name = payload["name"]
+    model = _unfilled(name, _validate(name, payload["config"]))
     model.load_state_dict(payload["state_dict"])
     return name, model.eval()
+
+
+def _unfilled(name: str, config: Any) -> Model:
+    """A model of `config`'s shape whose weights (and buffers) a saved state dict will fill."""
+    if isinstance(config, RankerConfig):
+        retriever = config.retriever
+        first = _unfilled(retriever["name"], _validate(retriever["name"], retriever["config"]))
+        return TwoStageRanker(config, first)
+    if isinstance(config, GenerativeConfig):
+        return GenerativeRetriever(config, _placeholder_codes(config))
+    # SASRec's semantic-ID prefix index is a buffer: it comes with the state dict
+    return Popularity(config) if isinstance(config, PopularityConfig) else SASRec(config)
+
+
+def _two_stage(params: dict[str, Any], num_items: int) -> TwoStageRanker:
+    """A ranker over the trained retriever of `params["retriever_dir"]` (a model directory), frozen."""
+    retriever_dir = params.pop("retriever_dir", None)
+    params.pop("semantic_ids", None)  # the retriever carries its own
+    if retriever_dir is None:
+        raise ConfigError("model 'ranker' needs model.params.retriever_dir: the model directory of a trained retriever")
+    name, retriever = load_model(Path(retriever_dir) / "model.pt")
+    if retriever.config.num_items != num_items:
+        raise ConfigError(
+            f"the retriever in {retriever_dir} was trained on {retriever.config.num_items} items, the data has "
+            f"{num_items}. Fix: train the retriever on the same prepared data"
+        )
+    retriever_spec = {"name": name, "config": dataclasses.asdict(retriever.config)}
+    config = _validate("ranker", {**params, "num_items": num_items, "retriever": retriever_spec})
+    model = TwoStageRanker(config, retriever)
+    if isinstance(retriever, SASRec) and retriever.config.dim == config.dim:
+        with torch.no_grad():  # start from the retriever's item vectors: the ranker refines, not relearns
+            model.ranker.item_emb.weight.copy_(retriever.item_embeddings())
+    return model
 
 
 def _validate(name: str, fields: dict[str, Any]) -> Any:

@@ -17,6 +17,7 @@ from recsys.data.batching import HistoryBatch, PackedBatch, history_target_batch
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import SequenceData
 from recsys.models.generative import GenerativeRetriever
+from recsys.models.ranker import TwoStageRanker
 from recsys.models.sasrec import SASRec
 from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
 
@@ -89,6 +90,31 @@ class GenerativeRecipe:
         return loss, batch.targets.numel()
 
 
+@dataclass(frozen=True)
+class RankerRecipe:
+    """Second stage: every (history, next item) pair; softmax over the retriever's top-C candidates with the
+    target forced in (it replaces the last candidate when the retriever missed it): hard negatives only.
+    The MoE head's load loss is added when the head has one."""
+
+    max_history: int
+    batch_size: int
+
+    def batches(self, sequences: Jagged, generator: torch.Generator) -> list[HistoryBatch]:
+        return list(history_target_batches(sequences, self.max_history, self.batch_size, generator))
+
+    def loss(self, model: nn.Module, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        assert isinstance(model, TwoStageRanker)
+        top = model.candidates(batch.histories, batch.users)
+        candidates, retrieval = top.indices.clone(), top.values.clone()  # (B, C)
+        hit = candidates == batch.targets[:, None]
+        missed = ~hit.any(dim=1)
+        candidates[missed, -1] = batch.targets[missed]
+        retrieval[missed, -1] = retrieval[missed].min(dim=1).values  # the retriever ranked it below its top-C
+        labels = (candidates == batch.targets[:, None]).float().argmax(dim=1)
+        logits = model.ranker(batch.histories, candidates, retrieval)[0].float()  # (B, C), task 0
+        return F.cross_entropy(logits, labels) + model.ranker.aux_loss, batch.targets.numel()
+
+
 def recipe_for(
     model: nn.Module,
     data: SequenceData,
@@ -105,6 +131,8 @@ def recipe_for(
         return NextItemRecipe(model.config.max_len, batch_size, excluded, probs, num_negatives)
     if isinstance(model, GenerativeRetriever):
         return GenerativeRecipe(model.config.max_history, batch_size, label_smoothing)
+    if isinstance(model, TwoStageRanker):
+        return RankerRecipe(model.config.max_history, batch_size)
     raise TypeError(f"no training recipe for {type(model).__name__}")
 
 

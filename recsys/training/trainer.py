@@ -23,6 +23,7 @@ from recsys.data.prepared import SequenceData
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.generative import GenerativeRetriever
+from recsys.models.ranker import TwoStageRanker
 from recsys.models.sasrec import SASRec
 from recsys.training.checkpoint import load_checkpoint, save_checkpoint
 from recsys.training.device import resolve_device, use_bf16_autocast
@@ -31,7 +32,7 @@ from recsys.training.recipes import Recipe, recipe_for
 logger = logging.getLogger(__name__)
 
 EpochCallback = Callable[[int, dict[str, float]], None]
-Trainable = SASRec | GenerativeRetriever
+Trainable = SASRec | GenerativeRetriever | TwoStageRanker
 
 
 @dataclass(frozen=True)

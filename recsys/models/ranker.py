@@ -1,0 +1,113 @@
+"""Second stage: a ranker that re-scores a retriever's top-C candidates, and the two stages as one scorer.
+
+`Ranker` scores (history, candidate) pairs: the candidate's embedding queries the history by attention
+(target attention: what in this history speaks for this candidate), then cross features of the candidate,
+that user interest, the last item and the retriever's (row-standardised) score go through a head: a dense
+MLP or a mixture-of-experts (`recsys.modules.moe`), one output per task (task 0 ranks).
+
+`TwoStageRanker` holds a frozen retriever and a `Ranker`. Its `score` is the platform's `Scorer`: the
+retriever's top-C items get the ranker's scores and every other item -inf, so the standard evaluation
+counts a target the retriever missed as a miss. Only the ranker trains (`recsys.training.recipes.RankerRecipe`:
+softmax over the candidates, the target forced in, hard negatives = the retriever's own top-C).
+
+Dimension letters: B rows, L history length, C candidates, D dim, V+1 items (0 = padding), T tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from recsys.modules.moe import MoEConfig, MoELayer
+
+
+@dataclass(frozen=True)
+class RankerConfig:
+    num_items: int
+    retriever: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen first stage
+    num_candidates: int = 200  # C: the retriever's top-C are re-scored
+    max_history: int = 50
+    dim: int = 64
+    num_heads: int = 2
+    hidden: int = 256  # the head's hidden size (dense) or each expert's (moe)
+    head: Literal["dense", "moe"] = "dense"
+    num_experts: int = 8  # moe only
+    top_k: int = 2  # moe only
+    num_tasks: int = 1
+    dropout: float = 0.1
+
+
+class Ranker(nn.Module):
+    def __init__(self, config: RankerConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.dim
+        self.item_emb = nn.Embedding(config.num_items + 1, d, padding_idx=0)
+        self.pos_emb = nn.Embedding(config.max_history, d)
+        self.attention = nn.MultiheadAttention(d, config.num_heads, dropout=config.dropout, batch_first=True)
+        features = 4 * d + 1  # candidate, interest, candidate * interest, candidate * last item, retriever score
+        if config.head == "moe":
+            moe = MoEConfig(dim=features, hidden=config.hidden, out_dim=d, num_experts=config.num_experts,
+                            top_k=config.top_k, num_tasks=config.num_tasks, dropout=config.dropout)  # fmt: skip
+            self.moe: MoELayer | None = MoELayer(moe)
+            self.dense: nn.Module | None = None
+        else:
+            self.moe = None
+            self.dense = nn.Sequential(nn.Linear(features, config.hidden), nn.SiLU(), nn.Dropout(config.dropout),
+                                       nn.Linear(config.hidden, d), nn.SiLU())  # fmt: skip
+        self.outputs = nn.ModuleList(nn.Linear(d, 1) for _ in range(config.num_tasks))
+        self.aux_loss = torch.zeros(())  # the MoE head's load loss of the last forward
+
+    def forward(self, histories: torch.Tensor, candidates: torch.Tensor, retrieval: torch.Tensor) -> torch.Tensor:
+        """(B, L) left-padded item_idx, (B, C) candidates, (B, C) retriever scores -> (T, B, C) logits."""
+        histories = histories[:, -self.config.max_history :]
+        B, L = histories.shape
+        C = candidates.shape[1]
+        positions = torch.arange(L, device=histories.device)
+        h = self.item_emb(histories) + self.pos_emb(positions)  # (B, L, D)
+        pad = histories == 0
+        pad = pad & ~pad.all(dim=1, keepdim=True)  # an empty history attends to its padding, not to nothing
+        q = self.item_emb(candidates)  # (B, C, D)
+        interest, _ = self.attention(q, h, h, key_padding_mask=pad, need_weights=False)  # (B, C, D)
+        last = h[:, -1:].expand(B, C, -1)
+        standardised = (retrieval - retrieval.mean(1, keepdim=True)) / retrieval.std(1, keepdim=True).clamp_min(1e-6)
+        x = torch.cat([q, interest, q * interest, q * last, standardised[..., None]], dim=-1).flatten(0, 1)
+        if self.moe is not None:
+            out = self.moe(x)
+            hidden, self.aux_loss = out.outputs, out.aux_loss
+        else:
+            assert self.dense is not None
+            hidden = [self.dense(x)] * self.config.num_tasks
+        return torch.stack([head(z).view(B, C) for head, z in zip(self.outputs, hidden, strict=True)])
+
+
+class TwoStageRanker(nn.Module):
+    """A frozen retriever's top-C, re-scored by a `Ranker`; `score` ranks every item (non-candidates -inf)."""
+
+    def __init__(self, config: RankerConfig, retriever: nn.Module) -> None:
+        super().__init__()
+        self.config = config
+        self.retriever = retriever.eval().requires_grad_(False)
+        self.ranker = Ranker(config)
+
+    def train(self, mode: bool = True) -> TwoStageRanker:
+        super().train(mode)
+        self.retriever.eval()  # frozen: no dropout in the first stage, ever
+        return self
+
+    @torch.no_grad()
+    def candidates(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.return_types.topk:
+        """The retriever's top-C of each row: (values (B, C), indices (B, C)); padding is never a candidate."""
+        scores = self.retriever.score(histories, users).float()  # type: ignore[operator]
+        scores[:, 0] = float("-inf")
+        return scores.topk(min(self.config.num_candidates, scores.shape[1] - 1), dim=1)
+
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, L) left-padded histories -> (B, V+1): the ranker's scores on the candidates, -inf elsewhere."""
+        top = self.candidates(histories, users)
+        logits = self.ranker(histories, top.indices, top.values)[0].float()  # (B, C), task 0
+        out = torch.full((histories.shape[0], self.config.num_items + 1), float("-inf"), device=logits.device)
+        return out.scatter_(1, top.indices, logits)

@@ -1,0 +1,95 @@
+"""Two-stage ranking: the retriever's top-C re-scored by a trained ranker; the retriever stays frozen, the
+target the retriever misses counts as a miss, and the model saves and loads whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from recsys.data.prepared import SequenceData, load_prepared
+from recsys.evaluation import EvalConfig, evaluate
+from recsys.models.ranker import TwoStageRanker
+from recsys.models.registry import build_model, load_model, save_model
+from recsys.models.sasrec import SASRec, SASRecConfig
+from recsys.training.trainer import TrainConfig, fit
+
+EVAL = EvalConfig(ks=(10,), max_history=20)
+
+
+@pytest.fixture(scope="module")
+def retriever_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SASRec trained briefly on the tiny data, saved as a model directory's model.pt."""
+    data = load_prepared(tiny_data_dir)
+    torch.manual_seed(0)
+    model = SASRec(SASRecConfig(num_items=data.num_items, max_len=20, dim=32, num_heads=1, ffn_dim=64))
+    fit(model, data, TrainConfig(epochs=4, batch_size=4, lr=3e-3, progress=False), EVAL)
+    out = tmp_path_factory.mktemp("retriever")
+    save_model(out / "model.pt", "sasrec", model)
+    return out
+
+
+def two_stage(retriever_dir: Path, num_items: int, **params: object) -> TwoStageRanker:
+    torch.manual_seed(0)
+    base = {"retriever_dir": str(retriever_dir), "num_candidates": 20, "dim": 32, "hidden": 64}
+    model = build_model("ranker", {**base, **params}, num_items)
+    assert isinstance(model, TwoStageRanker)
+    return model
+
+
+def test_scores_are_the_rankers_on_the_retrievers_top_c_and_minus_inf_elsewhere(
+    tiny_data_dir: Path, retriever_dir: Path
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    model = two_stage(retriever_dir, data.num_items).eval()
+    histories = data.eval_split("valid").histories.select(torch.arange(6)).to_padded(20)
+    scores = model.score(histories)
+    retrieved = model.retriever.score(histories)
+    retrieved[:, 0] = float("-inf")
+    top = set(map(tuple, retrieved.topk(20, dim=1).indices.sort(dim=1).values.tolist()))
+    finite = set(map(tuple, torch.isfinite(scores).nonzero()[:, 1].view(6, 20).sort(dim=1).values.tolist()))
+    assert finite == top  # exactly the retriever's top-20 per row are candidates
+
+
+def test_training_the_ranker_improves_on_the_retriever_and_leaves_it_frozen(
+    tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    model = two_stage(retriever_dir, data.num_items)
+    retriever_before = {k: v.clone() for k, v in model.retriever.state_dict().items()}
+    first = evaluate(model.retriever, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
+    result = fit(model, data, TrainConfig(epochs=6, batch_size=32, lr=3e-3, progress=False), EVAL)
+    for key, value in model.retriever.state_dict().items():
+        torch.testing.assert_close(value, retriever_before[key], rtol=0, atol=0)
+    assert result.best_valid["ndcg@10"] > first  # re-ranking its top-20 beats the retriever's own order
+    assert_saves_and_loads_whole(model, data, tmp_path)
+
+
+def test_the_moe_head_trains_with_balanced_experts(tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+    model = two_stage(retriever_dir, data.num_items, head="moe", num_experts=4, top_k=2)
+    assert model.ranker.moe is not None
+    fit(model, data, TrainConfig(epochs=2, batch_size=32, lr=3e-3, progress=False), EVAL)
+    load = model.ranker.moe.load()
+    assert sum(load["fraction"]) == pytest.approx(1.0)  # type: ignore[arg-type]
+    assert float(load["max_over_mean"]) <= 1.5  # type: ignore[arg-type]
+    assert_saves_and_loads_whole(model, data, tmp_path)
+
+
+def assert_saves_and_loads_whole(model: TwoStageRanker, data: SequenceData, tmp_path: Path) -> None:
+    """The saved file rebuilds both stages (the retriever's config travels in the ranker's)."""
+    save_model(tmp_path / "ranker.pt", "ranker", model)
+    name, loaded = load_model(tmp_path / "ranker.pt")
+    histories = data.eval_split("test").histories.select(torch.arange(5)).to_padded(20)
+    assert name == "ranker"
+    torch.testing.assert_close(loaded.score(histories), model.eval().score(histories))
+
+
+def test_a_ranker_needs_a_retriever_trained_on_the_same_items(tiny_data_dir: Path, retriever_dir: Path) -> None:
+    from recsys.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="retriever_dir"):
+        build_model("ranker", {}, 10)
+    with pytest.raises(ConfigError, match="same prepared data"):
+        build_model("ranker", {"retriever_dir": str(retriever_dir)}, 3)
