@@ -29,6 +29,7 @@ class RankerConfig:
     num_items: int
     retriever: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen first stage
     num_candidates: int = 200  # C: the retriever's top-C are re-scored
+    train_candidates: int | None = None  # training softmax over the top this-many only (cheaper); None = C
     max_history: int = 50
     dim: int = 64
     num_heads: int = 2

@@ -92,9 +92,9 @@ class GenerativeRecipe:
 
 @dataclass(frozen=True)
 class RankerRecipe:
-    """Second stage: every (history, next item) pair; softmax over the retriever's top-C candidates with the
-    target forced in (it replaces the last candidate when the retriever missed it): hard negatives only.
-    The MoE head's load loss is added when the head has one."""
+    """Second stage: every (history, next item) pair; softmax over the retriever's top candidates (the first
+    `train_candidates` of its top-C) with the target forced in (it replaces the last candidate when the
+    retriever missed it): hard negatives only. The MoE head's load loss is added when the head has one."""
 
     max_history: int
     batch_size: int
@@ -105,7 +105,8 @@ class RankerRecipe:
     def loss(self, model: nn.Module, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         assert isinstance(model, TwoStageRanker)
         top = model.candidates(batch.histories, batch.users)
-        candidates, retrieval = top.indices.clone(), top.values.clone()  # (B, C)
+        width = model.config.train_candidates or top.indices.shape[1]
+        candidates, retrieval = top.indices[:, :width].clone(), top.values[:, :width].clone()  # (B, C')
         hit = candidates == batch.targets[:, None]
         missed = ~hit.any(dim=1)
         candidates[missed, -1] = batch.targets[missed]

@@ -68,7 +68,7 @@ def test_training_the_ranker_improves_on_the_retriever_and_leaves_it_frozen(
 
 def test_the_moe_head_trains_with_balanced_experts(tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path) -> None:
     data = load_prepared(tiny_data_dir)
-    model = two_stage(retriever_dir, data.num_items, head="moe", num_experts=4, top_k=2)
+    model = two_stage(retriever_dir, data.num_items, head="moe", num_experts=4, top_k=2, train_candidates=10)
     assert model.ranker.moe is not None
     fit(model, data, TrainConfig(epochs=2, batch_size=32, lr=3e-3, progress=False), EVAL)
     load = model.ranker.moe.load()
