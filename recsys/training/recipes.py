@@ -92,9 +92,11 @@ class GenerativeRecipe:
 
 @dataclass(frozen=True)
 class RankerRecipe:
-    """Second stage: every (history, next item) pair; softmax over the retriever's top candidates (the first
-    `train_candidates` of its top-C) with the target forced in (it replaces the last candidate when the
-    retriever missed it): hard negatives only. The MoE head's load loss is added when the head has one."""
+    """Second stage: every (history, next item) pair whose target the retriever put in its top-C; softmax
+    over that target and the hardest other candidates (`train_candidates` in all), with their retriever
+    scores. Pairs the retriever missed are left out: the ranker never sees them when serving, and forcing
+    their target in would mark it with an out-of-range retriever score, a shortcut that does not exist
+    at serving time. The MoE head's load loss is added when the head has one."""
 
     max_history: int
     batch_size: int
@@ -104,16 +106,20 @@ class RankerRecipe:
 
     def loss(self, model: nn.Module, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         assert isinstance(model, TwoStageRanker)
-        top = model.candidates(batch.histories, batch.users)
-        width = model.config.train_candidates or top.indices.shape[1]
-        candidates, retrieval = top.indices[:, :width].clone(), top.values[:, :width].clone()  # (B, C')
-        hit = candidates == batch.targets[:, None]
-        missed = ~hit.any(dim=1)
-        candidates[missed, -1] = batch.targets[missed]
-        retrieval[missed, -1] = retrieval[missed].min(dim=1).values  # the retriever ranked it below its top-C
-        labels = (candidates == batch.targets[:, None]).float().argmax(dim=1)
-        logits = model.ranker(batch.histories, candidates, retrieval)[0].float()  # (B, C), task 0
-        return F.cross_entropy(logits, labels) + model.ranker.aux_loss, batch.targets.numel()
+        top = model.candidates(batch.histories, batch.users)  # (B, C), best first
+        hit = top.indices == batch.targets[:, None]
+        found = hit.any(dim=1)
+        if not bool(found.any()):
+            return torch.zeros((), device=hit.device, requires_grad=True), 0
+        hit, indices, values = hit[found], top.indices[found], top.values[found]  # (n, C)
+        width = min(model.config.train_candidates or indices.shape[1], indices.shape[1])
+        negative_rank = (~hit).cumsum(dim=1)  # 1 for the best-scored negative, 2 for the next, ...
+        keep = hit | (~hit & (negative_rank <= width - 1))  # the target + the width-1 hardest negatives
+        n = indices.shape[0]
+        candidates, retrieval = indices[keep].view(n, width), values[keep].view(n, width)
+        labels = hit[keep].view(n, width).float().argmax(dim=1)
+        logits = model.ranker(batch.histories[found], candidates, retrieval)[0].float()  # (n, width), task 0
+        return F.cross_entropy(logits, labels) + model.ranker.aux_loss, n
 
 
 def recipe_for(

@@ -93,3 +93,23 @@ def test_a_ranker_needs_a_retriever_trained_on_the_same_items(tiny_data_dir: Pat
         build_model("ranker", {}, 10)
     with pytest.raises(ConfigError, match="same prepared data"):
         build_model("ranker", {"retriever_dir": str(retriever_dir)}, 3)
+
+
+def test_training_pairs_the_retriever_missed_are_left_out(tiny_data_dir: Path, retriever_dir: Path) -> None:
+    """Forcing a missed target in would give it an out-of-range retriever score: a shortcut the ranker
+    would learn and never meet when serving."""
+    from recsys.data.batching import HistoryBatch
+    from recsys.training.recipes import RankerRecipe
+
+    data = load_prepared(tiny_data_dir)
+    model = two_stage(retriever_dir, data.num_items, train_candidates=5)
+    histories = data.eval_split("valid").histories.select(torch.arange(8)).to_padded(20)
+    scores = model.retriever.score(histories)
+    scores[:, 0] = float("inf")  # never the worst
+    best, worst = model.candidates(histories).indices[:, 0], scores.argmin(dim=1)
+    targets = torch.where(torch.arange(8) < 3, best, worst)  # 3 pairs the retriever found, 5 it missed
+    recipe = RankerRecipe(max_history=20, batch_size=8)
+    loss, count = recipe.loss(model, HistoryBatch(histories, targets, torch.arange(1, 9)), torch.Generator())
+    assert count == 3 and torch.isfinite(loss)
+    missed = HistoryBatch(histories, worst, torch.arange(1, 9))
+    assert recipe.loss(model, missed, torch.Generator())[1] == 0
