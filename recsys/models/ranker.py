@@ -2,7 +2,7 @@
 
 `Ranker` scores (history, candidate) pairs: the candidate's embedding queries the history by attention
 (target attention: what in this history speaks for this candidate), then cross features of the candidate,
-that user interest, the last item and the retriever's (row-standardised) score go through a head: a dense
+that user interest, the last item and the retriever's score (as the gap to the row's best) go through a head: a dense
 MLP or a mixture-of-experts (`recsys.modules.moe`), one output per task (task 0 ranks).
 
 `TwoStageRanker` holds a frozen retriever and a `Ranker`. Its `score` is the platform's `Scorer`: the
@@ -49,7 +49,7 @@ class Ranker(nn.Module):
         self.item_emb = nn.Embedding(config.num_items + 1, d, padding_idx=0)
         self.pos_emb = nn.Embedding(config.max_history, d)
         self.attention = nn.MultiheadAttention(d, config.num_heads, dropout=config.dropout, batch_first=True)
-        features = 4 * d + 1  # candidate, interest, candidate * interest, candidate * last item, retriever score
+        features = 4 * d + 1  # candidate, interest, candidate * interest, candidate * last item, retriever gap
         if config.head == "moe":
             moe = MoEConfig(dim=features, hidden=config.hidden, out_dim=d, num_experts=config.num_experts,
                             top_k=config.top_k, num_tasks=config.num_tasks, dropout=config.dropout)  # fmt: skip
@@ -67,15 +67,17 @@ class Ranker(nn.Module):
         histories = histories[:, -self.config.max_history :]
         B, L = histories.shape
         C = candidates.shape[1]
-        positions = torch.arange(L, device=histories.device)
-        h = self.item_emb(histories) + self.pos_emb(positions)  # (B, L, D)
+        recency = torch.arange(L - 1, -1, -1, device=histories.device)  # 0 = the latest item, whatever the width
+        h = self.item_emb(histories) + self.pos_emb(recency)  # (B, L, D)
         pad = histories == 0
         pad = pad & ~pad.all(dim=1, keepdim=True)  # an empty history attends to its padding, not to nothing
         q = self.item_emb(candidates)  # (B, C, D)
         interest, _ = self.attention(q, h, h, key_padding_mask=pad, need_weights=False)  # (B, C, D)
         last = h[:, -1:].expand(B, C, -1)
-        standardised = (retrieval - retrieval.mean(1, keepdim=True)) / retrieval.std(1, keepdim=True).clamp_min(1e-6)
-        x = torch.cat([q, interest, q * interest, q * last, standardised[..., None]], dim=-1).flatten(0, 1)
+        # the gap to the row's best retriever score: the same for a candidate whether the row holds all C
+        # candidates (serving) or the target and the hardest negatives (training)
+        gap = retrieval - retrieval.max(dim=1, keepdim=True).values
+        x = torch.cat([q, interest, q * interest, q * last, gap[..., None]], dim=-1).flatten(0, 1)
         if self.moe is not None:
             out = self.moe(x)
             hidden, self.aux_loss = out.outputs, out.aux_loss
