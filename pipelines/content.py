@@ -20,7 +20,7 @@ import polars as pl
 from recsys.atomic import atomic_directory
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
 from recsys.errors import RecsysError
-from recsys.semantic_ids.content import ContentConfig, embed_items, item_texts
+from recsys.semantic_ids.content import ContentConfig, embed_texts, item_texts
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +39,13 @@ def embed_content_step(config: ContentConfig, data_dir: Path, out_dir: Path, cac
         cache_dir: the per-text embedding cache shared by experiments.
     """
     items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
-    fingerprint = _fingerprint(config, items)
+    texts = item_texts(items, config.text_fields)
+    fingerprint = _fingerprint(config, texts)
     path = out_dir / CONTENT_EMBEDDINGS_FILE
     if path.is_file() and _read_meta(out_dir).get("fingerprint") == fingerprint:
         logger.info("content embeddings in %s are up to date; skipping", path)
         return path
-    vectors = embed_items(items, config, cache_dir)
+    vectors = embed_texts(texts, config, cache_dir)
     meta = {"fingerprint": fingerprint, "items": items.height, "dim": int(vectors.shape[1]),
             "encoder": dataclasses.asdict(config)}  # fmt: skip
     with atomic_directory(out_dir, marker=CONTENT_EMBEDDINGS_FILE) as tmp:
@@ -66,9 +67,9 @@ def read_content_embeddings(path: Path, num_items: int) -> np.ndarray:
     return vectors
 
 
-def _fingerprint(config: ContentConfig, items: pl.DataFrame) -> str:
-    texts = "\n".join(item_texts(items, config.text_fields))
-    return hashlib.sha256(f"{config.cache_key}|normalize={config.normalize}\n{texts}".encode()).hexdigest()
+def _fingerprint(config: ContentConfig, texts: list[str]) -> str:
+    joined = "\n".join(texts)
+    return hashlib.sha256(f"{config.cache_key}|normalize={config.normalize}\n{joined}".encode()).hexdigest()
 
 
 def _read_meta(out_dir: Path) -> dict:

@@ -49,15 +49,6 @@ class MoEConfig:
         if self.num_tasks < 1:
             raise ValueError(f"num_tasks must be >= 1, got {self.num_tasks}")
 
-    @property
-    def active_parameters(self) -> int:
-        """Expert parameters one example uses (k routed experts + the shared one): what a dense MLP of
-        hidden size (k + shared) * H matches."""
-        per_expert = (
-            self.dim * self.hidden + self.hidden + self.hidden * (self.out_dim or self.dim) + (self.out_dim or self.dim)
-        )
-        return per_expert * (self.top_k + int(self.shared_expert))
-
 
 @dataclass
 class MoEOutput:
