@@ -5,6 +5,7 @@ Checkpoints are chosen on validation metrics only; the caller evaluates the test
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -25,6 +26,7 @@ from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.generative import GenerativeRetriever
 from recsys.models.ranker import TwoStageRanker
 from recsys.models.sasrec import SASRec
+from recsys.training.averaging import WeightAverage
 from recsys.training.checkpoint import load_checkpoint, save_checkpoint
 from recsys.training.device import resolve_device, use_bf16_autocast
 from recsys.training.recipes import Recipe, recipe_for
@@ -48,6 +50,9 @@ class TrainConfig:
     loss: Literal["full_softmax", "sampled_softmax"] = "full_softmax"
     num_negatives: int = 1024  # sampled_softmax only; negatives drawn by training popularity (logQ-corrected)
     label_smoothing: float = 0.0  # generative only: smoothing of the cross-entropy on each semantic-ID level
+    # > 0: validate, checkpoint and save an exponential moving average of the weights (decay per step, e.g.
+    # 0.999 averages over ~1,000 steps) instead of the last step's weights; 0 = off
+    ema_decay: float = 0.0
     patience: int = 10  # epochs without a better validation metric before stopping
     max_train_seconds: float | None = None  # stop after the first validated epoch past this wall time
     monitor: str = "ndcg@10"  # validation metric that picks the checkpoint
@@ -119,7 +124,8 @@ def fit(
     # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
     steps_per_epoch = len(recipe.batches(sequences, torch.Generator())) if config.lr_schedule == "cosine" else 0
     scheduler = _lr_scheduler(optimizer, config, steps_per_epoch)
-    state = _TrainingState(model, optimizer, scheduler, generator, _run_key(model, config))
+    average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
+    state = _TrainingState(model, optimizer, scheduler, generator, _run_key(model, config), average)
     if state_path is not None:
         state.resume(state_path)
     if config.compile:
@@ -130,21 +136,27 @@ def fit(
     for epoch in range(first_epoch, config.epochs + 1):
         t0 = time.perf_counter()
         batches = recipe.batches(sequences, generator)
-        loss = train_one_epoch(model, recipe, batches, optimizer, scheduler, use_bf16, config.progress, generator)
+        loss = train_one_epoch(
+            model, recipe, batches, optimizer, scheduler, use_bf16, config.progress, generator, average
+        )
         result.epoch_seconds.append(time.perf_counter() - t0)
         if epoch % config.eval_every and epoch != config.epochs:
             continue
         model.eval()
         t0 = time.perf_counter()
-        metrics = {"loss": loss, **evaluate(model, valid, data.num_items, eval_config).metrics}
+        # with EMA on, the averaged weights are the ones validated and kept
+        with average.applied() if average is not None else contextlib.nullcontext():
+            metrics = {"loss": loss, **evaluate(model, valid, data.num_items, eval_config).metrics}
+            improved = metrics[config.monitor] > state.best_score
+            if improved:
+                state.best_weights = copy.deepcopy(model.state_dict())
         result.valid_seconds.append(time.perf_counter() - t0)
         metrics["epoch_seconds"] = result.epoch_seconds[-1]
         if on_epoch_end is not None:
             on_epoch_end(epoch, metrics)
         logger.info("epoch %d loss %.4f valid %s %.4f", epoch, loss, config.monitor, metrics[config.monitor])
-        if metrics[config.monitor] > state.best_score:
+        if improved:
             state.best_score, result.best_epoch, result.best_valid = metrics[config.monitor], epoch, metrics
-            state.best_weights = copy.deepcopy(model.state_dict())
         state.epoch, result.train_seconds = epoch, time.perf_counter() - start
         state.early_stopped = epoch - result.best_epoch >= config.patience
         if state_path is not None:
@@ -182,8 +194,10 @@ class _TrainingState:
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         generator: torch.Generator,
         run_key: str,
+        average: WeightAverage | None,
     ) -> None:
         self.model, self.optimizer, self.scheduler, self.generator = model, optimizer, scheduler, generator
+        self.average = average
         self.run_key = run_key
         self.epoch = 0
         self.early_stopped = False
@@ -206,6 +220,7 @@ class _TrainingState:
                 "scheduler": self.scheduler.state_dict(),
                 "generator": self.generator.get_state(),
                 "torch_rng": torch.get_rng_state(),
+                "average": None if self.average is None else self.average.state_dict(),
             },
         )
 
@@ -221,6 +236,8 @@ class _TrainingState:
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         self.generator.set_state(saved["generator"])
+        if self.average is not None:
+            self.average.load_state_dict(saved["average"])
         torch.set_rng_state(saved["torch_rng"])
         self.epoch, self.early_stopped = saved["epoch"], saved["early_stopped"]
         self.best_score, self.best_weights = saved["best_score"], saved["best_weights"]
@@ -250,8 +267,10 @@ def train_one_epoch(
     use_bf16: bool,
     progress: bool,
     generator: torch.Generator,
+    average: WeightAverage | None = None,
 ) -> float:
-    """One pass over `batches` (one scheduler step per batch); returns the mean loss per target."""
+    """One pass over `batches` (one scheduler step, and `average` update, per batch); returns the mean loss per
+    target."""
     model.train()
     device = next(model.parameters()).device
     total, count = torch.zeros((), device=device), 0  # summed on the device: no host sync per step
@@ -263,6 +282,8 @@ def train_one_epoch(
         loss.backward()
         optimizer.step()
         scheduler.step()
+        if average is not None:
+            average.update()
         total += loss.detach().float() * n
         count += n
     return float(total) / max(count, 1)

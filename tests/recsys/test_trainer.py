@@ -68,9 +68,12 @@ def test_unknown_monitor_fails_before_training(tiny_data_dir: Path) -> None:
         fit(small_sasrec(data.num_items), data, TrainConfig(monitor="ndcg@20", progress=False), EVAL)
 
 
-def test_an_interrupted_run_resumes_to_the_same_weights(tiny_data_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("ema_decay", [0.0, 0.9])
+def test_an_interrupted_run_resumes_to_the_same_weights(tiny_data_dir: Path, tmp_path: Path, ema_decay: float) -> None:
     data = load_prepared(tiny_data_dir)
-    config = TrainConfig(epochs=3, batch_size=8, lr=3e-3, lr_schedule="cosine", warmup_steps=2, progress=False)
+    config = TrainConfig(
+        epochs=3, batch_size=8, lr=3e-3, lr_schedule="cosine", warmup_steps=2, ema_decay=ema_decay, progress=False
+    )
     straight = small_sasrec(data.num_items)
     fit(straight, data, config, EVAL)
 
@@ -108,3 +111,34 @@ def test_cosine_schedule_warms_up_then_decays_to_zero() -> None:
         scheduler.step()
     assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
     assert all(a >= b for a, b in itertools.pairwise(lrs[3:])) and lrs[-1] < 0.01
+
+
+def test_weight_average_tracks_an_exponential_average_and_swaps_it_in_only_inside_the_block() -> None:
+    from recsys.training.averaging import WeightAverage
+
+    layer = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        layer.weight.fill_(0.0)
+    average = WeightAverage(layer, decay=0.5)
+    expected = 0.0
+    for step, value in enumerate([4.0, 8.0, 2.0]):
+        with torch.no_grad():
+            layer.weight.fill_(value)
+        average.update()
+        decay = min(0.5, (1 + step) / (10 + step))  # warm-up: 0.1, 0.18..., then capped at 0.5
+        expected = decay * expected + (1 - decay) * value
+    with average.applied():
+        assert layer.weight.item() == pytest.approx(expected)
+    assert layer.weight.item() == 2.0, "the model's own weights were not restored after the block"
+
+
+def test_with_ema_the_validated_and_restored_weights_are_the_average(tiny_data_dir: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+    model = small_sasrec(data.num_items)
+    config = TrainConfig(epochs=4, batch_size=4, lr=3e-3, ema_decay=0.99, progress=False)
+    result = fit(model, data, config, EVAL)
+    valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
+    assert valid == pytest.approx(result.best_valid["ndcg@10"]), "the model does not hold the validated EMA weights"
+    last = small_sasrec(data.num_items)
+    fit(last, data, dataclasses.replace(config, ema_decay=0.0), EVAL)
+    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), last.parameters(), strict=True))
