@@ -15,6 +15,7 @@ from recsys.data.prepared import SequenceData, load_prepared
 from recsys.data.schema import TEST, VALID
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.evaluation.slices import slice_metrics
+from recsys.models.fusion import Fusion
 from recsys.models.generative import GenerativeRetriever
 from recsys.models.popularity import Popularity
 from recsys.models.registry import Model, build_model
@@ -92,6 +93,8 @@ def _fit(
 ) -> FitResult | None:
     if isinstance(model, Popularity):
         model.fit(data.item_counts())
+        return None
+    if isinstance(model, Fusion):  # its members are trained already
         return None
 
     def on_epoch_end(epoch: int, metrics: dict[str, float]) -> None:

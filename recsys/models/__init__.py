@@ -1,1 +1,1 @@
-"""Recommender models: popularity, SASRec, generative retrieval; the registry builds, saves and loads them."""
+"""Recommender models: popularity, SASRec, HSTU, generative retrieval; the registry builds, saves and loads them."""

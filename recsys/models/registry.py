@@ -15,23 +15,27 @@ import torch
 from pydantic import TypeAdapter, ValidationError
 
 from recsys.errors import ConfigError, RecsysError
+from recsys.models.fusion import Fusion, FusionConfig
 from recsys.models.generative import GenerativeConfig, GenerativeRetriever
+from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.ranker import RankerConfig, TwoStageRanker
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.training.checkpoint import load_checkpoint, save_checkpoint
 
-Model = Popularity | SASRec | GenerativeRetriever | TwoStageRanker
+Model = Popularity | SASRec | HSTU | GenerativeRetriever | TwoStageRanker | Fusion
 
 CONFIGS: dict[str, type] = {
     "popularity": PopularityConfig,
     "sasrec": SASRecConfig,
+    "hstu": HSTUConfig,
     "generative": GenerativeConfig,
     "ranker": RankerConfig,
+    "fusion": FusionConfig,
 }
 # Models that score by a dot product of a user vector (`encode_queries`) and item vectors
 # (`item_embeddings`): the ones a FAISS index of item vectors can serve.
-VECTOR_MODELS = frozenset({"sasrec"})
+VECTOR_MODELS = frozenset({"sasrec", "hstu"})
 
 
 def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
@@ -41,6 +45,8 @@ def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
     params = dict(params)
     if name == "ranker":
         return _two_stage(params, num_items)
+    if name == "fusion":
+        return _fusion(params, num_items)
     sid_path = params.pop("semantic_ids", None)
     codes = None
     if name == "generative" or (name == "sasrec" and params.get("sid_levels")):
@@ -54,6 +60,8 @@ def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
         if codes is not None and codes.shape[1] < config.sid_levels:
             raise ConfigError(f"model.params.sid_levels={config.sid_levels} but {sid_path} has {codes.shape[1]} levels")
         return SASRec(config, codes)
+    if isinstance(config, HSTUConfig):
+        return HSTU(config)
     return Popularity(config)
 
 
@@ -81,6 +89,10 @@ def _unfilled(name: str, config: Any) -> Model:
         return TwoStageRanker(config, first)
     if isinstance(config, GenerativeConfig):
         return GenerativeRetriever(config, _placeholder_codes(config))
+    if isinstance(config, HSTUConfig):
+        return HSTU(config)
+    if isinstance(config, FusionConfig):
+        return Fusion(config, [_unfilled(m["name"], _validate(m["name"], m["config"])) for m in config.members])
     # SASRec's semantic-ID prefix index is a buffer: it comes with the state dict
     return Popularity(config) if isinstance(config, PopularityConfig) else SASRec(config)
 
@@ -91,12 +103,7 @@ def _two_stage(params: dict[str, Any], num_items: int) -> TwoStageRanker:
     params.pop("semantic_ids", None)  # the retriever carries its own
     if retriever_dir is None:
         raise ConfigError("model 'ranker' needs model.params.retriever_dir: the model directory of a trained retriever")
-    name, retriever = load_model(Path(retriever_dir) / "model.pt")
-    if retriever.config.num_items != num_items:
-        raise ConfigError(
-            f"the retriever in {retriever_dir} was trained on {retriever.config.num_items} items, the data has "
-            f"{num_items}. Fix: train the retriever on the same prepared data"
-        )
+    name, retriever = _trained_member(Path(retriever_dir), num_items)
     retriever_spec = {"name": name, "config": dataclasses.asdict(retriever.config)}
     config = _validate("ranker", {**params, "num_items": num_items, "retriever": retriever_spec})
     model = TwoStageRanker(config, retriever)
@@ -104,6 +111,30 @@ def _two_stage(params: dict[str, Any], num_items: int) -> TwoStageRanker:
         with torch.no_grad():  # start from the retriever's item vectors: the ranker refines, not relearns
             model.ranker.item_emb.weight.copy_(retriever.item_embeddings())
     return model
+
+
+def _fusion(params: dict[str, Any], num_items: int) -> Fusion:
+    """Rank fusion of the trained retrievers in the model directories `params["members"]`."""
+    member_dirs = params.pop("members", None)
+    params.pop("semantic_ids", None)  # each member carries its own
+    if not member_dirs or isinstance(member_dirs, str):
+        raise ConfigError("model 'fusion' needs model.params.members: a list of >= 2 trained model directories")
+    members = [_trained_member(Path(d), num_items) for d in member_dirs]
+    specs = [{"name": name, "config": dataclasses.asdict(model.config)} for name, model in members]
+    max_len = max(getattr(m.config, "max_len", getattr(m.config, "max_history", 0)) for _, m in members)
+    config = _validate("fusion", {**params, "num_items": num_items, "members": specs, "max_len": max_len})
+    return Fusion(config, [model for _, model in members])
+
+
+def _trained_member(model_dir: Path, num_items: int) -> tuple[str, Model]:
+    """A trained model of `model_dir`, checked against the catalog it will be combined on."""
+    name, model = load_model(model_dir / "model.pt")
+    if model.config.num_items != num_items:
+        raise ConfigError(
+            f"the model in {model_dir} was trained on {model.config.num_items} items, the data has "
+            f"{num_items}. Fix: train it on the same prepared data"
+        )
+    return name, model
 
 
 def _validate(name: str, fields: dict[str, Any]) -> Any:

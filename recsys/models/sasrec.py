@@ -18,7 +18,7 @@ from torch import nn
 
 from recsys.data.schema import PADDING_IDX
 from recsys.modules.sid_embedding import SemanticIdEmbedding
-from recsys.modules.transformer import TransformerBlock, causal_segment_mask
+from recsys.modules.transformer import TransformerBlock, causal_segment_mask, left_padded_layout
 from recsys.ops.embedding_bag import Kernel
 
 
@@ -89,11 +89,7 @@ class SASRec(nn.Module):
         """
         item_ids = item_ids.to(self.pos_emb.weight.device)
         if segments is None:
-            item_ids = item_ids[:, -self.config.max_len :]
-            L = item_ids.shape[1]
-            segments = (item_ids != PADDING_IDX).long()
-            # Positions count back from the most recent column, as in SASRec's left-padded input.
-            positions = torch.arange(self.config.max_len - L, self.config.max_len, device=item_ids.device)
+            item_ids, segments, positions = left_padded_layout(item_ids, self.config.max_len)
         elif positions is None:
             raise ValueError("packed rows need `positions` with `segments`")
         x = self.item_embeddings()[item_ids] * math.sqrt(self.config.dim) + self.pos_emb(positions)  # (B, L, D)

@@ -58,3 +58,16 @@ def causal_segment_mask(segments: torch.Tensor) -> torch.Tensor:
     mask = causal & same_run  # (B, L, L)
     mask |= torch.eye(L, dtype=torch.bool, device=segments.device)
     return mask[:, None]
+
+
+def left_padded_layout(item_ids: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One left-padded history per row -> (item_ids (B, L <= max_len), segments (B, L), positions (L,)).
+
+    Keeps the most recent `max_len` columns; positions count back from the most recent column, as in
+    SASRec's left-padded input, so they match the positions of packed training rows.
+    """
+    item_ids = item_ids[:, -max_len:]
+    L = item_ids.shape[1]
+    segments = (item_ids != 0).long()
+    positions = torch.arange(max_len - L, max_len, device=item_ids.device)
+    return item_ids, segments, positions

@@ -17,6 +17,7 @@ from recsys.data.batching import HistoryBatch, PackedBatch, history_target_batch
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import SequenceData
 from recsys.models.generative import GenerativeRetriever
+from recsys.models.hstu import HSTU
 from recsys.models.ranker import TwoStageRanker
 from recsys.models.sasrec import SASRec
 from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
@@ -34,7 +35,7 @@ class Recipe(Protocol):
 
 @dataclass(frozen=True)
 class NextItemRecipe:
-    """SASRec-style: packed sequences, the hidden state at every position predicts the next item.
+    """SASRec and HSTU: packed sequences, the hidden state at every position predicts the next item.
 
     Args:
         max_len: the model's max_len (row width).
@@ -54,7 +55,7 @@ class NextItemRecipe:
         return list(packed_next_item_batches(sequences, self.max_len, self.rows_per_batch, generator))
 
     def loss(self, model: nn.Module, batch: PackedBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        assert isinstance(model, SASRec)
+        assert isinstance(model, SASRec | HSTU)
         real = batch.targets != 0  # (B, L)
         hidden = model(batch.inputs, batch.segments, batch.positions)[real]  # (N, D)
         targets = batch.targets[real]
@@ -132,7 +133,7 @@ def recipe_for(
 ) -> Recipe:
     """The recipe that trains `model`; `loss` and `num_negatives` apply to next-item models, `label_smoothing`
     to the generative one."""
-    if isinstance(model, SASRec):
+    if isinstance(model, SASRec | HSTU):
         probs = _sampling_probs(data) if loss == "sampled_softmax" else None
         excluded = data.cold_mask if bool(data.cold_mask.any()) else None
         return NextItemRecipe(model.config.max_len, batch_size, excluded, probs, num_negatives)

@@ -24,6 +24,7 @@ from recsys.data.prepared import SequenceData
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.generative import GenerativeRetriever
+from recsys.models.hstu import HSTU
 from recsys.models.ranker import TwoStageRanker
 from recsys.models.sasrec import SASRec
 from recsys.training.averaging import WeightAverage
@@ -34,13 +35,13 @@ from recsys.training.recipes import Recipe, recipe_for
 logger = logging.getLogger(__name__)
 
 EpochCallback = Callable[[int, dict[str, float]], None]
-Trainable = SASRec | GenerativeRetriever | TwoStageRanker
+Trainable = SASRec | HSTU | GenerativeRetriever | TwoStageRanker
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 200
-    batch_size: int = 16  # SASRec: packed rows of max_len tokens (Beauty: ~40 targets each); generative: pairs
+    batch_size: int = 16  # SASRec, HSTU: packed rows of max_len tokens (Beauty: ~40 targets each); generative: pairs
     lr: float = 1e-3
     # "cosine": linear warm-up over `warmup_steps`, then cosine decay to 0 at the last planned epoch;
     # "constant": `lr` throughout (after the warm-up, if any).
