@@ -19,7 +19,6 @@ import polars as pl
 
 from recsys.atomic import atomic_directory
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
-from recsys.errors import RecsysError
 from recsys.semantic_ids.content import ContentConfig, embed_texts, item_texts
 
 logger = logging.getLogger(__name__)
@@ -53,18 +52,6 @@ def embed_content_step(config: ContentConfig, data_dir: Path, out_dir: Path, cac
         (tmp / CONTENT_META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     logger.info("embedded %d items (dim %d) into %s", items.height, vectors.shape[1], path)
     return path
-
-
-def read_content_embeddings(path: Path, num_items: int) -> np.ndarray:
-    """(V, D) float32 embeddings of `embed_content_step`; `RecsysError` when they are not for V items."""
-    if not path.is_file():
-        raise RecsysError(f"{path}: no content embeddings. Fix: run the embed_content step first")
-    vectors = np.load(path)
-    if vectors.shape[0] != num_items:
-        raise RecsysError(
-            f"{path} holds {vectors.shape[0]} items, the catalog {num_items}. Fix: re-run embed_content on this data"
-        )
-    return vectors
 
 
 def _fingerprint(config: ContentConfig, texts: list[str]) -> str:

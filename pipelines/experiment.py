@@ -54,6 +54,6 @@ def run_experiment(config: ExperimentConfig, paths: ExperimentPaths, data_dir: P
     if config.sid is not None:
         embeddings = embed_content_step(config.sid.content, data_dir, paths.content_dir, paths.cache_dir)
         sid_path = build_semantic_ids_step(config.sid, data_dir, embeddings, paths.sid_dir)
-        params = {**config.model.params, "semantic_ids": str(sid_path)}
+        params = {**config.model.params, "semantic_ids": str(sid_path), "content_embeddings": str(embeddings)}
         config = config.model_copy(update={"model": config.model.model_copy(update={"params": params})})
     return train_step(config, data_dir, paths.model_dir)

@@ -15,7 +15,6 @@ import polars as pl
 import torch
 
 from pipelines.config import SidSection
-from pipelines.content import read_content_embeddings
 from recsys.data.schema import ITEM_ID, ITEM_IDX, ITEMS_FILE
 from recsys.semantic_ids.codes import (
     SemanticIdStats,
@@ -24,6 +23,7 @@ from recsys.semantic_ids.codes import (
     semantic_id_stats,
     write_semantic_ids,
 )
+from recsys.semantic_ids.content import read_content_embeddings
 from recsys.semantic_ids.rqkmeans import fit_rqkmeans
 from recsys.semantic_ids.rqvae import train_rqvae
 

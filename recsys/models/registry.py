@@ -21,9 +21,10 @@ from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.ranker import RankerConfig, TwoStageRanker
 from recsys.models.sasrec import SASRec, SASRecConfig
+from recsys.models.two_tower import TwoTower, TwoTowerConfig
 from recsys.training.checkpoint import load_checkpoint, save_checkpoint
 
-Model = Popularity | SASRec | HSTU | GenerativeRetriever | TwoStageRanker | Fusion
+Model = Popularity | SASRec | HSTU | GenerativeRetriever | TwoStageRanker | Fusion | TwoTower
 
 CONFIGS: dict[str, type] = {
     "popularity": PopularityConfig,
@@ -32,10 +33,11 @@ CONFIGS: dict[str, type] = {
     "generative": GenerativeConfig,
     "ranker": RankerConfig,
     "fusion": FusionConfig,
+    "two_tower": TwoTowerConfig,
 }
 # Models that score by a dot product of a user vector (`encode_queries`) and item vectors
 # (`item_embeddings`): the ones a FAISS index of item vectors can serve.
-VECTOR_MODELS = frozenset({"sasrec", "hstu"})
+VECTOR_MODELS = frozenset({"sasrec", "hstu", "two_tower"})
 
 
 def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
@@ -48,8 +50,9 @@ def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
     if name == "fusion":
         return _fusion(params, num_items)
     sid_path = params.pop("semantic_ids", None)
+    content_path = params.pop("content_embeddings", None)
     codes = None
-    if name == "generative" or (name == "sasrec" and params.get("sid_levels")):
+    if name == "generative" or (name in ("sasrec", "two_tower") and params.get("sid_levels")):
         codes, sizes = _semantic_ids(sid_path, name, num_items)
         if name == "generative":
             params["codebook_sizes"] = sizes
@@ -62,6 +65,8 @@ def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
         return SASRec(config, codes)
     if isinstance(config, HSTUConfig):
         return HSTU(config)
+    if isinstance(config, TwoTowerConfig):
+        return _two_tower(config, codes, content_path)
     return Popularity(config)
 
 
@@ -91,6 +96,8 @@ def _unfilled(name: str, config: Any) -> Model:
         return GenerativeRetriever(config, _placeholder_codes(config))
     if isinstance(config, HSTUConfig):
         return HSTU(config)
+    if isinstance(config, TwoTowerConfig):
+        return TwoTower(config)
     if isinstance(config, FusionConfig):
         return Fusion(config, [_unfilled(m["name"], _validate(m["name"], m["config"])) for m in config.members])
     # SASRec's semantic-ID prefix index is a buffer: it comes with the state dict
@@ -111,6 +118,22 @@ def _two_stage(params: dict[str, Any], num_items: int) -> TwoStageRanker:
         with torch.no_grad():  # start from the retriever's item vectors: the ranker refines, not relearns
             model.ranker.item_emb.weight.copy_(retriever.item_embeddings())
     return model
+
+
+def _two_tower(config: TwoTowerConfig, codes: torch.Tensor | None, content_path: str | None) -> TwoTower:
+    """A two-tower model; with `use_content`, its item tower reads the content embeddings of `content_path`."""
+    if not config.use_content:
+        return TwoTower(config, codes)
+    from recsys.semantic_ids.content import read_content_embeddings
+
+    if content_path is None:
+        raise ConfigError(
+            "model.params.use_content needs content embeddings. Fix: add a `sid` section (its `content` settings "
+            "embed the item text) to the experiment config"
+        )
+    vectors = torch.from_numpy(read_content_embeddings(Path(content_path), config.num_items)).float()
+    content = torch.cat([torch.zeros(1, vectors.shape[1]), vectors])  # row 0: the padding item
+    return TwoTower(dataclasses.replace(config, content_dim=vectors.shape[1]), codes, content)
 
 
 def _fusion(params: dict[str, Any], num_items: int) -> Fusion:

@@ -96,7 +96,7 @@ class MoELayer(nn.Module):
             y = expert(x[rows])  # (n, O)
             for t, out in enumerate(outputs):
                 w = (weights[t] * hits[t]).sum(dim=1)[rows]  # (n,) e's weight for task t (0 if not chosen)
-                out.index_add_(0, rows, y * w[:, None].to(y.dtype))
+                out.index_add_(0, rows, (y * w[:, None].to(y.dtype)).to(out.dtype))  # bf16 experts under autocast
         if self.shared is not None:
             shared = self.shared(x)
             outputs = [out + shared for out in outputs]

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from recsys.atomic import atomic_file
 from recsys.data import schema
-from recsys.errors import ConfigError, DataError
+from recsys.errors import ConfigError, DataError, RecsysError
 from recsys.training.device import resolve_device
 
 logger = logging.getLogger(__name__)
@@ -351,3 +351,15 @@ class DecoderLLMEncoder:
             last = mask.sum(1).long().clamp_min(1) - 1  # (B,)
             pooled = hidden[torch.arange(len(last), device=hidden.device), last]  # (B, D)
         return pooled.cpu().numpy().astype(np.float32)
+
+
+def read_content_embeddings(path: Path, num_items: int) -> np.ndarray:
+    """(V, D) float32 embeddings of `embed_content_step`; `RecsysError` when they are not for V items."""
+    if not path.is_file():
+        raise RecsysError(f"{path}: no content embeddings. Fix: run the embed_content step first")
+    vectors = np.load(path)
+    if vectors.shape[0] != num_items:
+        raise RecsysError(
+            f"{path} holds {vectors.shape[0]} items, the catalog {num_items}. Fix: re-run embed_content on this data"
+        )
+    return vectors

@@ -6,6 +6,7 @@ recipe owns what differs between model families. `recipe_for` picks the recipe o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,6 +21,7 @@ from recsys.models.generative import GenerativeRetriever
 from recsys.models.hstu import HSTU
 from recsys.models.ranker import TwoStageRanker
 from recsys.models.sasrec import SASRec
+from recsys.models.two_tower import TwoTower
 from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
 
 
@@ -92,6 +94,39 @@ class GenerativeRecipe:
 
 
 @dataclass(frozen=True)
+class TwoTowerRecipe:
+    """Two-tower: every (history, next item) pair; softmax over the batch's targets (in-batch negatives) and
+    `num_negatives` uniformly drawn items (mixed negative sampling, Yang et al. 2020). Each candidate's logit is
+    corrected by the log of how often it is expected in the sample (logQ: batch size x its share of training
+    targets for in-batch ones, num_negatives / V for random ones), so popular items are not over-penalised.
+    Other rows whose target is the row's own target are masked out (accidental hits)."""
+
+    max_history: int
+    batch_size: int
+    target_log_probs: torch.Tensor  # (V+1,) log share of each item among training targets
+    num_negatives: int
+
+    def batches(self, sequences: Jagged, generator: torch.Generator) -> list[HistoryBatch]:
+        return list(history_target_batches(sequences, self.max_history, self.batch_size, generator))
+
+    def loss(self, model: nn.Module, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        assert isinstance(model, TwoTower)
+        targets, device = batch.targets, batch.targets.device
+        B, V, R = targets.numel(), model.config.num_items, self.num_negatives
+        random = torch.randint(1, V + 1, (R,), generator=generator).to(device)
+        candidates = torch.cat([targets, random])  # (B + R,)
+        users = model.encode_queries(batch.histories, batch.users)  # (B, D)
+        logits = users @ model.encode_items(candidates).T / model.config.temperature  # (B, B + R)
+        expected = torch.cat(
+            [math.log(B) + self.target_log_probs.to(device)[targets], torch.full((R,), math.log(R / V), device=device)]
+        )
+        accidental = candidates[None, :] == targets[:, None]
+        accidental[:, :B].fill_diagonal_(False)
+        logits = (logits.float() - expected).masked_fill(accidental, float("-inf"))
+        return F.cross_entropy(logits, torch.arange(B, device=device)), B
+
+
+@dataclass(frozen=True)
 class RankerRecipe:
     """Second stage: every (history, next item) pair whose target the retriever put in its top-C; softmax
     over that target and the hardest other candidates (`train_candidates` in all), with their retriever
@@ -131,8 +166,8 @@ def recipe_for(
     num_negatives: int = 0,
     label_smoothing: float = 0.0,
 ) -> Recipe:
-    """The recipe that trains `model`; `loss` and `num_negatives` apply to next-item models, `label_smoothing`
-    to the generative one."""
+    """The recipe that trains `model`; `loss` applies to next-item models, `num_negatives` to next-item models'
+    sampled softmax and to the two-tower's random negatives, `label_smoothing` to the generative one."""
     if isinstance(model, SASRec | HSTU):
         probs = _sampling_probs(data) if loss == "sampled_softmax" else None
         excluded = data.cold_mask if bool(data.cold_mask.any()) else None
@@ -141,6 +176,9 @@ def recipe_for(
         return GenerativeRecipe(model.config.max_history, batch_size, label_smoothing)
     if isinstance(model, TwoStageRanker):
         return RankerRecipe(model.config.max_history, batch_size)
+    if isinstance(model, TwoTower):
+        log_probs = _sampling_probs(data).clamp(min=1e-12).log()
+        return TwoTowerRecipe(model.config.max_len, batch_size, log_probs, num_negatives)
     raise TypeError(f"no training recipe for {type(model).__name__}")
 
 

@@ -27,6 +27,7 @@ from recsys.models.generative import GenerativeRetriever
 from recsys.models.hstu import HSTU
 from recsys.models.ranker import TwoStageRanker
 from recsys.models.sasrec import SASRec
+from recsys.models.two_tower import TwoTower
 from recsys.training.averaging import WeightAverage
 from recsys.training.checkpoint import load_checkpoint, save_checkpoint
 from recsys.training.device import resolve_device, use_bf16_autocast
@@ -35,7 +36,7 @@ from recsys.training.recipes import Recipe, recipe_for
 logger = logging.getLogger(__name__)
 
 EpochCallback = Callable[[int, dict[str, float]], None]
-Trainable = SASRec | HSTU | GenerativeRetriever | TwoStageRanker
+Trainable = SASRec | HSTU | GenerativeRetriever | TwoStageRanker | TwoTower
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ class TrainConfig:
     warmup_steps: int = 0
     weight_decay: float = 0.0
     loss: Literal["full_softmax", "sampled_softmax"] = "full_softmax"
-    num_negatives: int = 1024  # sampled_softmax only; negatives drawn by training popularity (logQ-corrected)
+    # sampled_softmax: negatives drawn by training popularity (logQ-corrected); two-tower: uniform random negatives
+    num_negatives: int = 1024
     label_smoothing: float = 0.0  # generative only: smoothing of the cross-entropy on each semantic-ID level
     # > 0: validate, checkpoint and save an exponential moving average of the weights (decay per step, e.g.
     # 0.999 averages over ~1,000 steps) instead of the last step's weights; 0 = off

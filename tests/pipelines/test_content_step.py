@@ -11,11 +11,11 @@ import polars as pl
 import pytest
 
 from pipelines.config import load_config
-from pipelines.content import CONTENT_META_FILE, embed_content_step, read_content_embeddings
+from pipelines.content import CONTENT_META_FILE, embed_content_step
 from pipelines.data import prepare_step
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
 from recsys.errors import RecsysError
-from recsys.semantic_ids.content import ContentConfig, embed_items
+from recsys.semantic_ids.content import ContentConfig, embed_items, read_content_embeddings
 
 
 def test_embeddings_are_the_encoders_in_item_order_and_a_rerun_skips(

@@ -1,0 +1,134 @@
+"""Two-tower retrieval: a user tower and an item tower meet in a dot product, so items can be served from a
+FAISS index of their vectors (Yi et al., RecSys 2019; Yang et al., WWW 2020 for mixed negatives).
+
+Sparse features go through torchrec's `KeyedJaggedTensor` into an `EmbeddingBagCollection`-compatible module
+(`FusedEmbeddingBagCollection`: the project's Triton kernels on CUDA, torch elsewhere):
+    user tower: mean of the history's item embeddings, mean of the most recent `recent` items, hashed user id
+    item tower: item id + sum of its semantic-ID prefix embeddings (levels 1..sid_levels) + a projection of its
+                content (LLM) embedding
+Each tower ends in an MLP and L2 normalisation; logits = cosine / temperature. Training: in-batch negatives with
+logQ correction plus uniformly drawn random negatives (`recsys.training.recipes.TwoTowerRecipe`).
+
+Dimension letters: B users, H history, V+1 items, D dim, C content dim, L prefix levels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchrec import EmbeddingBagConfig, KeyedJaggedTensor
+from torchrec.modules.embedding_configs import PoolingType
+
+from recsys.data.schema import PADDING_IDX
+from recsys.modules.embedding_bag_collection import FusedEmbeddingBagCollection
+from recsys.modules.sid_embedding import prefix_ids
+
+
+@dataclass(frozen=True)
+class TwoTowerConfig:
+    num_items: int  # V
+    max_len: int = 50  # history items the user tower reads
+    recent: int = 3  # the most recent items, pooled apart from the whole history
+    dim: int = 64
+    hidden_dim: int = 256
+    dropout: float = 0.2
+    temperature: float = 0.05
+    user_buckets: int = 0  # hashed user-id feature (0 = none)
+    sid_levels: int = 0  # semantic-ID prefix features of the item tower (needs codes)
+    use_content: bool = False  # feed the item's content (LLM) embedding to the item tower
+    content_dim: int = 0  # its size, filled in from the embeddings by the registry
+
+
+def _tower(in_dim: int, hidden: int, out: int, dropout: float) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, out))
+
+
+def _bag(name: str, rows: int, dim: int, pooling: PoolingType) -> EmbeddingBagConfig:
+    return EmbeddingBagConfig(name=name, embedding_dim=dim, num_embeddings=rows, feature_names=[name], pooling=pooling)
+
+
+class TwoTower(nn.Module):
+    """User and item towers over torchrec sparse features; scores all items by a dot product.
+
+    Args:
+        config: sizes and features.
+        codes: (V+1, >= sid_levels) semantic IDs when `sid_levels` > 0 (None: from a state dict).
+        content: (V+1, content_dim) content embeddings when `content_dim` > 0 (None: from a state dict).
+    """
+
+    prefix_rows: torch.Tensor  # (V+1, L) row of each item's prefix of each length in the "sid_prefix" table
+    content: torch.Tensor  # (V+1, C) frozen content embeddings (empty when content_dim = 0)
+
+    def __init__(
+        self, config: TwoTowerConfig, codes: torch.Tensor | None = None, content: torch.Tensor | None = None
+    ) -> None:
+        super().__init__()
+        if config.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {config.temperature}")
+        self.config = config
+        V1, D, L = config.num_items + 1, config.dim, config.sid_levels
+        user_tables = [_bag("history", V1, D, PoolingType.MEAN), _bag("recent", V1, D, PoolingType.MEAN)]
+        if config.user_buckets:
+            user_tables.append(_bag("user", config.user_buckets + 1, D, PoolingType.SUM))
+        item_tables = [_bag("item_id", V1, D, PoolingType.SUM)]
+        if L:
+            item_tables.append(_bag("sid_prefix", L * V1 + 1, D, PoolingType.SUM))  # row 0: padding
+        self.user_features = FusedEmbeddingBagCollection(user_tables)
+        self.item_features = FusedEmbeddingBagCollection(item_tables)
+        self.user_mlp = _tower(len(user_tables) * D, config.hidden_dim, D, config.dropout)
+        item_in = len(item_tables) * D + (D if config.content_dim else 0)
+        self.item_mlp = _tower(item_in, config.hidden_dim, D, config.dropout)
+        self.content_proj = nn.Linear(config.content_dim, D) if config.content_dim else None
+        self.register_buffer("prefix_rows", torch.zeros(V1, L, dtype=torch.long))
+        if L and codes is not None:
+            # level l's prefixes take rows 1 + l*(V+1) ...: at most V distinct prefixes per level
+            self.prefix_rows.copy_(prefix_ids(codes[:, :L]) + torch.arange(L) * V1)
+        self.register_buffer("content", torch.zeros(V1, config.content_dim))
+        if config.content_dim and content is not None:
+            self.content.copy_(content)
+
+    def encode_queries(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, H) left-padded histories [+ (B,) user_idx] -> (B, D) unit user vectors."""
+        histories = histories.to(self.prefix_rows.device)[:, -self.config.max_len :]
+        recent = histories[:, -self.config.recent :]
+        features: dict[str, torch.Tensor] = {"history": histories, "recent": recent}
+        if self.config.user_buckets:
+            bucket = torch.zeros(histories.shape[0], 1, dtype=torch.long, device=histories.device)
+            if users is not None:
+                users = users.to(histories.device).long()
+                bucket = torch.where(users > 0, 1 + (users - 1) % self.config.user_buckets, 0)[:, None]
+            features["user"] = bucket
+        pooled = self.user_features(_jagged(features)).values()
+        return F.normalize(self.user_mlp(pooled), dim=-1)
+
+    def encode_items(self, items: torch.Tensor) -> torch.Tensor:
+        """(N,) item_idx -> (N, D) unit item vectors."""
+        items = items.to(self.prefix_rows.device)
+        features = {"item_id": items[:, None]}
+        if self.config.sid_levels:
+            features["sid_prefix"] = (self.prefix_rows[items] + 1).masked_fill((items == PADDING_IDX)[:, None], 0)
+        parts = [self.item_features(_jagged(features)).values()]
+        if self.content_proj is not None:
+            parts.append(self.content_proj(self.content[items]))
+        return F.normalize(self.item_mlp(torch.cat(parts, dim=1)), dim=-1)
+
+    def item_embeddings(self) -> torch.Tensor:
+        """(V+1, D) vectors of every item (what the FAISS index holds); the padding row is zero."""
+        vectors = self.encode_items(torch.arange(self.config.num_items + 1, device=self.prefix_rows.device))
+        return vectors.masked_fill(torch.arange(vectors.shape[0], device=vectors.device)[:, None] == 0, 0.0)
+
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, H) histories [+ (B,) users] -> (B, V+1) logits = cosine / temperature."""
+        return self.encode_queries(histories, users) @ self.item_embeddings().T / self.config.temperature
+
+
+def _jagged(features: dict[str, torch.Tensor]) -> KeyedJaggedTensor:
+    """{name: (B, n) ids, 0 = none} -> a KeyedJaggedTensor with the non-zero ids of each row as one bag."""
+    keys = list(features)
+    dense = [features[k] for k in keys]
+    lengths = torch.cat([(d != 0).sum(dim=1) for d in dense])
+    values = torch.cat([d[d != 0] for d in dense])
+    return KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)

@@ -1,0 +1,98 @@
+"""Two-tower retrieval: torchrec sparse features, logQ-corrected mixed negatives, learning, saving and loading."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from recsys.data.batching import HistoryBatch
+from recsys.data.prepared import load_prepared
+from recsys.evaluation import EvalConfig, evaluate
+from recsys.models.popularity import Popularity, PopularityConfig
+from recsys.models.registry import load_model, save_model
+from recsys.models.two_tower import TwoTower, TwoTowerConfig, _jagged
+from recsys.training.recipes import TwoTowerRecipe
+from recsys.training.trainer import TrainConfig, fit
+
+EVAL = EvalConfig(ks=(10,), max_history=20)
+
+
+def small(num_items: int = 12, **overrides: object) -> TwoTower:
+    torch.manual_seed(0)
+    codes = torch.randint(0, 3, (num_items + 1, 2))
+    content = torch.randn(num_items + 1, 5)
+    config = TwoTowerConfig(num_items=num_items, max_len=6, dim=8, hidden_dim=16, sid_levels=2, user_buckets=4,
+                            use_content=True, content_dim=5, **overrides)  # fmt: skip
+    return TwoTower(config, codes, content).eval()
+
+
+def test_padded_rows_become_jagged_bags_without_the_padding() -> None:
+    kjt = _jagged({"history": torch.tensor([[0, 0, 3], [1, 2, 4]]), "recent": torch.tensor([[3], [4]])})
+    assert kjt.keys() == ["history", "recent"]
+    assert kjt.lengths().tolist() == [1, 3, 1, 1]
+    assert kjt.values().tolist() == [3, 1, 2, 4, 3, 4]
+
+
+def test_user_vector_ignores_left_padding_and_reads_only_max_len_items() -> None:
+    model = small()
+    short = model.encode_queries(torch.tensor([[3, 4, 5]]), torch.tensor([2]))
+    padded = model.encode_queries(torch.tensor([[0, 0, 0, 3, 4, 5]]), torch.tensor([2]))
+    torch.testing.assert_close(short, padded)
+    long = model.encode_queries(torch.tensor([[9, 9, 1, 2, 3, 4, 5, 6]]), torch.tensor([2]))
+    torch.testing.assert_close(long, model.encode_queries(torch.tensor([[1, 2, 3, 4, 5, 6]]), torch.tensor([2])))
+
+
+def test_item_features_change_the_item_vector() -> None:
+    model = small()
+    base = model.item_embeddings()
+    with torch.no_grad():
+        model.content[3] += 1.0  # content
+    assert not torch.allclose(model.item_embeddings()[3], base[3])
+    torch.testing.assert_close(model.item_embeddings()[4], base[4])
+    assert model.item_embeddings()[0].abs().sum() == 0  # the padding item has no vector
+
+
+def test_loss_is_softmax_over_in_batch_and_random_items_with_logq_and_accidental_hits_masked() -> None:
+    model = small()
+    recipe = TwoTowerRecipe(max_history=6, batch_size=3, target_log_probs=torch.log(torch.full((13,), 1 / 12)),
+                            num_negatives=2)  # fmt: skip
+    batch = HistoryBatch(torch.tensor([[1, 2], [3, 4], [5, 6]]), torch.tensor([7, 7, 8]), torch.tensor([1, 2, 3]))
+    loss, n = recipe.loss(model, batch, torch.Generator().manual_seed(0))
+    random = torch.randint(1, 13, (2,), generator=torch.Generator().manual_seed(0))
+    candidates = torch.cat([batch.targets, random])
+    logits = model.encode_queries(batch.histories, batch.users) @ model.encode_items(candidates).T / 0.05
+    logits = logits - torch.tensor([math.log(3 / 12)] * 3 + [math.log(2 / 12)] * 2)
+    logits[0, 1] = logits[1, 0] = float("-inf")  # rows 0 and 1 share target 7
+    for row in range(3):
+        for col in range(3, 5):
+            if candidates[col] == batch.targets[row]:
+                logits[row, col] = float("-inf")
+    assert n == 3
+    torch.testing.assert_close(loss, F.cross_entropy(logits, torch.arange(3)))
+
+
+def test_two_tower_beats_popularity_on_the_tiny_data(tiny_data_dir: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+    torch.manual_seed(0)
+    model = TwoTower(TwoTowerConfig(num_items=data.num_items, max_len=20, dim=32, hidden_dim=64, dropout=0.0))
+    config = TrainConfig(epochs=10, batch_size=32, lr=3e-3, num_negatives=32, progress=False)
+    result = fit(model, data, config, EVAL)
+    valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
+    assert valid == pytest.approx(result.best_valid["ndcg@10"])
+    popularity = Popularity(PopularityConfig(data.num_items))
+    popularity.fit(data.item_counts())
+    baseline = evaluate(popularity, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
+    assert valid > 1.5 * baseline > 0
+
+
+def test_saved_model_carries_its_codes_and_content(tmp_path: Path) -> None:
+    model = small()
+    save_model(tmp_path / "model.pt", "two_tower", model)
+    name, loaded = load_model(tmp_path / "model.pt")
+    history, users = torch.tensor([[1, 2, 3]]), torch.tensor([5])
+    assert name == "two_tower"
+    torch.testing.assert_close(loaded.score(history, users), model.score(history, users))
