@@ -49,7 +49,8 @@ def main() -> None:
         help="continue from the training state an earlier (time-boxed) run left in the work dir; default: train afresh",
     )
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # force: importing torchrec (through the model registry) already put a WARNING-level handler on the root
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     logging.getLogger("mlflow").setLevel(logging.ERROR)
 
     work = args.work_dir.resolve()

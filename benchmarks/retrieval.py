@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--repeats", type=int, default=3, help="timed searches per setting (median)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # force: importing torchrec (through the model registry) already put a WARNING-level handler on the root
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     num_items = args.items or (20_000 if args.smoke else 1_000_000)
 
     gen = torch.Generator().manual_seed(0)

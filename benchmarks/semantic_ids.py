@@ -46,7 +46,8 @@ def main() -> None:
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
     parser.add_argument("--name", default=None, help="result file name (default: <dataset>-semantic-ids)")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # force: importing torchrec (through the model registry) already put a WARNING-level handler on the root
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
 
     work = args.work_dir.resolve()
     configs = [load_config(path, {"data.path": str(args.data_dir)}) for path in args.config]

@@ -34,6 +34,7 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logg
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
+        force=True,  # importing torchrec puts a WARNING-level handler on the root logger
     )
     for noisy in ("alembic", "mlflow", "urllib3", "git", "faiss.loader"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
