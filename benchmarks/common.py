@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -70,3 +71,14 @@ def _git_commit() -> str:
         return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, object]:
+    """`--set KEY=VALUE` pairs -> {dotted key: YAML-parsed value}."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE, e.g. --set train.epochs=40")
+        out[key] = yaml.safe_load(value)
+    return out

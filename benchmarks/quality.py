@@ -19,11 +19,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS_DIR, command, machine, versions, write_result
+from benchmarks.common import RESULTS_DIR, command, machine, parse_overrides, versions, write_result
 from pipelines.config import load_config
 from pipelines.experiment import ExperimentPaths, run_experiment
 from pipelines.train import training_state_path
@@ -59,7 +57,7 @@ def main() -> None:
         "tracking.uri": f"sqlite:///{work / 'mlflow.db'}",
         "train.progress": False,
     }
-    overrides.update(_parse_overrides(args.set))
+    overrides.update(parse_overrides(args.set))
     config = load_config(args.config, overrides)
     paths = ExperimentPaths.under(work, config)
     if not args.resume:  # a benchmark measures a whole run, not the rest of an earlier one
@@ -106,16 +104,6 @@ def main() -> None:
         f"R@5 {test['recall@5']:.4f} N@5 {test['ndcg@5']:.4f} | best epoch {m['best_epoch']} | "
         f"{m['seconds_per_epoch']:.1f} s/epoch (train), {m['train_seconds']:.0f} s total -> {path}"
     )
-
-
-def _parse_overrides(pairs: list[str]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE, e.g. --set train.epochs=40")
-        out[key] = yaml.safe_load(value)
-    return out
 
 
 def _semantic_id_health(paths: ExperimentPaths) -> dict:

@@ -39,7 +39,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS_DIR, command, machine, significant, versions, write_result
+from benchmarks.common import RESULTS_DIR, command, machine, parse_overrides, significant, versions, write_result
 from pipelines.config import load_config
 from pipelines.registry import register_bundle, write_bundle
 from pipelines.runner import run_pipeline
@@ -74,6 +74,13 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument(
         "--epochs", type=int, help="override train.epochs (serving cost depends on the model's shape, not its training)"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (YAML value), e.g. --set model.params.retriever_dir=DIR",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
@@ -85,6 +92,7 @@ def main(argv: list[str] | None = None) -> Path:
         overrides["data.path"] = str(args.data_dir)
     if args.epochs is not None:
         overrides["train.epochs"] = args.epochs
+    overrides.update(parse_overrides(args.set))
     config = load_config(args.config, overrides)
     reports = {r.name: r.outputs for r in run_pipeline(config, work)}
     data = load_prepared(Path(reports["prepare_data"]["data_dir"]))
@@ -113,6 +121,7 @@ def main(argv: list[str] | None = None) -> Path:
         "name": f"serving-{config.name.removesuffix('-sasrec')}",
         "bundle": {
             "config": str(args.config),
+            "overrides": args.set,
             "model": config.model.name,
             "items": data.num_items,
             "users": data.num_users,

@@ -1,0 +1,36 @@
+"""The ranking stage in serving: a two-stage bundle (retriever top-C -> ranker) trained, registered and served."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from pipelines.config import load_config
+from pipelines.registry import download_champion_bundle
+from pipelines.runner import run_pipeline
+from serving.recommender import Recommender
+
+
+def test_a_two_stage_bundle_serves_the_rankers_order_of_the_retrievers_candidates(
+    tmp_path: Path, tiny_config: Callable[..., Path], registry: tuple[str, str, Path]
+) -> None:
+    _, retriever_name, data_dir = registry
+    retriever_dir = data_dir.parents[1] / "models" / retriever_name
+    params = {"retriever_dir": str(retriever_dir), "num_candidates": 10, "max_history": 20, "dim": 32, "hidden": 32}
+    config = load_config(
+        tiny_config(tmp_path, name="tiny-two-stage", model={"name": "ranker", "params": params}, train={"epochs": 1})
+    )
+    run_pipeline(config, tmp_path)
+    bundle = download_champion_bundle(config.registered_model_name, config.tracking.resolved_uri())
+    assert bundle is not None
+    two_stage = Recommender(bundle)
+    history = [1, 2, 3]
+    served = two_stage.recommend(history, k=10, exclude_seen=False)
+    model = two_stage.model
+    candidates = model.candidates(torch.tensor([history]), None).indices[0]  # type: ignore[operator]
+    item_ids = two_stage.data.items["item_id"].to_list()
+    assert {r.item_id for r in served} == {item_ids[int(i) - 1] for i in candidates}  # same 10, reordered
+    scores = [r.score for r in served]
+    assert scores == sorted(scores, reverse=True)
