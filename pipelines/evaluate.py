@@ -87,7 +87,8 @@ def evaluate_step(
         report = evaluation_report(config, trained, sid_path)
         training_metrics = {split: trained.metrics.get(split, {}) for split in (VALID, TEST)}
         report |= {"model_sha256": sha256, "run_id": tracker.run_id,
-                   "training": {"run_id": training_run_id, "metrics": training_metrics}}  # fmt: skip
+                   "training": {"run_id": training_run_id, "metrics": training_metrics},
+                   "expert_load": trained.metrics.get("expert_load")}  # fmt: skip
         write_evaluation(out_dir, report)
         tracker.log_metrics(report["overall"], prefix="test.")
         tracker.log_metrics(flat_slice_metrics(report["slices"]))

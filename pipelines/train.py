@@ -57,6 +57,8 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
             "seconds_per_epoch": fitted.seconds_per_epoch if fitted else 0.0,
             "valid_seconds_per_epoch": fitted.valid_seconds_per_epoch if fitted else 0.0,
         }
+        if fitted and fitted.expert_load:
+            metrics["expert_load"] = fitted.expert_load  # per epoch: share of routed slots per expert
         for split in (VALID, TEST, "test_warm", "test_cold"):
             if split in metrics:
                 tracker.log_metrics(metrics[split], prefix=f"{split}_")

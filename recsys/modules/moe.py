@@ -103,12 +103,10 @@ class MoELayer(nn.Module):
         return MoEOutput(outputs=outputs, aux_loss=aux)
 
     def load(self) -> dict[str, list[float] | float]:
-        """Share of routed slots per expert since the last reset (mean over tasks), and max/mean of it."""
-        counts = self.routed.sum(dim=0)
-        total = float(counts.sum())
-        fractions = (counts / total).tolist() if total else [0.0] * self.config.num_experts
-        mean = 1.0 / self.config.num_experts
-        return {"fraction": fractions, "max_over_mean": max(fractions) / mean if total else 0.0}
+        """Share of routed slots per expert since the last reset (over tasks), and max/mean of it."""
+        stats = expert_load(self, reset=False)
+        assert stats is not None  # self is an MoE layer
+        return stats
 
     def reset_load(self) -> None:
         self.routed.zero_()
@@ -132,3 +130,22 @@ class MoELayer(nn.Module):
             prob = (scores / scores.sum(dim=-1, keepdim=True)).mean(dim=1)  # (T, E) P_e
             aux = cfg.num_experts * (share * prob).sum(dim=-1).mean()
         return weights.to(x.dtype), chosen, aux
+
+
+def expert_load(model: nn.Module, reset: bool = True) -> dict[str, list[float] | float] | None:
+    """Expert load of `model`'s MoE layers since their last reset (slots summed over layers); None without any.
+
+    Returns {"fraction": share of routed slots per expert, "max_over_mean": busiest expert / even share}.
+    """
+    layers = [m for m in model.modules() if isinstance(m, MoELayer)]
+    if not layers:
+        return None
+    counts = torch.stack([layer.routed.sum(dim=0) for layer in layers]).sum(dim=0)  # (E,)
+    if reset:
+        for layer in layers:
+            layer.reset_load()
+    total = float(counts.sum())
+    if not total:
+        return {"fraction": [0.0] * counts.numel(), "max_over_mean": 0.0}
+    fractions = (counts / total).tolist()
+    return {"fraction": fractions, "max_over_mean": max(fractions) * counts.numel()}

@@ -28,6 +28,7 @@ from recsys.models.hstu import HSTU
 from recsys.models.ranker import TwoStageRanker
 from recsys.models.sasrec import SASRec
 from recsys.models.two_tower import TwoTower
+from recsys.modules.moe import expert_load
 from recsys.training.averaging import WeightAverage
 from recsys.training.checkpoint import load_checkpoint, save_checkpoint
 from recsys.training.device import resolve_device, use_bf16_autocast
@@ -76,6 +77,8 @@ class FitResult:
     train_seconds: float
     epoch_seconds: list[float] = field(default_factory=list)  # training part of each epoch
     valid_seconds: list[float] = field(default_factory=list)  # validation after each evaluated epoch
+    # models with MoE layers: per validated epoch, the share of routed slots per expert in that epoch's training
+    expert_load: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def seconds_per_epoch(self) -> float:
@@ -138,6 +141,7 @@ def fit(
     first_epoch = config.epochs + 1 if state.early_stopped else state.epoch + 1  # an early stop is final
     for epoch in range(first_epoch, config.epochs + 1):
         t0 = time.perf_counter()
+        expert_load(model)  # count this epoch's routing only (validation routes examples too)
         batches = recipe.batches(sequences, generator)
         loss = train_one_epoch(
             model, recipe, batches, optimizer, scheduler, use_bf16, config.progress, generator, average
@@ -145,6 +149,7 @@ def fit(
         result.epoch_seconds.append(time.perf_counter() - t0)
         if epoch % config.eval_every and epoch != config.epochs:
             continue
+        load = expert_load(model)  # this epoch's training batches
         model.eval()
         t0 = time.perf_counter()
         # with EMA on, the averaged weights are the ones validated and kept
@@ -155,6 +160,9 @@ def fit(
                 state.best_weights = copy.deepcopy(model.state_dict())
         result.valid_seconds.append(time.perf_counter() - t0)
         metrics["epoch_seconds"] = result.epoch_seconds[-1]
+        if load is not None:
+            metrics["expert_load_max_over_mean"] = float(load["max_over_mean"])  # type: ignore[arg-type]
+            result.expert_load.append({"epoch": epoch, **load})
         if on_epoch_end is not None:
             on_epoch_end(epoch, metrics)
         logger.info("epoch %d loss %.4f valid %s %.4f", epoch, loss, config.monitor, metrics[config.monitor])

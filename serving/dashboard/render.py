@@ -70,6 +70,12 @@ def render_dashboard(data: DashboardData) -> str:
         ),
         _section("slices", "Slices", _slices(evaluations, data.hint, chart), _slices_explain(evaluations)),
         _section("semantic-ids", "Semantic-ID health", _semantic_ids(evaluations, chart)),
+        _section(
+            "expert-load",
+            "Expert load",
+            _expert_load(evaluations, chart),
+            "Mixture-of-experts heads: share of routed training examples per expert (1 / E each when balanced).",
+        ),
     ]
     if data.notes:
         notes = "".join(f"<li>{html.escape(note)}</li>" for note in data.notes)
@@ -81,7 +87,7 @@ def render_dashboard(data: DashboardData) -> str:
     nav = " ".join(
         f'<a href="#{anchor}">{title}</a>'
         for anchor, title in (("runs", "Runs"), ("comparison", "Comparison"), ("slices", "Slices"),
-                              ("semantic-ids", "Semantic IDs"))
+                              ("semantic-ids", "Semantic IDs"), ("expert-load", "Expert load"))
     )  # fmt: skip
     body = f'<header><h1>{html.escape(data.title)}</h1><p class="meta">{meta}</p><nav>{nav}</nav></header>'
     return _page(data.title, body + "".join(sections))
@@ -205,6 +211,21 @@ def _semantic_ids(evaluations: Sequence[Evaluation], chart: Any) -> str:
     return f"<ul>{''.join(lines)}</ul>" + chart(_sid_figure(present), "semantic-ids")
 
 
+def _expert_load(evaluations: Sequence[Evaluation], chart: Any) -> str:
+    present = [e for e in evaluations if e.report.get("expert_load")]
+    if not present:
+        return _empty(
+            "No mixture-of-experts head in the evaluated models.",
+            "recsys pipeline run --config CONFIG (a ranker with model.params.head: moe)",
+        )
+    lines = [
+        f"<li>{html.escape(e.label)}: busiest expert {e.report['expert_load'][-1]['max_over_mean']:.2f}x the even "
+        f"share in the last epoch ({len(e.report['expert_load'][-1]['fraction'])} experts)</li>"
+        for e in present
+    ]
+    return f"<ul>{''.join(lines)}</ul>" + chart(_expert_load_figure(present), "expert-load")
+
+
 # ---------------------------------------------------------------------------------------------------- charts
 
 
@@ -287,3 +308,20 @@ def _sid_figure(evaluations: Sequence[Evaluation]) -> Any:
     figure.update_yaxes(range=[0, 1], row=1, col=1)
     figure.update_yaxes(rangemode="tozero", row=1, col=3)
     return _layout(figure, 380)
+
+
+def _expert_load_figure(evaluations: Sequence[Evaluation]) -> Any:
+    from plotly.subplots import make_subplots
+
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("busiest expert / even share, per epoch", "last epoch"))
+    for i, evaluation in enumerate(evaluations):
+        history, colour = evaluation.report["expert_load"], PALETTE[i % len(PALETTE)]
+        common = {"name": html.escape(evaluation.label), "legendgroup": str(i), "marker_color": colour}
+        epochs = [row["epoch"] for row in history]
+        figure.add_scatter(x=epochs, y=[row["max_over_mean"] for row in history], mode="lines+markers", row=1, col=1,
+                           line={"color": colour}, **common)  # fmt: skip
+        fractions = history[-1]["fraction"]
+        experts = [f"expert {e}" for e in range(len(fractions))]
+        figure.add_bar(x=experts, y=fractions, row=1, col=2, showlegend=False, **common)
+    figure.update_yaxes(rangemode="tozero")
+    return _layout(figure, 360)

@@ -70,10 +70,15 @@ def test_the_moe_head_trains_with_balanced_experts(tiny_data_dir: Path, retrieve
     data = load_prepared(tiny_data_dir)
     model = two_stage(retriever_dir, data.num_items, head="moe", num_experts=4, top_k=2, train_candidates=10)
     assert model.ranker.moe is not None
-    fit(model, data, TrainConfig(epochs=2, batch_size=32, lr=3e-3, progress=False), EVAL)
-    load = model.ranker.moe.load()
-    assert sum(load["fraction"]) == pytest.approx(1.0)  # type: ignore[arg-type]
-    assert float(load["max_over_mean"]) <= 1.5  # type: ignore[arg-type]
+    seen: list[dict[str, float]] = []
+    result = fit(
+        model, data, TrainConfig(epochs=2, batch_size=32, lr=3e-3, progress=False), EVAL, lambda _, m: seen.append(m)
+    )
+    assert [row["epoch"] for row in result.expert_load] == [1, 2]  # recorded every epoch, for the dashboard
+    load = result.expert_load[-1]
+    assert sum(load["fraction"]) == pytest.approx(1.0)
+    assert float(load["max_over_mean"]) <= 1.5
+    assert seen[-1]["expert_load_max_over_mean"] == load["max_over_mean"]  # logged with the epoch's metrics
     assert_saves_and_loads_whole(model, data, tmp_path)
 
 

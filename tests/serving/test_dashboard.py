@@ -116,6 +116,18 @@ def test_semantic_id_health_and_empty_states() -> None:
     assert "The evaluations have no cold_start slices" in html
 
 
+def test_expert_load_per_epoch_and_its_empty_state() -> None:
+    history = [
+        {"epoch": 1, "fraction": [0.55, 0.15, 0.15, 0.15], "max_over_mean": 2.2},
+        {"epoch": 2, "fraction": [0.28, 0.24, 0.24, 0.24], "max_over_mean": 1.12},
+    ]
+    report = {"name": "tiny-ranker", "model": "ranker", "semantic_ids": None, "expert_load": history}
+    html = render_dashboard(DashboardData("MoE", "test", runs=[], evaluations=[Evaluation(report, "e", "run1")]))
+    assert chart_ids(html) == ["chart-expert-load"]
+    assert "busiest expert 1.12x the even share in the last epoch (4 experts)" in html
+    assert "No mixture-of-experts head in the evaluated models" in semantic_id_page()
+
+
 # ------------------------------------------------------------------------------------------- headless Chromium
 
 

@@ -1,7 +1,9 @@
-"""The ranking stage in serving: a two-stage bundle (retriever top-C -> ranker) trained, registered and served."""
+"""The ranking stage in serving: a two-stage bundle (retriever top-C -> MoE ranker) trained, evaluated (with its
+expert load for the dashboard), registered and served."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,11 +20,14 @@ def test_a_two_stage_bundle_serves_the_rankers_order_of_the_retrievers_candidate
 ) -> None:
     _, retriever_name, data_dir = registry
     retriever_dir = data_dir.parents[1] / "models" / retriever_name
-    params = {"retriever_dir": str(retriever_dir), "num_candidates": 10, "max_history": 20, "dim": 32, "hidden": 32}
+    params = {"retriever_dir": str(retriever_dir), "num_candidates": 10, "max_history": 20, "dim": 32, "hidden": 32,
+              "head": "moe", "num_experts": 4, "top_k": 2}  # fmt: skip
     config = load_config(
         tiny_config(tmp_path, name="tiny-two-stage", model={"name": "ranker", "params": params}, train={"epochs": 1})
     )
-    run_pipeline(config, tmp_path)
+    reports = {r.name: r.outputs for r in run_pipeline(config, tmp_path)}
+    evaluation = json.loads((Path(reports["evaluate"]["evaluation_dir"]) / "evaluation.json").read_text())
+    assert [row["epoch"] for row in evaluation["expert_load"]] == [1]  # the dashboard's expert-load section
     bundle = download_champion_bundle(config.registered_model_name, config.tracking.resolved_uri())
     assert bundle is not None
     two_stage = Recommender(bundle)

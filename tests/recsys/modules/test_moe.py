@@ -85,3 +85,17 @@ def test_balancing_evens_out_a_skewed_router() -> None:
 def test_a_top_k_larger_than_the_experts_is_refused() -> None:
     with pytest.raises(ValueError, match="top_k"):
         MoEConfig(dim=4, hidden=4, num_experts=2, top_k=3)
+
+
+def test_expert_load_sums_the_moe_layers_of_a_model_and_resets_them() -> None:
+    from recsys.modules.moe import expert_load
+
+    model = torch.nn.Sequential(
+        MoELayer(MoEConfig(dim=4, hidden=8, num_experts=4, top_k=1, balancing="none")),
+    )
+    assert expert_load(torch.nn.Linear(2, 2)) is None  # no MoE layer
+    layer = model[0]
+    layer.routed.copy_(torch.tensor([[3.0, 1.0, 0.0, 0.0]]))
+    load = expert_load(model)
+    assert load == {"fraction": [0.75, 0.25, 0.0, 0.0], "max_over_mean": 3.0}
+    assert float(layer.routed.sum()) == 0.0  # reset for the next epoch
