@@ -45,12 +45,13 @@ def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
     if name not in CONFIGS:
         raise ConfigError(f"unknown model {name!r}. Fix: use one of {', '.join(sorted(CONFIGS))}")
     params = dict(params)
+    # paths the experiment passes when it has a `sid` section; models that do not read them ignore them
+    sid_path = params.pop("semantic_ids", None)
+    content_path = params.pop("content_embeddings", None)
     if name == "ranker":
         return _two_stage(params, num_items)
     if name == "fusion":
         return _fusion(params, num_items)
-    sid_path = params.pop("semantic_ids", None)
-    content_path = params.pop("content_embeddings", None)
     codes = None
     if name == "generative" or (name in ("sasrec", "two_tower") and params.get("sid_levels")):
         codes, sizes = _semantic_ids(sid_path, name, num_items)
@@ -106,8 +107,7 @@ def _unfilled(name: str, config: Any) -> Model:
 
 def _two_stage(params: dict[str, Any], num_items: int) -> TwoStageRanker:
     """A ranker over the trained retriever of `params["retriever_dir"]` (a model directory), frozen."""
-    retriever_dir = params.pop("retriever_dir", None)
-    params.pop("semantic_ids", None)  # the retriever carries its own
+    retriever_dir = params.pop("retriever_dir", None)  # the retriever carries its own semantic IDs
     if retriever_dir is None:
         raise ConfigError("model 'ranker' needs model.params.retriever_dir: the model directory of a trained retriever")
     name, retriever = _trained_member(Path(retriever_dir), num_items)
@@ -138,8 +138,7 @@ def _two_tower(config: TwoTowerConfig, codes: torch.Tensor | None, content_path:
 
 def _fusion(params: dict[str, Any], num_items: int) -> Fusion:
     """Rank fusion of the trained retrievers in the model directories `params["members"]`."""
-    member_dirs = params.pop("members", None)
-    params.pop("semantic_ids", None)  # each member carries its own
+    member_dirs = params.pop("members", None)  # each member carries its own semantic IDs
     if not member_dirs or isinstance(member_dirs, str):
         raise ConfigError("model 'fusion' needs model.params.members: a list of >= 2 trained model directories")
     members = [_trained_member(Path(d), num_items) for d in member_dirs]

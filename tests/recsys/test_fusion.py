@@ -45,7 +45,9 @@ def test_fusion_of_saved_models_round_trips_through_the_registry(tmp_path: Path)
         model_dir.mkdir()
         save_model(model_dir / "model.pt", name, build_model(name, params, num_items=15))
         dirs.append(str(model_dir))
-    fusion = build_model("fusion", {"members": dirs, "depth": 5}, num_items=15)
+    # an experiment with a `sid` section also passes its semantic-ID and content paths: the members carry theirs
+    params = {"members": dirs, "depth": 5, "semantic_ids": "unused.parquet", "content_embeddings": "unused.npy"}
+    fusion = build_model("fusion", params, num_items=15)
     assert isinstance(fusion, Fusion)
     assert fusion.config.max_len == 9, "the history fed to the members must cover the longest reader"
     save_model(tmp_path / "fusion.pt", "fusion", fusion)
