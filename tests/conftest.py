@@ -1,4 +1,4 @@
-"""Fixtures shared by every test folder: a tiny prepared synthetic dataset and a tiny experiment."""
+"""Fixtures shared by every test folder: a tiny prepared synthetic dataset, a tiny experiment, the popularity bar."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import yaml
 
 from features.prepare import prepare
 from features.sources import load_source
+from recsys.data.prepared import SequenceData
+from recsys.evaluation import EvalConfig, evaluate
+from recsys.models.popularity import Popularity, PopularityConfig
 
 TINY_SYNTHETIC = {"num_users": 300, "num_items": 150}
 
@@ -42,3 +45,10 @@ def write_tiny_config(tmp_path: Path, **sections: dict) -> Path:
 def tiny_config() -> Callable[..., Path]:
     """`tiny_config(dir, train={"epochs": 2})` writes a fast experiment YAML into dir and returns its path."""
     return write_tiny_config
+
+
+def popularity_valid_metric(data: SequenceData, eval_config: EvalConfig, metric: str = "ndcg@10") -> float:
+    """`metric` of the most-popular baseline on `data`'s validation split: the bar a trained model must clear."""
+    popularity = Popularity(PopularityConfig(data.num_items))
+    popularity.fit(data.item_counts())
+    return evaluate(popularity, data.eval_split("valid"), data.num_items, eval_config).metrics[metric]

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels" / "embedding_bag.py"
+from tests.benchmarks.conftest import load_benchmark
+
 TOP_LEVEL = {"gpu": str, "torch": str, "triton": str, "copy_GBps": float, "cases": list, "machine": dict,
              "versions": dict, "command": str}  # fmt: skip
 CASE_FIELDS = {"op", "dtype", "rows", "dim", "batch", "pool", "tables", "ids", "ms", "GBps", "torch_ms",
@@ -22,21 +19,10 @@ POSITIVE = ["rows", "dim", "batch", "pool", "tables", "ms", "GBps", "torch_ms", 
             "fraction_of_copy", "bytes", "unique_rows"]  # fmt: skip
 
 
-@functools.cache
-def load_script() -> ModuleType:
-    """The script as a module (it is a CLI under benchmarks/, not an installed package)."""
-    spec = importlib.util.spec_from_file_location("kernel_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fbgemm_gpu's own import-time notices
 @pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")  # torch's sparse Adagrad
 def test_smoke_run_writes_the_issue_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = load_script().main(["--smoke", "--results-dir", str(tmp_path)])
+    path = load_benchmark("kernels/embedding_bag.py").main(["--smoke", "--results-dir", str(tmp_path)])
     slug = (
         "cpu" if not torch.cuda.is_available() else path.stem.removeprefix("kernels-embedding-bag-")[: -len("-smoke")]
     )
@@ -62,7 +48,7 @@ def test_smoke_run_writes_the_issue_fields(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_zipf_ids_are_skewed_and_in_range() -> None:
-    script = load_script()
+    script = load_benchmark("kernels/embedding_bag.py")
     gen = torch.Generator().manual_seed(0)
     ids = script.zipf_ids(1_000, 20_000, 1.15, gen, torch.device("cpu"))
     assert ids.min() >= 0 and ids.max() < 1_000
@@ -73,7 +59,7 @@ def test_zipf_ids_are_skewed_and_in_range() -> None:
 
 
 def test_bytes_are_counted_per_op() -> None:
-    script = load_script()
+    script = load_benchmark("kernels/embedding_bag.py")
     c = script.Case("x", "fwd", torch.float32, rows=100, dim=4, batch=2, pool=3, tables=1, ids="uniform")
     # 6 rows of 16 bytes read + 6 int64 ids + 3 int64 offsets + 2 pooled rows of 16 bytes written
     assert script.case_bytes(c, unique_rows=5) == 6 * 16 + 6 * 8 + 3 * 8 + 2 * 16

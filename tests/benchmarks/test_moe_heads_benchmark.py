@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "moe_heads.py"
-
-
-def load_script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("moe_heads_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.conftest import load_benchmark
 
 
 def test_small_run_writes_every_variant(tmp_path: Path) -> None:
-    path = load_script().main(["--users", "200", "--epochs", "1", "--results-dir", str(tmp_path), "--name", "smoke"])
+    path = load_benchmark("moe_heads.py").main(
+        ["--users", "200", "--epochs", "1", "--results-dir", str(tmp_path), "--name", "smoke"]
+    )
     result = json.loads(path.read_text())
     models = {m["model"]: m for m in result["models"]}
     assert len(models) == 6
@@ -37,7 +28,7 @@ def test_small_run_writes_every_variant(tmp_path: Path) -> None:
 
 
 def test_auc_matches_the_pairwise_definition() -> None:
-    auc = load_script().auc
+    auc = load_benchmark("moe_heads.py").auc
     scores, labels = torch.tensor([0.1, 0.4, 0.35, 0.8, 0.4]), torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0])
     pairs = [(p, n) for p in (2, 3, 4) for n in (0, 1)]
     expected = sum(1.0 if scores[p] > scores[n] else 0.5 if scores[p] == scores[n] else 0.0 for p, n in pairs) / 6

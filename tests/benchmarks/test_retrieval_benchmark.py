@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "retrieval.py"
+from tests.benchmarks.conftest import load_benchmark
 
 
 def test_small_run_writes_recall_and_qps_against_exact(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("retrieval_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_benchmark("retrieval.py")
 
     args = ["--smoke", "--items", "3000", "--queries", "40", "--k", "20", "--repeats", "1", "--target-recall", "0.5"]
     path = module.main([*args, "--results-dir", str(tmp_path)])

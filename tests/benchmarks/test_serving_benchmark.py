@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "serving.py"
+from tests.benchmarks.conftest import load_benchmark
 
 
 def test_short_load_test_writes_the_issue_fields(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
@@ -20,11 +18,7 @@ def test_short_load_test_writes_the_issue_fields(tmp_path: Path, tiny_config: Ca
         if os.environ.get("CI") == "true":
             pytest.fail("CI needs wrk (.ci/run installs it)")
         pytest.skip("wrk is not installed (apt-get install -y wrk)")
-    spec = importlib.util.spec_from_file_location("serving_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_benchmark("serving.py")
 
     config = tiny_config(tmp_path, pipeline={"index": {"kind": "flat"}})
     args = ["--config", str(config), "--work-dir", str(tmp_path / "work"), "--duration", "2", "--connections", "2",

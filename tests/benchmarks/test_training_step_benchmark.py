@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels" / "training_step.py"
+from tests.benchmarks.conftest import load_benchmark
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_smoke_run_times_both_kernels(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("training_step_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
+    module = load_benchmark("kernels/training_step.py")
 
     path = module.main(["--smoke", "--results-dir", str(tmp_path)])
     result = json.loads(path.read_text())

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "zoo_table.py"
-
-
-def load_script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("zoo_table", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.conftest import load_benchmark
 
 
 def quality_json(ndcg10: float, budget: str | None = None) -> dict:
@@ -34,7 +23,7 @@ def quality_json(ndcg10: float, budget: str | None = None) -> dict:
 
 
 def test_table_has_every_model_with_its_figures_and_budget(tmp_path: Path) -> None:
-    zoo = load_script()
+    zoo = load_benchmark("zoo_table.py")
     for rows in zoo.TABLES.values():
         for i, (_, config) in enumerate(rows):
             budget = "100" if i == 2 else "900" if i else None
@@ -50,4 +39,4 @@ def test_table_has_every_model_with_its_figures_and_budget(tmp_path: Path) -> No
 
 def test_a_missing_result_is_an_error_that_names_the_config(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"beauty-popularity\.json is missing"):
-        load_script().main(["--results-dir", str(tmp_path)])
+        load_benchmark("zoo_table.py").main(["--results-dir", str(tmp_path)])

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from recsys.models.generative import GenerativeConfig, GenerativeRetriever
 from recsys.semantic_ids.trie import SemanticIdTrie
+from tests.conftest import popularity_valid_metric
 
 SIZES = (4, 3, 2)
 
@@ -150,8 +151,7 @@ def test_generative_training_beats_popularity_on_structured_ids(tiny_data_dir) -
     import polars as pl
 
     from recsys.data.prepared import load_prepared
-    from recsys.evaluation import EvalConfig, evaluate
-    from recsys.models.popularity import Popularity, PopularityConfig
+    from recsys.evaluation import EvalConfig
     from recsys.training.trainer import TrainConfig, fit
 
     data = load_prepared(tiny_data_dir)
@@ -172,9 +172,7 @@ def test_generative_training_beats_popularity_on_structured_ids(tiny_data_dir) -
     eval_config = EvalConfig(ks=(10,), max_history=20)
     train = TrainConfig(epochs=4, batch_size=64, lr=3e-3, progress=False, precision="fp32")
     result = fit(model, data, train, eval_config)
-    popularity = Popularity(PopularityConfig(data.num_items))
-    popularity.fit(data.item_counts())
-    baseline = evaluate(popularity, data.eval_split("valid"), data.num_items, eval_config).metrics["recall@10"]
+    baseline = popularity_valid_metric(data, eval_config, "recall@10")
     assert result.best_valid["recall@10"] > 1.5 * baseline > 0
 
 

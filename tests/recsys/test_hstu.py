@@ -10,9 +10,9 @@ import torch
 from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.hstu import HSTU, HSTUConfig
-from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.registry import build_model, load_model, save_model
 from recsys.training.trainer import TrainConfig, fit
+from tests.conftest import popularity_valid_metric
 
 EVAL = EvalConfig(ks=(10,), max_history=20)
 
@@ -24,9 +24,7 @@ def test_hstu_beats_popularity_on_the_tiny_data(tiny_data_dir: Path) -> None:
     result = fit(model, data, TrainConfig(epochs=8, batch_size=4, lr=3e-3, progress=False), EVAL)
     valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
     assert valid == pytest.approx(result.best_valid["ndcg@10"])
-    popularity = Popularity(PopularityConfig(data.num_items))
-    popularity.fit(data.item_counts())
-    baseline = evaluate(popularity, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
+    baseline = popularity_valid_metric(data, EVAL)
     assert valid > 1.5 * baseline > 0
 
 

@@ -11,9 +11,9 @@ import torch
 
 from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
-from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.training.trainer import TrainConfig, fit
+from tests.conftest import popularity_valid_metric
 
 EVAL = EvalConfig(ks=(10,), max_history=20)
 
@@ -34,9 +34,7 @@ def test_sasrec_beats_popularity_and_restores_its_best_epoch(tiny_data_dir: Path
     assert seen == list(range(1, len(seen) + 1))
     valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
     assert valid == pytest.approx(result.best_valid["ndcg@10"]), "the best epoch's weights were not restored"
-    popularity = Popularity(PopularityConfig(data.num_items))
-    popularity.fit(data.item_counts())
-    baseline = evaluate(popularity, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
+    baseline = popularity_valid_metric(data, EVAL)
     assert valid > 1.5 * baseline > 0
 
 

@@ -9,10 +9,10 @@ import torch
 
 from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
-from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.training.device import use_bf16_autocast
 from recsys.training.trainer import TrainConfig, fit
+from tests.conftest import popularity_valid_metric
 
 
 @pytest.mark.gpu
@@ -29,6 +29,4 @@ def test_fit_on_cuda_with_bf16_matches_a_cpu_evaluation(tiny_data_dir: Path) -> 
     on_gpu = result.best_valid["ndcg@10"]
     on_cpu = evaluate(model.cpu(), data.eval_split("valid"), data.num_items, eval_config).metrics["ndcg@10"]
     assert on_gpu == pytest.approx(on_cpu, abs=2e-3)
-    popularity = Popularity(PopularityConfig(data.num_items))
-    popularity.fit(data.item_counts())
-    assert on_cpu > 1.5 * evaluate(popularity, data.eval_split("valid"), data.num_items, eval_config).metrics["ndcg@10"]
+    assert on_cpu > 1.5 * popularity_valid_metric(data, eval_config)

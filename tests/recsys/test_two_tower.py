@@ -12,11 +12,11 @@ import torch.nn.functional as F
 from recsys.data.batching import HistoryBatch
 from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
-from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.registry import load_model, save_model
 from recsys.models.two_tower import TwoTower, TwoTowerConfig, _jagged
 from recsys.training.recipes import TwoTowerRecipe
 from recsys.training.trainer import TrainConfig, fit
+from tests.conftest import popularity_valid_metric
 
 EVAL = EvalConfig(ks=(10,), max_history=20)
 
@@ -83,9 +83,7 @@ def test_two_tower_beats_popularity_on_the_tiny_data(tiny_data_dir: Path) -> Non
     result = fit(model, data, config, EVAL)
     valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
     assert valid == pytest.approx(result.best_valid["ndcg@10"])
-    popularity = Popularity(PopularityConfig(data.num_items))
-    popularity.fit(data.item_counts())
-    baseline = evaluate(popularity, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
+    baseline = popularity_valid_metric(data, EVAL)
     assert valid > 1.5 * baseline > 0
 
 
