@@ -1,10 +1,12 @@
-"""`train.compile` speedup: median training-step time of SASRec and HSTU, eager vs `torch.compile`; writes JSON.
+"""`train.compile` speedup: median training-step time of SASRec and HSTU (positions, and positions + time buckets),
+eager vs `torch.compile`; writes JSON.
 
 Usage:
     .venv/bin/python benchmarks/compile_speedup.py [--device cpu|cuda] [--steps 30]
 
 A step is what the trainer runs per batch (NextItemRecipe full-softmax loss, backward, Adam step) on packed
-rows of Beauty's shape (16 rows x 50 items, 12,101 items), bf16 autocast where the trainer would use it. Both
+rows of Beauty's shape (16 rows x 50 items, 12,101 items; session-like timestamps: minutes apart, a day between
+the two runs of a row), bf16 autocast where the trainer would use it. Both
 variants are timed in the same process, after warm-up steps (for the compiled one, after compiling).
 """
 
@@ -37,7 +39,10 @@ def packed_batch(generator: torch.Generator) -> PackedBatch:
     targets = torch.randint(1, NUM_ITEMS + 1, (ROWS, MAX_LEN), generator=generator)
     segments = torch.cat([torch.ones(ROWS, 30), torch.full((ROWS, 20), 2)], dim=1).long()
     positions = torch.cat([torch.arange(20, 50), torch.arange(30, 50)]).expand(ROWS, -1)
-    return PackedBatch(inputs, targets, segments, positions)
+    gaps = torch.randint(30, 600, (ROWS, MAX_LEN + 1), generator=generator)
+    gaps[:, 30] = 86_400  # the second user of the row
+    times = 1_700_000_000 + gaps.cumsum(dim=1)  # of the inputs, then one more: the last target's
+    return PackedBatch(inputs, targets, segments, positions, times[:, :-1], times[:, 1:])
 
 
 def step_seconds(model: torch.nn.Module, compiled: bool, device: torch.device, steps: int, warmup: int) -> float:
@@ -76,6 +81,7 @@ def main() -> None:
     builders = {
         "sasrec": lambda: SASRec(SASRecConfig(num_items=NUM_ITEMS, max_len=MAX_LEN)),
         "hstu": lambda: HSTU(HSTUConfig(num_items=NUM_ITEMS, max_len=MAX_LEN)),
+        "hstu_time_buckets": lambda: HSTU(HSTUConfig(num_items=NUM_ITEMS, max_len=MAX_LEN, num_time_buckets=32)),
     }
     rows = {}
     for name, build in builders.items():

@@ -2,6 +2,7 @@
 
 Usage:
     .venv/bin/python benchmarks/quality.py --config configs/beauty-sasrec.yaml --data-dir ../shared/data/amazon-beauty
+    .venv/bin/python benchmarks/quality.py --config configs/synthetic-sessions-hstu-time.yaml  # generated data
 
 Writes benchmarks/results/<config name>.json with the dataset, protocol, model, valid/test metrics,
 training time (total, median seconds per epoch), best epoch, machine, versions and the command. Each run
@@ -31,7 +32,9 @@ from recsys.training.device import resolve_device, use_bf16_autocast
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True, help="frozen experiment YAML (configs/)")
-    parser.add_argument("--data-dir", type=Path, required=True, help="raw input of the config's data source")
+    parser.add_argument(
+        "--data-dir", type=Path, help="raw input of the config's data source (none for a generated one: synthetic)"
+    )
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench"), help="prepared data, models, MLflow")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
     parser.add_argument(
@@ -52,11 +55,9 @@ def main() -> None:
     logging.getLogger("mlflow").setLevel(logging.ERROR)
 
     work = args.work_dir.resolve()
-    overrides = {
-        "data.path": str(args.data_dir),
-        "tracking.uri": f"sqlite:///{work / 'mlflow.db'}",
-        "train.progress": False,
-    }
+    overrides = {"tracking.uri": f"sqlite:///{work / 'mlflow.db'}", "train.progress": False}
+    if args.data_dir is not None:
+        overrides["data.path"] = str(args.data_dir)
     overrides.update(parse_overrides(args.set))
     config = load_config(args.config, overrides)
     paths = ExperimentPaths.under(work, config)
@@ -70,7 +71,7 @@ def main() -> None:
     result = {
         "name": config.name,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "dataset": {"name": args.data_dir.resolve().name, "path": str(args.data_dir), **meta.get("counts", {})},
+        "dataset": {**_dataset(args.data_dir, config.data.source, config.data.options), **meta.get("counts", {})},
         "protocol": {
             "split": "leave-one-out per user: last item = test, second-to-last = valid, rest = train",
             "ranking": "full (all items, no sampled negatives)",
@@ -112,6 +113,13 @@ def _semantic_id_health(paths: ExperimentPaths) -> dict:
 
     sids, stats = read_semantic_ids(paths.sid_dir / SEMANTIC_IDS_FILE)
     return {"codebook_sizes": list(sids.codebook_sizes), **stats.to_dict(), "build": sids.meta}
+
+
+def _dataset(data_dir: Path | None, source: str, options: dict) -> dict:
+    """Name and origin of the benchmark's data: the input directory, or the generating source and its options."""
+    if data_dir is None:
+        return {"name": source, "options": options}
+    return {"name": data_dir.resolve().name, "path": str(data_dir)}
 
 
 def _read_meta(data_dir: Path) -> dict:

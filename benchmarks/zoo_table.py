@@ -29,6 +29,7 @@ TABLES = {
         ("SASRec + SID features", "beauty-sasrec-sid"),
         ("SASRec + SID features, dim 128", "beauty-sasrec-sid-wide"),
         ("HSTU", "beauty-hstu"),
+        ("HSTU, sampled softmax (1,024 negatives)", "beauty-hstu-sampled"),
         ("two-tower (id + SID + content)", "beauty-two-tower"),
         ("generative (TIGER-style)", "beauty-tiger-ema-wide"),
         ("fusion (RRF)", "beauty-fusion"),

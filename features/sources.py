@@ -18,13 +18,21 @@ from features.raw import RawDataset
 from recsys.errors import ConfigError
 
 
-def load_synthetic(*, num_users: int | None = None, num_items: int | None = None, seed: int = 0) -> RawDataset:
+def load_synthetic(
+    *,
+    num_users: int | None = None,
+    num_items: int | None = None,
+    seed: int = 0,
+    session_reset_prob: float | None = None,
+) -> RawDataset:
     """Generate the synthetic data set (`features.synthetic`), deterministic by seed.
 
     Args:
         num_users: number of users; None keeps the generator's default.
         num_items: number of items; None keeps the generator's default.
         seed: random seed.
+        session_reset_prob: P(a new session switches the user's focus and breaks the follow-up chain), which makes
+            time gaps informative; None keeps the generator's default (0: time does not shape the items).
     """
     from features.synthetic import SyntheticConfig, generate_synthetic  # lazy: the generator is optional here
 
@@ -33,6 +41,8 @@ def load_synthetic(*, num_users: int | None = None, num_items: int | None = None
         config = replace(config, num_users=num_users)
     if num_items is not None:
         config = replace(config, num_items=num_items)
+    if session_reset_prob is not None:
+        config = replace(config, session_reset_prob=session_reset_prob)
     return generate_synthetic(config)
 
 

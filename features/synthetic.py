@@ -11,6 +11,9 @@ The generator needs no files and gives the same frames for the same config. It p
   category, same brand preferred: Shampoo -> Conditioner, Tennis Racket -> Tennis Balls. With
   probability `follow_prob` the next item follows one of the previous item's links; otherwise it is
   drawn from the user's current taste;
+- time: sessions of events minutes apart, days between sessions. By default time does not shape the items;
+  with `session_reset_prob` > 0 a new session breaks the follow-up chain and switches the focus with that
+  probability (a user back after days wants something else), so time-aware models have a signal to find;
 - multi-task labels: `event` ("click" / "purchase") and `value` (rating 1..5). Both depend on a latent
   user-item affinity (a dot product of random factors plus an item-quality bias), so they can be learned.
 
@@ -137,6 +140,10 @@ class SyntheticConfig:
     rating_noise: float = 0.5  # std of the Gaussian noise before rounding a rating
     start_ts: int = 1_672_531_200  # 2023-01-01T00:00:00Z; users start uniformly in [start, start + span)
     span_days: int = 365
+    in_session_prob: float = 0.7  # P(an event follows the previous one within minutes, in the same session)
+    # P(the focus switches at the first event of a new session, which never follows a link); 0 = time does not
+    # shape the items (the default; the items are then identical to those of earlier versions)
+    session_reset_prob: float = 0.0
 
     def __post_init__(self) -> None:
         unknown = [d for d in self.domains if d not in VOCABULARY]
@@ -160,6 +167,8 @@ class SyntheticConfig:
             "taste_drift": 0.0 <= self.taste_drift <= 1.0,
             "latent_dim": self.latent_dim >= 1,
             "span_days": self.span_days >= 1,
+            "in_session_prob": 0.0 <= self.in_session_prob <= 1.0,
+            "session_reset_prob": 0.0 <= self.session_reset_prob <= 1.0,
         }
         for name, ok in checks.items():
             if not ok:
@@ -299,9 +308,14 @@ def _sample_rows(rng: np.random.Generator, cdf: np.ndarray) -> np.ndarray:
 
 
 def _simulate(
-    config: SyntheticConfig, catalog: _Catalog, followups: np.ndarray, rng: np.random.Generator
+    config: SyntheticConfig,
+    catalog: _Catalog,
+    followups: np.ndarray,
+    rng: np.random.Generator,
+    new_session: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Walk all users at once, one step at a time.
+    """Walk all users at once, one step at a time; `new_session` (U, max_length) bool marks the events that start
+    a session (where `session_reset_prob` applies), None = sessions do not shape the items.
 
     Returns:
         lengths (U,), items (U, T) with -1 past each user's end, and the user-item affinity (U, T).
@@ -340,6 +354,8 @@ def _simulate(
         frac = t / np.maximum(lengths - 1, 1)  # (U,) position in the user's own sequence, 0..1
         use_end = rng.random(num_users) < frac
         switch = rng.random(num_users) < config.focus_switch_prob
+        if new_session is not None:
+            switch |= new_session[:, t] & (rng.random(num_users) < config.session_reset_prob)
         if t > 0 and switch.any():
             new = np.where(use_end, _sample_rows(rng, cdf_end), _sample_rows(rng, cdf_start))
             focus = np.where(switch, new, focus)
@@ -350,16 +366,25 @@ def _simulate(
         choice = cand[users, score.argmax(axis=1)]
         if t > 0:
             link = followups[items[:, t - 1], rng.choice(config.num_followups, size=num_users, p=link_p)]
-            choice = np.where(rng.random(num_users) < config.follow_prob, link, choice)
+            follows = rng.random(num_users) < config.follow_prob
+            if new_session is not None:
+                follows &= ~new_session[:, t]
+            choice = np.where(follows, link, choice)
         items[:, t] = np.where(t < lengths, choice, -1)
     return lengths, items, affinity(users[:, None], np.maximum(items, 0))  # last: (U, T)
 
 
-def _timestamps(config: SyntheticConfig, lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """(U, T) strictly increasing unix seconds: sessions of minutes-apart events, days between sessions."""
+def _timestamps(
+    config: SyntheticConfig, lengths: np.ndarray, rng: np.random.Generator, new_session: np.ndarray | None = None
+) -> np.ndarray:
+    """(U, T) strictly increasing unix seconds: sessions of minutes-apart events, days between sessions
+    (`new_session` (U, >= T) marks the session starts; None = drawn here)."""
     num_users, horizon = len(lengths), int(lengths.max())
     start = config.start_ts + rng.integers(0, config.span_days * _DAY, size=num_users)
-    in_session = rng.random((num_users, horizon)) < 0.7
+    if new_session is None:
+        in_session = rng.random((num_users, horizon)) < config.in_session_prob
+    else:
+        in_session = ~new_session[:, :horizon]
     short = rng.lognormal(np.log(180.0), 1.0, size=(num_users, horizon))  # median 3 minutes
     long = rng.exponential(3.0 * _DAY, size=(num_users, horizon)) + 3_600.0  # mean ~3 days
     gaps = np.maximum(np.where(in_session, short, long), 1.0).astype(np.int64)
@@ -395,8 +420,12 @@ def generate_synthetic(config: SyntheticConfig) -> RawDataset:
     rng = np.random.default_rng(config.seed)
     catalog = _build_catalog(config, rng)
     followups = _build_followups(config, catalog, rng)
-    lengths, items, aff = _simulate(config, catalog, followups, rng)
-    ts = _timestamps(config, lengths, rng)
+    new_session = None
+    if config.session_reset_prob > 0:  # its own stream: the default data keeps every draw of the main one
+        session_rng = np.random.default_rng([config.seed, 1])
+        new_session = session_rng.random((config.num_users, config.max_length)) >= config.in_session_prob
+    lengths, items, aff = _simulate(config, catalog, followups, rng, new_session)
+    ts = _timestamps(config, lengths, rng, new_session)
 
     mask = items >= 0  # (U, T) row-major flatten keeps each user's events in time order
     item_idx, aff_flat, ts_flat = items[mask], aff[mask], ts[mask]

@@ -41,7 +41,10 @@ def build_index_step(model_dir: Path, out_dir: Path, config: IndexConfig, eval_u
     with torch.no_grad():
         vectors = model.item_embeddings()[1:].float()  # row 0 is padding
         valid = trained.data.eval_split("valid")
-        users = valid.histories.select(torch.arange(min(eval_users, len(valid.histories))))
-        queries = model.encode_queries(users.to_padded(model.config.max_len)).float()
+        rows = torch.arange(min(eval_users, len(valid.histories)))
+        width = model.config.max_len
+        histories = valid.histories.select(rows).to_padded(width)
+        queries = model.encode_queries(histories, valid.user_idx[rows], valid.times(rows, width))
+        queries = queries.float()
     index = build_index(vectors, torch.arange(1, vectors.shape[0] + 1), config, eval_queries=queries)
     return index.save(out_dir, source=source)

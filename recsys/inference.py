@@ -5,6 +5,7 @@ Dimension letters: B users, L history length, V+1 items (0 = padding).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -12,13 +13,40 @@ import torch
 from recsys.data.jagged import Jagged
 
 
+@dataclass(frozen=True)
+class HistoryTimes:
+    """When things happened, for time-aware models.
+
+    Args:
+        items: (B, L) unix seconds of the history items, left-padded like them (0 = padding).
+        request: (B,) unix seconds of the request: the moment the next item is predicted for (serving: now;
+            leave-one-out evaluation: the held-out item's time).
+    """
+
+    items: torch.Tensor
+    request: torch.Tensor
+
+    def next_times(self) -> torch.Tensor:
+        """(B, L): the moment each position predicts for, i.e. the next item's time, the request's for the last.
+
+        Example:
+            >>> HistoryTimes(torch.tensor([[0, 10, 20]]), torch.tensor([95])).next_times().tolist()
+            [[10, 20, 95]]
+        """
+        return torch.cat([self.items[:, 1:], self.request.to(self.items)[:, None]], dim=1)
+
+
 class Scorer(Protocol):
     """Anything that scores every item for a batch of histories (models implement this)."""
 
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, L) left-padded item_idx [+ (B,) user_idx, 0 = unknown] -> (B, V+1) scores; higher is better.
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        """(B, L) left-padded item_idx [+ (B,) user_idx, 0 = unknown] [+ the history's and the request's times]
+        -> (B, V+1) scores; higher is better.
 
-        Models that do not personalise beyond the history ignore `users`.
+        Models that do not personalise beyond the history ignore `users`; models without a sense of time
+        ignore `times` (time-aware ones raise without them).
         """
         ...
 
@@ -45,22 +73,31 @@ def recommend(
     max_history: int,
     exclude_seen: bool | torch.Tensor = True,
     users: torch.Tensor | None = None,
+    timestamps: Jagged | None = None,
+    request_times: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k items for every history.
 
     Args:
-        scorer: model with `score((B, L)) -> (B, V+1)`.
+        scorer: model with `score((B, L), users, times) -> (B, V+1)`.
         histories: (B,) rows of item_idx, oldest first.
         k: list length (at most V).
         max_history: the most recent items fed to the model.
         exclude_seen: drop items already in the history (what a product page wants); a (B,) bool tensor
             decides it row by row.
         users: (B,) user_idx of the rows (0 = unknown user), for models with a user token; None = unknown.
+        timestamps: (B,) rows aligned with `histories`, unix seconds of every item, for time-aware models.
+        request_times: (B,) unix seconds of the requests (with `timestamps`).
 
     Returns:
         (scores (B, k), item_idx (B, k)), best first.
     """
-    scores = scorer.score(histories.to_padded(max_history), users).float()
+    times = None
+    if timestamps is not None:
+        if request_times is None:
+            raise ValueError("timestamps need request_times: the moment each recommendation is for")
+        times = HistoryTimes(timestamps.to_padded(max_history), request_times)
+    scores = scorer.score(histories.to_padded(max_history), users, times).float()
     scores = mask_unrankable(scores, _rows_to_exclude(histories, exclude_seen))
     k = min(k, scores.shape[1] - 1)
     top = scores.topk(k, dim=1)

@@ -3,13 +3,33 @@
 Two stores behind one protocol: in-process (the embedded default, lost on restart) and Redis (a list per
 user, trimmed to the most recent `max_history` events, shared by API replicas). A store that cannot answer
 raises `HistoryUnavailableError`; the API then serves from the bundle's histories alone and says so.
+Every event keeps its time (unix seconds), which time-aware models read.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import defaultdict, deque
-from typing import ClassVar, Protocol
+from typing import ClassVar, NamedTuple, Protocol
+
+
+class Event(NamedTuple):
+    item_id: str
+    ts: int  # unix seconds
+
+
+def encode_event(event: Event) -> str:
+    return json.dumps([event.item_id, event.ts])
+
+
+def decode_event(raw: str) -> Event:
+    """The stored form back; a bare item id (what stores held before events kept their time) gets ts 0."""
+    try:
+        item_id, ts = json.loads(raw)
+        return Event(str(item_id), int(ts))
+    except (ValueError, TypeError):
+        return Event(raw, 0)
 
 
 class HistoryUnavailableError(RuntimeError):
@@ -20,11 +40,11 @@ class HistoryStore(Protocol):
     # True when calls wait on the network: async endpoints then call the store from a worker thread
     blocking_io: ClassVar[bool]
 
-    def recent(self, user_id: str) -> list[str]:
-        """The user's online events, oldest first (item ids)."""
+    def recent(self, user_id: str) -> list[Event]:
+        """The user's online events, oldest first."""
         ...
 
-    def append(self, user_id: str, item_ids: list[str]) -> None: ...
+    def append(self, user_id: str, events: list[Event]) -> None: ...
 
     def ping(self) -> None:
         """Raise `HistoryUnavailableError` when the store cannot answer."""
@@ -37,16 +57,16 @@ class InMemoryHistoryStore:
     blocking_io: ClassVar[bool] = False
 
     def __init__(self, max_history: int) -> None:
-        self._events: defaultdict[str, deque[str]] = defaultdict(lambda: deque(maxlen=max_history))
+        self._events: defaultdict[str, deque[Event]] = defaultdict(lambda: deque(maxlen=max_history))
         self._lock = threading.Lock()
 
-    def recent(self, user_id: str) -> list[str]:
+    def recent(self, user_id: str) -> list[Event]:
         with self._lock:
             return list(self._events.get(user_id, ()))
 
-    def append(self, user_id: str, item_ids: list[str]) -> None:
+    def append(self, user_id: str, events: list[Event]) -> None:
         with self._lock:
-            self._events[user_id].extend(item_ids)
+            self._events[user_id].extend(events)
 
     def ping(self) -> None:
         return None
@@ -64,18 +84,18 @@ class RedisHistoryStore:
         self._errors = (redis.RedisError, OSError)
         self.max_history = max_history
 
-    def recent(self, user_id: str) -> list[str]:
+    def recent(self, user_id: str) -> list[Event]:
         try:
             values = self._redis.lrange(self._key(user_id), 0, -1)
         except self._errors as err:
             raise HistoryUnavailableError(f"Redis history store: {err}") from err
-        return [v.decode() for v in values]  # type: ignore[union-attr]
+        return [decode_event(v.decode()) for v in values]  # type: ignore[union-attr]
 
-    def append(self, user_id: str, item_ids: list[str]) -> None:
+    def append(self, user_id: str, events: list[Event]) -> None:
         key = self._key(user_id)
         try:
             with self._redis.pipeline(transaction=True) as pipe:
-                pipe.rpush(key, *item_ids)
+                pipe.rpush(key, *map(encode_event, events))
                 pipe.ltrim(key, -self.max_history, -1)
                 pipe.execute()
         except self._errors as err:

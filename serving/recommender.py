@@ -19,6 +19,7 @@ from recsys.inference import recommend
 from recsys.models.registry import VECTOR_MODELS
 from recsys.retrieval import ExactTopK, TopK
 from recsys.retrieval.faiss_index import FaissTopK
+from serving.history import Event
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ class RecommendationQuery:
     history: list[int]  # item_idx, oldest first, at most `Recommender.max_history`
     k: int
     exclude_seen: bool
+    timestamps: list[int] | None = None  # unix seconds of the history items (time-aware models); None = unknown
+    request_time: int = 0  # unix seconds of the request (time-aware models); 0 = unknown (no gaps are read)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Recommender:
         self._user_row = {user_id: row for row, user_id in enumerate(self.data.users["user_id"].to_list())}
         # plain ints: slicing a tensor with tensor offsets costs ~0.2 ms per request
         self._history_offsets: list[int] = self.data.sequences.offsets.tolist()
+        self._reads_timestamps = bool(getattr(self.model, "reads_timestamps", False))
         item_ids = self.data.items["item_id"].to_list()
         self._item_idx = {item_id: i + 1 for i, item_id in enumerate(item_ids)}
         self._item_ids = ["", *item_ids]
@@ -74,17 +78,36 @@ class Recommender:
         known = [self._item_idx[i] for i in item_ids if i in self._item_idx]
         return known, [i for i in item_ids if i not in self._item_idx]
 
-    def training_history(self, user_id: str) -> list[int] | None:
-        """The user's interactions in the bundle's data (oldest first), or None for a user it does not know."""
+    def known_events(self, events: list[Event], now: int) -> tuple[list[int], list[int], list[str]]:
+        """(item_idx of the events with a known item, their times, the unknown item ids); an unknown time (0)
+        becomes `now`."""
+        known = [e for e in events if e.item_id in self._item_idx]
+        return (
+            [self._item_idx[e.item_id] for e in known],
+            [e.ts or now for e in known],
+            [e.item_id for e in events if e.item_id not in self._item_idx],
+        )
+
+    def training_history(self, user_id: str) -> tuple[list[int], list[int]] | None:
+        """(item_idx, ts) of the user's interactions in the bundle's data (oldest first), or None for a user it
+        does not know."""
         row = self._user_row.get(user_id)  # a dict: the data's own lookup scans every user
         if row is None:
             return None
         start, end = self._history_offsets[row], self._history_offsets[row + 1]
-        return self.data.sequences.values[start:end].tolist()
+        return self.data.sequences.values[start:end].tolist(), self.data.timestamps.values[start:end].tolist()
 
-    def recommend(self, history: list[int], k: int, exclude_seen: bool) -> list[Recommendation]:
-        """Top-k for one history (item_idx, oldest first): the model's full ranking, or popularity when empty."""
-        return self.recommend_batch([RecommendationQuery(history, k, exclude_seen)])[0]
+    def recommend(
+        self,
+        history: list[int],
+        k: int,
+        exclude_seen: bool,
+        timestamps: list[int] | None = None,
+        request_time: int = 0,
+    ) -> list[Recommendation]:
+        """Top-k for one history (item_idx, oldest first [+ their and the request's unix seconds]): the model's full
+        ranking, or popularity when empty."""
+        return self.recommend_batch([RecommendationQuery(history, k, exclude_seen, timestamps, request_time)])[0]
 
     @torch.no_grad()
     def recommend_batch(self, queries: list[RecommendationQuery]) -> list[list[Recommendation]]:
@@ -95,11 +118,18 @@ class Recommender:
             histories = Jagged.from_lists([queries[i].history for i in scored])
             exclude = torch.tensor([queries[i].exclude_seen for i in scored])
             k = max(queries[i].k for i in scored)
-            scores, items = recommend(self.model, histories, k, self.max_history, exclude)
+            times, requests = self._times([queries[i] for i in scored]) if self._reads_timestamps else (None, None)
+            scores, items = recommend(self.model, histories, k, self.max_history, exclude, None, times, requests)
             for row, i in enumerate(scored):
                 top = queries[i].k
                 ranked[i] = self._describe(items[row, :top].tolist(), scores[row, :top].tolist())
         return [ranked[i] if i in ranked else self._popularity(q.k, set()) for i, q in enumerate(queries)]
+
+    @staticmethod
+    def _times(queries: list[RecommendationQuery]) -> tuple[Jagged, torch.Tensor]:
+        """The queries' history and request times; a query without them reads as all at one moment (no gaps)."""
+        rows = [q.timestamps if q.timestamps is not None else [q.request_time] * len(q.history) for q in queries]
+        return Jagged.from_lists(rows), torch.tensor([q.request_time for q in queries])
 
     def popular(self, k: int, exclude: list[int]) -> list[Recommendation]:
         return self._popularity(k, set(exclude))

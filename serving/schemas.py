@@ -19,6 +19,12 @@ class RecommendationRequest(_Body):
 
     user_id: str | None = Field(None, min_length=1, max_length=256)
     history: list[str] | None = Field(None, max_length=1_000, description="item ids, oldest first")
+    timestamps: list[int] | None = Field(
+        None,
+        max_length=1_000,
+        description="unix seconds of the `history` items (same length; time-aware models read them); "
+        "omitted = all at the time of the request",
+    )
     k: int = Field(10, ge=1, le=100)
     exclude_seen: bool = True
     domain: str | None = Field(None, description="reserved for multi-domain bundles; single-domain bundles reject it")
@@ -27,6 +33,10 @@ class RecommendationRequest(_Body):
     def _one_source(self) -> RecommendationRequest:
         if (self.user_id is None) == (self.history is None):
             raise ValueError("give exactly one of user_id or history")
+        if self.timestamps is not None:
+            if self.history is None:
+                raise ValueError("timestamps go with an explicit history: omit them with user_id")
+            _check_timestamps(self.timestamps, len(self.history), "history")
         return self
 
 
@@ -57,6 +67,22 @@ class SimilarItemsResponse(BaseModel):
 class EventsRequest(_Body):
     user_id: str = Field(min_length=1, max_length=256)
     item_ids: list[str] = Field(min_length=1, max_length=100, description="items the user just interacted with")
+    timestamps: list[int] | None = Field(
+        None, max_length=100, description="unix seconds of the events (same length as item_ids); omitted = now"
+    )
+
+    @model_validator(mode="after")
+    def _aligned(self) -> EventsRequest:
+        if self.timestamps is not None:
+            _check_timestamps(self.timestamps, len(self.item_ids), "item_ids")
+        return self
+
+
+def _check_timestamps(timestamps: list[int], expected: int, of: str) -> None:
+    if len(timestamps) != expected:
+        raise ValueError(f"timestamps has {len(timestamps)} values for {expected} {of}: give one per item")
+    if any(t < 0 for t in timestamps):
+        raise ValueError("timestamps are unix seconds and cannot be negative")
 
 
 class EventsResponse(BaseModel):

@@ -13,6 +13,8 @@ Layout of one row (max_len = 8, two users a and b, 0 = padding)::
     targets   a2 a3 a4 b2 b3  0  0  0
     segments   1  1  1  2  2  0  0  0
     positions  5  6  7  6  7  0  0  0     # counted back from each run's most recent item
+    timestamps      ta1 ta2 ta3 tb1 tb2 0 0 0   # the time of every input  } only when timestamps
+    next_timestamps ta2 ta3 ta4 tb2 tb3 0 0 0   # the time of every target } are given
 
 Dimension letters: B rows in a batch, L = max_len.
 """
@@ -33,15 +35,29 @@ class PackedBatch:
     targets: torch.Tensor  # (B, L) the next item of every input, 0 = no target
     segments: torch.Tensor  # (B, L) run id within the row, 1.. ; 0 = padding
     positions: torch.Tensor  # (B, L) position ids in [0, max_len)
+    timestamps: torch.Tensor | None = None  # (B, L) time of every input, 0 = padding; None = not packed
+    next_timestamps: torch.Tensor | None = None  # (B, L) time of every target (the moment each position predicts for)
 
     def to(self, device: torch.device | str) -> PackedBatch:
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=True)
+
         return PackedBatch(
-            *(t.to(device, non_blocking=True) for t in (self.inputs, self.targets, self.segments, self.positions))
+            move(self.inputs),
+            move(self.targets),
+            move(self.segments),
+            move(self.positions),
+            None if self.timestamps is None else move(self.timestamps),
+            None if self.next_timestamps is None else move(self.next_timestamps),
         )
 
 
 def packed_next_item_batches(
-    sequences: Jagged, max_len: int, rows_per_batch: int, generator: torch.Generator
+    sequences: Jagged,
+    max_len: int,
+    rows_per_batch: int,
+    generator: torch.Generator,
+    timestamps: Jagged | None = None,
 ) -> Iterator[PackedBatch]:
     """One epoch of shuffled, packed batches.
 
@@ -50,6 +66,7 @@ def packed_next_item_batches(
         max_len: row width; a user's run is cut to its most recent `max_len` (input, target) pairs.
         rows_per_batch: rows per batch (about rows_per_batch * max_len * fill targets each).
         generator: seeds the user order (deterministic epochs).
+        timestamps: (U,) rows aligned with `sequences`, packed beside the inputs for time-aware models; or None.
     """
     usable = torch.nonzero(sequences.lengths() >= 2).squeeze(1)
     order = usable[torch.randperm(len(usable), generator=generator)]
@@ -69,8 +86,20 @@ def packed_next_item_batches(
     targets[rows, cols] = runs.values[src + 1]
     segments[rows, cols] = _segment_numbers(row)[run_of_token]
     positions[rows, cols] = max_len - run_len[run_of_token] + k
+    times = next_times = None
+    if timestamps is not None:
+        times, next_times = torch.zeros(shape, dtype=torch.int64), torch.zeros(shape, dtype=torch.int64)
+        run_times = timestamps.select(order).values
+        times[rows, cols], next_times[rows, cols] = run_times[src], run_times[src + 1]
     for chunk in torch.split(torch.randperm(num_rows, generator=generator), rows_per_batch):
-        yield PackedBatch(inputs[chunk], targets[chunk], segments[chunk], positions[chunk])
+        yield PackedBatch(
+            inputs[chunk],
+            targets[chunk],
+            segments[chunk],
+            positions[chunk],
+            None if times is None else times[chunk],
+            None if next_times is None else next_times[chunk],
+        )
 
 
 def _next_fit(lengths: torch.Tensor, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:

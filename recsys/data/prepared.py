@@ -17,6 +17,7 @@ import torch
 from recsys.data import schema
 from recsys.data.jagged import Jagged
 from recsys.errors import DataError
+from recsys.inference import HistoryTimes
 
 _PREPARE_HINT = "prepare it with `recsys data prepare --source ... --out DIR`"
 
@@ -29,11 +30,22 @@ class EvalSplit:
         histories: (U,) rows of item_idx the model may read, oldest first.
         targets: (U,) the held-out item_idx per user.
         user_idx: (U,) the users, aligned with rows.
+        timestamps: (U,) rows aligned with `histories`: the time of every history item (for time-aware models);
+            None = unknown.
+        request_times: (U,) the held-out item's time: the moment the recommendation is for (with `timestamps`).
     """
 
     histories: Jagged
     targets: torch.Tensor
     user_idx: torch.Tensor
+    timestamps: Jagged | None = None
+    request_times: torch.Tensor | None = None
+
+    def times(self, rows: torch.Tensor, width: int) -> HistoryTimes | None:
+        """The times of `rows`, histories left-padded to `width` (as `histories.select(rows).to_padded(width)`)."""
+        if self.timestamps is None or self.request_times is None:
+            return None
+        return HistoryTimes(self.timestamps.select(rows).to_padded(width), self.request_times[rows])
 
 
 @dataclass(frozen=True)
@@ -46,12 +58,15 @@ class SequenceData:
 
     Args:
         sequences: (U,) rows of item_idx; row u is user_idx u + 1.
+        timestamps: (U,) rows aligned with `sequences`: the `ts` of every interaction (unix seconds, or the
+            position in the sequence for sources without times).
         items: the catalog (item_idx 1..V, item_id, title, is_cold, ...), sorted by item_idx.
         users: user_idx 1..U -> user_id, sorted by user_idx.
         meta: meta.json of the directory.
     """
 
     sequences: Jagged
+    timestamps: Jagged
     items: pl.DataFrame
     users: pl.DataFrame
     meta: dict[str, Any]
@@ -72,28 +87,37 @@ class SequenceData:
         mask[cold] = True
         return mask
 
-    def _warm(self, rows: Jagged) -> Jagged:
+    def _warm(self, held_out: int) -> tuple[Jagged, Jagged]:
+        """(items, timestamps) of every sequence without its last `held_out` values and without cold items."""
+        rows, times = self.sequences.truncate_last(held_out), self.timestamps.truncate_last(held_out)
         if not bool(self.cold_mask.any()):
-            return rows
+            return rows, times
         keep = ~self.cold_mask[rows.values]
         lengths = torch.zeros(len(rows), dtype=torch.int64)
         row_of_value = torch.repeat_interleave(torch.arange(len(rows)), rows.lengths())
         lengths.index_add_(0, row_of_value, keep.long())
-        return Jagged.from_lengths(rows.values[keep], lengths)
+        return Jagged.from_lengths(rows.values[keep], lengths), Jagged.from_lengths(times.values[keep], lengths)
 
     def training_sequences(self) -> Jagged:
         """(U,) rows: every sequence without its last two items (and without cold items)."""
-        return self._warm(self.sequences.truncate_last(2))
+        return self._warm(2)[0]
+
+    def training_timestamps(self) -> Jagged:
+        """(U,) rows aligned with `training_sequences()`: the time of every training item."""
+        return self._warm(2)[1]
 
     def eval_split(self, split: str) -> EvalSplit:
         """Histories and targets for `split` in {"valid", "test"}."""
         if split not in (schema.VALID, schema.TEST):
             raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
         held_out = 2 if split == schema.VALID else 1
+        histories, timestamps = self._warm(held_out)
         return EvalSplit(
-            histories=self._warm(self.sequences.truncate_last(held_out)),
+            histories=histories,
             targets=self.sequences.last(held_out),
             user_idx=torch.arange(1, len(self.sequences) + 1),
+            timestamps=timestamps,
+            request_times=self.timestamps.last(held_out),
         )
 
     def item_counts(self) -> torch.Tensor:
@@ -141,7 +165,7 @@ def load_prepared(data_dir: Path) -> SequenceData:
         )
     items = pl.read_parquet(data_dir / schema.ITEMS_FILE).sort(schema.ITEM_IDX)
     users = pl.read_parquet(data_dir / schema.USERS_FILE).sort(schema.USER_IDX)
-    inter = pl.read_parquet(data_dir / schema.INTERACTIONS_FILE, columns=[schema.USER_IDX, schema.ITEM_IDX])
+    inter = pl.read_parquet(data_dir / schema.INTERACTIONS_FILE, columns=[schema.USER_IDX, schema.ITEM_IDX, schema.TS])
     if not inter[schema.USER_IDX].is_sorted():
         raise DataError(
             data_dir / schema.INTERACTIONS_FILE, "rows are not sorted by user_idx", "prepare the data again"
@@ -154,4 +178,5 @@ def load_prepared(data_dir: Path) -> SequenceData:
             "prepare the data again (`recsys data prepare` drops users with fewer than 3 interactions)",
         )
     sequences = Jagged.from_lengths(inter[schema.ITEM_IDX].to_torch().long(), lengths)
-    return SequenceData(sequences=sequences, items=items, users=users, meta=meta)
+    timestamps = Jagged.from_lengths(inter[schema.TS].to_torch().long(), lengths)
+    return SequenceData(sequences=sequences, timestamps=timestamps, items=items, users=users, meta=meta)

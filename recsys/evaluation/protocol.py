@@ -44,7 +44,7 @@ def evaluate(scorer: Scorer, split: EvalSplit, num_items: int, config: EvalConfi
     Users are batched by history length so each batch is padded only to its own longest history.
 
     Args:
-        scorer: model with `score(histories) -> (B, V+1)`.
+        scorer: model with `score(histories, users, times) -> (B, V+1)`.
         split: histories and targets (e.g. `SequenceData.eval_split("test")`).
         num_items: V.
         config: ks, exclusion and batching; defaults to the DESIGN.md protocol.
@@ -57,7 +57,8 @@ def evaluate(scorer: Scorer, split: EvalSplit, num_items: int, config: EvalConfi
     for rows in torch.split(order, config.batch_size):
         histories = split.histories.select(rows)
         width = max(1, int(histories.lengths().clamp(max=config.max_history).max()))
-        scores = scorer.score(histories.to_padded(width), split.user_idx[rows]).float()  # (B, V+1)
+        times = split.times(rows, width)  # None without timestamps
+        scores = scorer.score(histories.to_padded(width), split.user_idx[rows], times).float()  # (B, V+1)
         scores = mask_unrankable(scores, histories if config.exclude_seen else None)
         ranks[rows] = target_ranks(scores, split.targets[rows].to(scores.device)).cpu()
         tops[rows] = scores.topk(max(config.ks), dim=1).indices.cpu()

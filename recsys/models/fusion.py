@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from recsys.inference import HistoryTimes
+
 
 @dataclass(frozen=True)
 class FusionConfig:
@@ -44,12 +46,15 @@ class Fusion(nn.Module):
         self.members.requires_grad_(False)
 
     @torch.no_grad()
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, L) left-padded histories [+ (B,) users] -> (B, V+1) fused scores, -inf where no member ranks."""
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        """(B, L) left-padded histories [+ (B,) users, the times, passed on to the members] -> (B, V+1)
+        fused scores, -inf where no member ranks."""
         weights = self.config.weights or [1.0] * len(self.members)
         fused: torch.Tensor | None = None
         for member, weight in zip(self.members, weights, strict=True):
-            scores = member.score(histories, users)  # type: ignore[operator]
+            scores = member.score(histories, users, times)  # type: ignore[operator]
             top = scores.topk(min(self.config.depth, scores.shape[1]), dim=1)  # (B, depth) best first
             ranks = torch.arange(1, top.indices.shape[1] + 1, device=scores.device, dtype=torch.float32)
             contribution = (weight / (self.config.rrf_k + ranks)).expand_as(top.values)

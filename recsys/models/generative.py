@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
+from recsys.inference import HistoryTimes
 from recsys.semantic_ids.trie import SemanticIdTrie
 
 PAD_TOKEN, START_TOKEN, FIRST_CODE_TOKEN = 0, 1, 2
@@ -257,8 +258,11 @@ class GenerativeRetriever(nn.Module):
             keys = keys * self.config.codebook_sizes[t] + code
         return total.view(B, M).masked_fill(items == PADDING_IDX, float("-inf"))
 
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, L) histories [+ (B,) users] -> (B, V+1): beam log-probs of the W generated items, -inf elsewhere.
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        """(B, L) histories [+ (B,) users] -> (B, V+1): beam log-probs of the W generated items, -inf elsewhere
+        (`times` are ignored).
 
         Ranking metrics at k <= W are exact; items outside the beam count as misses.
         """

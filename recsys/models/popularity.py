@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from recsys.inference import HistoryTimes
+
 
 @dataclass(frozen=True)
 class PopularityConfig:
@@ -38,6 +40,8 @@ class Popularity(nn.Module):
         scores[0] = float("-inf")
         self.item_scores.copy_(scores)
 
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, L) histories (only their count is used; `users` is ignored) -> (B, V+1) the popularity scores."""
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        """(B, L) histories (only their count is used; `users`, `times` are ignored) -> (B, V+1) popularity."""
         return self.item_scores.expand(histories.shape[0], -1).clone()

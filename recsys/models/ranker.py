@@ -21,6 +21,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from recsys.inference import HistoryTimes
 from recsys.modules.moe import MoEConfig, MoELayer
 
 
@@ -92,6 +93,11 @@ class TwoStageRanker(nn.Module):
 
     def __init__(self, config: RankerConfig, retriever: nn.Module) -> None:
         super().__init__()
+        if getattr(retriever, "reads_timestamps", False):
+            raise ValueError(
+                "the ranker's retriever reads timestamps (HSTU with num_time_buckets > 0), which the ranking stage "
+                "does not pass on yet: train the retriever with num_time_buckets: 0"
+            )
         self.config = config
         self.retriever = retriever.eval().requires_grad_(False)
         self.ranker = Ranker(config)
@@ -108,8 +114,11 @@ class TwoStageRanker(nn.Module):
         scores[:, 0] = float("-inf")
         return scores.topk(min(self.config.num_candidates, scores.shape[1] - 1), dim=1)
 
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, L) left-padded histories -> (B, V+1): the ranker's scores on the candidates, -inf elsewhere."""
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        """(B, L) left-padded histories -> (B, V+1): the ranker's scores on the candidates, -inf elsewhere
+        (`times` are ignored: the first stage must not read them, see `__init__`)."""
         top = self.candidates(histories, users)
         logits = self.ranker(histories, top.indices, top.values)[0].float()  # (B, C), task 0
         out = torch.full((histories.shape[0], self.config.num_items + 1), float("-inf"), device=logits.device)

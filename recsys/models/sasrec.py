@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
+from recsys.inference import HistoryTimes
 from recsys.modules.sid_embedding import SemanticIdEmbedding
 from recsys.modules.transformer import TransformerBlock, causal_segment_mask, left_padded_layout
 from recsys.ops.embedding_bag import Kernel
@@ -107,12 +108,17 @@ class SASRec(nn.Module):
         table = self.sid_emb(torch.arange(self.config.num_items + 1, device=self.pos_emb.weight.device))
         return table if self.item_emb is None else table + self.item_emb.weight
 
-    def encode_queries(self, histories: torch.Tensor) -> torch.Tensor:
-        """(B, L) left-padded histories -> (B, D) user vectors (hidden state of the last column)."""
+    def encode_queries(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        """(B, L) left-padded histories -> (B, D) user vectors (hidden state of the last column); `users` and
+        `times` are ignored (the vector models share this signature)."""
         return self(histories)[:, -1]
 
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, L) left-padded histories -> (B, V+1) scores over all items (`users` is ignored)."""
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        """(B, L) left-padded histories -> (B, V+1) scores over all items (`users` and `times` are ignored)."""
         return self.encode_queries(histories) @ self.item_embeddings().T
 
 

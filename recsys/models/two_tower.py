@@ -23,6 +23,7 @@ from torchrec import EmbeddingBagConfig, KeyedJaggedTensor
 from torchrec.modules.embedding_configs import PoolingType
 
 from recsys.data.schema import PADDING_IDX
+from recsys.inference import HistoryTimes
 from recsys.modules.embedding_bag_collection import FusedEmbeddingBagCollection
 from recsys.modules.sid_embedding import prefix_ids
 
@@ -90,8 +91,10 @@ class TwoTower(nn.Module):
         if config.content_dim and content is not None:
             self.content.copy_(content)
 
-    def encode_queries(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, H) left-padded histories [+ (B,) user_idx] -> (B, D) unit user vectors."""
+    def encode_queries(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        """(B, H) left-padded histories [+ (B,) user_idx] -> (B, D) unit user vectors (`times` are ignored)."""
         histories = histories.to(self.prefix_rows.device)[:, -self.config.max_len :]
         recent = histories[:, -self.config.recent :]
         features: dict[str, torch.Tensor] = {"history": histories, "recent": recent}
@@ -120,8 +123,10 @@ class TwoTower(nn.Module):
         vectors = self.encode_items(torch.arange(self.config.num_items + 1, device=self.prefix_rows.device))
         return vectors.masked_fill(torch.arange(vectors.shape[0], device=vectors.device)[:, None] == 0, 0.0)
 
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, H) histories [+ (B,) users] -> (B, V+1) logits = cosine / temperature."""
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        """(B, H) histories [+ (B,) users] -> (B, V+1) logits = cosine / temperature (`times` are ignored)."""
         return self.encode_queries(histories, users) @ self.item_embeddings().T / self.config.temperature
 
 

@@ -26,8 +26,9 @@ from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
 
 
 class Recipe(Protocol):
-    def batches(self, sequences: Jagged, generator: torch.Generator) -> list[Any]:
-        """One epoch of batches (each with a `.to(device)`)."""
+    def batches(self, sequences: Jagged, generator: torch.Generator, timestamps: Jagged | None = None) -> list[Any]:
+        """One epoch of batches (each with a `.to(device)`); `timestamps` (aligned with `sequences`) are given
+        for models that read them."""
         ...
 
     def loss(self, model: nn.Module, batch: Any, generator: torch.Generator) -> tuple[torch.Tensor, int]:
@@ -53,13 +54,19 @@ class NextItemRecipe:
     sampling_probs: torch.Tensor | None = None
     num_negatives: int = 0
 
-    def batches(self, sequences: Jagged, generator: torch.Generator) -> list[PackedBatch]:
-        return list(packed_next_item_batches(sequences, self.max_len, self.rows_per_batch, generator))
+    def batches(
+        self, sequences: Jagged, generator: torch.Generator, timestamps: Jagged | None = None
+    ) -> list[PackedBatch]:
+        return list(packed_next_item_batches(sequences, self.max_len, self.rows_per_batch, generator, timestamps))
 
     def loss(self, model: nn.Module, batch: PackedBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         assert isinstance(model, SASRec | HSTU)
         real = batch.targets != 0  # (B, L)
-        hidden = model(batch.inputs, batch.segments, batch.positions)[real]  # (N, D)
+        if isinstance(model, HSTU):
+            times = batch.timestamps, batch.next_timestamps
+            hidden = model(batch.inputs, batch.segments, batch.positions, *times)[real]  # (N, D)
+        else:
+            hidden = model(batch.inputs, batch.segments, batch.positions)[real]
         targets = batch.targets[real]
         if self.sampling_probs is None:
             excluded = None if self.excluded is None else self.excluded.to(hidden.device)
@@ -78,7 +85,9 @@ class GenerativeRecipe:
     batch_size: int
     label_smoothing: float = 0.0
 
-    def batches(self, sequences: Jagged, generator: torch.Generator) -> list[HistoryBatch]:
+    def batches(
+        self, sequences: Jagged, generator: torch.Generator, timestamps: Jagged | None = None
+    ) -> list[HistoryBatch]:
         return list(history_target_batches(sequences, self.max_history, self.batch_size, generator))
 
     def loss(self, model: nn.Module, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
@@ -106,7 +115,9 @@ class TwoTowerRecipe:
     target_log_probs: torch.Tensor  # (V+1,) log share of each item among training targets
     num_negatives: int
 
-    def batches(self, sequences: Jagged, generator: torch.Generator) -> list[HistoryBatch]:
+    def batches(
+        self, sequences: Jagged, generator: torch.Generator, timestamps: Jagged | None = None
+    ) -> list[HistoryBatch]:
         return list(history_target_batches(sequences, self.max_history, self.batch_size, generator))
 
     def loss(self, model: nn.Module, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
@@ -137,7 +148,9 @@ class RankerRecipe:
     max_history: int
     batch_size: int
 
-    def batches(self, sequences: Jagged, generator: torch.Generator) -> list[HistoryBatch]:
+    def batches(
+        self, sequences: Jagged, generator: torch.Generator, timestamps: Jagged | None = None
+    ) -> list[HistoryBatch]:
         return list(history_target_batches(sequences, self.max_history, self.batch_size, generator))
 
     def loss(self, model: nn.Module, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:

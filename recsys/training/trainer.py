@@ -126,9 +126,11 @@ def fit(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=device.type == "cuda"
     )
     sequences, valid = data.training_sequences(), data.eval_split("valid")
+    timestamps = data.training_timestamps() if getattr(model, "reads_timestamps", False) else None
     recipe = recipe_for(model, data, config.batch_size, config.loss, config.num_negatives, config.label_smoothing)
     # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
-    steps_per_epoch = len(recipe.batches(sequences, torch.Generator())) if config.lr_schedule == "cosine" else 0
+    cosine = config.lr_schedule == "cosine"
+    steps_per_epoch = len(recipe.batches(sequences, torch.Generator(), timestamps)) if cosine else 0
     scheduler = _lr_scheduler(optimizer, config, steps_per_epoch)
     average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
     state = _TrainingState(model, optimizer, scheduler, generator, _run_key(model, config), average)
@@ -142,7 +144,7 @@ def fit(
     for epoch in range(first_epoch, config.epochs + 1):
         t0 = time.perf_counter()
         expert_load(model)  # count this epoch's routing only (validation routes examples too)
-        batches = recipe.batches(sequences, generator)
+        batches = recipe.batches(sequences, generator, timestamps)
         loss = train_one_epoch(
             model, recipe, batches, optimizer, scheduler, use_bf16, config.progress, generator, average
         )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, HTTPException
 
 from serving.deps import HistoryStoreDep, RecommenderDep
-from serving.history import HistoryUnavailableError
+from serving.history import Event, HistoryUnavailableError
 from serving.schemas import NOT_READY, UNPARSEABLE_BODY, EventsRequest, EventsResponse, error_responses
 
 router = APIRouter(prefix="/v1", tags=["events"])
@@ -16,10 +18,12 @@ router = APIRouter(prefix="/v1", tags=["events"])
     responses=error_responses({400: UNPARSEABLE_BODY, 503: f"{NOT_READY}, or the online history store is down"}),
 )
 def events(body: EventsRequest, recommender: RecommenderDep, store: HistoryStoreDep) -> EventsResponse:
-    """Known items are stored (oldest first); ids outside the catalog are returned in `unknown_items`."""
+    """Known items are stored (oldest first) with their time (now when not given); ids outside the catalog are
+    returned in `unknown_items`."""
     known, unknown = recommender.item_idx(body.item_ids)
     unknown_ids = set(unknown)
-    kept = [i for i in body.item_ids if i not in unknown_ids]
+    times = body.timestamps or [int(time.time())] * len(body.item_ids)
+    kept = [Event(i, t) for i, t in zip(body.item_ids, times, strict=True) if i not in unknown_ids]
     if kept:
         try:
             store.append(body.user_id, kept)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
 from starlette.concurrency import run_in_threadpool
 
 from serving.deps import BatcherDep, HistoryStoreDep, RecommenderDep
-from serving.history import HistoryStore, HistoryUnavailableError
+from serving.history import Event, HistoryStore, HistoryUnavailableError
 from serving.recommender import RecommendationQuery
 from serving.schemas import (
     NOT_READY,
@@ -32,20 +33,25 @@ async def recommendations(
     if body.domain is not None:
         message = f"domain {body.domain!r}: this bundle serves a single domain; omit `domain`"
         raise RequestValidationError([{"type": "value_error", "loc": ("body", "domain"), "msg": message}])
-    degraded = False
+    degraded, now = False, int(time.time())
     if body.history is not None:
-        history, unknown = recommender.item_idx(body.history)
+        times = body.timestamps or [now] * len(body.history)
+        history, timestamps, unknown = recommender.known_events(
+            [Event(i, t) for i, t in zip(body.history, times, strict=True)], now
+        )
     else:
         assert body.user_id is not None
-        history, unknown = recommender.training_history(body.user_id) or [], []
+        history, timestamps = recommender.training_history(body.user_id) or ([], [])
+        unknown = []
         try:
-            online, unknown = recommender.item_idx(await _recent(store, body.user_id))
-            history += online
+            online, online_times, unknown = recommender.known_events(await _recent(store, body.user_id), now)
+            history, timestamps = history + online, timestamps + online_times
         except HistoryUnavailableError as err:
             logger.warning("serving without online events: %s", err)
             degraded = True
-    history = history[-recommender.max_history :]
-    items = await batcher.recommend(recommender, RecommendationQuery(history, body.k, body.exclude_seen))
+    history, timestamps = history[-recommender.max_history :], timestamps[-recommender.max_history :]
+    query = RecommendationQuery(history, body.k, body.exclude_seen, timestamps, request_time=now)
+    items = await batcher.recommend(recommender, query)
     return RecommendationResponse(
         items=[ScoredItem(item_id=r.item_id, title=r.title, score=r.score) for r in items],
         source="model" if history else "popularity",
@@ -56,6 +62,6 @@ async def recommendations(
     )
 
 
-async def _recent(store: HistoryStore, user_id: str) -> list[str]:
+async def _recent(store: HistoryStore, user_id: str) -> list[Event]:
     """The user's online events, read off the event loop when the store waits on the network."""
     return await run_in_threadpool(store.recent, user_id) if store.blocking_io else store.recent(user_id)

@@ -158,3 +158,25 @@ def test_follow_up_links_carry_the_signal(default_ds: RawDataset) -> None:
     no_links = generate_synthetic(dataclasses.replace(SyntheticConfig(), follow_prob=0.0))
     without, _ = _leave_one_out_hit_rates(no_links.interactions)
     assert with_links > without + 0.1, (with_links, without)
+
+
+def _same_category_share(ds: RawDataset, long_gap: bool) -> float:
+    """Share of consecutive events of a user in the same category, after a gap of > 1 h (long) or < 1 h."""
+    category = dict(zip(ds.items[ITEM_ID].to_list(), ds.items["category"].to_list(), strict=True))
+    frame = ds.interactions.with_columns(
+        pl.col(ITEM_ID).replace_strict(category).alias("category"),
+        pl.col(TS).diff().over(USER_ID).alias("gap"),
+    ).with_columns(pl.col("category").shift().over(USER_ID).alias("previous"))
+    pairs = frame.filter(pl.col("gap") > 3_600 if long_gap else pl.col("gap") < 3_600)
+    return float((pairs["category"] == pairs["previous"]).mean())  # type: ignore[arg-type]
+
+
+def test_session_resets_make_time_gaps_informative() -> None:
+    """Without resets the items ignore time (same category after a long gap as after a short one); with them a
+    user back after hours or days more often continues elsewhere. Measured at seed 3: 0.20 vs 0.22 without,
+    0.17 vs 0.26 with resets (the same-category share understates it: most follow-ups go to the paired category)."""
+    plain = generate_synthetic(SMALL)
+    reset = generate_synthetic(dataclasses.replace(SMALL, session_reset_prob=1.0))
+    assert abs(_same_category_share(plain, True) - _same_category_share(plain, False)) < 0.05
+    assert _same_category_share(reset, True) < _same_category_share(reset, False) - 0.06
+    assert reset.interactions.height == plain.interactions.height  # the same users and lengths, other items

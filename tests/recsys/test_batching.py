@@ -41,6 +41,17 @@ def test_runs_are_cut_to_max_len_and_positions_count_back_from_the_end() -> None
     assert short == [(6, 7, 2)]
 
 
+def test_timestamps_are_packed_beside_their_inputs_and_targets() -> None:
+    gen = torch.Generator().manual_seed(0)
+    times = Jagged.from_lists([[1000 * v for v in row] for row in ROWS])  # every item's time names the item
+    batches = list(packed_next_item_batches(Jagged.from_lists(ROWS), 4, 2, gen, timestamps=times))
+    for b in batches:
+        assert b.timestamps is not None and b.next_timestamps is not None
+        torch.testing.assert_close(b.timestamps, 1000 * b.inputs)  # padding: 0 and 0
+        torch.testing.assert_close(b.next_timestamps, 1000 * b.targets)
+    assert epoch(4, 2)[0].timestamps is None  # not asked for: not packed
+
+
 def test_padding_has_no_target_and_no_segment() -> None:
     for b in epoch(max_len=8, rows_per_batch=1):
         pad = b.segments == 0

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from recsys.errors import ConfigError
+from recsys.inference import HistoryTimes
 from recsys.models.fusion import Fusion, FusionConfig
 from recsys.models.registry import build_model, load_model, save_model
 
@@ -22,7 +23,9 @@ class FixedScores(nn.Module):
         super().__init__()
         self.scores = torch.tensor([scores])
 
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
         return self.scores.expand(histories.shape[0], -1)
 
 

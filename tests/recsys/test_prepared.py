@@ -23,6 +23,9 @@ def test_leave_one_out_splits_follow_the_sequences(tiny_data_dir: Path) -> None:
     assert test.targets[0].item() == first_user.filter(pl.col("split") == "test")["item_idx"].item()
     assert test.histories.row(0).tolist() == first_user["item_idx"].to_list()[:-1]
     assert data.training_sequences().row(0).tolist() == first_user["item_idx"].to_list()[:-2]
+    assert data.training_timestamps().row(0).tolist() == first_user["ts"].to_list()[:-2]
+    assert test.timestamps is not None and test.timestamps.row(0).tolist() == first_user["ts"].to_list()[:-1]
+    assert test.request_times is not None and test.request_times[0].item() == first_user["ts"].to_list()[-1]
 
 
 def test_cold_items_leave_training_and_inputs_but_stay_targets(tmp_path: Path) -> None:
@@ -32,6 +35,14 @@ def test_cold_items_leave_training_and_inputs_but_stay_targets(tmp_path: Path) -
     cold = data.cold_mask
     assert 0.15 < cold.float().sum().item() / data.num_items < 0.25
     assert not cold[data.training_sequences().values].any()
+    # the times stay aligned with the items once the cold ones are dropped
+    inter = pl.read_parquet(out / "interactions.parquet")
+    is_cold = pl.Series(cold.tolist())
+    for user in (1, 2, 3):
+        rows = inter.filter(pl.col("user_idx") == user).head(-2)
+        warm = rows.filter(~is_cold.gather(rows["item_idx"].cast(pl.Int64)))
+        assert data.training_sequences().row(user - 1).tolist() == warm["item_idx"].to_list()
+        assert data.training_timestamps().row(user - 1).tolist() == warm["ts"].to_list()
     test = data.eval_split("test")
     assert not cold[test.histories.values].any()
     assert cold[test.targets].any(), "some test targets should be cold items"

@@ -8,19 +8,24 @@ import torch
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit
 from recsys.evaluation import EvalConfig, evaluate
+from recsys.inference import HistoryTimes
 
 
 class FixedScorer:
-    """Scores item i as `table[i]` for every user; records the histories and users it was given."""
+    """Scores item i as `table[i]` for every user; records the histories, users and timestamps it was given."""
 
     def __init__(self, table: list[float]) -> None:
         self.table = torch.tensor(table)
         self.widths: list[int] = []
         self.users: list[list[int]] = []
+        self.times: list[tuple[list[list[int]], list[int]]] = []
 
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
         self.widths.append(histories.shape[1])
         self.users.append([] if users is None else users.tolist())
+        self.times.append(([], []) if times is None else (times.items.tolist(), times.request.tolist()))
         return self.table.expand(histories.shape[0], -1).clone()
 
 
@@ -40,6 +45,19 @@ def test_full_ranking_metrics_and_rank_order() -> None:
     # users are batched by history length (1, 2 | 3): each batch is padded to its own longest history
     assert scorer.widths == [2, 3]
     assert scorer.users == [[1, 3], [2]]  # each row's user_idx travels with its history
+
+
+def test_times_travel_left_padded_with_their_histories() -> None:
+    scorer = FixedScorer([0.0, 4.0, 3.0, 2.0, 1.0])
+    s = EvalSplit(
+        Jagged.from_lists([[1, 2, 3], [4]]),
+        torch.tensor([1, 2]),
+        torch.arange(1, 3),
+        timestamps=Jagged.from_lists([[10, 20, 30], [40]]),
+        request_times=torch.tensor([35, 45]),
+    )
+    evaluate(scorer, s, num_items=4, config=EvalConfig(ks=(1,), batch_size=1))
+    assert scorer.times == [([[40]], [45]), ([[10, 20, 30]], [35])]  # batched by length like the histories
 
 
 def test_exclude_seen_masks_history_items() -> None:
