@@ -2,7 +2,7 @@
 
 Example:
     >>> sorted(SOURCES)
-    ['amazon-p5', 'amazon-raw', 'movielens', 'synthetic']
+    ['amazon-p5', 'amazon-p5-domains', 'amazon-raw', 'movielens', 'synthetic']
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from features.loaders import load_amazon_p5, load_amazon_raw, load_movielens
+from features.loaders import load_amazon_p5, load_amazon_p5_domains, load_amazon_raw, load_movielens
 from features.raw import RawDataset
 from recsys.errors import ConfigError
 
@@ -69,6 +69,9 @@ class Source:
 SOURCES: dict[str, Source] = {
     "synthetic": Source(load_synthetic, False, "generated catalog and users, deterministic by seed"),
     "amazon-p5": Source(load_amazon_p5, True, "user_sequence.txt (+ items.csv), the P5/TIGER form"),
+    "amazon-p5-domains": Source(
+        load_amazon_p5_domains, True, "several P5 folders as the domains of one dataset (ids get a domain prefix)"
+    ),
     "amazon-raw": Source(load_amazon_raw, True, "reviews_*.json(.gz) (+ meta_*.json(.gz))"),
     "movielens": Source(load_movielens, True, "ratings.dat / ratings.csv (+ movies.dat / movies.csv)"),
 }

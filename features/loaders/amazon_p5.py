@@ -32,8 +32,10 @@ from features.io import (
 )
 from features.raw import RawDataset
 from recsys.data.schema import DOMAIN, ITEM_ID, TITLE, TS, USER_ID
+from recsys.errors import DataError
 
 SOURCE = "amazon-p5"
+DOMAINS_SOURCE = "amazon-p5-domains"
 SEQUENCE_FILE = "user_sequence.txt"
 ITEMS_FILE = "items.csv"
 
@@ -87,4 +89,53 @@ def read_sequences(path: Path) -> pl.DataFrame:
         )
         .explode(ITEM_ID)
         .select(USER_ID, ITEM_ID, pl.int_range(pl.len(), dtype=pl.Int64).over(LINE).alias(TS))
+    )
+
+
+def load_amazon_p5_domains(path: Path, *, domains: list[str] | None = None) -> RawDataset:
+    """Several P5-form directories as the domains of one dataset (MLoRA-style multi-domain training).
+
+    User and item ids get a "<domain>:" prefix: P5 numbers users and items per dataset, so "12" of Beauty and
+    "12" of Sports are different people and products. A domain without `items.csv` gets a catalog of its item
+    ids with empty titles, so no domain's items are dropped as unknown.
+
+    Args:
+        path: the parent directory of the domain directories (e.g. `../shared/data`).
+        domains: the subdirectory names to load (e.g. ["amazon-beauty", "amazon-sports"]); default: every
+            subdirectory holding `user_sequence.txt`. The domain name drops an "amazon-" prefix.
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> for name, line in (("amazon-toys", "1 a b c"), ("amazon-games", "1 a d e")):
+        ...     (root / name).mkdir()
+        ...     _ = (root / name / "user_sequence.txt").write_text(line + "\\n")
+        >>> raw = load_amazon_p5_domains(root)
+        >>> raw.interactions.unique("user_id", maintain_order=True).rows()
+        [('games:1', 'games:a', 0, 'games'), ('toys:1', 'toys:a', 0, 'toys')]
+    """
+    root = Path(path)
+    names = domains if domains is not None else sorted(p.name for p in root.iterdir() if (p / SEQUENCE_FILE).is_file())
+    if not names:
+        raise DataError(root, f"no domain directories holding {SEQUENCE_FILE}", "pass the parent of the P5 folders")
+    interactions: list[pl.DataFrame] = []
+    catalogs: list[pl.DataFrame] = []
+    files: list[Path] = []
+    for name in names:
+        raw = load_amazon_p5(root / name)
+        domain = raw.interactions[DOMAIN][0]
+        prefix = [pl.lit(f"{domain}:") + pl.col(USER_ID), pl.lit(f"{domain}:") + pl.col(ITEM_ID)]
+        interactions.append(raw.interactions.with_columns(prefix[0].alias(USER_ID), prefix[1].alias(ITEM_ID)))
+        items = raw.items
+        if items is None:
+            items = raw.interactions.select(pl.col(ITEM_ID).unique(maintain_order=True)).with_columns(
+                pl.lit("").alias(TITLE), pl.lit(domain).alias(DOMAIN)
+            )
+        catalogs.append(items.with_columns((pl.lit(f"{domain}:") + pl.col(ITEM_ID)).alias(ITEM_ID)))
+        files.extend(raw.files)
+    return RawDataset(
+        interactions=pl.concat(interactions),
+        items=pl.concat(catalogs, how="diagonal"),
+        source=DOMAINS_SOURCE,
+        files=tuple(files),
     )

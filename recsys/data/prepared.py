@@ -33,6 +33,7 @@ class EvalSplit:
         timestamps: (U,) rows aligned with `histories`: the time of every history item (for time-aware models);
             None = unknown.
         request_times: (U,) the held-out item's time: the moment the recommendation is for (with `timestamps`).
+        candidates: (V+1,) bool, the items ranked for these users (e.g. their domain's); None = every item.
     """
 
     histories: Jagged
@@ -40,6 +41,7 @@ class EvalSplit:
     user_idx: torch.Tensor
     timestamps: Jagged | None = None
     request_times: torch.Tensor | None = None
+    candidates: torch.Tensor | None = None
 
     def times(self, rows: torch.Tensor, width: int) -> HistoryTimes | None:
         """The times of `rows`, histories left-padded to `width` (as `histories.select(rows).to_padded(width)`)."""
@@ -57,12 +59,14 @@ class SequenceData:
     training sequences and from model inputs; they remain as validation/test targets.
 
     Args:
-        sequences: (U,) rows of item_idx; row u is user_idx u + 1.
+        sequences: (U,) rows of item_idx; row u is the user of `users` row u (user_idx u + 1 in a whole dataset).
         timestamps: (U,) rows aligned with `sequences`: the `ts` of every interaction (unix seconds, or the
             position in the sequence for sources without times).
         items: the catalog (item_idx 1..V, item_id, title, is_cold, ...), sorted by item_idx.
         users: user_idx 1..U -> user_id, sorted by user_idx.
         meta: meta.json of the directory.
+        candidates: (V+1,) bool, the items these users can be recommended (`for_domain` sets it: the domain's
+            items); None = every item. Training keeps the others out of the softmax, evaluation out of the ranking.
     """
 
     sequences: Jagged
@@ -70,6 +74,7 @@ class SequenceData:
     items: pl.DataFrame
     users: pl.DataFrame
     meta: dict[str, Any]
+    candidates: torch.Tensor | None = None
 
     @property
     def num_items(self) -> int:
@@ -87,16 +92,58 @@ class SequenceData:
         mask[cold] = True
         return mask
 
+    @property
+    def domains(self) -> list[str]:
+        """The items' domain names, sorted (empty without a `domain` column)."""
+        if schema.DOMAIN not in self.items.columns:
+            return []
+        return sorted(self.items[schema.DOMAIN].drop_nulls().unique().to_list())
+
+    def item_domains(self) -> torch.Tensor:
+        """(V+1,) int64, every item's index in `domains` (-1 for the padding row and items without one)."""
+        names = {name: i for i, name in enumerate(self.domains)}
+        out = torch.full((self.num_items + 1,), -1, dtype=torch.int64)
+        if names:
+            out[1:] = torch.tensor([names.get(d, -1) for d in self.items[schema.DOMAIN].to_list()])
+        return out
+
+    def for_domain(self, domain: str) -> SequenceData:
+        """Every user's interactions in `domain`, for the users with at least 3 there (train, valid, test), and
+        `candidates` = the domain's items.
+
+        Item indices stay those of the whole catalog, so a model of all domains scores this data as is.
+        """
+        if domain not in self.domains:
+            raise KeyError(f"unknown domain {domain!r}: this dataset has {self.domains}")
+        item_domain = self.item_domains()
+        in_domain = item_domain == self.domains.index(domain)
+        keep = in_domain[self.sequences.values]
+        sequences, timestamps = _keep_values(self.sequences, keep), _keep_values(self.timestamps, keep)
+        rows = torch.nonzero(sequences.lengths() >= 3).squeeze(1)
+        return SequenceData(
+            sequences=sequences.select(rows),
+            timestamps=timestamps.select(rows),
+            items=self.items,
+            users=self.users[rows.tolist()],
+            meta=self.meta,
+            candidates=in_domain,
+        )
+
+    def training_excluded(self) -> torch.Tensor:
+        """(V+1,) bool, items kept out of training softmaxes: cold-start items and non-candidates."""
+        excluded = self.cold_mask.clone()
+        if self.candidates is not None:
+            excluded |= ~self.candidates
+            excluded[0] = False
+        return excluded
+
     def _warm(self, held_out: int) -> tuple[Jagged, Jagged]:
         """(items, timestamps) of every sequence without its last `held_out` values and without cold items."""
         rows, times = self.sequences.truncate_last(held_out), self.timestamps.truncate_last(held_out)
         if not bool(self.cold_mask.any()):
             return rows, times
         keep = ~self.cold_mask[rows.values]
-        lengths = torch.zeros(len(rows), dtype=torch.int64)
-        row_of_value = torch.repeat_interleave(torch.arange(len(rows)), rows.lengths())
-        lengths.index_add_(0, row_of_value, keep.long())
-        return Jagged.from_lengths(rows.values[keep], lengths), Jagged.from_lengths(times.values[keep], lengths)
+        return _keep_values(rows, keep), _keep_values(times, keep)
 
     def training_sequences(self) -> Jagged:
         """(U,) rows: every sequence without its last two items (and without cold items)."""
@@ -115,9 +162,10 @@ class SequenceData:
         return EvalSplit(
             histories=histories,
             targets=self.sequences.last(held_out),
-            user_idx=torch.arange(1, len(self.sequences) + 1),
+            user_idx=self.users[schema.USER_IDX].to_torch().long(),
             timestamps=timestamps,
             request_times=self.timestamps.last(held_out),
+            candidates=self.candidates,
         )
 
     def item_counts(self) -> torch.Tensor:
@@ -125,12 +173,12 @@ class SequenceData:
         return torch.bincount(self.training_sequences().values, minlength=self.num_items + 1)
 
     def user_row(self, user_id: str) -> int:
-        """Row of `user_id` in `sequences` (user_idx - 1); KeyError with a hint if unknown."""
-        hit = self.users.filter(pl.col(schema.USER_ID) == user_id)
+        """Row of `user_id` in `sequences` (user_idx - 1 for a whole dataset); KeyError with a hint if unknown."""
+        hit = self.users.with_row_index("row").filter(pl.col(schema.USER_ID) == user_id)
         if hit.height == 0:
             raise KeyError(f"unknown user {user_id!r}: it is not in users.parquet of this dataset")
-        user_idx: int = hit[schema.USER_IDX].cast(pl.Int64).item()
-        return user_idx - 1
+        row: int = hit["row"].cast(pl.Int64).item()
+        return row
 
     @cached_property
     def _display_titles(self) -> list[str]:
@@ -148,6 +196,13 @@ class SequenceData:
     def titles(self, item_idx: torch.Tensor) -> list[str]:
         """Titles (or item ids where the title is empty) for a 1-d tensor of item_idx."""
         return [self._display_titles[int(i) - 1] for i in item_idx]
+
+
+def _keep_values(rows: Jagged, keep: torch.Tensor) -> Jagged:
+    """The rows with only the values where `keep` (N,) is True, in order."""
+    row_of_value = torch.repeat_interleave(torch.arange(len(rows)), rows.lengths())
+    lengths = torch.zeros(len(rows), dtype=torch.int64).index_add_(0, row_of_value, keep.long())
+    return Jagged.from_lengths(rows.values[keep], lengths)
 
 
 def load_prepared(data_dir: Path) -> SequenceData:

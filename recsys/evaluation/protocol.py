@@ -60,6 +60,8 @@ def evaluate(scorer: Scorer, split: EvalSplit, num_items: int, config: EvalConfi
         times = split.times(rows, width)  # None without timestamps
         scores = scorer.score(histories.to_padded(width), split.user_idx[rows], times).float()  # (B, V+1)
         scores = mask_unrankable(scores, histories if config.exclude_seen else None)
+        if split.candidates is not None:  # e.g. the users' domain: other items are not ranked
+            scores[:, ~split.candidates.to(scores.device)] = float("-inf")
         ranks[rows] = target_ranks(scores, split.targets[rows].to(scores.device)).cpu()
         tops[rows] = scores.topk(max(config.ks), dim=1).indices.cpu()
     metrics = ranking_metrics(ranks, config.ks)

@@ -17,6 +17,7 @@ from torch import nn
 from recsys.data.batching import HistoryBatch, PackedBatch, history_target_batches, packed_next_item_batches
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import SequenceData
+from recsys.models.domain_adapters import DomainAdaptedRetriever
 from recsys.models.generative import GenerativeRetriever
 from recsys.models.hstu import HSTU
 from recsys.models.ranker import TwoStageRanker
@@ -38,7 +39,8 @@ class Recipe(Protocol):
 
 @dataclass(frozen=True)
 class NextItemRecipe:
-    """SASRec and HSTU: packed sequences, the hidden state at every position predicts the next item.
+    """SASRec, HSTU and domain-adapted SASRec: packed sequences, the hidden state at every position predicts the
+    next item.
 
     Args:
         max_len: the model's max_len (row width).
@@ -60,7 +62,7 @@ class NextItemRecipe:
         return list(packed_next_item_batches(sequences, self.max_len, self.rows_per_batch, generator, timestamps))
 
     def loss(self, model: nn.Module, batch: PackedBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        assert isinstance(model, SASRec | HSTU)
+        assert isinstance(model, SASRec | HSTU | DomainAdaptedRetriever)
         real = batch.targets != 0  # (B, L)
         if isinstance(model, HSTU):
             times = batch.timestamps, batch.next_timestamps
@@ -181,10 +183,12 @@ def recipe_for(
 ) -> Recipe:
     """The recipe that trains `model`; `loss` applies to next-item models, `num_negatives` to next-item models'
     sampled softmax and to the two-tower's random negatives, `label_smoothing` to the generative one."""
-    if isinstance(model, SASRec | HSTU):
+    if isinstance(model, SASRec | HSTU | DomainAdaptedRetriever):
         probs = _sampling_probs(data) if loss == "sampled_softmax" else None
-        excluded = data.cold_mask if bool(data.cold_mask.any()) else None
-        return NextItemRecipe(model.config.max_len, batch_size, excluded, probs, num_negatives)
+        mask = data.training_excluded()
+        excluded = mask if bool(mask.any()) else None
+        max_len = model.max_len if isinstance(model, DomainAdaptedRetriever) else model.config.max_len
+        return NextItemRecipe(max_len, batch_size, excluded, probs, num_negatives)
     if isinstance(model, GenerativeRetriever):
         return GenerativeRecipe(model.config.max_history, batch_size, label_smoothing)
     if isinstance(model, TwoStageRanker):
@@ -199,5 +203,5 @@ def _sampling_probs(data: SequenceData) -> torch.Tensor:
     """Training popularity (+1 smoothing so every item can be drawn), 0 at the padding index."""
     counts = data.item_counts().double() + 1.0
     counts[0] = 0.0
-    counts[data.cold_mask] = 0.0  # cold-start items do not exist at training time
+    counts[data.training_excluded()] = 0.0  # cold-start items do not exist at training time, nor other domains
     return (counts / counts.sum()).float()

@@ -44,7 +44,7 @@ def test_data_error_exits_2_with_message_on_stderr(write: Callable[..., Path]) -
 def test_unknown_source_exits_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["prepare", "--source", "imdb", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
-    assert "valid sources: amazon-p5, amazon-raw, movielens, synthetic" in result.stderr
+    assert "valid sources: amazon-p5, amazon-p5-domains, amazon-raw, movielens, synthetic" in result.stderr
     assert not (tmp_path / "o").exists()
 
 

@@ -16,11 +16,11 @@ needs_synthetic = pytest.mark.skipif(
 
 
 def test_registry_names() -> None:
-    assert sorted(SOURCES) == ["amazon-p5", "amazon-raw", "movielens", "synthetic"]
+    assert sorted(SOURCES) == ["amazon-p5", "amazon-p5-domains", "amazon-raw", "movielens", "synthetic"]
 
 
 def test_unknown_source_lists_the_valid_ones() -> None:
-    with pytest.raises(ConfigError, match="unknown source 'imdb'; valid sources: amazon-p5, amazon-raw, movielens"):
+    with pytest.raises(ConfigError, match="unknown source 'imdb'; valid sources: amazon-p5, amazon-p5-domains, amazon-raw, movielens"):
         load_source("imdb", None)
 
 

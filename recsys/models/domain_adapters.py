@@ -1,0 +1,97 @@
+"""One sequential retriever for several domains, plus a LoRA adapter per domain (Alibaba's MLoRA).
+
+The base (a SASRec trained on every domain's users) is frozen; each domain gets low-rank adapters on the linear
+layers of the transformer blocks (`recsys.modules.lora`), trained on that domain's users only. A history is
+scored with the adapter of its domain: the domain of its most recent item (histories stay within a domain), or
+the one a request names (`score_in`). New adapters are zero, so before training the model equals its base.
+
+Dimension letters: B histories, L length, V+1 items (0 = padding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from recsys.inference import HistoryTimes
+from recsys.models.sasrec import SASRec
+from recsys.modules.lora import LoRAConfig, add_lora, lora_layers, route
+
+# the linear layers of every SASRec block that get adapters: attention in/out and both feed-forward layers
+BLOCK_LINEARS = ("attn.qkv", "attn.out", "ffn.0", "ffn.2")
+
+
+@dataclass(frozen=True)
+class DomainAdapterConfig:
+    domains: tuple[str, ...]  # the dataset's domain names, in `SequenceData.domains` order
+    rank: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+
+
+class DomainAdaptedRetriever(nn.Module):
+    """A frozen multi-domain SASRec + one LoRA adapter per domain on its block linears.
+
+    Args:
+        config: domains and adapter size.
+        base: the retriever trained on all domains (frozen here).
+        item_domain: (V+1,) every item's domain index (`SequenceData.item_domains()`), -1 for padding.
+    """
+
+    def __init__(self, config: DomainAdapterConfig, base: SASRec, item_domain: torch.Tensor) -> None:
+        super().__init__()
+        self.config = config
+        self.base = base
+        lora = LoRAConfig(domains=config.domains, rank=config.rank, alpha=config.alpha, dropout=config.dropout)
+        add_lora(base, [f"blocks.{i}.{name}" for i in range(len(base.blocks)) for name in BLOCK_LINEARS], lora)
+        self.item_domain: torch.Tensor
+        self.register_buffer("item_domain", item_domain.long(), persistent=True)
+
+    @property
+    def max_len(self) -> int:
+        return self.base.config.max_len
+
+    def adapter_parameters(self, domain: str) -> int:
+        """Parameters of one domain's adapter."""
+        return sum(p.numel() for layer in lora_layers(self) for p in layer.adapter(domain).parameters())
+
+    def base_parameters(self) -> int:
+        """Parameters of the shared base (embeddings included)."""
+        return sum(p.numel() for name, p in self.named_parameters() if ".adapters." not in name)
+
+    def history_domains(self, histories: torch.Tensor) -> torch.Tensor:
+        """(B, L) histories -> (B,) the domain index of each row: its last item's (-1 = empty row, base alone).
+
+        Left-padded rows end with the most recent item; packed training rows hold the users of one domain.
+        """
+        return self.item_domain[_last_item(histories.to(self.base.pos_emb.weight.device))]
+
+    def forward(
+        self, item_ids: torch.Tensor, segments: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """As `SASRec.forward`, every row through the adapter of its items' domain."""
+        with route(self, self.history_domains(item_ids)):
+            return self.base(item_ids, segments, positions)
+
+    def item_embeddings(self) -> torch.Tensor:
+        return self.base.item_embeddings()
+
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        """(B, L) left-padded histories -> (B, V+1) scores, each row with its history's domain adapter."""
+        return self.score_in(histories, self.history_domains(histories))
+
+    def score_in(self, histories: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
+        """(B, L) histories scored with the adapters of `domains` (B,) (e.g. the request's domain)."""
+        with route(self, domains.to(self.base.pos_emb.weight.device)):
+            return self.base.score(histories)
+
+
+def _last_item(rows: torch.Tensor) -> torch.Tensor:
+    """(B, L) -> (B,) the last non-padding item of each row (left-padded: the last column; packed: the last
+    non-zero one), 0 for an empty row."""
+    last = (rows != 0).long().cumsum(dim=1).argmax(dim=1)  # first column reaching the row's count
+    return rows.gather(1, last[:, None]).squeeze(1)
