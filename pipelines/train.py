@@ -8,13 +8,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from pipelines.config import ExperimentConfig
 from pipelines.model_dir import write_model_dir
 from pipelines.tracking import Tracker, start_tracking
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.data.schema import TEST, VALID
+from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.evaluation.slices import slice_metrics
+from recsys.models.domain_adapters import DomainAdaptedRetriever
 from recsys.models.fusion import Fusion
 from recsys.models.generative import GenerativeRetriever
 from recsys.models.popularity import Popularity
@@ -99,10 +103,50 @@ def _fit(
     if isinstance(model, Fusion):  # its members are trained already
         return None
 
+    if isinstance(model, DomainAdaptedRetriever):
+        return _fit_domain_adapters(model, data, config, eval_config, tracker, state_path)
+
     def on_epoch_end(epoch: int, metrics: dict[str, float]) -> None:
         tracker.log_metrics(metrics, prefix="epoch_valid_", step=epoch)
 
     return fit(model, data, config.train, eval_config, on_epoch_end=on_epoch_end, state_path=state_path)
+
+
+def _fit_domain_adapters(
+    model: DomainAdaptedRetriever,
+    data: SequenceData,
+    config: ExperimentConfig,
+    eval_config: EvalConfig,
+    tracker: Tracker,
+    state_path: Path,
+) -> FitResult:
+    """One adapter per domain, each trained (and early-stopped) on its domain's users with the base frozen; the
+    result sums the domains' times, keeps the largest best epoch and every domain's best validation metrics
+    (keys prefixed with the domain)."""
+    if list(model.config.domains) != data.domains:
+        raise ConfigError(
+            f"model.params.domains={list(model.config.domains)} but the data's domains are {data.domains}. "
+            f"Fix: set domains: {data.domains}"
+        )
+    with torch.no_grad():
+        model.item_domain.copy_(data.item_domains())
+    results = []
+    for domain in data.domains:
+
+        def on_epoch_end(epoch: int, metrics: dict[str, float], domain: str = domain) -> None:
+            tracker.log_metrics(metrics, prefix=f"epoch_valid_{domain}_", step=epoch)
+
+        domain_state = state_path.with_name(f"{state_path.stem}.{domain}.pt")
+        domain_data = data.for_domain(domain)
+        results.append(fit(model, domain_data, config.train, eval_config, on_epoch_end, state_path=domain_state))
+        logger.info("adapter %s: best epoch %d, %s", domain, results[-1].best_epoch, results[-1].best_valid)
+    return FitResult(
+        best_epoch=max(r.best_epoch for r in results),
+        best_valid={f"{d}_{k}": v for d, r in zip(data.domains, results, strict=True) for k, v in r.best_valid.items()},
+        train_seconds=sum(r.train_seconds for r in results),
+        epoch_seconds=[s for r in results for s in r.epoch_seconds],
+        valid_seconds=[s for r in results for s in r.valid_seconds],
+    )
 
 
 def _test_metrics(model: Model, data: SequenceData, eval_config: EvalConfig) -> dict[str, dict[str, float]]:

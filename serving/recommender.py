@@ -15,7 +15,8 @@ import torch
 from pipelines.model_dir import load_model_dir
 from pipelines.registry import BUNDLE_DATA_DIR, BUNDLE_FILE, download_champion_bundle
 from recsys.data.jagged import Jagged
-from recsys.inference import recommend
+from recsys.inference import HistoryTimes, Scorer, recommend
+from recsys.models.domain_adapters import DomainAdaptedRetriever
 from recsys.models.registry import VECTOR_MODELS
 from recsys.retrieval import ExactTopK, TopK
 from recsys.retrieval.faiss_index import FaissTopK
@@ -35,6 +36,7 @@ class RecommendationQuery:
     exclude_seen: bool
     timestamps: list[int] | None = None  # unix seconds of the history items (time-aware models); None = unknown
     request_time: int = 0  # unix seconds of the request (time-aware models); 0 = unknown (no gaps are read)
+    domain: int = -1  # multi-domain models: the requested domain's index (its adapter and items); -1 = the history's
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,10 @@ class Recommender:
         # plain ints: slicing a tensor with tensor offsets costs ~0.2 ms per request
         self._history_offsets: list[int] = self.data.sequences.offsets.tolist()
         self._reads_timestamps = bool(getattr(self.model, "reads_timestamps", False))
+        # a domain-adapted model serves several domains: a request may name one (its adapter, its items)
+        self.domains: list[str] = (
+            list(self.model.config.domains) if isinstance(self.model, DomainAdaptedRetriever) else []
+        )
         item_ids = self.data.items["item_id"].to_list()
         self._item_idx = {item_id: i + 1 for i, item_id in enumerate(item_ids)}
         self._item_ids = ["", *item_ids]
@@ -77,6 +83,14 @@ class Recommender:
         """(item_idx of the known ids, in order; the unknown ids)."""
         known = [self._item_idx[i] for i in item_ids if i in self._item_idx]
         return known, [i for i in item_ids if i not in self._item_idx]
+
+    def domain_index(self, domain: str) -> int:
+        """The index of a requested domain; ValueError saying what this bundle serves otherwise."""
+        if not self.domains:
+            raise ValueError(f"domain {domain!r}: this bundle serves a single domain; omit `domain`")
+        if domain not in self.domains:
+            raise ValueError(f"unknown domain {domain!r}: this bundle serves {', '.join(self.domains)}")
+        return self.domains.index(domain)
 
     def known_events(self, events: list[Event], now: int) -> tuple[list[int], list[int], list[str]]:
         """(item_idx of the events with a known item, their times, the unknown item ids); an unknown time (0)
@@ -119,11 +133,18 @@ class Recommender:
             exclude = torch.tensor([queries[i].exclude_seen for i in scored])
             k = max(queries[i].k for i in scored)
             times, requests = self._times([queries[i] for i in scored]) if self._reads_timestamps else (None, None)
-            scores, items = recommend(self.model, histories, k, self.max_history, exclude, None, times, requests)
+            scorer = self._scorer([queries[i].domain for i in scored])
+            scores, items = recommend(scorer, histories, k, self.max_history, exclude, None, times, requests)
             for row, i in enumerate(scored):
                 top = queries[i].k
                 ranked[i] = self._describe(items[row, :top].tolist(), scores[row, :top].tolist())
-        return [ranked[i] if i in ranked else self._popularity(q.k, set()) for i, q in enumerate(queries)]
+        return [ranked[i] if i in ranked else self._popularity(q.k, set(), q.domain) for i, q in enumerate(queries)]
+
+    def _scorer(self, domains: list[int]) -> Scorer:
+        """The model, or for requests naming a domain, the model scoring with those domains' adapters and items."""
+        if not isinstance(self.model, DomainAdaptedRetriever) or all(d < 0 for d in domains):
+            return self.model
+        return _RequestedDomains(self.model, torch.tensor(domains))
 
     @staticmethod
     def _times(queries: list[RecommendationQuery]) -> tuple[Jagged, torch.Tensor]:
@@ -131,8 +152,8 @@ class Recommender:
         rows = [q.timestamps if q.timestamps is not None else [q.request_time] * len(q.history) for q in queries]
         return Jagged.from_lists(rows), torch.tensor([q.request_time for q in queries])
 
-    def popular(self, k: int, exclude: list[int]) -> list[Recommendation]:
-        return self._popularity(k, set(exclude))
+    def popular(self, k: int, exclude: list[int], domain: int = -1) -> list[Recommendation]:
+        return self._popularity(k, set(exclude), domain)
 
     @torch.no_grad()
     def similar_items(self, item_idx: int, k: int) -> list[Recommendation] | None:
@@ -154,8 +175,11 @@ class Recommender:
             vectors = self.model.item_embeddings()[1:].float()  # type: ignore[operator]
         return ExactTopK(vectors, torch.arange(1, vectors.shape[0] + 1))
 
-    def _popularity(self, k: int, exclude: set[int]) -> list[Recommendation]:
-        items = [int(i) for i in self._popular if int(i) not in exclude][:k]
+    def _popularity(self, k: int, exclude: set[int], domain: int = -1) -> list[Recommendation]:
+        popular = self._popular
+        if domain >= 0 and isinstance(self.model, DomainAdaptedRetriever):
+            popular = popular[self.model.item_domain[popular] == domain]
+        items = [int(i) for i in popular if int(i) not in exclude][:k]
         return self._describe(items, [float(self._counts[i]) for i in items])
 
     def _describe(self, items: list[int], scores: list[float]) -> list[Recommendation]:
@@ -164,6 +188,19 @@ class Recommender:
             Recommendation(self._item_ids[i], title, score)
             for i, title, score in zip(items, titles, scores, strict=True)
         ]
+
+
+class _RequestedDomains:
+    """A domain-adapted model scoring each row with its requested domain (or its history's, where -1)."""
+
+    def __init__(self, model: DomainAdaptedRetriever, requested: torch.Tensor) -> None:
+        self.model, self.requested = model, requested
+
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        by_history = self.model.history_domains(histories).cpu()
+        return self.model.score_in(histories, torch.where(self.requested >= 0, self.requested, by_history))
 
 
 def resolve_bundle(bundle: Path | None, model_name: str | None, tracking_uri: str) -> Path:

@@ -27,7 +27,11 @@ class RecommendationRequest(_Body):
     )
     k: int = Field(10, ge=1, le=100)
     exclude_seen: bool = True
-    domain: str | None = Field(None, description="reserved for multi-domain bundles; single-domain bundles reject it")
+    domain: str | None = Field(
+        None,
+        description="multi-domain bundles: the domain to recommend in (its adapter, its items); default: the "
+        "history's. Single-domain bundles reject it",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> RecommendationRequest:

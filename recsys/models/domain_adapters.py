@@ -2,15 +2,18 @@
 
 The base (a SASRec trained on every domain's users) is frozen; each domain gets low-rank adapters on the linear
 layers of the transformer blocks (`recsys.modules.lora`), trained on that domain's users only. A history is
-scored with the adapter of its domain: the domain of its most recent item (histories stay within a domain), or
-the one a request names (`score_in`). New adapters are zero, so before training the model equals its base.
+scored with the adapter of its domain, over that domain's items only: the domain of its most recent item
+(histories stay within a domain), or the one a request names (`score_in`). New adapters are zero, so before
+training the model ranks like its base. In a pipeline: `model.name: domain_adapters` with `params.base_dir`
+(a trained SASRec model directory on the same multi-domain data) and `params.domains`.
 
 Dimension letters: B histories, L length, V+1 items (0 = padding).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -29,6 +32,12 @@ class DomainAdapterConfig:
     rank: int = 8
     alpha: float = 16.0
     dropout: float = 0.0
+    num_items: int = 0  # V of the base (filled by the registry)
+    base: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen base (the registry's)
+
+    @property
+    def max_len(self) -> int:
+        return int(self.base.get("config", {}).get("max_len", 50))
 
 
 class DomainAdaptedRetriever(nn.Module):
@@ -85,9 +94,13 @@ class DomainAdaptedRetriever(nn.Module):
         return self.score_in(histories, self.history_domains(histories))
 
     def score_in(self, histories: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
-        """(B, L) histories scored with the adapters of `domains` (B,) (e.g. the request's domain)."""
-        with route(self, domains.to(self.base.pos_emb.weight.device)):
-            return self.base.score(histories)
+        """(B, L) histories scored with the adapters of `domains` (B,) (e.g. the request's domain); items of other
+        domains get -inf (a row of domain -1, an empty history, ranks every item with the base alone)."""
+        domains = domains.to(self.base.pos_emb.weight.device)
+        with route(self, domains):
+            scores = self.base.score(histories)
+        elsewhere = (self.item_domain[None, :] != domains[:, None]) & (domains[:, None] >= 0)
+        return scores.masked_fill(elsewhere, float("-inf"))
 
 
 def _last_item(rows: torch.Tensor) -> torch.Tensor:

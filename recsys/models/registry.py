@@ -15,6 +15,7 @@ import torch
 from pydantic import TypeAdapter, ValidationError
 
 from recsys.errors import ConfigError, RecsysError
+from recsys.models.domain_adapters import DomainAdaptedRetriever, DomainAdapterConfig
 from recsys.models.fusion import Fusion, FusionConfig
 from recsys.models.generative import GenerativeConfig, GenerativeRetriever
 from recsys.models.hstu import HSTU, HSTUConfig
@@ -24,7 +25,7 @@ from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.models.two_tower import TwoTower, TwoTowerConfig
 from recsys.training.checkpoint import load_checkpoint, save_checkpoint
 
-Model = Popularity | SASRec | HSTU | GenerativeRetriever | TwoStageRanker | Fusion | TwoTower
+Model = Popularity | SASRec | HSTU | GenerativeRetriever | TwoStageRanker | Fusion | TwoTower | DomainAdaptedRetriever
 
 CONFIGS: dict[str, type] = {
     "popularity": PopularityConfig,
@@ -34,6 +35,7 @@ CONFIGS: dict[str, type] = {
     "ranker": RankerConfig,
     "fusion": FusionConfig,
     "two_tower": TwoTowerConfig,
+    "domain_adapters": DomainAdapterConfig,
 }
 # Models that score by a dot product of a user vector (`encode_queries`) and item vectors
 # (`item_embeddings`): the ones a FAISS index of item vectors can serve.
@@ -52,6 +54,8 @@ def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
         return _two_stage(params, num_items)
     if name == "fusion":
         return _fusion(params, num_items)
+    if name == "domain_adapters":
+        return _domain_adapted(params, num_items)
     codes = None
     if name == "generative" or (name in ("sasrec", "two_tower") and params.get("sid_levels")):
         codes, sizes = _semantic_ids(sid_path, name, num_items)
@@ -99,6 +103,10 @@ def _unfilled(name: str, config: Any) -> Model:
         return HSTU(config)
     if isinstance(config, TwoTowerConfig):
         return TwoTower(config)
+    if isinstance(config, DomainAdapterConfig):
+        base = _unfilled(config.base["name"], _validate(config.base["name"], config.base["config"]))
+        assert isinstance(base, SASRec)
+        return DomainAdaptedRetriever(config, base, torch.zeros(config.num_items + 1, dtype=torch.long))
     if isinstance(config, FusionConfig):
         return Fusion(config, [_unfilled(m["name"], _validate(m["name"], m["config"])) for m in config.members])
     # SASRec's semantic-ID prefix index is a buffer: it comes with the state dict
@@ -118,6 +126,23 @@ def _two_stage(params: dict[str, Any], num_items: int) -> TwoStageRanker:
         with torch.no_grad():  # start from the retriever's item vectors: the ranker refines, not relearns
             model.ranker.item_emb.weight.copy_(retriever.item_embeddings())
     return model
+
+
+def _domain_adapted(params: dict[str, Any], num_items: int) -> DomainAdaptedRetriever:
+    """Per-domain adapters over the trained SASRec of `params["base_dir"]`; the items' domains come with the data
+    (`DomainAdaptedRetriever.item_domain`, set before training)."""
+    base_dir = params.pop("base_dir", None)
+    if base_dir is None:
+        raise ConfigError(
+            "model 'domain_adapters' needs model.params.base_dir: the model directory of a SASRec trained on every "
+            "domain of this data"
+        )
+    name, base = _trained_member(Path(base_dir), num_items)
+    if not isinstance(base, SASRec):
+        raise ConfigError(f"model 'domain_adapters' adapts a SASRec; {base_dir} holds a {name} model")
+    spec = {"name": name, "config": dataclasses.asdict(base.config)}
+    config = _validate("domain_adapters", {**params, "num_items": num_items, "base": spec})
+    return DomainAdaptedRetriever(config, base, torch.full((num_items + 1,), -1, dtype=torch.long))
 
 
 def _two_tower(config: TwoTowerConfig, codes: torch.Tensor | None, content_path: str | None) -> TwoTower:

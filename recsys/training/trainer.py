@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from recsys.data.prepared import SequenceData
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, evaluate
+from recsys.models.domain_adapters import DomainAdaptedRetriever
 from recsys.models.generative import GenerativeRetriever
 from recsys.models.hstu import HSTU
 from recsys.models.ranker import TwoStageRanker
@@ -37,7 +38,7 @@ from recsys.training.recipes import Recipe, recipe_for
 logger = logging.getLogger(__name__)
 
 EpochCallback = Callable[[int, dict[str, float]], None]
-Trainable = SASRec | HSTU | GenerativeRetriever | TwoStageRanker | TwoTower
+Trainable = SASRec | HSTU | GenerativeRetriever | TwoStageRanker | TwoTower | DomainAdaptedRetriever
 
 
 @dataclass(frozen=True)

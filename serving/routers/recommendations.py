@@ -30,9 +30,12 @@ async def recommendations(
     body: RecommendationRequest, recommender: RecommenderDep, store: HistoryStoreDep, batcher: BatcherDep
 ) -> RecommendationResponse:
     """Unknown users and empty histories get the most popular items (`source: popularity`), never an error."""
+    domain = -1
     if body.domain is not None:
-        message = f"domain {body.domain!r}: this bundle serves a single domain; omit `domain`"
-        raise RequestValidationError([{"type": "value_error", "loc": ("body", "domain"), "msg": message}])
+        try:
+            domain = recommender.domain_index(body.domain)
+        except ValueError as err:
+            raise RequestValidationError([{"type": "value_error", "loc": ("body", "domain"), "msg": str(err)}]) from err
     degraded, now = False, int(time.time())
     if body.history is not None:
         times = body.timestamps or [now] * len(body.history)
@@ -50,7 +53,7 @@ async def recommendations(
             logger.warning("serving without online events: %s", err)
             degraded = True
     history, timestamps = history[-recommender.max_history :], timestamps[-recommender.max_history :]
-    query = RecommendationQuery(history, body.k, body.exclude_seen, timestamps, request_time=now)
+    query = RecommendationQuery(history, body.k, body.exclude_seen, timestamps, request_time=now, domain=domain)
     items = await batcher.recommend(recommender, query)
     return RecommendationResponse(
         items=[ScoredItem(item_id=r.item_id, title=r.title, score=r.score) for r in items],

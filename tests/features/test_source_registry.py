@@ -20,7 +20,9 @@ def test_registry_names() -> None:
 
 
 def test_unknown_source_lists_the_valid_ones() -> None:
-    with pytest.raises(ConfigError, match="unknown source 'imdb'; valid sources: amazon-p5, amazon-p5-domains, amazon-raw, movielens"):
+    with pytest.raises(
+        ConfigError, match="unknown source 'imdb'; valid sources: amazon-p5, amazon-p5-domains, amazon-raw, movielens"
+    ):
         load_source("imdb", None)
 
 
