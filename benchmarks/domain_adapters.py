@@ -10,7 +10,8 @@ Usage (Beauty + Sports as two domains; the stages can run in parallel where they
 
 Data: `amazon-p5-domains` over `--data-dir` (the folders named by `--domains`), prepared once into the work dir;
 every variant ranks a user's test item among their domain's items only (DESIGN.md leave-one-out otherwise).
-(a) SASRec trained on all users (validated on all items); (b) the same SASRec trained on one domain's users
+(a) SASRec trained on all users (validated on all items; `--softmax-within-domain`: each target's softmax over its
+domain's items); (b) the same SASRec trained on one domain's users
 (softmax over that domain's items); (c) (a) frozen, plus a rank-r LoRA adapter per domain on every linear layer
 of its blocks, trained on that domain's users (MLoRA). All with the SASRec settings of configs/beauty-sasrec.yaml.
 """
@@ -70,6 +71,11 @@ def main(argv: list[str] | None = None) -> Path | None:
     parser.add_argument("--rank", type=int, default=8, help="adapters: LoRA rank")
     parser.add_argument("--adapter-lr", type=float, default=2e-3)
     parser.add_argument("--name", default="domain-adapters", help="report: the results JSON's name")
+    parser.add_argument(
+        "--softmax-within-domain",
+        action="store_true",
+        help="shared: each target's softmax over its own domain's items (the others see theirs by construction)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     parts = args.work_dir / "parts"
@@ -90,7 +96,8 @@ def main(argv: list[str] | None = None) -> Path | None:
     torch.manual_seed(0)
     if args.stage == "shared":
         model: torch.nn.Module = SASRec(SASRecConfig(num_items=data.num_items, **SASREC))
-        result = fit(model, data, train, EVAL)
+        shared_train = TrainConfig(**{**asdict(train), "softmax_within_domain": args.softmax_within_domain})
+        result = fit(model, data, shared_train, EVAL)
         with atomic_file(args.work_dir / "shared.pt") as tmp:
             torch.save(model.state_dict(), tmp)
         domains = data.domains

@@ -159,7 +159,7 @@ def _model_call_ms(bundle: Path, users: list[str], calls: int) -> dict[str, floa
 
     recommender = Recommender(bundle)
     rng = random.Random(1)
-    histories = [recommender.training_history(rng.choice(users)) or [] for _ in range(calls)]
+    histories = [(recommender.training_history(rng.choice(users)) or ([], []))[0] for _ in range(calls)]
     times = []
     for history in histories:
         start = time.perf_counter()

@@ -19,11 +19,11 @@ def full_softmax_loss(
         item_emb: (V+1, D) item vectors; the padding row is excluded from the softmax.
         targets: (N,) item_idx >= 1.
         excluded: (V+1,) bool, items left out of the softmax (cold-start items, which do not exist yet
-            at training time: as negatives they would be trained to score low).
+            at training time: as negatives they would be trained to score low); or (N, V+1), per target.
     """
     logits = (hidden @ item_emb[1:].T).float()  # (N, V)
     if excluded is not None:
-        logits = logits.masked_fill(excluded[1:], float("-inf"))
+        logits = logits.masked_fill(excluded[..., 1:], float("-inf"))
     return F.cross_entropy(logits, targets - 1)
 
 

@@ -48,6 +48,7 @@ class NextItemRecipe:
         excluded: (V+1,) bool, items that are never candidates in training (cold-start items), or None.
         sampling_probs: (V+1,) negative-sampling distribution for sampled softmax; None = full softmax.
         num_negatives: negatives per batch (sampled softmax only).
+        item_domains: (V+1,) every item's domain index: each target's full softmax covers its domain's items only.
     """
 
     max_len: int
@@ -55,6 +56,7 @@ class NextItemRecipe:
     excluded: torch.Tensor | None = None  # (V+1,) bool: items kept out of the softmax (cold-start items)
     sampling_probs: torch.Tensor | None = None
     num_negatives: int = 0
+    item_domains: torch.Tensor | None = None  # (V+1,) full softmax over each target's domain only; None = all
 
     def batches(
         self, sequences: Jagged, generator: torch.Generator, timestamps: Jagged | None = None
@@ -72,6 +74,10 @@ class NextItemRecipe:
         targets = batch.targets[real]
         if self.sampling_probs is None:
             excluded = None if self.excluded is None else self.excluded.to(hidden.device)
+            if self.item_domains is not None:  # (N, V+1): other domains' items are out of each target's softmax
+                domains = self.item_domains.to(hidden.device)
+                other = domains[None, :] != domains[targets][:, None]
+                excluded = other if excluded is None else other | excluded[None, :]
             return full_softmax_loss(hidden, model.item_embeddings(), targets, excluded), targets.numel()
         loss = sampled_softmax_loss(
             hidden, model.item_embeddings(), targets, self.sampling_probs, self.num_negatives, generator
@@ -180,15 +186,20 @@ def recipe_for(
     loss: str = "full_softmax",
     num_negatives: int = 0,
     label_smoothing: float = 0.0,
+    softmax_within_domain: bool = False,
 ) -> Recipe:
     """The recipe that trains `model`; `loss` applies to next-item models, `num_negatives` to next-item models'
-    sampled softmax and to the two-tower's random negatives, `label_smoothing` to the generative one."""
+    sampled softmax and to the two-tower's random negatives, `label_smoothing` to the generative one,
+    `softmax_within_domain` to next-item models' full softmax."""
     if isinstance(model, SASRec | HSTU | DomainAdaptedRetriever):
         probs = _sampling_probs(data) if loss == "sampled_softmax" else None
         mask = data.training_excluded()
         excluded = mask if bool(mask.any()) else None
         max_len = model.max_len if isinstance(model, DomainAdaptedRetriever) else model.config.max_len
-        return NextItemRecipe(max_len, batch_size, excluded, probs, num_negatives)
+        domains = data.item_domains() if softmax_within_domain else None
+        if domains is not None and loss != "full_softmax":
+            raise ValueError("train.softmax_within_domain needs train.loss: full_softmax (or set it to false)")
+        return NextItemRecipe(max_len, batch_size, excluded, probs, num_negatives, domains)
     if isinstance(model, GenerativeRetriever):
         return GenerativeRecipe(model.config.max_history, batch_size, label_smoothing)
     if isinstance(model, TwoStageRanker):

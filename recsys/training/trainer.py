@@ -55,6 +55,9 @@ class TrainConfig:
     # sampled_softmax: negatives drawn by training popularity (logQ-corrected); two-tower: uniform random negatives
     num_negatives: int = 1024
     label_smoothing: float = 0.0  # generative only: smoothing of the cross-entropy on each semantic-ID level
+    # SASRec / HSTU full softmax on multi-domain data: each target's softmax runs over its own domain's items only
+    # (the items it will be ranked against), not the whole catalog
+    softmax_within_domain: bool = False
     # > 0: validate, checkpoint and save an exponential moving average of the weights (decay per step, e.g.
     # 0.999 averages over ~1,000 steps) instead of the last step's weights; 0 = off
     ema_decay: float = 0.0
@@ -128,7 +131,15 @@ def fit(
     )
     sequences, valid = data.training_sequences(), data.eval_split("valid")
     timestamps = data.training_timestamps() if getattr(model, "reads_timestamps", False) else None
-    recipe = recipe_for(model, data, config.batch_size, config.loss, config.num_negatives, config.label_smoothing)
+    recipe = recipe_for(
+        model,
+        data,
+        config.batch_size,
+        config.loss,
+        config.num_negatives,
+        config.label_smoothing,
+        config.softmax_within_domain,
+    )
     # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
     cosine = config.lr_schedule == "cosine"
     steps_per_epoch = len(recipe.batches(sequences, torch.Generator(), timestamps)) if cosine else 0
