@@ -5,8 +5,11 @@ Dimension letters: V items (item_idx 1..V, 0 = padding), D vector dim, k results
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import logging
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from recsys.data.jagged import Jagged
 from recsys.inference import HistoryTimes, Scorer, recommend
 from recsys.models.domain_adapters import DomainAdaptedRetriever
 from recsys.models.registry import VECTOR_MODELS
+from recsys.modules.lora import load_adapter
 from recsys.retrieval import ExactTopK, TopK
 from recsys.retrieval.faiss_index import FaissTopK
 from serving.history import Event
@@ -83,6 +87,21 @@ class Recommender:
         """(item_idx of the known ids, in order; the unknown ids)."""
         known = [self._item_idx[i] for i in item_ids if i in self._item_idx]
         return known, [i for i in item_ids if i not in self._item_idx]
+
+    def with_adapter(self, domain: str, path: Path) -> Recommender:
+        """A copy serving `domain` with the adapter file at `path` (written by `recsys.modules.lora.save_adapter`);
+        this one is untouched, so requests in flight finish on it. ValueError saying what is wrong otherwise."""
+        self.domain_index(domain)
+        model = copy.deepcopy(self.model)
+        try:
+            load_adapter(model, domain, path)
+        except (OSError, RuntimeError, pickle.UnpicklingError) as err:
+            raise ValueError(f"{path}: not a readable adapter file ({err}). Fix: write it with save_adapter") from err
+        swapped = copy.copy(self)
+        swapped.model = model.eval()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
+        swapped.version = f"{self.version}+{domain}:{digest}"
+        return swapped
 
     def domain_index(self, domain: str) -> int:
         """The index of a requested domain; ValueError saying what this bundle serves otherwise."""

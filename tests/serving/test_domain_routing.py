@@ -1,5 +1,5 @@
 """A domain-adapted bundle (MLoRA): per-domain adapters trained over a frozen multi-domain SASRec by the pipeline,
-registered and served; the request's `domain` picks the adapter and the items."""
+registered and served; the request's `domain` picks the adapter and the items; one adapter file hot-swaps."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pipelines.config import load_config
 from pipelines.registry import download_champion_bundle
 from pipelines.runner import run_pipeline
 from recsys.models.domain_adapters import DomainAdaptedRetriever
+from recsys.modules.lora import lora_layers, save_adapter
 from serving.main import create_app
 from serving.recommender import Recommender
 from serving.settings import ServingSettings
@@ -64,3 +65,36 @@ def test_requests_get_their_domains_items_through_its_adapter(adapted_bundle: tu
     expected[history] = float("-inf")  # exclude_seen
     top = [item_ids[i] for i in expected.topk(10).indices.tolist()]
     assert [i["item_id"] for i in asked["items"]] == top
+
+
+def test_one_domains_adapter_is_hot_swapped_from_its_file(
+    adapted_bundle: tuple[str, str, Path], registry: tuple[str, str, Path], tmp_path: Path
+) -> None:
+    uri, name, bundle = adapted_bundle
+    retrained = Recommender(bundle).model
+    assert isinstance(retrained, DomainAdaptedRetriever)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for layer in lora_layers(retrained):
+            layer.adapter("sports").B.normal_()  # stands in for a retrained sports adapter
+    save_adapter(retrained, "sports", tmp_path / "sports.pt")
+    (tmp_path / "junk.pt").write_text("not an adapter")
+    sports = torch.nonzero(retrained.item_domain == 2).squeeze(1)[:3]
+    with TestClient(create_app(ServingSettings(model_name=name, tracking_uri=uri))) as client:
+        item_ids = ["", *client.app.state.recommender.data.items["item_id"].to_list()]  # type: ignore[attr-defined]
+        body = {"history": [item_ids[i] for i in sports.tolist()], "k": 10, "exclude_seen": False}
+        before = client.post("/v1/recommendations", json=body).json()
+        swapped = client.post("/v1/admin/adapters/sports", json={"path": str(tmp_path / "sports.pt")})
+        after = client.post("/v1/recommendations", json=body).json()
+        junk = client.post("/v1/admin/adapters/sports", json={"path": str(tmp_path / "junk.pt")})
+        unknown = client.post("/v1/admin/adapters/toys", json={"path": str(tmp_path / "sports.pt")})
+    assert swapped.status_code == 200 and "+sports:" in swapped.json()["model_version"]
+    assert after["model_version"] == swapped.json()["model_version"] != before["model_version"]
+    expected = retrained.score(sports[None])[0].topk(10).indices.tolist()
+    assert [i["item_id"] for i in after["items"]] == [item_ids[i] for i in expected]
+    assert junk.status_code == 422 and "not a readable adapter file" in junk.text
+    assert unknown.status_code == 422 and "unknown domain 'toys'" in unknown.text
+    single_uri, single_name, _ = registry
+    with TestClient(create_app(ServingSettings(model_name=single_name, tracking_uri=single_uri))) as client:
+        refused = client.post("/v1/admin/adapters/sports", json={"path": str(tmp_path / "sports.pt")})
+    assert refused.status_code == 409 and "no domain adapters" in refused.text
