@@ -92,6 +92,8 @@ class Recommender:
         """A copy serving `domain` with the adapter file at `path` (written by `recsys.modules.lora.save_adapter`);
         this one is untouched, so requests in flight finish on it. ValueError saying what is wrong otherwise."""
         self.domain_index(domain)
+        if not path.is_file():  # also keeps devices and pipes (which would never end) out of torch.load
+            raise ValueError(f"{path}: no such adapter file. Fix: pass the path of a file written by save_adapter")
         model = copy.deepcopy(self.model)
         try:
             load_adapter(model, domain, path)
