@@ -163,3 +163,24 @@ def history_target_batches(
     order = torch.randperm(len(targets), generator=generator)
     for chunk in torch.split(order, batch_size):
         yield HistoryBatch(histories[chunk], sequences.values[targets[chunk]], users[chunk])
+
+
+def last_item_batches(
+    sequences: Jagged, max_history: int, batch_size: int, generator: torch.Generator
+) -> Iterator[HistoryBatch]:
+    """One epoch of shuffled (history, last item) pairs, one per sequence of at least 2 items.
+
+    The last training item is the one a first stage trained with `train.holdout_last: 1` never saw, so a second
+    stage learns on candidates like those it gets at serving time.
+
+    Example:
+        >>> batch = next(last_item_batches(Jagged.from_lists([[4, 5, 6], [7]]), 2, 8, torch.Generator()))
+        >>> batch.histories.tolist(), batch.targets.tolist(), batch.users.tolist()
+        ([[4, 5]], [6], [1])
+    """
+    usable = torch.nonzero(sequences.lengths() >= 2).squeeze(1)
+    rows = sequences.select(usable)
+    histories, targets = rows.truncate_last(1).to_padded(max_history), rows.last(1)
+    order = torch.randperm(len(usable), generator=generator)
+    for chunk in torch.split(order, batch_size):
+        yield HistoryBatch(histories[chunk], targets[chunk], usable[chunk] + 1)

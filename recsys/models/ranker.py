@@ -40,6 +40,10 @@ class RankerConfig:
     top_k: int = 2  # moe only
     num_tasks: int = 1
     dropout: float = 0.1
+    # training only: a retriever trained without each user's last training item (train.holdout_last: 1); the ranker
+    # then learns on those items, with that retriever's candidates, instead of on pairs its first stage has seen
+    # (where the first stage is over-confident). None = every (history, next item) pair, the first stage's top-C.
+    holdout_retriever_dir: str | None = None
 
 
 class Ranker(nn.Module):
@@ -108,9 +112,12 @@ class TwoStageRanker(nn.Module):
         return self
 
     @torch.no_grad()
-    def candidates(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.return_types.topk:
-        """The retriever's top-C of each row: (values (B, C), indices (B, C)); padding is never a candidate."""
-        scores = self.retriever.score(histories, users).float()  # type: ignore[operator]
+    def candidates(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, retriever: nn.Module | None = None
+    ) -> torch.return_types.topk:
+        """The top-C of each row by the first stage (or `retriever`): (values (B, C), indices (B, C)); padding is
+        never a candidate."""
+        scores = (retriever or self.retriever).score(histories, users).float()  # type: ignore[operator]
         scores[:, 0] = float("-inf")
         return scores.topk(min(self.config.num_candidates, scores.shape[1] - 1), dim=1)
 
@@ -119,6 +126,7 @@ class TwoStageRanker(nn.Module):
     ) -> torch.Tensor:
         """(B, L) left-padded histories -> (B, V+1): the ranker's scores on the candidates, -inf elsewhere
         (`times` are ignored: the first stage must not read them, see `__init__`)."""
+        histories = histories.to(self.ranker.item_emb.weight.device)  # evaluation hands CPU rows to a CUDA model
         top = self.candidates(histories, users)
         logits = self.ranker(histories, top.indices, top.values)[0].float()  # (B, C), task 0
         out = torch.full((histories.shape[0], self.config.num_items + 1), float("-inf"), device=logits.device)

@@ -118,7 +118,7 @@ def _two_stage(params: dict[str, Any], num_items: int) -> TwoStageRanker:
     retriever_dir = params.pop("retriever_dir", None)  # the retriever carries its own semantic IDs
     if retriever_dir is None:
         raise ConfigError("model 'ranker' needs model.params.retriever_dir: the model directory of a trained retriever")
-    name, retriever = _trained_member(Path(retriever_dir), num_items)
+    name, retriever = load_trained_model(Path(retriever_dir), num_items)
     retriever_spec = {"name": name, "config": dataclasses.asdict(retriever.config)}
     config = _validate("ranker", {**params, "num_items": num_items, "retriever": retriever_spec})
     model = TwoStageRanker(config, retriever)
@@ -137,7 +137,7 @@ def _domain_adapted(params: dict[str, Any], num_items: int) -> DomainAdaptedRetr
             "model 'domain_adapters' needs model.params.base_dir: the model directory of a SASRec trained on every "
             "domain of this data"
         )
-    name, base = _trained_member(Path(base_dir), num_items)
+    name, base = load_trained_model(Path(base_dir), num_items)
     if not isinstance(base, SASRec):
         raise ConfigError(f"model 'domain_adapters' adapts a SASRec; {base_dir} holds a {name} model")
     spec = {"name": name, "config": dataclasses.asdict(base.config)}
@@ -166,14 +166,14 @@ def _fusion(params: dict[str, Any], num_items: int) -> Fusion:
     member_dirs = params.pop("members", None)  # each member carries its own semantic IDs
     if not member_dirs or isinstance(member_dirs, str):
         raise ConfigError("model 'fusion' needs model.params.members: a list of >= 2 trained model directories")
-    members = [_trained_member(Path(d), num_items) for d in member_dirs]
+    members = [load_trained_model(Path(d), num_items) for d in member_dirs]
     specs = [{"name": name, "config": dataclasses.asdict(model.config)} for name, model in members]
     max_len = max(getattr(m.config, "max_len", getattr(m.config, "max_history", 0)) for _, m in members)
     config = _validate("fusion", {**params, "num_items": num_items, "members": specs, "max_len": max_len})
     return Fusion(config, [model for _, model in members])
 
 
-def _trained_member(model_dir: Path, num_items: int) -> tuple[str, Model]:
+def load_trained_model(model_dir: Path, num_items: int) -> tuple[str, Model]:
     """A trained model of `model_dir`, checked against the catalog it will be combined on."""
     name, model = load_model(model_dir / "model.pt")
     if model.config.num_items != num_items:

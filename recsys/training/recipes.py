@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recsys.data.batching import HistoryBatch, PackedBatch, history_target_batches, packed_next_item_batches
+from recsys.data.batching import (
+    HistoryBatch,
+    PackedBatch,
+    history_target_batches,
+    last_item_batches,
+    packed_next_item_batches,
+)
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import SequenceData
 from recsys.models.domain_adapters import DomainAdaptedRetriever
@@ -151,19 +158,29 @@ class RankerRecipe:
     over that target and the hardest other candidates (`train_candidates` in all), with their retriever
     scores. Pairs the retriever missed are left out: the ranker never sees them when serving, and forcing
     their target in would mark it with an out-of-range retriever score, a shortcut that does not exist
-    at serving time. The MoE head's load loss is added when the head has one."""
+    at serving time. The MoE head's load loss is added when the head has one.
+
+    With `holdout_retriever` (a first stage trained without each user's last training item), the pairs are those
+    last items only, with that retriever's candidates: the ranker then learns where the first stage is as unsure
+    as it is on a test item, not on pairs it was trained on."""
 
     max_history: int
     batch_size: int
+    holdout_retriever: nn.Module | None = None
 
     def batches(
         self, sequences: Jagged, generator: torch.Generator, timestamps: Jagged | None = None
     ) -> list[HistoryBatch]:
+        if self.holdout_retriever is not None:
+            return list(last_item_batches(sequences, self.max_history, self.batch_size, generator))
         return list(history_target_batches(sequences, self.max_history, self.batch_size, generator))
 
     def loss(self, model: nn.Module, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         assert isinstance(model, TwoStageRanker)
-        top = model.candidates(batch.histories, batch.users)  # (B, C), best first
+        retriever = None
+        if self.holdout_retriever is not None:
+            retriever = self.holdout_retriever.to(batch.histories.device).eval()
+        top = model.candidates(batch.histories, batch.users, retriever)  # (B, C), best first
         hit = top.indices == batch.targets[:, None]
         found = hit.any(dim=1)
         if not bool(found.any()):
@@ -203,11 +220,20 @@ def recipe_for(
     if isinstance(model, GenerativeRetriever):
         return GenerativeRecipe(model.config.max_history, batch_size, label_smoothing)
     if isinstance(model, TwoStageRanker):
-        return RankerRecipe(model.config.max_history, batch_size)
+        holdout = model.config.holdout_retriever_dir
+        retriever = None if holdout is None else _frozen_retriever(Path(holdout), model.config.num_items)
+        return RankerRecipe(model.config.max_history, batch_size, retriever)
     if isinstance(model, TwoTower):
         log_probs = _sampling_probs(data).clamp(min=1e-12).log()
         return TwoTowerRecipe(model.config.max_len, batch_size, log_probs, num_negatives)
     raise TypeError(f"no training recipe for {type(model).__name__}")
+
+
+def _frozen_retriever(model_dir: Path, num_items: int) -> nn.Module:
+    """The trained retriever of `model_dir`, frozen (a ranker's held-out first stage)."""
+    from recsys.models.registry import load_trained_model  # the registry imports every model: only needed here
+
+    return load_trained_model(model_dir, num_items)[1].requires_grad_(False)
 
 
 def _sampling_probs(data: SequenceData) -> torch.Tensor:

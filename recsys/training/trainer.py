@@ -55,6 +55,9 @@ class TrainConfig:
     # sampled_softmax: negatives drawn by training popularity (logQ-corrected); two-tower: uniform random negatives
     num_negatives: int = 1024
     label_smoothing: float = 0.0  # generative only: smoothing of the cross-entropy on each semantic-ID level
+    # > 0: train without each user's last `holdout_last` training items (a first stage whose ranker learns on
+    # them: RankerConfig.holdout_retriever_dir); validation and test are unchanged
+    holdout_last: int = 0
     # SASRec / HSTU full softmax on multi-domain data: each target's softmax runs over its own domain's items only
     # (the items it will be ranked against), not the whole catalog
     softmax_within_domain: bool = False
@@ -131,6 +134,9 @@ def fit(
     )
     sequences, valid = data.training_sequences(), data.eval_split("valid")
     timestamps = data.training_timestamps() if getattr(model, "reads_timestamps", False) else None
+    if config.holdout_last:
+        sequences = sequences.truncate_last(config.holdout_last)
+        timestamps = None if timestamps is None else timestamps.truncate_last(config.holdout_last)
     recipe = recipe_for(
         model,
         data,

@@ -13,6 +13,7 @@ from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.ranker import TwoStageRanker
 from recsys.models.registry import build_model, load_model, save_model
 from recsys.models.sasrec import SASRec, SASRecConfig
+from recsys.training.recipes import RankerRecipe, recipe_for
 from recsys.training.trainer import TrainConfig, fit
 
 EVAL = EvalConfig(ks=(10,), max_history=20)
@@ -118,3 +119,24 @@ def test_training_pairs_the_retriever_missed_are_left_out(tiny_data_dir: Path, r
     assert count == 3 and torch.isfinite(loss)
     missed = HistoryBatch(histories, worst, torch.arange(1, 9))
     assert recipe.loss(model, missed, torch.Generator())[1] == 0
+
+
+def test_a_ranker_trains_on_the_items_its_held_out_first_stage_never_saw(
+    tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    torch.manual_seed(0)
+    held_out = SASRec(SASRecConfig(num_items=data.num_items, max_len=20, dim=32, num_heads=1, ffn_dim=64))
+    fit(held_out, data, TrainConfig(epochs=2, batch_size=4, lr=3e-3, holdout_last=1, progress=False), EVAL)
+    save_model(tmp_path / "held-out" / "model.pt", "sasrec", held_out)
+    model = two_stage(retriever_dir, data.num_items, holdout_retriever_dir=str(tmp_path / "held-out"))
+    recipe = recipe_for(model, data, batch_size=1_000)
+    assert isinstance(recipe, RankerRecipe) and recipe.holdout_retriever is not None
+    (batch,) = recipe.batches(data.training_sequences(), torch.Generator())
+    sequences = data.training_sequences()
+    assert sorted(batch.targets.tolist()) == sorted(sequences.last(1).tolist())  # one pair per user: the last item
+    retriever_before = {k: v.clone() for k, v in model.retriever.state_dict().items()}
+    result = fit(model, data, TrainConfig(epochs=3, batch_size=32, lr=3e-3, progress=False), EVAL)
+    assert result.best_valid["ndcg@10"] > 0
+    for key, value in model.retriever.state_dict().items():  # the serving first stage stays as it was
+        torch.testing.assert_close(value, retriever_before[key], rtol=0, atol=0)
