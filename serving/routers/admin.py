@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
 
 from serving.deps import RecommenderDep
-from serving.schemas import error_responses
+from serving.schemas import NOT_READY, UNPARSEABLE_BODY, error_responses
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,8 @@ class AdapterResponse(BaseModel):
 
 @router.post(
     "/adapters/{domain}",
-    responses=error_responses({409: "the bundle has no domain adapters", 422: "unknown domain or unusable file"}),
+    # 422s (unknown domain, unusable file) are FastAPI's validation list, documented by FastAPI itself
+    responses=error_responses({400: UNPARSEABLE_BODY, 409: "the bundle has no domain adapters", 503: NOT_READY}),
 )
 def swap_adapter(domain: str, body: AdapterRequest, request: Request, recommender: RecommenderDep) -> AdapterResponse:
     """Load the file into a copy of the served model and swap it in; requests in flight finish on the old one.
