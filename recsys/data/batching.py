@@ -165,22 +165,27 @@ def history_target_batches(
         yield HistoryBatch(histories[chunk], sequences.values[targets[chunk]], users[chunk])
 
 
-def last_item_batches(
-    sequences: Jagged, max_history: int, batch_size: int, generator: torch.Generator
+def held_out_batches(
+    sequences: Jagged, held_out: int, max_history: int, batch_size: int, generator: torch.Generator
 ) -> Iterator[HistoryBatch]:
-    """One epoch of shuffled (history, last item) pairs, one per sequence of at least 2 items.
+    """One epoch of shuffled (history, item) pairs for each of every sequence's last `held_out` items (each with
+    at least one item before it).
 
-    The last training item is the one a first stage trained with `train.holdout_last: 1` never saw, so a second
-    stage learns on candidates like those it gets at serving time.
+    These are the items a first stage trained with `train.holdout_last: held_out` never saw, so a second stage
+    learns on candidates like those it gets at serving time.
 
     Example:
-        >>> batch = next(last_item_batches(Jagged.from_lists([[4, 5, 6], [7]]), 2, 8, torch.Generator()))
-        >>> batch.histories.tolist(), batch.targets.tolist(), batch.users.tolist()
-        ([[4, 5]], [6], [1])
+        >>> batch = next(held_out_batches(Jagged.from_lists([[4, 5, 6], [7]]), 2, 2, 8, torch.Generator()))
+        >>> sorted(zip(batch.histories.tolist(), batch.targets.tolist(), batch.users.tolist()))
+        [([0, 4], 5, 1), ([4, 5], 6, 1)]
     """
-    usable = torch.nonzero(sequences.lengths() >= 2).squeeze(1)
-    rows = sequences.select(usable)
-    histories, targets = rows.truncate_last(1).to_padded(max_history), rows.last(1)
-    order = torch.randperm(len(usable), generator=generator)
-    for chunk in torch.split(order, batch_size):
-        yield HistoryBatch(histories[chunk], targets[chunk], usable[chunk] + 1)
+    histories, targets, users = [], [], []
+    for back in range(1, held_out + 1):  # the item `back` places from the end, after its own history
+        usable = torch.nonzero(sequences.lengths() >= back + 1).squeeze(1)
+        rows = sequences.select(usable)
+        histories.append(rows.truncate_last(back).to_padded(max_history))
+        targets.append(rows.last(back))
+        users.append(usable + 1)
+    history, target, user = torch.cat(histories), torch.cat(targets), torch.cat(users)
+    for chunk in torch.split(torch.randperm(len(target), generator=generator), batch_size):
+        yield HistoryBatch(history[chunk], target[chunk], user[chunk])

@@ -40,10 +40,11 @@ class RankerConfig:
     top_k: int = 2  # moe only
     num_tasks: int = 1
     dropout: float = 0.1
-    # training only: a retriever trained without each user's last training item (train.holdout_last: 1); the ranker
-    # then learns on those items, with that retriever's candidates, instead of on pairs its first stage has seen
-    # (where the first stage is over-confident). None = every (history, next item) pair, the first stage's top-C.
+    # training only: a retriever trained without each user's last `holdout_items` training items (its
+    # train.holdout_last); the ranker then learns on those items, with that retriever's candidates, instead of on
+    # pairs its first stage has seen (where it is over-confident). None = every pair, the first stage's top-C.
     holdout_retriever_dir: str | None = None
+    holdout_items: int = 1
 
 
 class Ranker(nn.Module):

@@ -18,8 +18,8 @@ from torch import nn
 from recsys.data.batching import (
     HistoryBatch,
     PackedBatch,
+    held_out_batches,
     history_target_batches,
-    last_item_batches,
     packed_next_item_batches,
 )
 from recsys.data.jagged import Jagged
@@ -160,19 +160,21 @@ class RankerRecipe:
     their target in would mark it with an out-of-range retriever score, a shortcut that does not exist
     at serving time. The MoE head's load loss is added when the head has one.
 
-    With `holdout_retriever` (a first stage trained without each user's last training item), the pairs are those
-    last items only, with that retriever's candidates: the ranker then learns where the first stage is as unsure
-    as it is on a test item, not on pairs it was trained on."""
+    With `holdout_retriever` (a first stage trained without each user's last `holdout_items` training items), the
+    pairs are those items only, with that retriever's candidates: the ranker then learns where the first stage is
+    as unsure as it is on a test item, not on pairs it was trained on."""
 
     max_history: int
     batch_size: int
     holdout_retriever: nn.Module | None = None
+    holdout_items: int = 1  # the last training items per user the held-out retriever did not see
 
     def batches(
         self, sequences: Jagged, generator: torch.Generator, timestamps: Jagged | None = None
     ) -> list[HistoryBatch]:
         if self.holdout_retriever is not None:
-            return list(last_item_batches(sequences, self.max_history, self.batch_size, generator))
+            pairs = held_out_batches(sequences, self.holdout_items, self.max_history, self.batch_size, generator)
+            return list(pairs)
         return list(history_target_batches(sequences, self.max_history, self.batch_size, generator))
 
     def loss(self, model: nn.Module, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
@@ -222,7 +224,7 @@ def recipe_for(
     if isinstance(model, TwoStageRanker):
         holdout = model.config.holdout_retriever_dir
         retriever = None if holdout is None else _frozen_retriever(Path(holdout), model.config.num_items)
-        return RankerRecipe(model.config.max_history, batch_size, retriever)
+        return RankerRecipe(model.config.max_history, batch_size, retriever, model.config.holdout_items)
     if isinstance(model, TwoTower):
         log_probs = _sampling_probs(data).clamp(min=1e-12).log()
         return TwoTowerRecipe(model.config.max_len, batch_size, log_probs, num_negatives)

@@ -135,6 +135,10 @@ def test_a_ranker_trains_on_the_items_its_held_out_first_stage_never_saw(
     (batch,) = recipe.batches(data.training_sequences(), torch.Generator())
     sequences = data.training_sequences()
     assert sorted(batch.targets.tolist()) == sorted(sequences.last(1).tolist())  # one pair per user: the last item
+    two = recipe_for(two_stage(retriever_dir, data.num_items, holdout_retriever_dir=str(tmp_path / "held-out"),
+                               holdout_items=2), data, batch_size=10_000)  # fmt: skip
+    (pairs,) = two.batches(sequences, torch.Generator())
+    assert len(pairs.targets) == int((sequences.lengths() >= 2).sum() + (sequences.lengths() >= 3).sum())
     retriever_before = {k: v.clone() for k, v in model.retriever.state_dict().items()}
     result = fit(model, data, TrainConfig(epochs=3, batch_size=32, lr=3e-3, progress=False), EVAL)
     assert result.best_valid["ndcg@10"] > 0
