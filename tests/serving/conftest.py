@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pipelines.config import load_config
+from pipelines.config import ExperimentConfig, load_config
 from pipelines.registry import download_champion_bundle
 from pipelines.runner import run_pipeline
 from serving.recommender import Recommender
@@ -26,6 +26,14 @@ def registry(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[...
     config = load_config(tiny_config(work, pipeline={"index": {"kind": "flat"}}))
     reports = {r.name: r.outputs for r in run_pipeline(config, work)}
     return config.tracking.resolved_uri(), config.registered_model_name, Path(reports["prepare_data"]["data_dir"])
+
+
+def champion_bundle(config: ExperimentConfig) -> tuple[str, str, Path]:
+    """(tracking URI, registered model name, champion bundle dir) of a config whose pipeline has run."""
+    uri = config.tracking.resolved_uri()
+    bundle = download_champion_bundle(config.registered_model_name, uri)
+    assert bundle is not None, f"{config.registered_model_name} has no champion in {uri}"
+    return uri, config.registered_model_name, bundle
 
 
 @pytest.fixture(scope="session")

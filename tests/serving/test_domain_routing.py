@@ -12,13 +12,13 @@ import torch
 from fastapi.testclient import TestClient
 
 from pipelines.config import load_config
-from pipelines.registry import download_champion_bundle
 from pipelines.runner import run_pipeline
 from recsys.models.domain_adapters import DomainAdaptedRetriever
 from recsys.modules.lora import lora_layers, save_adapter
 from serving.main import create_app
 from serving.recommender import Recommender
 from serving.settings import ServingSettings
+from tests.serving.conftest import champion_bundle
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +34,7 @@ def adapted_bundle(
     reports = {r.name: r.outputs for r in run_pipeline(config, work)}
     metrics = json.loads((Path(reports["train_retriever"]["model_dir"]) / "metrics.json").read_text())
     assert metrics["test"]["ndcg@10"] > 0
-    uri = config.tracking.resolved_uri()
-    bundle = download_champion_bundle(config.registered_model_name, uri)
-    assert bundle is not None
-    return uri, config.registered_model_name, bundle
+    return champion_bundle(config)
 
 
 def test_requests_get_their_domains_items_through_its_adapter(adapted_bundle: tuple[str, str, Path]) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 
 from pipelines.config import load_config
-from pipelines.registry import download_champion_bundle
 from pipelines.runner import run_pipeline
 from serving.recommender import Recommender
+from tests.serving.conftest import champion_bundle
 
 
 def test_a_two_stage_bundle_serves_the_rankers_order_of_the_retrievers_candidates(
@@ -28,9 +28,7 @@ def test_a_two_stage_bundle_serves_the_rankers_order_of_the_retrievers_candidate
     reports = {r.name: r.outputs for r in run_pipeline(config, tmp_path)}
     evaluation = json.loads((Path(reports["evaluate"]["evaluation_dir"]) / "evaluation.json").read_text())
     assert [row["epoch"] for row in evaluation["expert_load"]] == [1]  # the dashboard's expert-load section
-    bundle = download_champion_bundle(config.registered_model_name, config.tracking.resolved_uri())
-    assert bundle is not None
-    two_stage = Recommender(bundle)
+    two_stage = Recommender(champion_bundle(config)[2])
     history = [1, 2, 3]
     served = two_stage.recommend(history, k=10, exclude_seen=False)
     model = two_stage.model

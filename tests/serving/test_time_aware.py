@@ -11,13 +11,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from pipelines.config import load_config
-from pipelines.registry import download_champion_bundle
 from pipelines.runner import run_pipeline
 from recsys.data.prepared import load_prepared
 from serving.history import Event, decode_event, encode_event
 from serving.main import create_app
 from serving.recommender import Recommender
 from serving.settings import ServingSettings
+from tests.serving.conftest import champion_bundle
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +29,7 @@ def timed_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable
         tiny_config(work, name="tiny-hstu-time", model={"name": "hstu", "params": params}, train={"epochs": 1})
     )
     run_pipeline(config, work)
-    uri = config.tracking.resolved_uri()
-    bundle = download_champion_bundle(config.registered_model_name, uri)
-    assert bundle is not None
-    return uri, config.registered_model_name, bundle
+    return champion_bundle(config)
 
 
 def test_served_scores_use_the_history_times(timed_bundle: tuple[str, str, Path]) -> None:
