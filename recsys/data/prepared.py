@@ -92,7 +92,7 @@ class SequenceData:
         mask[cold] = True
         return mask
 
-    @property
+    @cached_property
     def domains(self) -> list[str]:
         """The items' domain names, sorted (empty without a `domain` column)."""
         if schema.DOMAIN not in self.items.columns:

@@ -12,6 +12,7 @@ Dimension letters: B histories, L length, V+1 items (0 = padding).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,12 +33,14 @@ class DomainAdapterConfig:
     rank: int = 8
     alpha: float = 16.0
     dropout: float = 0.0
-    num_items: int = 0  # V of the base (filled by the registry)
-    base: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen base (the registry's)
+    # filled by `DomainAdaptedRetriever` from its base (saved with the model, so a loaded one rebuilds it)
+    num_items: int = 0
+    base: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen base
 
     @property
     def max_len(self) -> int:
-        return int(self.base.get("config", {}).get("max_len", 50))
+        """The base's max_len (what evaluation and serving feed it)."""
+        return int(self.base["config"]["max_len"])
 
 
 class DomainAdaptedRetriever(nn.Module):
@@ -51,16 +54,13 @@ class DomainAdaptedRetriever(nn.Module):
 
     def __init__(self, config: DomainAdapterConfig, base: SASRec, item_domain: torch.Tensor) -> None:
         super().__init__()
-        self.config = config
+        spec = {"name": "sasrec", "config": dataclasses.asdict(base.config)}
+        self.config = dataclasses.replace(config, num_items=base.config.num_items, base=spec)
         self.base = base
         lora = LoRAConfig(domains=config.domains, rank=config.rank, alpha=config.alpha, dropout=config.dropout)
         add_lora(base, [f"blocks.{i}.{name}" for i in range(len(base.blocks)) for name in BLOCK_LINEARS], lora)
         self.item_domain: torch.Tensor
         self.register_buffer("item_domain", item_domain.long(), persistent=True)
-
-    @property
-    def max_len(self) -> int:
-        return self.base.config.max_len
 
     def adapter_parameters(self, domain: str) -> int:
         """Parameters of one domain's adapter."""

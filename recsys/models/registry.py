@@ -140,8 +140,7 @@ def _domain_adapted(params: dict[str, Any], num_items: int) -> DomainAdaptedRetr
     name, base = load_trained_model(Path(base_dir), num_items)
     if not isinstance(base, SASRec):
         raise ConfigError(f"model 'domain_adapters' adapts a SASRec; {base_dir} holds a {name} model")
-    spec = {"name": name, "config": dataclasses.asdict(base.config)}
-    config = _validate("domain_adapters", {**params, "num_items": num_items, "base": spec})
+    config = _validate("domain_adapters", params)  # the model fills in its base's spec and size
     return DomainAdaptedRetriever(config, base, torch.full((num_items + 1,), -1, dtype=torch.long))
 
 

@@ -214,7 +214,7 @@ def recipe_for(
         probs = _sampling_probs(data) if loss == "sampled_softmax" else None
         mask = data.training_excluded()
         excluded = mask if bool(mask.any()) else None
-        max_len = model.max_len if isinstance(model, DomainAdaptedRetriever) else model.config.max_len
+        max_len = model.config.max_len
         domains = data.item_domains() if softmax_within_domain else None
         if domains is not None and loss != "full_softmax":
             raise ValueError("train.softmax_within_domain needs train.loss: full_softmax (or set it to false)")
