@@ -7,6 +7,8 @@ Usage (Beauty + Sports as two domains; the stages can run in parallel where they
     .venv/bin/python benchmarks/domain_adapters.py --stage adapters --domain beauty   # (c), after (a)
     .venv/bin/python benchmarks/domain_adapters.py --stage adapters --domain sports
     .venv/bin/python benchmarks/domain_adapters.py --stage report  # -> benchmarks/results/domain-adapters.json
+Every stage takes `--seed` (adapters: over the shared model of the same seed); adapter variants differ by `--rank`
+and `--embedding-rank`. The report gives each variant's per-seed and mean test NDCG@10.
 
 Data: `amazon-p5-domains` over `--data-dir` (the folders named by `--domains`), prepared once into the work dir;
 every variant ranks a user's test item among their domain's items only (DESIGN.md leave-one-out otherwise).
@@ -68,7 +70,9 @@ def main(argv: list[str] | None = None) -> Path | None:
     parser.add_argument("--epochs", type=int, default=200)
     parser.add_argument("--patience", type=int, default=10)
     parser.add_argument("--max-train-seconds", type=float, default=None)
-    parser.add_argument("--rank", type=int, default=8, help="adapters: LoRA rank")
+    parser.add_argument("--seed", type=int, default=0, help="initialisation and batch order")
+    parser.add_argument("--rank", type=int, default=8, help="adapters: LoRA rank of the block layers")
+    parser.add_argument("--embedding-rank", type=int, default=0, help="adapters: rank of the item-embedding delta")
     parser.add_argument("--adapter-lr", type=float, default=2e-3)
     parser.add_argument("--name", default="domain-adapters", help="report: the results JSON's name")
     parser.add_argument(
@@ -92,27 +96,33 @@ def main(argv: list[str] | None = None) -> Path | None:
         device=args.device,
         max_train_seconds=args.max_train_seconds,
         progress=False,
+        seed=args.seed,
     )
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
+    shared_state = args.work_dir / f"shared-s{args.seed}.pt"
     if args.stage == "shared":
         model: torch.nn.Module = SASRec(SASRecConfig(num_items=data.num_items, **SASREC))
         shared_train = TrainConfig(**{**asdict(train), "softmax_within_domain": args.softmax_within_domain})
         result = fit(model, data, shared_train, EVAL)
-        with atomic_file(args.work_dir / "shared.pt") as tmp:
+        with atomic_file(shared_state) as tmp:
             torch.save(model.state_dict(), tmp)
         domains = data.domains
+        name = f"shared-s{args.seed}"
     elif args.stage == "separate":
         model = SASRec(SASRecConfig(num_items=data.num_items, **SASREC))
         result = fit(model, data.for_domain(args.domain), train, EVAL)
         domains = [args.domain]
+        name = f"separate-{args.domain}-s{args.seed}"
     else:
-        model = adapted(data, args.work_dir / "shared.pt", args.rank)
+        model = adapted(data, shared_state, args.rank, args.embedding_rank)
         train = TrainConfig(**{**asdict(train), "lr": args.adapter_lr})
         result = fit(model, data.for_domain(args.domain), train, EVAL)
         domains = [args.domain]
+        name = f"adapters-{args.domain}-r{args.rank}-e{args.embedding_rank}-lr{args.adapter_lr:g}-s{args.seed}"
     device = resolve_device(args.device)
     part: dict[str, Any] = {
         "stage": args.stage,
+        "seed": args.seed,
         "test": {d: test_metrics(model, data.for_domain(d)) for d in domains},
         "train_seconds": round(result.train_seconds, 1),
         "best_epoch": result.best_epoch,
@@ -124,7 +134,7 @@ def main(argv: list[str] | None = None) -> Path | None:
     if isinstance(model, DomainAdaptedRetriever):
         part["adapter_parameters"] = model.adapter_parameters(args.domain)
         part["base_parameters"] = model.base_parameters()
-    name = args.stage if args.stage == "shared" else f"{args.stage}-{args.domain}"
+        part.update(rank=args.rank, embedding_rank=args.embedding_rank, adapter_lr=args.adapter_lr)
     parts.mkdir(parents=True, exist_ok=True)
     with atomic_file(parts / f"{name}.json") as tmp:
         tmp.write_text(json.dumps(part, indent=2))
@@ -143,44 +153,51 @@ def prepared(data_dir: Path, domains: list[str], out: Path) -> SequenceData:
     return load_prepared(out)
 
 
-def adapted(data: SequenceData, shared_state: Path, rank: int) -> DomainAdaptedRetriever:
+def adapted(data: SequenceData, shared_state: Path, rank: int, embedding_rank: int) -> DomainAdaptedRetriever:
     if not shared_state.is_file():
-        raise SystemExit(f"{shared_state} is missing. Fix: run --stage shared first (the adapters' base)")
+        raise SystemExit(f"{shared_state} is missing. Fix: run --stage shared with the same --seed first (the base)")
     base = SASRec(SASRecConfig(num_items=data.num_items, **SASREC))
     base.load_state_dict(torch.load(shared_state, map_location="cpu", weights_only=True))
-    config = DomainAdapterConfig(domains=tuple(data.domains), rank=rank)
+    config = DomainAdapterConfig(domains=tuple(data.domains), rank=rank, embedding_rank=embedding_rank)
     return DomainAdaptedRetriever(config, base, data.item_domains())
 
 
 def report(parts: Path, results_dir: Path, name: str) -> Path:
-    """Merge the stages' parts into one table per domain: (a), (b), (c) and whether (c) >= max(a, b)."""
+    """Merge the stages' parts into one table per domain: test NDCG@10 of (a), (b) and each adapter variant (c)
+    per seed and on average, and whether (c) >= max(a, b) on average and in how many seeds."""
     loaded = {p.stem: json.loads(p.read_text()) for p in sorted(parts.glob("*.json"))}
-    if "shared" not in loaded:
-        raise SystemExit(f"no {parts}/shared.json. Fix: run the stages in this script's docstring first")
-    table = {}
-    for domain in loaded["shared"]["test"]:
-        variants = {
-            "a_shared": loaded["shared"],
-            "b_separate": loaded.get(f"separate-{domain}"),
-            "c_base_plus_adapter": loaded.get(f"adapters-{domain}"),
-        }
-        missing = [k for k, v in variants.items() if v is None]
-        if missing:
-            raise SystemExit(f"{domain}: no parts for {missing}. Fix: run those stages with --domain {domain}")
-        rows = {k: {**v["test"][domain], "train_seconds": v["train_seconds"], "device": v["device"]}
-                for k, v in variants.items()}  # fmt: skip
-        adapter = variants["c_base_plus_adapter"]
-        ndcg = {k: row["ndcg@10"] for k, row in rows.items()}
-        table[domain] = {
-            **rows,
-            "adapter_share_of_base": adapter["adapter_parameters"] / adapter["base_parameters"],
-            "c_at_least_max_a_b": ndcg["c_base_plus_adapter"] >= max(ndcg["a_shared"], ndcg["b_separate"]),
-        }
-        print(f"{domain}: N@10 " + ", ".join(f"{k} {v:.4f}" for k, v in ndcg.items()))
+    shared = {part["seed"]: part for key, part in loaded.items() if key.startswith("shared-")}
+    if not shared:
+        raise SystemExit(f"no {parts}/shared-s*.json. Fix: run the stages in this script's docstring first")
+    table: dict[str, Any] = {}
+    for domain in next(iter(shared.values()))["test"]:
+        separate = {p["seed"]: p for k, p in loaded.items() if k.startswith(f"separate-{domain}-")}
+        variants: dict[str, dict[int, dict[str, Any]]] = {}
+        for key, part in loaded.items():
+            if key.startswith(f"adapters-{domain}-"):
+                variant = f"rank{part['rank']}-embedding{part['embedding_rank']}-lr{part['adapter_lr']:g}"
+                variants.setdefault(variant, {})[part["seed"]] = part
+        missing = [s for by_seed in (separate, *variants.values()) for s in shared if s not in by_seed]
+        if not separate or not variants or missing:
+            raise SystemExit(f"{domain}: parts missing (seeds {sorted(set(missing))}). Fix: run the stages for them")
+        a = _per_seed(shared, domain)
+        b = _per_seed(separate, domain)
+        best_ab = {seed: max(a[seed], b[seed]) for seed in a}
+        table[domain] = {"a_shared": _summary(a), "b_separate": _summary(b), "c_base_plus_adapters": {}}
+        for variant, by_seed in sorted(variants.items()):
+            c = _per_seed(by_seed, domain)
+            some = next(iter(by_seed.values()))
+            table[domain]["c_base_plus_adapters"][variant] = {
+                **_summary(c),
+                "adapter_share_of_base": some["adapter_parameters"] / some["base_parameters"],
+                "c_at_least_max_a_b_on_mean": _mean(c) >= max(_mean(a), _mean(b)),
+                "seeds_where_c_at_least_max_a_b": sum(c[seed] >= best_ab[seed] for seed in c),
+            }
+            print(f"{domain} {variant}: N@10 a {_mean(a):.4f}, b {_mean(b):.4f}, c {_mean(c):.4f} ({len(c)} seeds)")
     result = {
         "name": name,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "config": {"sasrec": SASREC, "ks": list(EVAL.ks), "ranking": "within the user's domain"},
+        "config": {"sasrec": SASREC, "ks": list(EVAL.ks), "ranking": "within the user's domain", "metric": "ndcg@10"},
         "domains": table,
         "parts": loaded,
         "machine": machine(),
@@ -190,6 +207,20 @@ def report(parts: Path, results_dir: Path, name: str) -> Path:
     path = write_result(result["name"], result, results_dir)
     print(f"-> {path}")
     return path
+
+
+def _per_seed(parts: dict[int, dict[str, Any]], domain: str) -> dict[int, float]:
+    return {seed: part["test"][domain]["ndcg@10"] for seed, part in sorted(parts.items())}
+
+
+def _mean(values: dict[int, float]) -> float:
+    return sum(values.values()) / len(values)
+
+
+def _summary(values: dict[int, float]) -> dict[str, Any]:
+    mean = _mean(values)
+    spread = (sum((v - mean) ** 2 for v in values.values()) / max(len(values) - 1, 1)) ** 0.5
+    return {"ndcg@10_per_seed": values, "ndcg@10_mean": mean, "ndcg@10_std": spread}
 
 
 if __name__ == "__main__":

@@ -128,6 +128,14 @@ def _fit_domain_adapters(
             f"model.params.domains={list(model.config.domains)} but the data's domains are {data.domains}. "
             f"Fix: set domains: {data.domains}"
         )
+    train = config.train
+    if model.config.embedding_rank and (train.loss != "full_softmax" or train.weight_decay):
+        raise ConfigError(
+            f"item adapters (model.params.embedding_rank={model.config.embedding_rank}) share one table of item rows "
+            f"across domains: training a domain must leave the others' rows alone, which needs train.loss: "
+            f"full_softmax and train.weight_decay: 0 (got {train.loss!r}, {train.weight_decay}). Fix: set those, "
+            "or embedding_rank: 0"
+        )
     with torch.no_grad():
         model.item_domain.copy_(data.item_domains())
     results = []

@@ -1,7 +1,8 @@
 """One sequential retriever for several domains, plus a LoRA adapter per domain (Alibaba's MLoRA).
 
 The base (a SASRec trained on every domain's users) is frozen; each domain gets low-rank adapters on the linear
-layers of the transformer blocks (`recsys.modules.lora`), trained on that domain's users only. A history is
+layers of the transformer blocks (`recsys.modules.lora`) and, with `embedding_rank` > 0, a low-rank delta of its
+own items' embeddings (`DomainItemLoRA`), trained on that domain's users only. A history is
 scored with the adapter of its domain, over that domain's items only: the domain of its most recent item
 (histories stay within a domain), or the one a request names (`score_in`). New adapters are zero, so before
 training the model ranks like its base. In a pipeline: `model.name: domain_adapters` with `params.base_dir`
@@ -21,7 +22,7 @@ from torch import nn
 
 from recsys.inference import HistoryTimes
 from recsys.models.sasrec import SASRec
-from recsys.modules.lora import LoRAConfig, add_lora, lora_layers, route
+from recsys.modules.lora import DomainItemLoRA, LoRAConfig, add_lora, lora_layers, route
 
 # the linear layers of every SASRec block that get adapters: attention in/out and both feed-forward layers
 BLOCK_LINEARS = ("attn.qkv", "attn.out", "ffn.0", "ffn.2")
@@ -33,6 +34,9 @@ class DomainAdapterConfig:
     rank: int = 8
     alpha: float = 16.0
     dropout: float = 0.0
+    # rank of each domain's delta of its items' embeddings (input and output side: SASRec ties them); 0 = none.
+    # Costs (domain items x rank) parameters, so it is the larger part of an adapter at rank >= 2
+    embedding_rank: int = 0
     # filled by `DomainAdaptedRetriever` from its base (saved with the model, so a loaded one rebuilds it)
     num_items: int = 0
     base: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen base
@@ -59,16 +63,23 @@ class DomainAdaptedRetriever(nn.Module):
         self.base = base
         lora = LoRAConfig(domains=config.domains, rank=config.rank, alpha=config.alpha, dropout=config.dropout)
         add_lora(base, [f"blocks.{i}.{name}" for i in range(len(base.blocks)) for name in BLOCK_LINEARS], lora)
-        self.item_domain: torch.Tensor
-        self.register_buffer("item_domain", item_domain.long(), persistent=True)
+        self.items = DomainItemLoRA(item_domain, base.config.dim, config.domains, config.embedding_rank, config.alpha)
+
+    @property
+    def item_domain(self) -> torch.Tensor:
+        """(V+1,) every item's domain index, -1 for the padding (filled from the data before training)."""
+        return self.items.item_domain
 
     def adapter_parameters(self, domain: str) -> int:
-        """Parameters of one domain's adapter."""
-        return sum(p.numel() for layer in lora_layers(self) for p in layer.adapter(domain).parameters())
+        """Parameters of one domain's adapter (block layers and item embeddings)."""
+        blocks = sum(p.numel() for layer in lora_layers(self) for p in layer.adapter(domain).parameters())
+        return blocks + (self.items.adapter_parameters(domain) if self.config.embedding_rank else 0)
 
     def base_parameters(self) -> int:
         """Parameters of the shared base (embeddings included)."""
-        return sum(p.numel() for name, p in self.named_parameters() if ".adapters." not in name)
+        return sum(p.numel() for p in self.base.parameters()) - sum(
+            p.numel() for layer in lora_layers(self) for p in layer.adapters.parameters()
+        )
 
     def history_domains(self, histories: torch.Tensor) -> torch.Tensor:
         """(B, L) histories -> (B,) the domain index of each row: its last item's (-1 = empty row, base alone).
@@ -82,10 +93,13 @@ class DomainAdaptedRetriever(nn.Module):
     ) -> torch.Tensor:
         """As `SASRec.forward`, every row through the adapter of its items' domain."""
         with route(self, self.history_domains(item_ids)):
-            return self.base(item_ids, segments, positions)
+            return self.base(item_ids, segments, positions, self.item_embeddings())
 
     def item_embeddings(self) -> torch.Tensor:
-        return self.base.item_embeddings()
+        """(V+1, D) the base's item vectors, each with its domain's delta."""
+        delta = self.items.delta()
+        table = self.base.item_embeddings()
+        return table if delta is None else table + delta
 
     def score(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
@@ -97,8 +111,9 @@ class DomainAdaptedRetriever(nn.Module):
         """(B, L) histories scored with the adapters of `domains` (B,) (e.g. the request's domain); items of other
         domains get -inf (a row of domain -1, an empty history, ranks every item with the base alone)."""
         domains = domains.to(self.base.pos_emb.weight.device)
+        items = self.item_embeddings()
         with route(self, domains):
-            scores = self.base.score(histories)
+            scores = self.base(histories, items=items)[:, -1] @ items.T
         elsewhere = (self.item_domain[None, :] != domains[:, None]) & (domains[:, None] >= 0)
         return scores.masked_fill(elsewhere, float("-inf"))
 

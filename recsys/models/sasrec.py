@@ -75,7 +75,11 @@ class SASRec(nn.Module):
         self.apply(_init_weights)
 
     def forward(
-        self, item_ids: torch.Tensor, segments: torch.Tensor | None = None, positions: torch.Tensor | None = None
+        self,
+        item_ids: torch.Tensor,
+        segments: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        items: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Hidden state at every position.
 
@@ -84,6 +88,7 @@ class SASRec(nn.Module):
                 keeps the most recent max_len columns).
             segments: (B, L) run ids of packed rows (`recsys.data.batching`), 0 = padding.
             positions: (B, L) position ids of packed rows; required with `segments`.
+            items: (V+1, D) item vectors to read instead of `item_embeddings()` (e.g. with domain adapters).
 
         Returns:
             (B, L, D).
@@ -93,7 +98,8 @@ class SASRec(nn.Module):
             item_ids, segments, positions = left_padded_layout(item_ids, self.config.max_len)
         elif positions is None:
             raise ValueError("packed rows need `positions` with `segments`")
-        x = self.item_embeddings()[item_ids] * math.sqrt(self.config.dim) + self.pos_emb(positions)  # (B, L, D)
+        items = self.item_embeddings() if items is None else items
+        x = items[item_ids] * math.sqrt(self.config.dim) + self.pos_emb(positions)  # (B, L, D)
         x = self.emb_dropout(x) * (segments != 0)[..., None]
         mask = causal_segment_mask(segments)
         for block in self.blocks:

@@ -108,6 +108,45 @@ class LoRALinear(nn.Module):
         self.merged = None
 
 
+class DomainItemLoRA(nn.Module):
+    """Per-domain low-rank deltas of an item table whose items each belong to one domain (LoRA on an embedding,
+    as peft's `lora.Embedding`, one adapter per domain): item i's row gains (alpha / r) * A[i] @ B_d, d = i's
+    domain. The rows of A are owned by their items' domains, so domain d's adapter is its items' rows of A plus
+    B_d; items of no domain (-1: the padding) get no delta. Items, not examples, pick the adapter, so one
+    adapted table serves a mixed-domain batch. It also holds the item -> domain map (`item_domain`).
+
+    A starts at zero (a new adapter changes nothing), B at random (so A gets gradients). Rank 0: no adapter,
+    the map alone. Training one domain leaves the other domains' rows and B untouched only while their items
+    get no gradient (softmax within the domain) and no weight decay: `DomainAdaptedRetriever` checks both.
+    """
+
+    def __init__(self, item_domain: torch.Tensor, dim: int, domains: Sequence[str], rank: int, alpha: float) -> None:
+        super().__init__()
+        if rank < 0:
+            raise ValueError(f"DomainItemLoRA rank must be >= 0 (0 = no item adapter), got {rank}")
+        self.domains = tuple(domains)
+        self.rank = rank
+        self.scale = alpha / rank if rank else 0.0
+        self.item_domain: torch.Tensor
+        self.register_buffer("item_domain", item_domain.long().clone(), persistent=True)  # (V+1,), -1 = none
+        self.A = nn.Parameter(torch.zeros(item_domain.numel(), rank))  # (V+1, R)
+        self.B = nn.ParameterDict({name: nn.Parameter(torch.randn(rank, dim) / max(rank, 1)) for name in domains})
+
+    def delta(self) -> torch.Tensor | None:
+        """(V+1, D) every item's domain delta, None at rank 0."""
+        if not self.rank:
+            return None
+        rows = [(self.item_domain == index)[:, None] * self.A for index in range(len(self.domains))]  # (V+1, R)
+        return self.scale * torch.stack([r @ self.B[name] for r, name in zip(rows, self.domains, strict=True)]).sum(0)
+
+    def domain_rows(self, domain: str) -> torch.Tensor:
+        """The item ids whose rows of A belong to `domain`."""
+        return (self.item_domain == self.domains.index(domain)).nonzero().squeeze(1)
+
+    def adapter_parameters(self, domain: str) -> int:
+        return self.domain_rows(domain).numel() * self.rank + self.B[domain].numel()
+
+
 def add_lora(model: nn.Module, targets: Sequence[str], config: LoRAConfig) -> list[str]:
     """Wrap the `nn.Linear` submodules named in `targets` (dotted names, e.g. "blocks.0.ffn.0") in place;
     freeze everything else of `model`. Returns the wrapped names."""
@@ -140,13 +179,18 @@ def route(model: nn.Module, domains: torch.Tensor) -> Iterator[None]:
 
 
 def adapter_state(model: nn.Module, domain: str) -> dict[str, torch.Tensor]:
-    """One domain's adapter weights (A and B of every LoRA layer), keyed by layer name."""
-    return {
-        f"{name}.{key}": tensor.detach().cpu()
-        for name, module in model.named_modules()
-        if isinstance(module, LoRALinear)
-        for key, tensor in module.adapters[domain].state_dict().items()
-    }
+    """One domain's adapter weights, keyed by layer name: A and B of every LoRA linear layer, and of a
+    `DomainItemLoRA` its B and the domain's rows of A (with their item ids, so a load checks they match)."""
+    state = {}
+    for name, module in model.named_modules():
+        if isinstance(module, LoRALinear):
+            state.update({f"{name}.{key}": t.detach().cpu() for key, t in module.adapters[domain].state_dict().items()})
+        elif isinstance(module, DomainItemLoRA) and module.rank:
+            rows = module.domain_rows(domain)
+            state[f"{name}.items"] = rows.cpu()
+            state[f"{name}.A"] = module.A.detach()[rows].cpu()
+            state[f"{name}.B"] = module.B[domain].detach().cpu()
+    return state
 
 
 def save_adapter(model: nn.Module, domain: str, path: Path) -> None:
@@ -170,3 +214,13 @@ def load_adapter(model: nn.Module, domain: str, path: Path) -> None:
             with torch.no_grad():
                 adapter.A.copy_(state[f"{name}.A"])
                 adapter.B.copy_(state[f"{name}.B"])
+        elif isinstance(module, DomainItemLoRA) and module.rank:
+            rows = module.domain_rows(domain)
+            if not torch.equal(state[f"{name}.items"], rows.cpu()):
+                raise ValueError(
+                    f"{path} adapts other items of domain {domain!r} than this model holds. Fix: load it into a "
+                    "model over the same data"
+                )
+            with torch.no_grad():
+                module.A[rows] = state[f"{name}.A"].to(module.A.device)
+                module.B[domain].copy_(state[f"{name}.B"])

@@ -80,3 +80,24 @@ def test_training_one_domain_moves_only_its_adapter(tiny_data_dir: Path) -> None
     assert all(layer.adapter("sports").B.abs().sum() == 0 for layer in lora_layers(model))
     # rank 2 on qkv (16 -> 48), out (16 -> 16), ffn (16 -> 32 -> 16) of 2 blocks
     assert model.adapter_parameters("beauty") == 2 * 2 * ((16 + 48) + (16 + 16) + (16 + 32) + (32 + 16))
+
+
+def test_item_adapters_train_only_their_domains_rows(tiny_data_dir: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+    torch.manual_seed(0)
+    base = SASRec(SASRecConfig(num_items=data.num_items, max_len=20, dim=16, num_heads=1, ffn_dim=32))
+    config = DomainAdapterConfig(domains=tuple(data.domains), rank=2, embedding_rank=2)
+    model = DomainAdaptedRetriever(config, base, data.item_domains())
+    table = model.base.item_embeddings().detach().clone()
+    torch.testing.assert_close(model.item_embeddings(), table)  # a new item adapter changes nothing
+    fit(model, data.for_domain("beauty"), TrainConfig(epochs=2, batch_size=4, lr=3e-3, progress=False), EVAL)
+    beauty = data.item_domains() == 0
+    moved = (model.item_embeddings().detach() - table).abs().sum(dim=1) > 0
+    assert bool(moved[beauty].all()) and not bool(moved[~beauty].any())  # only beauty's items moved
+    assert torch.equal(model.base.item_embeddings(), table)  # through the adapter, not the frozen table
+    # each domain's adapter counts its items' rows: rank 2 x its items + B (2 x 16) on top of the block layers
+    blocks = 2 * 2 * ((16 + 48) + (16 + 16) + (16 + 32) + (32 + 16))
+    assert model.adapter_parameters("sports") == blocks + 2 * int((data.item_domains() == 2).sum()) + 2 * 16
+    histories = torch.nonzero(beauty).squeeze(1)[:3][None, :]
+    base_scores = model.base.score(histories).masked_fill(~beauty, float("-inf"))
+    assert not torch.allclose(model.eval().score(histories), base_scores)

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from pipelines.config import load_config
 from pipelines.runner import run_pipeline
+from recsys.errors import ConfigError
 from recsys.models.domain_adapters import DomainAdaptedRetriever
 from recsys.modules.lora import lora_layers, save_adapter
 from serving.main import create_app
@@ -29,8 +30,11 @@ def adapted_bundle(
     _, base_name, data_dir = registry
     work = tmp_path_factory.mktemp("adapters")
     params = {"base_dir": str(data_dir.parents[1] / "models" / base_name), "domains": ["beauty", "home", "sports"]}
-    model = {"name": "domain_adapters", "params": params}
+    model = {"name": "domain_adapters", "params": {**params, "embedding_rank": 1}}  # block and item adapters
     config = load_config(tiny_config(work, name="tiny-adapters", model=model, train={"epochs": 1}))
+    sampled = tiny_config(work, name="tiny-adapters-sampled", model=model, train={"loss": "sampled_softmax"})
+    with pytest.raises(ConfigError, match="item adapters"):  # would move the other domains' item rows
+        run_pipeline(load_config(sampled), work)
     reports = {r.name: r.outputs for r in run_pipeline(config, work)}
     metrics = json.loads((Path(reports["train_retriever"]["model_dir"]) / "metrics.json").read_text())
     assert metrics["test"]["ndcg@10"] > 0
@@ -71,9 +75,11 @@ def test_one_domains_adapter_is_hot_swapped_from_its_file(
     retrained = Recommender(bundle).model
     assert isinstance(retrained, DomainAdaptedRetriever)
     torch.manual_seed(1)
-    with torch.no_grad():
+    with torch.no_grad():  # stands in for a retrained sports adapter: its block layers and its items' rows
         for layer in lora_layers(retrained):
-            layer.adapter("sports").B.normal_()  # stands in for a retrained sports adapter
+            layer.adapter("sports").B.normal_()
+        rows = retrained.items.domain_rows("sports")
+        retrained.items.A[rows] = torch.randn(len(rows), 1)
     save_adapter(retrained, "sports", tmp_path / "sports.pt")
     (tmp_path / "junk.pt").write_text("not an adapter")
     sports = torch.nonzero(retrained.item_domain == 2).squeeze(1)[:3]

@@ -9,7 +9,16 @@ import pytest
 import torch
 from torch import nn
 
-from recsys.modules.lora import LoRAConfig, LoRALinear, add_lora, load_adapter, lora_layers, route, save_adapter
+from recsys.modules.lora import (
+    DomainItemLoRA,
+    LoRAConfig,
+    LoRALinear,
+    add_lora,
+    load_adapter,
+    lora_layers,
+    route,
+    save_adapter,
+)
 
 DOMAINS = ("beauty", "sports", "toys")
 
@@ -106,3 +115,28 @@ def test_wrapping_refuses_what_it_cannot_adapt() -> None:
     assert isinstance(model[0], LoRALinear)
     with route(model, torch.zeros(3, dtype=torch.long)), pytest.raises(ValueError, match="batch of 2"):
         model(torch.randn(2, 4))
+
+
+def test_item_adapters_change_only_their_domains_rows_and_save_apart(tmp_path: Path) -> None:
+    item_domain = torch.tensor([-1, 0, 1, 0, 1, 1])  # the padding, then items of beauty (0) and sports (1)
+    items = DomainItemLoRA(item_domain, dim=4, domains=DOMAINS, rank=2, alpha=4.0)
+    assert torch.equal(items.delta(), torch.zeros(6, 4))  # A = 0: a new adapter changes nothing
+    assert items.adapter_parameters("sports") == 3 * 2 + 2 * 4  # its 3 items' rows of A, and B
+    with torch.no_grad():
+        items.A.normal_()
+        items.B["beauty"].zero_()
+    delta = items.delta()
+    assert delta is not None and torch.equal(delta[[0, 1, 3]], torch.zeros(3, 4))  # padding, beauty (B = 0)
+    torch.testing.assert_close(delta[[2, 4, 5]], 2.0 * items.A[[2, 4, 5]] @ items.B["sports"])
+    model = nn.Module()
+    model.items = items
+    save_adapter(model, "sports", tmp_path / "sports.pt")
+    fresh = nn.Module()
+    fresh.items = DomainItemLoRA(item_domain, dim=4, domains=DOMAINS, rank=2, alpha=4.0)
+    load_adapter(fresh, "sports", tmp_path / "sports.pt")
+    torch.testing.assert_close(fresh.items.delta(), delta)
+    moved = nn.Module()
+    moved.items = DomainItemLoRA(torch.tensor([-1, 1, 0, 0, 1, 1]), dim=4, domains=DOMAINS, rank=2, alpha=4.0)
+    with pytest.raises(ValueError, match="other items"):
+        load_adapter(moved, "sports", tmp_path / "sports.pt")
+    assert DomainItemLoRA(item_domain, dim=4, domains=DOMAINS, rank=0, alpha=4.0).delta() is None
