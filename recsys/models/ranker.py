@@ -3,7 +3,11 @@
 `Ranker` scores (history, candidate) pairs: the candidate's embedding queries the history by attention
 (target attention: what in this history speaks for this candidate), then cross features of the candidate,
 that user interest, the last item and the retriever's score (as the gap to the row's best) go through a head: a dense
-MLP or a mixture-of-experts (`recsys.modules.moe`), one output per task (task 0 ranks).
+MLP or a mixture-of-experts (`recsys.modules.moe`), one output per task (task 0 ranks). Options: `residual` adds the
+head's output to the retriever's score (the head starts at zero, so training starts from the first stage's order
+and learns a correction); `freeze_item_embeddings` keeps the item vectors copied from the retriever; `use_content`
+adds the items' content (LLM) embeddings: projected into every item vector, and as the candidate's cosine
+similarity to the last item and to the closest and average history item.
 
 `TwoStageRanker` holds a frozen retriever and a `Ranker`. Its `score` is the platform's `Scorer`: the
 retriever's top-C items get the ranker's scores and every other item -inf, so the standard evaluation
@@ -19,10 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from recsys.inference import HistoryTimes
 from recsys.modules.moe import MoEConfig, MoELayer
+
+CONTENT_SIMILARITIES = ("last", "closest", "average")
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,10 @@ class RankerConfig:
     top_k: int = 2  # moe only
     num_tasks: int = 1
     dropout: float = 0.1
+    residual: bool = False  # task 0 = retriever score + the head's correction (which starts at zero)
+    freeze_item_embeddings: bool = False  # keep the item vectors the registry copies from a SASRec retriever
+    use_content: bool = False  # read content embeddings (the experiment's `sid.content` section)
+    content_dim: int = 0  # filled from the content embeddings when `use_content`
     # training only: a retriever trained without each user's last `holdout_items` training items (its
     # train.holdout_last); the ranker then learns on those items, with that retriever's candidates, instead of on
     # pairs its first stage has seen (where it is over-confident). None = every pair, the first stage's top-C.
@@ -48,14 +59,24 @@ class RankerConfig:
 
 
 class Ranker(nn.Module):
-    def __init__(self, config: RankerConfig) -> None:
+    def __init__(self, config: RankerConfig, content: torch.Tensor | None = None) -> None:
+        """Args: config; content (V+1, content_dim) item content embeddings when `content_dim` > 0 (row 0: the
+        padding; None: from a state dict)."""
         super().__init__()
         self.config = config
         d = config.dim
         self.item_emb = nn.Embedding(config.num_items + 1, d, padding_idx=0)
+        self.item_emb.weight.requires_grad_(not config.freeze_item_embeddings)
         self.pos_emb = nn.Embedding(config.max_history, d)
         self.attention = nn.MultiheadAttention(d, config.num_heads, dropout=config.dropout, batch_first=True)
-        features = 4 * d + 1  # candidate, interest, candidate * interest, candidate * last item, retriever gap
+        # candidate, interest, candidate * interest, candidate * last item, retriever gap (+ 3 content similarities)
+        features = 4 * d + 1 + (len(CONTENT_SIMILARITIES) if config.content_dim else 0)
+        self.content_proj = nn.Linear(config.content_dim, d) if config.content_dim else None
+        if config.content_dim:  # normalised once: the similarities are cosines
+            content = torch.zeros(config.num_items + 1, config.content_dim) if content is None else content
+            content = F.normalize(content.float(), dim=-1)
+        self.content: torch.Tensor | None
+        self.register_buffer("content", content if config.content_dim else None)
         if config.head == "moe":
             moe = MoEConfig(dim=features, hidden=config.hidden, out_dim=d, num_experts=config.num_experts,
                             top_k=config.top_k, num_tasks=config.num_tasks, dropout=config.dropout)  # fmt: skip
@@ -65,8 +86,31 @@ class Ranker(nn.Module):
             self.moe = None
             self.dense = nn.Sequential(nn.Linear(features, config.hidden), nn.SiLU(), nn.Dropout(config.dropout),
                                        nn.Linear(config.hidden, d), nn.SiLU())  # fmt: skip
-        self.outputs = nn.ModuleList(nn.Linear(d, 1) for _ in range(config.num_tasks))
+        ranking = nn.Linear(d, 1)
+        if config.residual:  # the two stages start as the retriever alone
+            nn.init.zeros_(ranking.weight)
+            nn.init.zeros_(ranking.bias)
+        self.outputs = nn.ModuleList([ranking, *(nn.Linear(d, 1) for _ in range(config.num_tasks - 1))])
         self.aux_loss = torch.zeros(())  # the MoE head's load loss of the last forward
+
+    def item_vectors(self, items: torch.Tensor) -> torch.Tensor:
+        """(...) item_idx -> (..., D): the ID embedding, plus the projected content embedding."""
+        vectors = self.item_emb(items)
+        if self.content_proj is not None:
+            assert self.content is not None
+            vectors = vectors + self.content_proj(self.content[items])
+        return vectors
+
+    def content_similarities(self, histories: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """(B, L) histories, (B, C) candidates -> (B, C, 3) cosine of each candidate's content to the last item's,
+        the closest history item's and the average over the history (0 for an empty history)."""
+        assert self.content is not None
+        cand = self.content[candidates]  # (B, C, K)
+        cosine = cand @ self.content[histories].transpose(1, 2)  # (B, C, L); padding rows are zero vectors
+        real = (histories != 0)[:, None, :]
+        closest = cosine.masked_fill(~real, -1.0).max(dim=-1).values * real.any(dim=-1)
+        average = cosine.sum(dim=-1) / real.sum(dim=-1).clamp(min=1)
+        return torch.stack([cosine[..., -1], closest, average], dim=-1)
 
     def forward(self, histories: torch.Tensor, candidates: torch.Tensor, retrieval: torch.Tensor) -> torch.Tensor:
         """(B, L) left-padded item_idx, (B, C) candidates, (B, C) retriever scores -> (T, B, C) logits."""
@@ -74,29 +118,35 @@ class Ranker(nn.Module):
         B, L = histories.shape
         C = candidates.shape[1]
         recency = torch.arange(L - 1, -1, -1, device=histories.device)  # 0 = the latest item, whatever the width
-        h = self.item_emb(histories) + self.pos_emb(recency)  # (B, L, D)
+        h = self.item_vectors(histories) + self.pos_emb(recency)  # (B, L, D)
         pad = histories == 0
         pad = pad & ~pad.all(dim=1, keepdim=True)  # an empty history attends to its padding, not to nothing
-        q = self.item_emb(candidates)  # (B, C, D)
+        q = self.item_vectors(candidates)  # (B, C, D)
         interest, _ = self.attention(q, h, h, key_padding_mask=pad, need_weights=False)  # (B, C, D)
         last = h[:, -1:].expand(B, C, -1)
         # the gap to the row's best retriever score: the same for a candidate whether the row holds all C
         # candidates (serving) or the target and the hardest negatives (training)
         gap = retrieval - retrieval.max(dim=1, keepdim=True).values
-        x = torch.cat([q, interest, q * interest, q * last, gap[..., None]], dim=-1).flatten(0, 1)
+        parts = [q, interest, q * interest, q * last, gap[..., None]]
+        if self.content is not None:
+            parts.append(self.content_similarities(histories, candidates))
+        x = torch.cat(parts, dim=-1).flatten(0, 1)
         if self.moe is not None:
             out = self.moe(x)
             hidden, self.aux_loss = out.outputs, out.aux_loss
         else:
             assert self.dense is not None
             hidden = [self.dense(x)] * self.config.num_tasks
-        return torch.stack([head(z).view(B, C) for head, z in zip(self.outputs, hidden, strict=True)])
+        logits = [head(z).view(B, C) for head, z in zip(self.outputs, hidden, strict=True)]
+        if self.config.residual:
+            logits[0] = logits[0] + gap.to(logits[0].dtype)
+        return torch.stack(logits)
 
 
 class TwoStageRanker(nn.Module):
     """A frozen retriever's top-C, re-scored by a `Ranker`; `score` ranks every item (non-candidates -inf)."""
 
-    def __init__(self, config: RankerConfig, retriever: nn.Module) -> None:
+    def __init__(self, config: RankerConfig, retriever: nn.Module, content: torch.Tensor | None = None) -> None:
         super().__init__()
         if getattr(retriever, "reads_timestamps", False):
             raise ValueError(
@@ -105,7 +155,7 @@ class TwoStageRanker(nn.Module):
             )
         self.config = config
         self.retriever = retriever.eval().requires_grad_(False)
-        self.ranker = Ranker(config)
+        self.ranker = Ranker(config, content)
 
     def train(self, mode: bool = True) -> TwoStageRanker:
         super().train(mode)

@@ -51,7 +51,7 @@ def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
     sid_path = params.pop("semantic_ids", None)
     content_path = params.pop("content_embeddings", None)
     if name == "ranker":
-        return _two_stage(params, num_items)
+        return _two_stage(params, num_items, content_path)
     if name == "fusion":
         return _fusion(params, num_items)
     if name == "domain_adapters":
@@ -113,18 +113,30 @@ def _unfilled(name: str, config: Any) -> Model:
     return Popularity(config) if isinstance(config, PopularityConfig) else SASRec(config)
 
 
-def _two_stage(params: dict[str, Any], num_items: int) -> TwoStageRanker:
-    """A ranker over the trained retriever of `params["retriever_dir"]` (a model directory), frozen."""
+def _two_stage(params: dict[str, Any], num_items: int, content_path: str | None) -> TwoStageRanker:
+    """A ranker over the trained retriever of `params["retriever_dir"]` (a model directory), frozen; with
+    `use_content`, it reads the content embeddings of `content_path`."""
     retriever_dir = params.pop("retriever_dir", None)  # the retriever carries its own semantic IDs
     if retriever_dir is None:
         raise ConfigError("model 'ranker' needs model.params.retriever_dir: the model directory of a trained retriever")
     name, retriever = load_trained_model(Path(retriever_dir), num_items)
     retriever_spec = {"name": name, "config": dataclasses.asdict(retriever.config)}
     config = _validate("ranker", {**params, "num_items": num_items, "retriever": retriever_spec})
-    model = TwoStageRanker(config, retriever)
+    items = None  # the retriever's item vectors, where the ranker can start from them
     if isinstance(retriever, SASRec) and retriever.config.dim == config.dim:
+        items = retriever.item_embeddings()
+    if config.freeze_item_embeddings and items is None:
+        raise ConfigError(
+            f"model.params.freeze_item_embeddings keeps the item vectors of a SASRec retriever of the ranker's dim "
+            f"({config.dim}); {retriever_dir} holds a {name} model of another kind or size. Fix: set it to false"
+        )
+    content = _content_rows(content_path, num_items) if config.use_content else None
+    if content is not None:
+        config = dataclasses.replace(config, content_dim=content.shape[1])
+    model = TwoStageRanker(config, retriever, content)
+    if items is not None:
         with torch.no_grad():  # start from the retriever's item vectors: the ranker refines, not relearns
-            model.ranker.item_emb.weight.copy_(retriever.item_embeddings())
+            model.ranker.item_emb.weight.copy_(items)
     return model
 
 
@@ -148,6 +160,12 @@ def _two_tower(config: TwoTowerConfig, codes: torch.Tensor | None, content_path:
     """A two-tower model; with `use_content`, its item tower reads the content embeddings of `content_path`."""
     if not config.use_content:
         return TwoTower(config, codes)
+    content = _content_rows(content_path, config.num_items)
+    return TwoTower(dataclasses.replace(config, content_dim=content.shape[1]), codes, content)
+
+
+def _content_rows(content_path: str | None, num_items: int) -> torch.Tensor:
+    """(V+1, C) the content embeddings of `content_path`, row 0 (the padding item) zero."""
     from recsys.semantic_ids.content import read_content_embeddings
 
     if content_path is None:
@@ -155,9 +173,8 @@ def _two_tower(config: TwoTowerConfig, codes: torch.Tensor | None, content_path:
             "model.params.use_content needs content embeddings. Fix: add a `sid` section (its `content` settings "
             "embed the item text) to the experiment config"
         )
-    vectors = torch.from_numpy(read_content_embeddings(Path(content_path), config.num_items)).float()
-    content = torch.cat([torch.zeros(1, vectors.shape[1]), vectors])  # row 0: the padding item
-    return TwoTower(dataclasses.replace(config, content_dim=vectors.shape[1]), codes, content)
+    vectors = torch.from_numpy(read_content_embeddings(Path(content_path), num_items)).float()
+    return torch.cat([torch.zeros(1, vectors.shape[1]), vectors])
 
 
 def _fusion(params: dict[str, Any], num_items: int) -> Fusion:

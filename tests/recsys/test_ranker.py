@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -144,3 +145,42 @@ def test_a_ranker_trains_on_the_items_its_held_out_first_stage_never_saw(
     assert result.best_valid["ndcg@10"] > 0
     for key, value in model.retriever.state_dict().items():  # the serving first stage stays as it was
         torch.testing.assert_close(value, retriever_before[key], rtol=0, atol=0)
+
+
+def test_a_residual_ranker_starts_as_its_retriever_and_can_keep_its_item_vectors(
+    tiny_data_dir: Path, retriever_dir: Path
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    model = two_stage(retriever_dir, data.num_items, residual=True, freeze_item_embeddings=True)
+    histories = data.eval_split("valid").histories.select(torch.arange(6)).to_padded(20)
+    scores, top = model.eval().score(histories), model.candidates(histories)
+    # before training, each candidate's score is its retriever score minus the row's best: the first stage's order
+    torch.testing.assert_close(scores.gather(1, top.indices), top.values - top.values[:, :1])
+    items = model.ranker.item_emb.weight.clone()
+    fit(model, data, TrainConfig(epochs=1, batch_size=32, lr=3e-3, progress=False), EVAL)
+    assert torch.equal(model.ranker.item_emb.weight, items)  # frozen: still the retriever's vectors
+    assert not torch.equal(model.eval().score(histories), scores)  # the head learned a correction
+
+
+def test_content_features_are_cosines_to_the_history_and_travel_with_the_model(
+    tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path
+) -> None:
+    from recsys.errors import ConfigError
+
+    data = load_prepared(tiny_data_dir)
+    with pytest.raises(ConfigError, match="use_content needs content embeddings"):
+        two_stage(retriever_dir, data.num_items, use_content=True)
+    generator = torch.Generator().manual_seed(0)
+    vectors = torch.randn(data.num_items, 6, generator=generator)
+    np.save(tmp_path / "content.npy", vectors.numpy())
+    model = two_stage(retriever_dir, data.num_items, use_content=True, content_embeddings=str(tmp_path / "content.npy"))
+    assert model.config.content_dim == 6
+    unit = torch.nn.functional.normalize(vectors, dim=1)
+    histories, candidates = torch.tensor([[0, 1, 2], [0, 0, 0]]), torch.tensor([[3, 1], [4, 5]])
+    similarities = model.ranker.content_similarities(histories, candidates)  # (2, 2, 3)
+    cosine = unit[[2, 0]] @ unit[[0, 1]].T  # candidates 3, 1 against history items 1, 2 (item i is row i - 1)
+    expected = torch.stack([cosine[:, 1], cosine.max(dim=1).values, cosine.mean(dim=1)], dim=-1)
+    torch.testing.assert_close(similarities[0], expected)
+    assert torch.equal(similarities[1], torch.zeros(2, 3))  # an empty history: no similarity
+    fit(model, data, TrainConfig(epochs=1, batch_size=32, lr=3e-3, progress=False), EVAL)
+    assert_saves_and_loads_whole(model, data, tmp_path)  # the content embeddings are in the saved model
