@@ -108,17 +108,20 @@ def main(argv: list[str] | None = None) -> Path | None:
             torch.save(model.state_dict(), tmp)
         domains = data.domains
         name = f"shared-s{args.seed}"
+        extra = {"softmax_within_domain": args.softmax_within_domain}
     elif args.stage == "separate":
         model = SASRec(SASRecConfig(num_items=data.num_items, **SASREC))
         result = fit(model, data.for_domain(args.domain), train, EVAL)
         domains = [args.domain]
         name = f"separate-{args.domain}-s{args.seed}"
+        extra = {}
     else:
         model = adapted(data, shared_state, args.rank, args.embedding_rank)
         train = TrainConfig(**{**asdict(train), "lr": args.adapter_lr})
         result = fit(model, data.for_domain(args.domain), train, EVAL)
         domains = [args.domain]
         name = f"adapters-{args.domain}-r{args.rank}-e{args.embedding_rank}-lr{args.adapter_lr:g}-s{args.seed}"
+        extra = {"rank": args.rank, "embedding_rank": args.embedding_rank, "adapter_lr": args.adapter_lr}
     device = resolve_device(args.device)
     part: dict[str, Any] = {
         "stage": args.stage,
@@ -130,11 +133,11 @@ def main(argv: list[str] | None = None) -> Path | None:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "parameters": sum(p.numel() for p in model.parameters()),
         "command": command(),
+        **extra,
     }
     if isinstance(model, DomainAdaptedRetriever):
         part["adapter_parameters"] = model.adapter_parameters(args.domain)
         part["base_parameters"] = model.base_parameters()
-        part.update(rank=args.rank, embedding_rank=args.embedding_rank, adapter_lr=args.adapter_lr)
     parts.mkdir(parents=True, exist_ok=True)
     with atomic_file(parts / f"{name}.json") as tmp:
         tmp.write_text(json.dumps(part, indent=2))
