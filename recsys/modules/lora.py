@@ -5,7 +5,9 @@ domain in a `ModuleDict` keyed by domain name: y = base(x) + (alpha / r) * B_d(A
 so a new adapter leaves the base model's outputs unchanged until it is trained. A batch may mix domains:
 `route(model, domains)` tells every wrapped layer which adapter each example uses (-1 = the base alone).
 For one domain at a time, `merge(domain)` folds its adapter into the base weight (no extra matmul at
-serving time) and `unmerge()` takes it out again.
+serving time) and `unmerge()` takes it out again. `DomainItemLoRA` is the same idea for an item table whose items
+belong to domains: a low-rank delta per domain over its own items' rows. `save_adapter` / `load_adapter` move one
+domain's weights of both kinds.
 
 Dimension letters: B examples, I in features, O out features, R rank.
 
@@ -117,7 +119,8 @@ class DomainItemLoRA(nn.Module):
 
     A starts at zero (a new adapter changes nothing), B at random (so A gets gradients). Rank 0: no adapter,
     the map alone. Training one domain leaves the other domains' rows and B untouched only while their items
-    get no gradient (softmax within the domain) and no weight decay: `DomainAdaptedRetriever` checks both.
+    get no gradient (softmax within the domain) and no weight decay: the pipeline's adapter training
+    (`pipelines.train`) refuses the settings that break either.
     """
 
     def __init__(self, item_domain: torch.Tensor, dim: int, domains: Sequence[str], rank: int, alpha: float) -> None:
