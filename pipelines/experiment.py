@@ -54,6 +54,11 @@ def run_experiment(config: ExperimentConfig, paths: ExperimentPaths, data_dir: P
     if config.sid is not None:
         embeddings = embed_content_step(config.sid.content, data_dir, paths.content_dir, paths.cache_dir)
         sid_path = build_semantic_ids_step(config.sid, data_dir, embeddings, paths.sid_dir)
-        params = {**config.model.params, "semantic_ids": str(sid_path), "content_embeddings": str(embeddings)}
-        config = config.model_copy(update={"model": config.model.model_copy(update={"params": params})})
+        config = with_item_features(config, str(sid_path), str(embeddings))
     return train_step(config, data_dir, paths.model_dir)
+
+
+def with_item_features(config: ExperimentConfig, semantic_ids: str, content_embeddings: str) -> ExperimentConfig:
+    """`config` whose model params name the `sid` section's outputs (models that do not read them ignore them)."""
+    params = {**config.model.params, "semantic_ids": semantic_ids, "content_embeddings": content_embeddings}
+    return config.model_copy(update={"model": config.model.model_copy(update={"params": params})})

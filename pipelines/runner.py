@@ -27,7 +27,7 @@ from pipelines.config import ExperimentConfig
 from pipelines.content import embed_content_step
 from pipelines.data import data_fingerprint, prepare_step
 from pipelines.evaluate import EVALUATION_FILE, evaluate_step
-from pipelines.experiment import ExperimentPaths
+from pipelines.experiment import ExperimentPaths, with_item_features
 from pipelines.index import build_index_step
 from pipelines.model_dir import model_sha256
 from pipelines.registry import register_bundle, write_bundle
@@ -159,13 +159,13 @@ def _sids(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outp
 
 def _train_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any]:
     sections = config.model_dump(mode="json", include={"model", "train", "eval"})
-    return {**sections, "data": done["prepare_data"], "sids": done["build_semantic_ids"]}
+    features = {"sids": done["build_semantic_ids"], "content": done["embed_content"]}
+    return {**sections, "data": done["prepare_data"], **features}
 
 
 def _train(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
-    if sids := done["build_semantic_ids"].get("semantic_ids"):
-        params = {**config.model.params, "semantic_ids": sids}
-        config = config.model_copy(update={"model": config.model.model_copy(update={"params": params})})
+    if sids := done["build_semantic_ids"].get("semantic_ids"):  # with the `sid` section: both
+        config = with_item_features(config, sids, done["embed_content"]["content_embeddings"])
     outputs = train_step(config, Path(done["prepare_data"]["data_dir"]), paths.model_dir)
     return {
         "model_dir": str(outputs.model_dir),

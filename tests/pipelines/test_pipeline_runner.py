@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
@@ -14,6 +15,7 @@ import pipelines.runner as runner
 from pipelines.config import load_config
 from pipelines.registry import CHAMPION, register_bundle, write_bundle
 from recsys.cli import app
+from recsys.models.registry import load_model
 
 
 def statuses(reports: list[runner.StepReport]) -> dict[str, str]:
@@ -138,3 +140,15 @@ def test_single_step_needs_its_upstream_steps(tmp_path: Path, tiny_config: Calla
         "prepare_data": "skipped", "embed_content": "not applicable", "build_semantic_ids": "not applicable",
         "train_retriever": "ran",
     }  # fmt: skip
+
+
+def test_a_model_reading_content_embeddings_gets_them_from_the_pipeline(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    sid = {"method": "rqkmeans", "content": {"text_fields": ["title"]}, "rqkmeans": {"levels": 2, "codebook_size": 8}}
+    model = {"name": "two_tower", "params": {"max_len": 20, "dim": 16, "hidden_dim": 32, "use_content": True}}
+    config = load_config(tiny_config(tmp_path, name="tiny-content", sid=sid, model=model, train={"epochs": 1}))
+    reports = {r.name: r.outputs for r in runner.run_pipeline(config, tmp_path)}
+    _, trained = load_model(Path(reports["train_retriever"]["model_dir"]) / "model.pt")
+    content = np.load(reports["embed_content"]["content_embeddings"])
+    assert trained.config.content_dim == content.shape[1] > 0  # the item tower reads the embed_content step's output
