@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> Path | None:
             torch.save(model.state_dict(), tmp)
         domains = data.domains
         name = f"shared-s{args.seed}"
-        extra = {"softmax_within_domain": args.softmax_within_domain}
+        extra: dict[str, Any] = {"softmax_within_domain": args.softmax_within_domain}
     elif args.stage == "separate":
         model = SASRec(SASRecConfig(num_items=data.num_items, **SASREC))
         result = fit(model, data.for_domain(args.domain), train, EVAL)
