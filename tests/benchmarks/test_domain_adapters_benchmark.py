@@ -16,21 +16,37 @@ def _p5_domain(folder: Path, items: int, users: int, seed: int) -> None:
     (folder / "user_sequence.txt").write_text("\n".join(lines) + "\n")
 
 
-def test_every_stage_then_the_report(tmp_path: Path) -> None:
+def test_every_stage_over_seeds_then_the_report(tmp_path: Path) -> None:
     _p5_domain(tmp_path / "raw" / "amazon-toys", items=40, users=60, seed=0)
     _p5_domain(tmp_path / "raw" / "amazon-games", items=30, users=50, seed=1)
     bench = load_benchmark("domain_adapters.py")
     common = ["--data-dir", str(tmp_path / "raw"), "--domains", "amazon-toys", "amazon-games"]
     common += ["--work-dir", str(tmp_path / "work"), "--epochs", "1", "--device", "cpu"]
-    bench.main(["--stage", "shared", *common])
-    for domain in ("toys", "games"):
-        bench.main(["--stage", "separate", "--domain", domain, *common])
-        bench.main(["--stage", "adapters", "--domain", domain, *common])
+    variants = [["--rank", "2"], ["--rank", "2", "--embedding-rank", "1"]]
+    for seed in ("0", "1"):
+        bench.main(["--stage", "shared", "--seed", seed, *common])
+        for domain in ("toys", "games"):
+            bench.main(["--stage", "separate", "--domain", domain, "--seed", seed, *common])
+            for variant in variants:
+                bench.main(["--stage", "adapters", "--domain", domain, "--seed", seed, *variant, *common])
     path = bench.main(["--stage", "report", *common, "--results-dir", str(tmp_path)])
     table = json.loads(path.read_text())["domains"]
     assert set(table) == {"games", "toys"}
     for row in table.values():
-        assert {"a_shared", "b_separate", "c_base_plus_adapter"} <= set(row)
-        assert 0 < row["adapter_share_of_base"] < 1
-        assert isinstance(row["c_at_least_max_a_b"], bool)
-        assert all(0 <= row[v]["ndcg@10"] <= 1 for v in ("a_shared", "b_separate", "c_base_plus_adapter"))
+        assert set(row["a_shared"]["ndcg@10_per_seed"]) == set(row["b_separate"]["ndcg@10_per_seed"]) == {"0", "1"}
+        adapters = row["c_base_plus_adapters"]
+        assert set(adapters) == {"rank2-embedding0-lr0.002", "rank2-embedding1-lr0.002"}
+        # the item adapter adds its domain's rows to the block adapter's parameters
+        assert 0 < adapters["rank2-embedding0-lr0.002"]["adapter_share_of_base"]
+        assert (
+            adapters["rank2-embedding0-lr0.002"]["adapter_share_of_base"]
+            < adapters["rank2-embedding1-lr0.002"]["adapter_share_of_base"]
+            < 1
+        )
+        for summary in (row["a_shared"], row["b_separate"], *adapters.values()):
+            values = list(summary["ndcg@10_per_seed"].values())
+            assert len(values) == 2 and all(0 <= v <= 1 for v in values)
+            assert summary["ndcg@10_mean"] == sum(values) / 2
+        for summary in adapters.values():
+            assert isinstance(summary["c_at_least_max_a_b_on_mean"], bool)
+            assert 0 <= summary["seeds_where_c_at_least_max_a_b"] <= 2
