@@ -35,8 +35,8 @@ test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check recsys features pipelines serving dags benchmarks tests
-	$(VENV)/bin/ruff format --check recsys features pipelines serving dags benchmarks tests
+	$(VENV)/bin/ruff check recsys features pipelines serving cli dags benchmarks tests
+	$(VENV)/bin/ruff format --check recsys features pipelines serving cli dags benchmarks tests
 	$(VENV)/bin/mypy
 
 bench-beauty: setup

@@ -56,7 +56,7 @@ def command() -> str:
 
 def write_result(name: str, result: dict[str, Any], results_dir: Path = RESULTS_DIR) -> Path:
     """Write `results_dir/<name>.json` atomically."""
-    from recsys.atomic import atomic_file
+    from recsys.runtime.atomic import atomic_file
 
     path = results_dir / f"{name}.json"
     with atomic_file(path) as tmp:

@@ -27,7 +27,7 @@ from benchmarks.common import RESULTS_DIR, command, machine, significant, versio
 from recsys.data.batching import PackedBatch
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
-from recsys.training.device import use_bf16_autocast
+from recsys.runtime.device import use_bf16_autocast
 from recsys.training.recipes import NextItemRecipe
 
 NUM_ITEMS, ROWS, MAX_LEN = 12_101, 16, 50

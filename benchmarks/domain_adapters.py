@@ -36,12 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import RESULTS_DIR, command, machine, versions, write_result
 from features.prepare import prepare
 from features.sources import load_source
-from recsys.atomic import atomic_file
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.domain_adapters import DomainAdaptedRetriever, DomainAdapterConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
-from recsys.training.device import resolve_device
+from recsys.runtime.atomic import atomic_file
+from recsys.runtime.device import resolve_device
 from recsys.training.trainer import TrainConfig, fit
 
 logger = logging.getLogger("domain_adapters")

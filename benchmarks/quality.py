@@ -26,7 +26,7 @@ from benchmarks.common import RESULTS_DIR, command, machine, parse_overrides, ve
 from pipelines.config import load_config
 from pipelines.experiment import ExperimentPaths, run_experiment
 from pipelines.train import training_state_path
-from recsys.training.device import resolve_device, use_bf16_autocast
+from recsys.runtime.device import resolve_device, use_bf16_autocast
 
 
 def main() -> None:

@@ -40,7 +40,6 @@ from features.policies import (
     parse_unknown_items,
 )
 from features.raw import RawDataset
-from recsys.atomic import atomic_directory
 from recsys.data.schema import (
     INTERACTIONS_FILE,
     IS_COLD,
@@ -61,6 +60,7 @@ from recsys.data.schema import (
     VALID,
 )
 from recsys.errors import ConfigError
+from recsys.runtime.atomic import atomic_directory
 
 logger = logging.getLogger(__name__)
 

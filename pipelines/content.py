@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from recsys.atomic import atomic_directory
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
+from recsys.runtime.atomic import atomic_directory
 from recsys.semantic_ids.content import ContentConfig, embed_texts, item_texts
 
 logger = logging.getLogger(__name__)

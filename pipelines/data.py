@@ -10,8 +10,8 @@ from pathlib import Path
 from features.prepare import prepare
 from features.sources import load_source
 from pipelines.config import DataSection
-from recsys.atomic import atomic_file
 from recsys.data.schema import META_FILE
+from recsys.runtime.atomic import atomic_file
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ It writes, atomically, one evaluation directory:
 
     evaluation.json   the report: overall metrics, per-slice metrics and user counts, semantic-ID health
                       (when the model was built with semantic IDs), the training run's validation/test metrics
-    dashboard.html    this run's evaluation dashboard (serving.dashboard, plotly inlined, no network)
+    dashboard.html    this run's evaluation dashboard (pipelines.dashboard, plotly inlined, no network)
 
 and, with tracking on, logs them as artifacts `evaluation/` of an MLflow run `evaluate` (nested in the
 pipeline's run), with the slice metrics as `slice.<family>_<slice>.<metric>` (e.g.
@@ -28,7 +28,6 @@ from pipelines.config import ExperimentConfig
 from pipelines.model_dir import TrainedModel, load_model_dir, model_sha256
 from pipelines.tracking import start_tracking
 from pipelines.train import eval_config_for
-from recsys.atomic import atomic_directory
 from recsys.data.prepared import EvalSplit, SequenceData
 from recsys.data.schema import DOMAIN, TEST, VALID
 from recsys.evaluation import evaluate
@@ -41,14 +40,15 @@ from recsys.evaluation.slices import (
     popularity_decile_masks,
     slice_report,
 )
+from recsys.runtime.atomic import atomic_directory
+from recsys.runtime.device import resolve_device
 from recsys.semantic_ids.codes import read_semantic_ids
-from recsys.training.device import resolve_device
 
 logger = logging.getLogger(__name__)
 
 EVALUATION_FILE = "evaluation.json"
 DASHBOARD_FILE = "dashboard.html"
-RUN_NAME = "evaluate"  # what serving.dashboard looks for
+RUN_NAME = "evaluate"  # what pipelines.dashboard looks for
 ARTIFACT_PATH = "evaluation"
 
 
@@ -135,7 +135,7 @@ def slice_families(data: SequenceData, split: EvalSplit) -> dict[str, SliceMasks
 
 def write_evaluation(out_dir: Path, report: dict[str, Any]) -> None:
     """evaluation.json and dashboard.html, swapped in together (a crash leaves the previous pair or none)."""
-    from serving.dashboard import from_evaluation, render_dashboard
+    from pipelines.dashboard import from_evaluation, render_dashboard
 
     page = render_dashboard(from_evaluation(report, source=str(out_dir / EVALUATION_FILE)))
     with atomic_directory(out_dir, marker=EVALUATION_FILE) as tmp:

@@ -20,11 +20,11 @@ from typing import Any
 import yaml
 
 from pipelines.config import ExperimentConfig
-from recsys.atomic import atomic_directory
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.data.schema import ITEMS_FILE, USERS_FILE
 from recsys.errors import RecsysError
 from recsys.models.registry import Model, load_model, save_model
+from recsys.runtime.atomic import atomic_directory
 
 MODEL_FILE = "model.pt"
 METRICS_FILE = "metrics.json"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.model_dir import trained_data_dir
-from recsys.atomic import atomic_directory
+from recsys.runtime.atomic import atomic_directory
 
 logger = logging.getLogger(__name__)
 

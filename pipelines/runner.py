@@ -34,10 +34,10 @@ from pipelines.registry import register_bundle, write_bundle
 from pipelines.semantic_ids import build_semantic_ids_step
 from pipelines.tracking import Tracker, start_tracking
 from pipelines.train import train_step
-from recsys.atomic import atomic_file
 from recsys.errors import RecsysError
 from recsys.models.registry import VECTOR_MODELS
 from recsys.retrieval.faiss_index import FaissTopK
+from recsys.runtime.atomic import atomic_file
 
 logger = logging.getLogger(__name__)
 

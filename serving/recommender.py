@@ -18,7 +18,8 @@ import torch
 from pipelines.model_dir import load_model_dir
 from pipelines.registry import BUNDLE_DATA_DIR, BUNDLE_FILE, download_champion_bundle
 from recsys.data.jagged import Jagged
-from recsys.inference import HistoryTimes, Scorer, recommend
+from recsys.data.times import HistoryTimes
+from recsys.inference import Scorer, recommend
 from recsys.models.domain_adapters import DomainAdaptedRetriever
 from recsys.models.registry import VECTOR_MODELS
 from recsys.modules.lora import load_adapter

@@ -1,11 +1,26 @@
-"""Fixtures shared by every test folder: a tiny prepared synthetic dataset, a tiny experiment, the popularity bar."""
+"""Fixtures shared by every test folder: small raw files, a tiny prepared synthetic dataset, a tiny experiment, the
+popularity bar, a registered champion (one pipeline run into a real MLflow SQLite registry) and `recsys serve` of it.
+
+Without CUDA, the Triton kernels run in Triton's interpreter: Triton reads TRITON_INTERPRET when it is imported and
+when it decorates the kernels, hence here, at collection time, before any test imports `triton` or `recsys.ops.triton`
+(so this file's own imports stay clear of the kernels).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gzip
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
+import torch
 import yaml
 
 from features.prepare import prepare
@@ -14,7 +29,14 @@ from recsys.data.prepared import SequenceData
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.popularity import Popularity, PopularityConfig
 
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 TINY_SYNTHETIC = {"num_users": 300, "num_items": 150}
+
+# Three users with >= 3 items each, plus items.csv with a quoted comma in a title.
+P5_SEQUENCES = "u1 a b c d\nu2 b c e\nu3 a c e f\n"
+P5_ITEMS = 'item_id,title\na,Alpha\nb,"Bravo, the sequel"\nc,Charlie\nd,Delta\ne,Echo\nf,Foxtrot\n'
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +74,66 @@ def popularity_valid_metric(data: SequenceData, eval_config: EvalConfig, metric:
     popularity = Popularity(PopularityConfig(data.num_items))
     popularity.fit(data.item_counts())
     return evaluate(popularity, data.eval_split("valid"), data.num_items, eval_config).metrics[metric]
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Callable[..., Path]:
+    """Write `content` (str or bytes) to tmp_path/name, gzipped when `gz=True`; return the path."""
+
+    def _write(name: str, content: str | bytes, *, gz: bool = False) -> Path:
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(gzip.compress(data, mtime=0) if gz else data)
+        return path
+
+    return _write
+
+
+@pytest.fixture
+def p5_dir(write: Callable[..., Path], tmp_path: Path) -> Path:
+    """A small P5-form directory with user_sequence.txt and items.csv."""
+    write("amazon-toys/user_sequence.txt", P5_SEQUENCES)
+    write("amazon-toys/items.csv", P5_ITEMS)
+    return tmp_path / "amazon-toys"
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> tuple[str, str, Path]:
+    """(tracking URI, registered model name, data dir) after one pipeline run (champion = version 1)."""
+    work = tmp_path_factory.mktemp("serving")
+    from pipelines.config import load_config  # the pipeline imports the Triton kernels: after TRITON_INTERPRET
+    from pipelines.runner import run_pipeline
+
+    config = load_config(tiny_config(work, pipeline={"index": {"kind": "flat"}}))
+    reports = {r.name: r.outputs for r in run_pipeline(config, work)}
+    return config.tracking.resolved_uri(), config.registered_model_name, Path(reports["prepare_data"]["data_dir"])
+
+
+@contextmanager
+def recsys_serve(uri: str, model_name: str, *extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`recsys serve` of the model's champion as a real process on a free loopback port, once it is ready.
+
+    Yields (base URL, process); the process is terminated on exit (its output stays readable).
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    recsys = str(Path(sys.executable).with_name("recsys"))  # the console script of this environment
+    command = [recsys, "serve", "--model-name", model_name, "--tracking-uri", uri, "--port", str(port), *extra]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.3)
+        else:
+            raise AssertionError("the server did not become ready in 60 s")
+        yield base, server
+    finally:
+        server.terminate()
+        server.wait(timeout=20)

@@ -16,8 +16,8 @@ import torch
 
 from recsys.data import schema
 from recsys.data.jagged import Jagged
+from recsys.data.times import HistoryTimes
 from recsys.errors import DataError
-from recsys.inference import HistoryTimes
 
 _PREPARE_HINT = "prepare it with `recsys data prepare --source ... --out DIR`"
 

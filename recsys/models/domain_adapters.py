@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from recsys.inference import HistoryTimes
+from recsys.data.times import HistoryTimes
 from recsys.models.sasrec import SASRec
 from recsys.modules.lora import DomainItemLoRA, LoRAConfig, add_lora, lora_layers, route
 

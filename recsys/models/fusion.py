@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from recsys.inference import HistoryTimes
+from recsys.data.times import HistoryTimes
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
-from recsys.inference import HistoryTimes
+from recsys.data.times import HistoryTimes
 from recsys.semantic_ids.trie import SemanticIdTrie
 
 PAD_TOKEN, START_TOKEN, FIRST_CODE_TOKEN = 0, 1, 2

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
-from recsys.inference import HistoryTimes
+from recsys.data.times import HistoryTimes
 from recsys.modules.transformer import causal_segment_mask, left_padded_layout
 
 

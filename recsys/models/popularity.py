@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from recsys.inference import HistoryTimes
+from recsys.data.times import HistoryTimes
 
 
 @dataclass(frozen=True)

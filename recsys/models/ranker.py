@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recsys.inference import HistoryTimes
+from recsys.data.times import HistoryTimes
 from recsys.modules.moe import MoEConfig, MoELayer
 
 CONTENT_SIMILARITIES = ("last", "closest", "average")

@@ -23,7 +23,7 @@ from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.ranker import RankerConfig, TwoStageRanker
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.models.two_tower import TwoTower, TwoTowerConfig
-from recsys.training.checkpoint import load_checkpoint, save_checkpoint
+from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
 
 Model = Popularity | SASRec | HSTU | GenerativeRetriever | TwoStageRanker | Fusion | TwoTower | DomainAdaptedRetriever
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
-from recsys.inference import HistoryTimes
+from recsys.data.times import HistoryTimes
 from recsys.modules.sid_embedding import SemanticIdEmbedding
 from recsys.modules.transformer import TransformerBlock, causal_segment_mask, left_padded_layout
 from recsys.ops.embedding_bag import Kernel

@@ -23,7 +23,7 @@ from torchrec import EmbeddingBagConfig, KeyedJaggedTensor
 from torchrec.modules.embedding_configs import PoolingType
 
 from recsys.data.schema import PADDING_IDX
-from recsys.inference import HistoryTimes
+from recsys.data.times import HistoryTimes
 from recsys.modules.embedding_bag_collection import FusedEmbeddingBagCollection
 from recsys.modules.sid_embedding import prefix_ids
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from recsys.atomic import atomic_file
+from recsys.runtime.atomic import atomic_file
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,11 @@ import faiss
 import numpy as np
 import torch
 
-from recsys.atomic import atomic_directory
 from recsys.retrieval.base import check_item_vectors, check_queries
 from recsys.retrieval.config import IndexConfig
 from recsys.retrieval.exact import ExactTopK
 from recsys.retrieval.recall import recall_at_k
+from recsys.runtime.atomic import atomic_directory
 
 logger = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ import numpy as np
 import polars as pl
 import torch
 
-from recsys.atomic import atomic_file
 from recsys.data import schema
 from recsys.errors import DataError
+from recsys.runtime.atomic import atomic_file
 
 CODES = "codes"
 SEMANTIC_IDS_FILE = "semantic_ids.parquet"

@@ -35,10 +35,10 @@ import polars as pl
 import torch
 from tqdm.auto import tqdm
 
-from recsys.atomic import atomic_file
 from recsys.data import schema
 from recsys.errors import ConfigError, DataError, RecsysError
-from recsys.training.device import resolve_device
+from recsys.runtime.atomic import atomic_file
+from recsys.runtime.device import resolve_device
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from recsys.errors import ConfigError, DataError
-from recsys.training.device import resolve_device
+from recsys.runtime.device import resolve_device
 
 logger = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from recsys.models.ranker import TwoStageRanker
 from recsys.models.sasrec import SASRec
 from recsys.models.two_tower import TwoTower
 from recsys.modules.moe import expert_load
+from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
+from recsys.runtime.device import resolve_device, use_bf16_autocast
 from recsys.training.averaging import WeightAverage
-from recsys.training.checkpoint import load_checkpoint, save_checkpoint
-from recsys.training.device import resolve_device, use_bf16_autocast
 from recsys.training.recipes import Recipe, recipe_for
 
 logger = logging.getLogger(__name__)

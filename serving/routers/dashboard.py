@@ -1,4 +1,4 @@
-"""`GET /dashboard`: the offline evaluation dashboard (serving.dashboard), one self-contained HTML page.
+"""`GET /dashboard`: the offline evaluation dashboard (pipelines.dashboard), one self-contained HTML page.
 
 It reads the MLflow store the API's registry lives in (settings.tracking_uri) on every request: runs,
 metric comparison, slices of the latest evaluate runs, semantic-ID health. When the API serves a bundle
@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 
-from serving.dashboard import DashboardUnavailable, from_mlflow, render_dashboard, render_message
+from pipelines.dashboard import DashboardUnavailable, from_mlflow, render_dashboard, render_message
 from serving.settings import ServingSettings
 
 logger = logging.getLogger(__name__)

@@ -1,22 +1,15 @@
-"""The benchmark scripts as modules; without CUDA, the kernel benchmark's --smoke mode runs the Triton kernels in
-Triton's interpreter (set at collection time, before any test imports `triton`; see tests/recsys/ops/conftest.py).
-"""
+"""The benchmark scripts as modules (without CUDA, the kernel benchmarks' --smoke mode runs the Triton kernels in
+Triton's interpreter: see tests/conftest.py)."""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
 
-import torch
-
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @functools.cache

@@ -10,11 +10,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from cli import app
 from pipelines.config import load_config
 from pipelines.experiment import ExperimentPaths, run_experiment
 from pipelines.index import build_index_step
 from pipelines.model_dir import load_model_dir
-from recsys.cli import app
 from recsys.errors import RecsysError
 from recsys.retrieval import IndexConfig
 from recsys.retrieval.faiss_index import FaissTopK

@@ -12,9 +12,9 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 import pipelines.runner as runner
+from cli import app
 from pipelines.config import load_config
 from pipelines.registry import CHAMPION, register_bundle, write_bundle
-from recsys.cli import app
 from recsys.models.registry import load_model
 
 

@@ -15,9 +15,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipelines.config import load_config
+from pipelines.dashboard import from_mlflow
 from pipelines.registry import BUNDLE_FILE, CHAMPION, get_champion
 from pipelines.runner import run_pipeline
-from serving.dashboard import from_mlflow
 
 HOST, PORT, USER = "127.0.0.1", 5432, "root"
 

@@ -1,7 +1,7 @@
 """The evaluation dashboard end to end, over the real MLflow store of one pipeline run (with its evaluate step):
 GET /dashboard through the app (runs, slices, no external script), the pages of a bundle without a store and of
-a missing store, HTML escaping, and the page drawn by a real headless Chromium (every chart div gets plotly's
-SVG, the screenshot shows the chart colours)."""
+a missing store, and the page drawn by a real headless Chromium (every chart div gets plotly's SVG, the screenshot
+shows the chart colours)."""
 
 from __future__ import annotations
 
@@ -13,18 +13,16 @@ import subprocess
 import time
 import zlib
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from recsys.semantic_ids.codes import semantic_id_stats
-from serving.dashboard import DashboardData, Evaluation, RunSummary, render_dashboard
-from serving.dashboard.render import PALETTE
+from pipelines.dashboard.render import PALETTE
 from serving.main import create_app
 from serving.settings import ServingSettings
+from tests.pipelines.dashboard.test_render import chart_ids, semantic_id_page
 
 CHARTS = {
     "chart-comparison",
@@ -46,10 +44,6 @@ def page(client: TestClient) -> str:
     assert response.status_code == 200, response.text[:2000]
     assert response.headers["content-type"].startswith("text/html")
     return response.text
-
-
-def chart_ids(html: str) -> list[str]:
-    return re.findall(r'<div id="(chart-[^"]+)" class="plotly-graph-div', html)
 
 
 def test_dashboard_shows_runs_comparison_and_slices(page: str) -> None:
@@ -86,46 +80,6 @@ def test_bundle_without_a_store_says_how_to_configure_it(
         unavailable = bundle_client.get("/dashboard")
     assert unavailable.status_code == 503 and str(missing) in unavailable.text and "Fix:" in unavailable.text
     assert not missing.exists()  # reading did not create an empty store
-
-
-def test_run_names_and_slice_names_are_escaped() -> None:
-    evil = '<script>alert("x")</script>'
-    run = RunSummary("0123456789", evil, evil, "<b>m</b>", "FINISHED", datetime.now(UTC), {"test/ndcg@10": 0.1})
-    report = {
-        "name": evil, "model": "sasrec", "protocol": {"ks": [10]},
-        "slices": {"domain": [{"name": "<img src=x onerror=alert(1)>", "users": 3, "recall@10": 0.5, "ndcg@10": 0.2}]},
-        "semantic_ids": None,
-    }  # fmt: skip
-    html = render_dashboard(DashboardData(evil, evil, [run], [Evaluation(report, evil, "abcdef123")]))
-    assert "<script>alert" not in html and "<img src=x" not in html and "<b>m</b>" not in html
-    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html and "&lt;b&gt;m&lt;/b&gt;" in html
-
-
-def semantic_id_page() -> str:
-    """The page of an evaluation with semantic-ID health (real `semantic_id_stats`) and nothing else."""
-    codes = np.random.default_rng(0).integers(0, 8, size=(200, 3))  # 200 items, 3 levels of 8 codes
-    report = {"name": "tiny-tiger", "model": "generative", "semantic_ids": semantic_id_stats(codes, 8).to_dict()}
-    return render_dashboard(DashboardData("SIDs", "test", runs=[], evaluations=[Evaluation(report, "e", "run1")]))
-
-
-def test_semantic_id_health_and_empty_states() -> None:
-    html = semantic_id_page()
-    assert chart_ids(html) == ["chart-semantic-ids"]
-    assert "collision rate" in html and "3 levels of 8 codes" in html
-    assert "No training runs in test yet" in html and "recsys pipeline run --config" in html  # what to run
-    assert "The evaluations have no cold_start slices" in html
-
-
-def test_expert_load_per_epoch_and_its_empty_state() -> None:
-    history = [
-        {"epoch": 1, "fraction": [0.55, 0.15, 0.15, 0.15], "max_over_mean": 2.2},
-        {"epoch": 2, "fraction": [0.28, 0.24, 0.24, 0.24], "max_over_mean": 1.12},
-    ]
-    report = {"name": "tiny-ranker", "model": "ranker", "semantic_ids": None, "expert_load": history}
-    html = render_dashboard(DashboardData("MoE", "test", runs=[], evaluations=[Evaluation(report, "e", "run1")]))
-    assert chart_ids(html) == ["chart-expert-load"]
-    assert "busiest expert 1.12x the even share in the last epoch (4 experts)" in html
-    assert "No mixture-of-experts head in the evaluated models" in semantic_id_page()
 
 
 # ------------------------------------------------------------------------------------------- headless Chromium

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.serving.conftest import recsys_serve
+from tests.conftest import recsys_serve
 
 
 def test_no_generated_request_causes_a_server_error(registry: tuple[str, str, Path], tmp_path: Path) -> None:

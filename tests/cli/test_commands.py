@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from recsys.cli import app
+from cli import app
 
 runner = CliRunner()
 

@@ -16,11 +16,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.common import handle_errors
 from features.policies import UnknownItems
 from features.prepare import PrepareSummary, build_prepared, prepare, summarize
 from features.raw import RawDataset
 from features.sources import SOURCES, get_source, load_source
-from recsys.cli.common import handle_errors
 
 app = typer.Typer(help="Prepare and validate interaction data.", no_args_is_help=True)
 

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from recsys.cli.common import handle_errors
+from cli.common import handle_errors
 
 app = typer.Typer(
     help="Training pipelines (prepare -> semantic IDs -> train -> index -> evaluate -> register).", no_args_is_help=True

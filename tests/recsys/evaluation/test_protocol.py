@@ -7,8 +7,8 @@ import torch
 
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit
+from recsys.data.times import HistoryTimes
 from recsys.evaluation import EvalConfig, evaluate
-from recsys.inference import HistoryTimes
 
 
 class FixedScorer:

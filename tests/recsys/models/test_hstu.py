@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from recsys.data.prepared import load_prepared
+from recsys.data.times import HistoryTimes
 from recsys.evaluation import EvalConfig, evaluate
-from recsys.inference import HistoryTimes
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.registry import build_model, load_model, save_model
 from recsys.training.trainer import TrainConfig, fit

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from recsys.cli.data import app
+from cli.data import app
 from recsys.data import schema
 
 runner = CliRunner()

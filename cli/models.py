@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from recsys.cli.common import handle_errors
-from recsys.cli.render import metrics_table, print_tables, recommendations_table
+from cli.common import handle_errors
+from cli.render import metrics_table, print_tables, recommendations_table
 from recsys.errors import RecsysError
 
 if TYPE_CHECKING:  # pipelines import MLflow, which is slow: commands import them when they run

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
+from recsys.data.times import HistoryTimes
 from recsys.errors import ConfigError
-from recsys.inference import HistoryTimes
 from recsys.models.fusion import Fusion, FusionConfig
 from recsys.models.registry import build_model, load_model, save_model
 

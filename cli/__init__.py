@@ -9,7 +9,7 @@ import logging
 
 import typer
 
-from recsys.cli import data, demo, index, models, pipeline, serve, sid
+from cli import data, demo, index, models, pipeline, serve, sid
 
 app = typer.Typer(
     help="Recommender platform: prepare data, train, evaluate and recommend.",

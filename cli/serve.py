@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from recsys.cli.common import handle_errors
+from cli.common import handle_errors
 
 
 def serve_command(

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from recsys.atomic import atomic_file
+from recsys.runtime.atomic import atomic_file
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:

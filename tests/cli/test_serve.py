@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.serving.conftest import recsys_serve
+from tests.conftest import recsys_serve
 
 
 def test_recsys_serve_answers_http(registry: tuple[str, str, Path]) -> None:

@@ -50,7 +50,7 @@ def test_early_stopping_after_patience(tiny_data_dir: Path) -> None:
 
 
 def test_precision_choice() -> None:
-    from recsys.training.device import use_bf16_autocast
+    from recsys.runtime.device import use_bf16_autocast
 
     cpu = torch.device("cpu")
     assert use_bf16_autocast("fp32", cpu) is False

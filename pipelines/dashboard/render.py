@@ -18,7 +18,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from serving.dashboard.data import DashboardData, Evaluation, RunSummary
+from pipelines.dashboard.data import DashboardData, Evaluation, RunSummary
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 SLICE_FAMILIES = {  # family -> (heading, what a slice is)

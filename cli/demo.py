@@ -18,8 +18,8 @@ from typing import Annotated, Any
 
 import typer
 
-from recsys.cli.common import handle_errors
-from recsys.cli.render import metrics_table, print_tables, recommendations_table
+from cli.common import handle_errors
+from cli.render import metrics_table, print_tables, recommendations_table
 from recsys.errors import RecsysError
 
 DEFAULT_CONFIG = Path("configs/synthetic-sasrec.yaml")

@@ -6,7 +6,6 @@ import torch
 import torch.nn.functional as F
 
 from recsys.models.generative import GenerativeConfig, GenerativeRetriever
-from recsys.semantic_ids.trie import SemanticIdTrie
 from tests.conftest import popularity_valid_metric
 
 SIZES = (4, 3, 2)
@@ -134,16 +133,6 @@ def test_training_logits_have_one_head_per_level() -> None:
     m = model(catalog(), beam=4).train()
     logits = m(torch.tensor([[1, 2, 3], [0, 4, 5]]), torch.tensor([6, 7]))
     assert [tuple(x.shape) for x in logits] == [(2, 4), (2, 3), (2, 2)]
-
-
-def test_trie_rejects_duplicate_ids_and_out_of_range_codes() -> None:
-    for codes, match in ((torch.tensor([[0, 1], [0, 1]]), "share a semantic ID"), (torch.tensor([[0, 5]]), "[0, K_t)")):
-        try:
-            SemanticIdTrie.build(codes, torch.arange(1, len(codes) + 1), [2, 3])
-        except ValueError as err:
-            assert match in str(err)
-        else:
-            raise AssertionError(f"accepted {codes.tolist()}")
 
 
 def test_generative_training_beats_popularity_on_structured_ids(tiny_data_dir) -> None:  # type: ignore[no-untyped-def]

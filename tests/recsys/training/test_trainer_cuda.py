@@ -10,7 +10,7 @@ import torch
 from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
-from recsys.training.device import use_bf16_autocast
+from recsys.runtime.device import use_bf16_autocast
 from recsys.training.trainer import TrainConfig, fit
 from tests.conftest import popularity_valid_metric
 

@@ -1,0 +1,1 @@
+"""Runtime helpers every floor of the library may use: atomic writes, checkpoint files, devices and precision."""

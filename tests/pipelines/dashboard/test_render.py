@@ -1,0 +1,55 @@
+"""The dashboard page from its data: HTML escaping, semantic-ID health, expert load, empty states."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import numpy as np
+
+from pipelines.dashboard import DashboardData, Evaluation, RunSummary, render_dashboard
+from recsys.semantic_ids.codes import semantic_id_stats
+
+
+def chart_ids(html: str) -> list[str]:
+    return re.findall(r'<div id="(chart-[^"]+)" class="plotly-graph-div', html)
+
+
+def test_run_names_and_slice_names_are_escaped() -> None:
+    evil = '<script>alert("x")</script>'
+    run = RunSummary("0123456789", evil, evil, "<b>m</b>", "FINISHED", datetime.now(UTC), {"test/ndcg@10": 0.1})
+    report = {
+        "name": evil, "model": "sasrec", "protocol": {"ks": [10]},
+        "slices": {"domain": [{"name": "<img src=x onerror=alert(1)>", "users": 3, "recall@10": 0.5, "ndcg@10": 0.2}]},
+        "semantic_ids": None,
+    }  # fmt: skip
+    html = render_dashboard(DashboardData(evil, evil, [run], [Evaluation(report, evil, "abcdef123")]))
+    assert "<script>alert" not in html and "<img src=x" not in html and "<b>m</b>" not in html
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html and "&lt;b&gt;m&lt;/b&gt;" in html
+
+
+def semantic_id_page() -> str:
+    """The page of an evaluation with semantic-ID health (real `semantic_id_stats`) and nothing else."""
+    codes = np.random.default_rng(0).integers(0, 8, size=(200, 3))  # 200 items, 3 levels of 8 codes
+    report = {"name": "tiny-tiger", "model": "generative", "semantic_ids": semantic_id_stats(codes, 8).to_dict()}
+    return render_dashboard(DashboardData("SIDs", "test", runs=[], evaluations=[Evaluation(report, "e", "run1")]))
+
+
+def test_semantic_id_health_and_empty_states() -> None:
+    html = semantic_id_page()
+    assert chart_ids(html) == ["chart-semantic-ids"]
+    assert "collision rate" in html and "3 levels of 8 codes" in html
+    assert "No training runs in test yet" in html and "recsys pipeline run --config" in html  # what to run
+    assert "The evaluations have no cold_start slices" in html
+
+
+def test_expert_load_per_epoch_and_its_empty_state() -> None:
+    history = [
+        {"epoch": 1, "fraction": [0.55, 0.15, 0.15, 0.15], "max_over_mean": 2.2},
+        {"epoch": 2, "fraction": [0.28, 0.24, 0.24, 0.24], "max_over_mean": 1.12},
+    ]
+    report = {"name": "tiny-ranker", "model": "ranker", "semantic_ids": None, "expert_load": history}
+    html = render_dashboard(DashboardData("MoE", "test", runs=[], evaluations=[Evaluation(report, "e", "run1")]))
+    assert chart_ids(html) == ["chart-expert-load"]
+    assert "busiest expert 1.12x the even share in the last epoch (4 experts)" in html
+    assert "No mixture-of-experts head in the evaluated models" in semantic_id_page()

@@ -1,0 +1,29 @@
+"""Next-item losses: full softmax without the padding row, sampled softmax with logQ correction."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
+
+
+def test_full_softmax_loss_is_cross_entropy_without_the_padding_row() -> None:
+    torch.manual_seed(0)
+    hidden, emb, targets = torch.randn(5, 8), torch.randn(11, 8), torch.tensor([1, 4, 10, 2, 2])
+    expected = F.cross_entropy(hidden @ emb[1:].T, targets - 1)
+    torch.testing.assert_close(full_softmax_loss(hidden, emb, targets), expected)
+
+
+def test_sampled_softmax_with_uniform_q_matches_the_manual_formula() -> None:
+    torch.manual_seed(0)
+    hidden, emb, targets = torch.randn(4, 8), torch.randn(6, 8), torch.tensor([1, 2, 3, 5])
+    probs = torch.tensor([0.0, 0.2, 0.2, 0.2, 0.2, 0.2])
+    gen = torch.Generator().manual_seed(1)
+    loss = sampled_softmax_loss(hidden, emb, targets, probs, num_negatives=3, generator=gen)
+    negatives = torch.multinomial(probs, 3, replacement=True, generator=torch.Generator().manual_seed(1))
+    log_q = torch.log(torch.tensor(0.2 * 3))
+    pos = (hidden * emb[targets]).sum(-1, keepdim=True) - log_q
+    neg = (hidden @ emb[negatives].T - log_q).masked_fill(negatives[None] == targets[:, None], float("-inf"))
+    expected = F.cross_entropy(torch.cat([pos, neg], 1), torch.zeros(4, dtype=torch.long))
+    torch.testing.assert_close(loss, expected)

@@ -1,0 +1,29 @@
+"""Training recipes: what each model family computes from a batch."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from recsys.data.batching import PackedBatch
+from recsys.models.sasrec import SASRec, SASRecConfig
+from recsys.training.recipes import NextItemRecipe
+
+
+def test_within_domain_softmax_is_cross_entropy_over_the_targets_domain() -> None:
+    torch.manual_seed(0)
+    model = SASRec(SASRecConfig(num_items=6, max_len=4, dim=8, num_heads=1, ffn_dim=16)).eval()
+    item_domains = torch.tensor([-1, 0, 0, 0, 1, 1, 1])  # items 1-3 in domain 0, 4-6 in domain 1
+    recipe = NextItemRecipe(max_len=4, rows_per_batch=1, item_domains=item_domains)
+    inputs, targets = torch.tensor([[1, 2, 4, 5]]), torch.tensor([[2, 3, 5, 6]])
+    batch = PackedBatch(inputs, targets, torch.tensor([[1, 1, 2, 2]]), torch.tensor([[2, 3, 2, 3]]))
+    loss, n = recipe.loss(model, batch, torch.Generator())
+    logits = model(batch.inputs, batch.segments, batch.positions)[0] @ model.item_embeddings()[1:].T  # (4, 6)
+    expected = torch.stack(
+        [
+            F.cross_entropy(logits[i, lo : lo + 3], torch.tensor(t - 1 - lo))
+            for i, (t, lo) in enumerate(zip([2, 3, 5, 6], [0, 0, 3, 3], strict=True))
+        ]
+    ).mean()
+    assert n == 4
+    torch.testing.assert_close(loss, expected)
