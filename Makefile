@@ -40,7 +40,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 bench-beauty: setup
-	$(PY) benchmarks/quality.py --config configs/beauty-sasrec.yaml --data-dir ../shared/data/amazon-beauty
+	$(PY) -m benchmarks.quality --config configs/beauty/sasrec.yaml --data-dir ../shared/data/amazon-beauty
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) mlruns.db .pytest_cache .mypy_cache .ruff_cache

@@ -6,6 +6,8 @@ Run `recsys --help` or `recsys COMMAND --help`. Errors the user can fix exit wit
 from __future__ import annotations
 
 import logging
+import os
+import warnings
 
 import typer
 
@@ -26,15 +28,28 @@ app.command("recommend")(models.recommend_command)
 app.command("demo")(demo.demo_command)
 app.command("serve")(serve.serve_command)
 
+OUR_PACKAGES = ("recsys", "features", "pipelines", "serving", "cli")
+# What libraries say that users of the platform cannot act on: fbgemm's and torchrec's notes on their own modules.
+UNACTIONABLE_WARNINGS = (r"fbgemm_gpu\.", r"torchrec\.")
+
 
 @app.callback()
-def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
-    """Set up logging for every command."""
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging, libraries' included.")) -> None:
+    """Set up logging for every command: the platform's progress at INFO, the libraries' WARNING and up."""
+    configure_logging(verbose)
+
+
+def configure_logging(verbose: bool) -> None:
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=logging.DEBUG if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
-        force=True,  # importing torchrec puts a WARNING-level handler on the root logger
+        force=True,  # importing torchrec puts a handler on the root logger
     )
-    for noisy in ("alembic", "mlflow", "urllib3", "git", "faiss.loader"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    for name in OUR_PACKAGES:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.INFO)
+    if not verbose:  # MLflow configures its own loggers when it is imported, after this: it reads these instead
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        for module in UNACTIONABLE_WARNINGS:
+            warnings.filterwarnings("ignore", module=module)

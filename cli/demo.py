@@ -1,7 +1,7 @@
 """`recsys demo`: the platform's main job on the embedded synthetic data, end to end, in a minute or two.
 
-Prepare the synthetic data -> train popularity (the baseline) -> the pipeline for SASRec (train, FAISS
-index, evaluation with slices, bundle registered in MLflow, champion gate) -> print the test metrics side by
+The pipeline for SASRec on the synthetic data (prepare, train, FAISS index, evaluation with slices, bundle
+registered in MLflow, champion gate) -> popularity (the baseline) on the same data -> print the test metrics side by
 side -> start the online API on 127.0.0.1 over the registered champion -> real HTTP requests: recommendations
 for three users, an event and the recommendation that follows it, similar items, the evaluation dashboard ->
 print them -> stop the API.
@@ -9,7 +9,6 @@ print them -> stop the API.
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -22,7 +21,7 @@ from cli.common import handle_errors
 from cli.render import metrics_table, print_tables, recommendations_table
 from recsys.errors import RecsysError
 
-DEFAULT_CONFIG = Path("configs/synthetic-sasrec.yaml")
+DEFAULT_CONFIG = Path("configs/synthetic/sasrec.yaml")
 
 
 def demo_command(
@@ -32,34 +31,37 @@ def demo_command(
     ] = DEFAULT_CONFIG,
     num_users: Annotated[int, typer.Option("--show-users", help="Users to show recommendations for.")] = 3,
 ) -> None:
-    """Train popularity and the SASRec pipeline on the synthetic data, serve the champion, query it over HTTP."""
+    """Run the SASRec pipeline and popularity on the synthetic data, serve the champion, query it over HTTP."""
     from pipelines.config import load_config
-    from pipelines.data import prepare_step
+    from pipelines.evaluate import DASHBOARD_FILE
     from pipelines.runner import run_pipeline
-    from pipelines.train import train_step
 
     with handle_errors():
         out = out.resolve()
         tracking = {"tracking.uri": f"sqlite:///{out / 'mlflow.db'}"}
         sequential = load_config(config, tracking)
         popularity = load_config(config, {**tracking, "model": {"name": "popularity"}, "name": "popularity"})
-        typer.echo("training popularity (the baseline) ...")
-        data_dir = prepare_step(popularity.data, out / "data" / sequential.name)
-        rows = {"popularity": _test_row(train_step(popularity, data_dir, out / "models" / "popularity").metrics)}
         typer.echo(f"pipeline {sequential.name}: prepare -> train -> index -> evaluate -> register ...")
-        reports = {r.name: r.outputs for r in run_pipeline(sequential, out)}
-        model_dir = Path(reports["train_retriever"]["model_dir"])
-        rows[sequential.model.name] = _test_row(json.loads((model_dir / "metrics.json").read_text()))
-        gate = reports["register"]
+        outputs, _ = run_pipeline(sequential, out)
+        assert outputs.data is not None and outputs.model is not None and outputs.registration is not None
+        assert outputs.evaluation is not None
+        typer.echo("popularity (the baseline) on the same data ...")
+        baseline, _ = run_pipeline(popularity, out, until="train_retriever", data_dir=outputs.data.data_dir)
+        assert baseline.model is not None
+        rows = {
+            "popularity": _test_row(baseline.model.metrics),
+            sequential.model.name: _test_row(outputs.model.metrics),
+        }
+        gate = outputs.registration.decision
     print_tables(metrics_table("test metrics (leave-one-out, full ranking)", rows, extra=("train_seconds",)))
-    typer.echo(f"registered {gate['model_name']} v{gate['version']}: {gate['reason']}")
+    typer.echo(f"registered {gate.model_name} v{gate.version}: {gate.reason}")
     with handle_errors():
-        _serve_and_query(sequential.registered_model_name, tracking["tracking.uri"], data_dir, num_users)
+        _serve_and_query(sequential.registered_model_name, tracking["tracking.uri"], outputs.data.data_dir, num_users)
     uri = tracking["tracking.uri"]
     typer.echo(f"MLflow store: {uri}  (browse it: .venv/bin/mlflow ui --backend-store-uri {uri})")
-    typer.echo(f"serve it yourself: .venv/bin/recsys serve --model-name {gate['model_name']} --tracking-uri {uri}")
+    typer.echo(f"serve it yourself: .venv/bin/recsys serve --model-name {gate.model_name} --tracking-uri {uri}")
     typer.echo("  (or `make serve`), then open the dashboard at http://127.0.0.1:8000/dashboard")
-    page = Path(reports["evaluate"]["evaluation_dir"]) / "dashboard.html"
+    page = outputs.evaluation.evaluation_dir / DASHBOARD_FILE
     typer.echo(f"this pipeline run's evaluation dashboard (a file, also an MLflow artifact): {page}")
 
 

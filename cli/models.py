@@ -34,17 +34,19 @@ def train_command(
     ] = None,
     epochs: Annotated[int | None, typer.Option("--epochs", help="Override train.epochs.")] = None,
 ) -> None:
-    """Prepare the config's data and semantic IDs (skipped when up to date), train, pick the best epoch on
-    validation, test."""
+    """Prepare the config's data and semantic IDs, train, pick the best epoch on validation, test (the pipeline
+    until its train step: what is up to date is skipped)."""
     from pipelines.config import load_config
-    from pipelines.experiment import ExperimentPaths, run_experiment
+    from pipelines.runner import run_pipeline
 
     with handle_errors():
         cfg = load_config(config, {"train.epochs": epochs} if epochs else None)
-        outputs = run_experiment(cfg, ExperimentPaths.under(work_dir, cfg), data_dir)
-    m = outputs.metrics
+        outputs, _ = run_pipeline(cfg, work_dir, until="train_retriever", data_dir=data_dir)
+    model = outputs.model
+    assert model is not None  # the last step run
+    m = model.metrics
     print_tables(metrics_table(f"{cfg.name} (best epoch {m['best_epoch']})", {"valid": m["valid"], "test": m["test"]}))
-    typer.echo(f"model: {outputs.model_dir}   MLflow run: {outputs.run_id}")
+    typer.echo(f"model: {model.model_dir}   MLflow run: {model.run_id}")
 
 
 def evaluate_command(
@@ -61,8 +63,7 @@ def evaluate_command(
         if split not in ("valid", "test"):
             raise RecsysError(f"--split {split!r} is not valid. Fix: use --split valid or --split test")
         trained = load_model_dir(model_dir, data_dir)
-        max_len = getattr(trained.model.config, "max_len", EvalConfig.max_history)
-        config = EvalConfig(exclude_seen=exclude_seen, max_history=max_len)
+        config = EvalConfig(exclude_seen=exclude_seen)
         result = evaluate(trained.model, trained.data.eval_split(split), trained.data.num_items, config)
     print_tables(metrics_table(f"{model_dir} on {split}", {trained.name: result.metrics}))
 
@@ -98,9 +99,8 @@ def recommendation_for(
     except KeyError as err:
         raise RecsysError(f"{err.args[0]}. Fix: pick a user id from users.parquet of the data directory") from err
     history = data.sequences.row(row)
-    max_len = getattr(model.config, "max_len", 50)
     users = torch.tensor([row + 1])  # user_idx of the row
-    scores, items = recommend(model, Jagged.from_lists([history.tolist()]), k, max_len, exclude_seen, users)
+    scores, items = recommend(model, Jagged.from_lists([history.tolist()]), k, exclude_seen, users)
     titles = data.titles(items[0])
     recent = data.titles(history[-shown_history:])
     return recommendations_table(

@@ -31,12 +31,12 @@ def run_command(
 
     with handle_errors():
         cfg = load_config(config, {"train.epochs": epochs} if epochs else None)
-        reports = run_pipeline(cfg, work_dir, only=step)
+        _, reports = run_pipeline(cfg, work_dir, only=step)
     table = Table(title=f"pipeline {cfg.name}")
     for column in ("step", "status", "seconds", "outputs"):
         table.add_column(column)
     for r in reports:
-        shown = {k: v for k, v in r.outputs.items() if k not in ("source", "model_name")}
+        shown = {} if r.outputs is None else r.outputs.summary()
         table.add_row(r.name, r.status, f"{r.seconds:.1f}", ", ".join(f"{k}={_short(v)}" for k, v in shown.items()))
     Console(width=200).print(table)
 

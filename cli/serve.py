@@ -1,9 +1,13 @@
-"""`recsys serve`: the online recommendation API (FastAPI under uvicorn)."""
+"""`recsys serve`: the online recommendation API (FastAPI under uvicorn).
+
+Every option defaults to "not given": only what is given on the command line reaches `ServingSettings`, so the
+`RECSYS_*` environment variables (docs/serving.md) set the rest.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -11,20 +15,37 @@ from cli.common import handle_errors
 
 
 def serve_command(
-    bundle: Annotated[Path | None, typer.Option("--bundle", help="A bundle directory (WORK/bundles/NAME).")] = None,
+    bundle: Annotated[
+        Path | None, typer.Option("--bundle", help="A bundle directory (WORK/bundles/NAME). [env: RECSYS_BUNDLE]")
+    ] = None,
     model_name: Annotated[
-        str | None, typer.Option("--model-name", help="Serve this registered model's champion instead.")
+        str | None,
+        typer.Option("--model-name", help="Serve this registered model's champion instead. [env: RECSYS_MODEL_NAME]"),
     ] = None,
     tracking_uri: Annotated[
-        str, typer.Option("--tracking-uri", help="MLflow store of the registry.")
-    ] = "sqlite:///mlruns.db",
-    history_store: Annotated[str, typer.Option("--history-store", help="memory or redis.")] = "memory",
-    redis_url: Annotated[str, typer.Option("--redis-url")] = "redis://127.0.0.1:6379/0",
+        str | None,
+        typer.Option(
+            "--tracking-uri",
+            help="MLflow store of the registry (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns.db). "
+            "[env: RECSYS_TRACKING_URI]",
+        ),
+    ] = None,
+    history_store: Annotated[
+        str | None, typer.Option("--history-store", help="memory (default) or redis. [env: RECSYS_HISTORY_STORE]")
+    ] = None,
+    redis_url: Annotated[
+        str | None, typer.Option("--redis-url", help="Default redis://127.0.0.1:6379/0. [env: RECSYS_REDIS_URL]")
+    ] = None,
+    max_batch: Annotated[
+        int | None,
+        typer.Option(
+            "--max-batch",
+            min=1,
+            help="Most recommendation requests scored in one model call (default 64). [env: RECSYS_MAX_BATCH]",
+        ),
+    ] = None,
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port")] = 8000,
-    max_batch: Annotated[
-        int, typer.Option("--max-batch", min=1, help="Most recommendation requests scored in one model call.")
-    ] = 64,
     access_log: Annotated[
         bool, typer.Option("--access-log/--no-access-log", help="Log every request (costs throughput under load).")
     ] = False,
@@ -33,18 +54,19 @@ def serve_command(
     import uvicorn
     from pydantic import ValidationError
 
+    from pipelines.registry import resolve_bundle
     from recsys.errors import ConfigError
     from serving.main import create_app
-    from serving.recommender import BundleError, resolve_bundle
     from serving.settings import ServingSettings
 
+    given: dict[str, Any] = {
+        "bundle": bundle, "model_name": model_name, "tracking_uri": tracking_uri, "history_store": history_store,
+        "redis_url": redis_url, "max_batch": max_batch,
+    }  # fmt: skip
     with handle_errors():
         try:
-            settings = ServingSettings(
-                bundle=bundle, model_name=model_name, tracking_uri=tracking_uri,
-                history_store=history_store, redis_url=redis_url, max_batch=max_batch,  # type: ignore[arg-type]
-            )  # fmt: skip
-            resolve_bundle(settings.bundle, settings.model_name, settings.tracking_uri)  # fail before binding the port
-        except (ValidationError, BundleError) as err:
+            settings = ServingSettings(**{key: value for key, value in given.items() if value is not None})
+        except ValidationError as err:
             raise ConfigError(f"{err}. Fix: see `recsys serve --help`") from err
+        resolve_bundle(settings.bundle, settings.model_name, settings.registry_uri)  # fail before binding the port
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=access_log)

@@ -20,22 +20,19 @@ def build_command(
     config: Annotated[Path, typer.Option("--config", help="Experiment YAML with a `sid` section.")],
     work_dir: Annotated[Path, typer.Option("--work-dir", help="Outputs go to WORK/sids/NAME.")] = Path("runs"),
 ) -> None:
-    """Prepare the config's data (skipped when up to date) and build its semantic IDs."""
+    """Prepare the config's data, embed its items' text and build its semantic IDs (the pipeline until its semantic-ID
+    step: what is up to date is skipped)."""
     from pipelines.config import load_config
-    from pipelines.content import embed_content_step
-    from pipelines.data import prepare_step
-    from pipelines.experiment import ExperimentPaths
-    from pipelines.semantic_ids import build_semantic_ids_step
+    from pipelines.runner import run_pipeline
     from recsys.semantic_ids.codes import read_semantic_ids
 
     with handle_errors():
         cfg = load_config(config)
         if cfg.sid is None:
-            raise ConfigError(f"{config} has no `sid` section. Fix: see configs/beauty-sid-rqvae.yaml")
-        paths = ExperimentPaths.under(work_dir, cfg)
-        data_dir = prepare_step(cfg.data, paths.data_dir)
-        embeddings = embed_content_step(cfg.sid.content, data_dir, paths.content_dir, paths.cache_dir)
-        path = build_semantic_ids_step(cfg.sid, data_dir, embeddings, paths.sid_dir)
+            raise ConfigError(f"{config} has no `sid` section. Fix: see configs/beauty/sid-rqvae.yaml")
+        outputs, _ = run_pipeline(cfg, work_dir, until="build_semantic_ids")
+        assert outputs.semantic_ids is not None  # the config has a `sid` section
+        path = outputs.semantic_ids.path
         _, stats = read_semantic_ids(path)
     table = Table(title=f"semantic-ID health ({cfg.sid.method}, {cfg.sid.vectors} vectors)")
     table.add_column("statistic")

@@ -29,7 +29,7 @@ def _run(step: str, params: dict[str, Any] | None = None) -> dict[str, str]:
     dagrun_timeout=timedelta(hours=12),
     default_args={"retries": 2, "retry_delay": timedelta(minutes=10), "execution_timeout": timedelta(hours=6)},
     params={
-        "config": Param("configs/synthetic-sasrec.yaml", type="string", description="experiment YAML"),
+        "config": Param("configs/synthetic/sasrec.yaml", type="string", description="experiment YAML"),
         "work_dir": Param("runs", type="string", description="where every step writes"),
     },
     tags=["recsys", "training"],

@@ -22,7 +22,7 @@ from pipelines.scheduling import refresh_champion_index_task
     max_active_runs=1,
     default_args={"retries": 3, "retry_delay": timedelta(minutes=2), "execution_timeout": timedelta(minutes=30)},
     params={
-        "config": Param("configs/synthetic-sasrec.yaml", type="string", description="experiment YAML"),
+        "config": Param("configs/synthetic/sasrec.yaml", type="string", description="experiment YAML"),
         "work_dir": Param("runs", type="string", description="the pipeline's work directory"),
     },
     tags=["recsys", "retrieval"],

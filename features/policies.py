@@ -25,11 +25,10 @@ import polars as pl
 
 from features.raw import RawDataset
 from recsys.data.schema import DOMAIN, ITEM_ID, TITLE, TS, USER_ID
+from recsys.data.splits import MIN_INTERACTIONS
 from recsys.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
-
-LEAVE_ONE_OUT_MIN = 3  # train + valid + test
 
 
 class UnknownItems(StrEnum):
@@ -49,13 +48,13 @@ class Policies:
         unknown_items: "drop" | "keep" | "error".
     """
 
-    min_interactions: int = LEAVE_ONE_OUT_MIN
+    min_interactions: int = MIN_INTERACTIONS
     unknown_items: UnknownItems = UnknownItems.DROP
 
     def __post_init__(self) -> None:
-        if self.min_interactions < LEAVE_ONE_OUT_MIN:
+        if self.min_interactions < MIN_INTERACTIONS:
             raise ConfigError(
-                f"min_interactions must be >= {LEAVE_ONE_OUT_MIN} (leave-one-out needs train + valid + "
+                f"min_interactions must be >= {MIN_INTERACTIONS} (leave-one-out needs train + valid + "
                 f"test), got {self.min_interactions}"
             )
         object.__setattr__(self, "unknown_items", parse_unknown_items(self.unknown_items))  # accept "drop" etc.

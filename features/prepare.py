@@ -1,10 +1,10 @@
-"""Raw dataset -> prepared directory: policies, dense ids, leave-one-out splits, cold-start marks; atomic.
+"""Raw dataset -> prepared directory: policies, dense ids, chronological order, cold-start marks; atomic.
 
 Conventions (also recorded in meta.json):
 - ids: `user_idx` / `item_idx` are 1..U / 1..N in sorted `user_id` / `item_id` order (0 is padding),
   so the mapping depends only on which ids survive the policies, not on file order.
 - order: interactions sorted by user_idx then ts; the sort is stable, so equal timestamps keep file order.
-- splits: per user, the last interaction is "test", the second-to-last "valid", the rest "train".
+- splits: leave-one-out by position in each user's sequence (`recsys.data.splits`, recorded in meta.json).
 - cold start: round(cold_start_fraction * N) items drawn with numpy's `default_rng(seed)` get
   `is_cold=True` in items.parquet; removing them from training is the training dataset's job.
 - files are written into a temp directory beside `out_dir` and renamed into place; a rerun on the
@@ -49,23 +49,19 @@ from recsys.data.schema import (
     META_FILE,
     OPTIONAL_INTERACTION_COLUMNS,
     SCHEMA_VERSION,
-    SPLIT,
-    TEST,
     TITLE,
-    TRAIN,
     TS,
     USER_ID,
     USER_IDX,
     USERS_FILE,
-    VALID,
 )
+from recsys.data.splits import RULE, split_counts
 from recsys.errors import ConfigError
 from recsys.runtime.atomic import atomic_directory
 
 logger = logging.getLogger(__name__)
 
 ID_ORDER = "user_idx and item_idx are 1-based in sorted user_id / item_id order; 0 is padding"
-SPLIT_RULE = "leave-one-out per user, by ts (ties in file order): last = test, second-to-last = valid, rest = train"
 
 
 @dataclass(frozen=True)
@@ -73,7 +69,7 @@ class PreparedData:
     """The four tables of a prepared directory, in memory.
 
     Args:
-        interactions: user_idx, item_idx, ts, split + optional columns; sorted by user_idx then ts.
+        interactions: user_idx, item_idx, ts + optional columns; sorted by user_idx then ts.
         items: item_idx, item_id, title, is_cold + optional columns; sorted by item_idx.
         users: user_idx, user_id; sorted by user_idx.
         meta: the contents of meta.json.
@@ -120,7 +116,7 @@ def prepare(
     seed: int = 0,
     source_options: Mapping[str, Any] | None = None,
 ) -> PrepareSummary:
-    """Apply the policies, map ids, split, mark cold items and write `out_dir` atomically.
+    """Apply the policies, map ids, order, mark cold items and write `out_dir` atomically.
 
     Args:
         raw: a loader's output.
@@ -173,7 +169,7 @@ def build_prepared(
     clean = apply_policies(raw, policies)
     users, items = id_maps(clean)
     items = mark_cold(items, cold_start_fraction, seed)
-    interactions = split_leave_one_out(index_interactions(clean.interactions, users, items))
+    interactions = index_interactions(clean.interactions, users, items)
     meta = build_meta(raw, clean, interactions, items, cold_start_fraction, seed, source_options or {})
     return PreparedData(interactions=interactions, items=items, users=users, meta=meta)
 
@@ -213,18 +209,6 @@ def index_interactions(interactions: pl.DataFrame, users: pl.DataFrame, items: p
     return indexed.sort([USER_IDX, TS], maintain_order=True)
 
 
-def split_leave_one_out(interactions: pl.DataFrame) -> pl.DataFrame:
-    """Add `split`: per user, last = test, second-to-last = valid, rest = train.
-
-    Args:
-        interactions: sorted by user_idx then time; every user has >= 3 rows.
-    """
-    position = pl.int_range(pl.len()).over(USER_IDX)
-    remaining = pl.len().over(USER_IDX) - position  # 1 for the last row of a user
-    split = pl.when(remaining == 1).then(pl.lit(TEST)).when(remaining == 2).then(pl.lit(VALID)).otherwise(pl.lit(TRAIN))
-    return interactions.insert_column(3, interactions.select(split.alias(SPLIT)).to_series())
-
-
 def mark_cold(items: pl.DataFrame, fraction: float, seed: int) -> pl.DataFrame:
     """Add `is_cold`: round(fraction * N) items drawn without replacement by `np.random.default_rng(seed)`.
 
@@ -254,40 +238,31 @@ def build_meta(
     Args:
         raw: the loader's output (source and input files).
         clean: the policy outcomes.
-        interactions: the split interactions.
+        interactions: the indexed interactions.
         items: the catalog with is_cold.
         cold_start_fraction: the cold-start setting.
         seed: the cold-start seed.
         source_options: the loader options.
     """
     num_cold = int(items.get_column(IS_COLD).sum())
+    num_users = int(interactions.get_column(USER_IDX).n_unique())
     return {
         "schema_version": SCHEMA_VERSION,
         "source": raw.source,
         "inputs": [path.as_posix() for path in raw.files],
         "source_options": {key: _jsonable(value) for key, value in sorted(source_options.items())},
         "counts": {
-            "users": int(interactions.get_column(USER_IDX).n_unique()),
+            "users": num_users,
             "items": items.height,
             "interactions": interactions.height,
-            **split_counts(interactions),
+            **split_counts(interactions.height, num_users),
             "cold_items": num_cold,
         },
         "policies": [outcome.to_dict() for outcome in clean.outcomes],
         "cold_start": {"fraction": cold_start_fraction, "seed": seed, "items": num_cold},
         "ids": ID_ORDER,
-        "splits": SPLIT_RULE,
+        "splits": RULE,
     }
-
-
-def split_counts(interactions: pl.DataFrame) -> dict[str, int]:
-    """Interactions per split, in the order train, valid, test.
-
-    Args:
-        interactions: rows with a `split` column.
-    """
-    counts = dict(interactions.get_column(SPLIT).value_counts().iter_rows())
-    return {name: int(counts.get(name, 0)) for name in (TRAIN, VALID, TEST)}
 
 
 def write_prepared(prepared: PreparedData, out_dir: Path) -> None:
@@ -333,7 +308,7 @@ def summarize(prepared: PreparedData, out_dir: Path | None) -> PrepareSummary:
         num_users=counts["users"],
         num_items=counts["items"],
         num_interactions=counts["interactions"],
-        split_counts=split_counts(prepared.interactions),
+        split_counts=split_counts(counts["interactions"], counts["users"]),
         num_cold_items=counts["cold_items"],
         policies=tuple(PolicyOutcome(**policy) for policy in prepared.meta["policies"]),
     )

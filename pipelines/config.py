@@ -1,27 +1,34 @@
 """Experiment configs: one YAML file -> one typed, frozen `ExperimentConfig`.
 
-A config file is headed by comments stating its purpose, date and the command that runs it
-(configs/*.yaml). Unknown keys and wrong types are errors that name the key.
+A config file is headed by comments stating its purpose, date and the command that runs it (configs/*/*.yaml).
+`base: other.yaml` (a path relative to the file) makes it extend another config: the base's sections are merged
+key by key with the file's own (a mapping merges, any other value replaces), so a variant states only what it
+changes. `name` is never inherited; it defaults to `<dataset>-<stem>` for configs/<dataset>/<stem>.yaml and to
+the stem elsewhere. Unknown keys and wrong types are errors that name the dotted key and the file.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pipelines.tracking import resolve_tracking_uri
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
+from recsys.models.registry import model_spec
 from recsys.retrieval import IndexConfig
+from recsys.runtime.validation import config_from, problems
 from recsys.semantic_ids.content import ContentConfig
 from recsys.semantic_ids.rqkmeans import RQKMeansConfig
 from recsys.semantic_ids.rqvae import RQVAEConfig
+from recsys.training.recipes import TRAINING_SETTINGS, TrainingSettings
 from recsys.training.trainer import TrainConfig
 
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+BASE_KEY = "base"
+CONFIGS_DIR = "configs"
 
 
 class Section(BaseModel):
@@ -38,13 +45,45 @@ class DataSection(Section):
     unknown_items: Literal["drop", "keep", "error"] = "drop"
     cold_start_fraction: float = 0.0
     seed: int = 0
+    # multi-domain data: train and evaluate on this domain's users and items only (the catalog's indices stay)
+    domain: str | None = None
 
 
 class ModelSection(Section):
-    """Model name in `recsys.models.registry.CONFIGS` and its config fields (num_items comes from the data)."""
+    """The model: its registry name (`recsys.models.registry.MODELS`), its config fields (num_items comes from the
+    data), its family's training settings (`recsys.training.recipes`), and the trained models it is built on."""
 
     name: str = "sasrec"
     params: dict[str, Any] = Field(default_factory=dict)
+    training: dict[str, Any] = Field(default_factory=dict)
+    retriever_dir: Path | None = None  # ranker: the model directory of its first stage
+    # ranker training: a first stage trained without each user's last items (its model.training.holdout_last)
+    holdout_retriever_dir: Path | None = None
+    base_dir: Path | None = None  # domain_adapters: the model directory of the SASRec of every domain
+    members: list[Path] = Field(default_factory=list)  # fusion: the model directories of the retrievers to fuse
+
+    @model_validator(mode="after")
+    def _known_model_and_training(self) -> ModelSection:
+        self.training_settings()  # fails at load time, naming the key, rather than when training starts
+        return self
+
+    def training_settings(self) -> TrainingSettings:
+        """`training`, validated against the model family's settings."""
+        family = model_spec(self.name).training_family
+        try:
+            return config_from(TRAINING_SETTINGS[family], self.training, "model.training.")
+        except ConfigError as err:
+            raise ConfigError(f"{err}. Fix: use the {self.name} model's training settings (docs/training.md)") from err
+
+    def upstream_dirs(self) -> dict[str, Path]:
+        """Every model directory this model is built on, by role (what its fingerprint depends on)."""
+        roles = {
+            "retriever": self.retriever_dir,
+            "holdout_retriever": self.holdout_retriever_dir,
+            "base": self.base_dir,
+        }
+        found = {role: path for role, path in roles.items() if path is not None}
+        return found | {f"member{i}": path for i, path in enumerate(self.members)}
 
 
 class TrackingSection(Section):
@@ -57,11 +96,11 @@ class TrackingSection(Section):
     artifacts: str | None = None
 
     def resolved_uri(self) -> str:
-        return self.uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+        return resolve_tracking_uri(self.uri)
 
 
 class SidSection(Section):
-    """How semantic IDs are built (`configs/*-sid-*.yaml`, section `sid`)."""
+    """How semantic IDs are built (section `sid`)."""
 
     method: Literal["rqvae", "rqkmeans"] = "rqvae"
     # "content": LLM embeddings of the item text; "random": Gaussian vectors of the same size (the ablation
@@ -108,28 +147,63 @@ class ExperimentConfig(Section):
 
 
 def load_config(path: Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
-    """Read and validate a YAML experiment config.
+    """Read and validate a YAML experiment config (with the configs it extends).
 
     Args:
-        path: the YAML file; `name` defaults to the file stem.
+        path: the YAML file.
         overrides: dotted keys applied on top, e.g. {"train.epochs": 2, "data.path": "x"}.
     """
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found. Fix: pass an existing YAML file, e.g. configs/*.yaml")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({err}). Fix: correct the syntax at the position shown") from err
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections. Fix: see configs/*.yaml")
-    raw.setdefault("name", path.stem)
+    raw = read_config_tree(path)
+    raw.setdefault("name", default_name(path))
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ConfigError(f"{path}: {problems}. Fix: correct these keys (see configs/*.yaml)") from err
+        raise ConfigError(f"{path}: {problems(err)}. Fix: correct these keys (see configs/*/*.yaml)") from err
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from err
+
+
+def default_name(path: Path) -> str:
+    """`<dataset>-<stem>` for configs/<dataset>/<stem>.yaml, else the stem."""
+    return f"{path.parent.name}-{path.stem}" if path.parent.parent.name == CONFIGS_DIR else path.stem
+
+
+def read_config_tree(path: Path, _extending: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The config's mapping merged over the configs it extends (`base:`), the base's `name` left out."""
+    raw = _read_mapping(path)
+    base = raw.pop(BASE_KEY, None)
+    if base is None:
+        return raw
+    base_path = (path.parent / str(base)).resolve()
+    if base_path in (*_extending, path.resolve()):
+        raise ConfigError(f"{path}: `{BASE_KEY}: {base}` extends itself through {base_path}. Fix: break the loop")
+    if not base_path.is_file():
+        raise ConfigError(f"{path}: `{BASE_KEY}: {base}` is not a file ({base_path}). Fix: a path relative to {path}")
+    inherited = read_config_tree(base_path, (*_extending, path.resolve()))
+    inherited.pop("name", None)
+    return _merged(inherited, raw)
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found. Fix: pass an existing YAML file, e.g. configs/*/*.yaml")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({err}). Fix: correct the syntax at the position shown") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections. Fix: see configs/*/*.yaml")
+    return raw
+
+
+def _merged(base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """`own` over `base`: mappings merge key by key, any other value replaces."""
+    out = dict(base)
+    for key, value in own.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -1,4 +1,5 @@
-"""Pipeline step: raw source -> prepared directory, skipped when its inputs did not change."""
+"""Pipeline step: raw source -> prepared directory, skipped when its inputs did not change; and the data a model
+trains and is evaluated on."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 from features.prepare import prepare
 from features.sources import load_source
 from pipelines.config import DataSection
+from recsys.data.prepared import SequenceData, load_prepared
 from recsys.data.schema import META_FILE
+from recsys.errors import ConfigError
 from recsys.runtime.atomic import atomic_file
 
 logger = logging.getLogger(__name__)
@@ -52,4 +55,15 @@ def data_fingerprint(section: DataSection) -> dict[str, str]:
         for file in files:
             digest.update(file.name.encode())
             digest.update(file.read_bytes() if file.exists() else b"<missing>")
-    return {"settings": section.model_dump_json(), "inputs_sha256": digest.hexdigest()}
+    # the domain selects what trains, not what is prepared
+    return {"settings": section.model_dump_json(exclude={"domain"}), "inputs_sha256": digest.hexdigest()}
+
+
+def load_data(data_dir: Path, domain: str | None = None) -> SequenceData:
+    """The prepared data of `data_dir`, restricted to the users and items of `domain` (`data.domain`) when given."""
+    data = load_prepared(data_dir)
+    if domain is None:
+        return data
+    if domain not in data.domains:
+        raise ConfigError(f"data.domain={domain!r} is not a domain of {data_dir}. Fix: one of {data.domains}")
+    return data.for_domain(domain)

@@ -5,13 +5,14 @@ DESIGN.md, the experiment's `eval` settings), and splits the users into the slic
 `recsys.evaluation.slices` (cold-start targets, target popularity deciles, history length, target domain).
 It writes, atomically, one evaluation directory:
 
-    evaluation.json   the report: overall metrics, per-slice metrics and user counts, semantic-ID health
-                      (when the model was built with semantic IDs), the training run's validation/test metrics
+    evaluation.json   the report: overall metrics, per-slice metrics and user counts, the metrics of the tasks
+                      beside ranking (multi-task models), semantic-ID health (when the model was built with
+                      semantic IDs), the training run's validation/test metrics
     dashboard.html    this run's evaluation dashboard (pipelines.dashboard, plotly inlined, no network)
 
 and, with tracking on, logs them as artifacts `evaluation/` of an MLflow run `evaluate` (nested in the
 pipeline's run), with the slice metrics as `slice.<family>_<slice>.<metric>` (e.g.
-`slice.popularity_decile_3.ndcg_at_10`) and the overall ones as `test.<metric>`.
+`slice.popularity_decile_3.ndcg_at_10`), the tasks' as `task.<task>.<metric>` and the overall ones as `test.<metric>`.
 """
 
 from __future__ import annotations
@@ -25,12 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.config import ExperimentConfig
+from pipelines.dashboard import (
+    EVALUATE_RUN_NAME,
+    EVALUATION_ARTIFACT_DIR,
+    EVALUATION_FILE,
+    from_evaluation,
+    render_dashboard,
+)
 from pipelines.model_dir import TrainedModel, load_model_dir, model_sha256
 from pipelines.tracking import start_tracking
-from pipelines.train import eval_config_for
 from recsys.data.prepared import EvalSplit, SequenceData
-from recsys.data.schema import DOMAIN, TEST, VALID
-from recsys.evaluation import evaluate
+from recsys.data.schema import DOMAIN
+from recsys.data.splits import TEST, VALID
+from recsys.evaluation import evaluate, evaluate_tasks
 from recsys.evaluation.slices import (
     SliceMasks,
     cold_start_masks,
@@ -40,23 +48,26 @@ from recsys.evaluation.slices import (
     popularity_decile_masks,
     slice_report,
 )
+from recsys.inference import MultiTaskScorer
 from recsys.runtime.atomic import atomic_directory
 from recsys.runtime.device import resolve_device
 from recsys.semantic_ids.codes import read_semantic_ids
 
 logger = logging.getLogger(__name__)
 
-EVALUATION_FILE = "evaluation.json"
 DASHBOARD_FILE = "dashboard.html"
-RUN_NAME = "evaluate"  # what pipelines.dashboard looks for
-ARTIFACT_PATH = "evaluation"
 
 
 @dataclass(frozen=True)
 class EvaluateOutputs:
-    evaluation_dir: Path
-    report: dict[str, Any]  # the contents of evaluation.json
+    evaluation_dir: Path  # evaluation.json (the whole report) and dashboard.html
+    overall: dict[str, float]  # the test metrics
+    slices: int  # slices measured, over every family
     run_id: str | None  # the MLflow run `evaluate`; None when tracking is off
+
+    def summary(self) -> dict[str, object]:
+        return {"evaluation_dir": self.evaluation_dir, "test_ndcg@10": self.overall.get("ndcg@10"),
+                "slices": self.slices, "mlflow_run_id": self.run_id}  # fmt: skip
 
 
 def evaluate_step(
@@ -79,7 +90,7 @@ def evaluate_step(
     start = time.perf_counter()
     trained = load_model_dir(model_dir)
     sha256 = model_sha256(model_dir)
-    with start_tracking(config.tracking, config.experiment_name, RUN_NAME) as tracker:
+    with start_tracking(config.tracking, config.experiment_name, EVALUATE_RUN_NAME) as tracker:
         tracker.log_params(
             {"model_dir": str(model_dir), "model_sha256": sha256, "eval": asdict(config.eval),
              "semantic_ids": str(sid_path), "training_run_id": str(training_run_id)}
@@ -92,30 +103,35 @@ def evaluate_step(
         write_evaluation(out_dir, report)
         tracker.log_metrics(report["overall"], prefix="test.")
         tracker.log_metrics(flat_slice_metrics(report["slices"]))
+        tracker.log_metrics({f"task.{t}.{k}": v for t, m in report["tasks"].items() for k, v in m.items()})
         tracker.log_metrics({"evaluate_seconds": time.perf_counter() - start})
-        tracker.log_artifacts(out_dir, artifact_path=ARTIFACT_PATH)
+        tracker.log_artifacts(out_dir, artifact_path=EVALUATION_ARTIFACT_DIR)
     logger.info("evaluation of %s written to %s (%.1f s)", trained.name, out_dir, time.perf_counter() - start)
-    return EvaluateOutputs(evaluation_dir=out_dir, report=report, run_id=tracker.run_id)
+    slices = sum(len(entries) for entries in report["slices"].values())
+    return EvaluateOutputs(out_dir, report["overall"], slices, tracker.run_id)
 
 
 def evaluation_report(config: ExperimentConfig, trained: TrainedModel, sid_path: Path | None) -> dict[str, Any]:
-    """Rank the test split once and slice it; the JSON-able report without the run ids."""
-    eval_config = eval_config_for(config, trained.model)
+    """Rank the test split once and slice it, measure the tasks beside ranking; the JSON-able report without the
+    run ids."""
+    eval_config = config.eval
     model = trained.model.to(resolve_device(config.train.device))
     split = trained.data.eval_split(TEST)
     result = evaluate(model, split, trained.data.num_items, eval_config)
     families = slice_families(trained.data, split)
+    tasks = evaluate_tasks(model, split, eval_config.batch_size) if isinstance(model, MultiTaskScorer) else {}
     return {
         "name": config.name,
         "experiment": config.experiment_name,
         "model": trained.name,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "split": TEST,
-        "protocol": {**asdict(eval_config), "ks": list(eval_config.ks)},
+        "protocol": {**asdict(eval_config), "ks": list(eval_config.ks), "max_history": model.max_history},
         "users": len(split.targets),
         "items": trained.data.num_items,
         "overall": result.metrics,
         "slices": slice_report(result.ranks, families, eval_config.ks),
+        "tasks": tasks,
         "semantic_ids": read_semantic_ids(sid_path)[1].to_dict() if sid_path is not None else None,
     }
 
@@ -135,8 +151,6 @@ def slice_families(data: SequenceData, split: EvalSplit) -> dict[str, SliceMasks
 
 def write_evaluation(out_dir: Path, report: dict[str, Any]) -> None:
     """evaluation.json and dashboard.html, swapped in together (a crash leaves the previous pair or none)."""
-    from pipelines.dashboard import from_evaluation, render_dashboard
-
     page = render_dashboard(from_evaluation(report, source=str(out_dir / EVALUATION_FILE)))
     with atomic_directory(out_dir, marker=EVALUATION_FILE) as tmp:
         (tmp / EVALUATION_FILE).write_text(json.dumps(report, indent=2) + "\n")

@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from pipelines.model_dir import load_model_dir, model_sha256
 from recsys.errors import RecsysError
-from recsys.models.registry import VECTOR_MODELS
+from recsys.inference import VectorScorer
 from recsys.retrieval import IndexConfig
 from recsys.retrieval.faiss_index import FaissTopK, build_index
 
@@ -31,8 +30,8 @@ def build_index_step(model_dir: Path, out_dir: Path, config: IndexConfig, eval_u
         logger.info("index %s is up to date with %s: kept", out_dir, model_dir)
         return out_dir
     trained = load_model_dir(model_dir)
-    model: Any = trained.model
-    if trained.name not in VECTOR_MODELS:
+    model = trained.model
+    if not isinstance(model, VectorScorer):
         raise RecsysError(
             f"{model_dir} holds a {trained.name} model, which has no item vectors to index (generative models "
             "retrieve by beam search, popularity by counts). Fix: build the index from a SASRec model directory"
@@ -42,7 +41,7 @@ def build_index_step(model_dir: Path, out_dir: Path, config: IndexConfig, eval_u
         vectors = model.item_embeddings()[1:].float()  # row 0 is padding
         valid = trained.data.eval_split("valid")
         rows = torch.arange(min(eval_users, len(valid.histories)))
-        width = model.config.max_len
+        width = model.max_history
         histories = valid.histories.select(rows).to_padded(width)
         queries = model.encode_queries(histories, valid.user_idx[rows], valid.times(rows, width))
         queries = queries.float()

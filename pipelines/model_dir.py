@@ -4,7 +4,8 @@
     config.yaml     the experiment config
     metrics.json    valid/test metrics (+ the cold-start slice), best epoch, timings
     items.parquet, users.parquet   the id maps of the training data
-    data.json       where the training data lives (for user histories) and its meta.json
+    data.json       where the training data lives (for user histories), the domain it was restricted to, and
+                    the data's meta.json
 Written atomically: a crash leaves the previous directory (or none), never a partial one.
 """
 
@@ -20,8 +21,9 @@ from typing import Any
 import yaml
 
 from pipelines.config import ExperimentConfig
-from recsys.data.prepared import SequenceData, load_prepared
-from recsys.data.schema import ITEMS_FILE, USERS_FILE
+from pipelines.data import load_data
+from recsys.data.prepared import SequenceData
+from recsys.data.schema import ITEMS_FILE, META_FILE, USERS_FILE
 from recsys.errors import RecsysError
 from recsys.models.registry import Model, load_model, save_model
 from recsys.runtime.atomic import atomic_directory
@@ -29,6 +31,7 @@ from recsys.runtime.atomic import atomic_directory
 MODEL_FILE = "model.pt"
 METRICS_FILE = "metrics.json"
 DATA_FILE = "data.json"
+CONFIG_FILE = "config.yaml"
 
 
 @dataclass(frozen=True)
@@ -42,24 +45,26 @@ class TrainedModel:
 def write_model_dir(
     out_dir: Path, config: ExperimentConfig, model: Model, data_dir: Path, metrics: dict[str, Any]
 ) -> None:
-    """Write the model directory for `model` trained on `data_dir`."""
-    meta = json.loads((data_dir / "meta.json").read_text())
+    """Write the model directory for `model` trained on `data_dir` (restricted to `config.data.domain`, if set)."""
+    meta = json.loads((data_dir / META_FILE).read_text())
+    data = {"data_dir": str(data_dir.resolve()), "domain": config.data.domain, "meta": meta}
     with atomic_directory(out_dir, marker=MODEL_FILE) as tmp:
         save_model(tmp / MODEL_FILE, config.model.name, model)
-        (tmp / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+        (tmp / CONFIG_FILE).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
-        (tmp / DATA_FILE).write_text(json.dumps({"data_dir": str(data_dir.resolve()), "meta": meta}, indent=2))
+        (tmp / DATA_FILE).write_text(json.dumps(data, indent=2))
         for name in (ITEMS_FILE, USERS_FILE):
             shutil.copyfile(data_dir / name, tmp / name)
 
 
 def trained_data_dir(model_dir: Path) -> Path:
     """The prepared data directory the model was trained on (recorded in data.json)."""
-    return Path(json.loads((model_dir / DATA_FILE).read_text())["data_dir"])
+    return Path(_data_record(model_dir)["data_dir"])
 
 
 def model_sha256(model_dir: Path) -> str:
     """SHA-256 of a model directory's weights file: what downstream steps fingerprint."""
+    _check_is_model_dir(model_dir)
     digest = hashlib.sha256()
     with (model_dir / MODEL_FILE).open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -68,13 +73,11 @@ def model_sha256(model_dir: Path) -> str:
 
 
 def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedModel:
-    """Load a model directory and its data (from `data_dir`, or the directory it was trained on)."""
-    if not (model_dir / MODEL_FILE).is_file():
-        raise RecsysError(
-            f"{model_dir}: not a model directory (no {MODEL_FILE}). Fix: pass the --out of `recsys train`"
-        )
+    """Load a model directory and its data (from `data_dir`, or the directory it was trained on, restricted to the
+    domain it was trained on)."""
+    _check_is_model_dir(model_dir)
     data_dir = data_dir or trained_data_dir(model_dir)
-    data = load_prepared(data_dir)
+    data = load_data(data_dir, _data_record(model_dir).get("domain"))
     name, model = load_model(model_dir / MODEL_FILE)
     if data.num_items != model.config.num_items:
         raise RecsysError(
@@ -83,3 +86,26 @@ def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedMode
         )
     metrics = json.loads((model_dir / METRICS_FILE).read_text())
     return TrainedModel(name=name, model=model, data=data, metrics=metrics)
+
+
+def load_trained_model(model_dir: Path, key: str) -> Model:
+    """The trained model of `model_dir`, which another model is built on (`key` names the config key that names
+    it), frozen."""
+    if not (model_dir / MODEL_FILE).is_file():
+        raise RecsysError(
+            f"{key}: {model_dir} is not a model directory (no {MODEL_FILE}). Fix: train that model first (its "
+            "config's command), or correct the path"
+        )
+    return load_model(model_dir / MODEL_FILE)[1].requires_grad_(False)
+
+
+def _check_is_model_dir(model_dir: Path) -> None:
+    if not (model_dir / MODEL_FILE).is_file():
+        raise RecsysError(
+            f"{model_dir}: not a model directory (no {MODEL_FILE}). Fix: pass the --out of `recsys train`"
+        )
+
+
+def _data_record(model_dir: Path) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads((model_dir / DATA_FILE).read_text())
+    return record

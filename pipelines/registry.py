@@ -1,31 +1,22 @@
-"""Model bundles in the MLflow model registry, and the champion gate.
+"""Model bundles (`pipelines.bundle`) in the MLflow model registry, and the champion gate.
 
-A bundle is one directory holding everything serving needs: the model directory (weights, config, id maps,
-metrics), the prepared data it was trained on (item metadata and the users' histories, so a bundle served on
-another machine needs nothing else), the FAISS index when the model has item vectors, the semantic IDs when
-the model uses them, and bundle.json (name, metrics, fingerprints). `register_bundle` logs it as the
-artifacts of an MLflow run, creates a new version of the registered model, and moves the alias `champion`
-to it only when its validation NDCG@10 is not worse than the current champion's by more than `tolerance`;
-the decision and both numbers are logged and kept as tags of the new version.
+`register_bundle` logs a bundle as the artifacts of an MLflow run, creates a new version of the registered model,
+and moves the alias `champion` to it only when its validation NDCG@10 is not worse than the current champion's by
+more than `tolerance`; the decision and both numbers are logged and kept as tags of the new version.
+`resolve_bundle` finds the bundle to serve: a directory, or a registered model's champion.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipelines.model_dir import trained_data_dir
-from recsys.runtime.atomic import atomic_directory
+from pipelines.bundle import Bundle, BundleError
 
 logger = logging.getLogger(__name__)
 
-BUNDLE_FILE = "bundle.json"
-BUNDLE_DATA_DIR = "data"  # the prepared training data, inside the bundle
 CHAMPION = "champion"
 GATE_METRIC = "valid_ndcg_at_10"
 
@@ -44,31 +35,7 @@ class GateDecision:
     reason: str
 
 
-def write_bundle(
-    out_dir: Path, *, name: str, model_dir: Path, index_dir: Path | None, sid_path: Path | None, source: dict[str, Any]
-) -> Path:
-    """Assemble the bundle directory atomically (model/, data/, index/, semantic_ids.parquet, bundle.json)."""
-    metrics = json.loads((model_dir / "metrics.json").read_text())
-    with atomic_directory(out_dir, marker=BUNDLE_FILE) as tmp:
-        shutil.copytree(model_dir, tmp / "model")
-        shutil.copytree(trained_data_dir(model_dir), tmp / BUNDLE_DATA_DIR)
-        if index_dir is not None:
-            shutil.copytree(index_dir, tmp / "index")
-        if sid_path is not None:
-            shutil.copyfile(sid_path, tmp / sid_path.name)
-        bundle = {
-            "name": name,
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "metrics": {"valid": metrics["valid"], "test": metrics["test"]},
-            "has_index": index_dir is not None,
-            "has_semantic_ids": sid_path is not None,
-            "source": source,
-        }
-        (tmp / BUNDLE_FILE).write_text(json.dumps(bundle, indent=2) + "\n")
-    return out_dir
-
-
-def register_bundle(bundle_dir: Path, model_name: str, tracking_uri: str, tolerance: float = 0.0) -> GateDecision:
+def register_bundle(bundle: Bundle, model_name: str, tracking_uri: str, tolerance: float = 0.0) -> GateDecision:
     """Log the bundle to MLflow, register it as a new version of `model_name`, and apply the champion gate.
 
     Runs inside the active MLflow run when there is one (as a nested run), else in a run of its own.
@@ -77,11 +44,11 @@ def register_bundle(bundle_dir: Path, model_name: str, tracking_uri: str, tolera
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    value = float(json.loads((bundle_dir / BUNDLE_FILE).read_text())["metrics"]["valid"]["ndcg@10"])
+    value = bundle.validation_ndcg_at_10
     mlflow.set_tracking_uri(tracking_uri)
     client = MlflowClient(tracking_uri)
     with mlflow.start_run(run_name=f"register {model_name}", nested=mlflow.active_run() is not None) as run:
-        mlflow.log_artifacts(str(bundle_dir), artifact_path="bundle")
+        mlflow.log_artifacts(str(bundle.path), artifact_path="bundle")
         mlflow.log_metric(GATE_METRIC, value)
         try:
             client.get_registered_model(model_name)
@@ -117,17 +84,33 @@ def get_champion(model_name: str, tracking_uri: str) -> Champion | None:
     return None if found is None else Champion(str(found.version), str(found.source))
 
 
-def download_bundle(source: str, tracking_uri: str) -> Path:
-    """A local copy of a registered bundle directory (MLflow caches the download)."""
+def download_bundle(source: str, tracking_uri: str) -> Bundle:
+    """A local copy of a registered bundle (MLflow caches the download)."""
     import mlflow
 
-    return Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=tracking_uri))
+    return Bundle(Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=tracking_uri)))
 
 
-def download_champion_bundle(model_name: str, tracking_uri: str) -> Path | None:
-    """A local copy of the champion's bundle directory, or None without a champion."""
+def download_champion_bundle(model_name: str, tracking_uri: str) -> Bundle | None:
+    """A local copy of the champion's bundle, or None without a champion."""
     current = get_champion(model_name, tracking_uri)
     return None if current is None else download_bundle(current.source, tracking_uri)
+
+
+def resolve_bundle(bundle: Path | None, model_name: str | None, tracking_uri: str) -> Bundle:
+    """The bundle to serve: the directory `bundle`, or the registered model's champion (downloaded)."""
+    if bundle is not None:
+        return Bundle(bundle)
+    if model_name is None:
+        raise BundleError(
+            "nothing to serve. Fix: set RECSYS_BUNDLE to a bundle directory or RECSYS_MODEL_NAME to a registered model"
+        )
+    champion = download_champion_bundle(model_name, tracking_uri)
+    if champion is None:
+        raise BundleError(
+            f"registered model {model_name!r} has no champion in {tracking_uri}. Fix: run `recsys pipeline run`"
+        )
+    return champion
 
 
 def _champion(client: Any, model_name: str) -> Any | None:

@@ -1,7 +1,8 @@
-"""`recsys pipeline run`: prepare_data -> embed_content -> build_semantic_ids -> train_retriever -> build_index ->
-evaluate -> register.
+"""The one orchestrator of the platform's steps: prepare_data -> embed_content -> build_semantic_ids ->
+train_retriever -> build_index -> evaluate -> register (`recsys pipeline run`, the Airflow DAGs). `recsys train`,
+`recsys sid build` and the benchmarks are this runner stopped after a step (`until`).
 
-Each step is a function `(config, inputs) -> outputs` (JSON-able dicts) whose work is written atomically. The
+Each step is a function `(config, inputs) -> outputs` (a frozen dataclass) whose work is written atomically. The
 runner fingerprints every step's inputs (its config sections and its upstream steps' outputs) and records
 (fingerprint, outputs) in `WORK/pipelines/NAME/state.json` (rewritten atomically after each step), so a
 re-run skips every step whose inputs did not change and whose outputs still exist, and a run that crashed
@@ -9,255 +10,404 @@ resumes at the step that failed. With tracking on, the pipeline is one MLflow ru
 is a nested run of it (params = its inputs, metrics = its numeric outputs).
 
 Steps that do not apply are recorded as such: no `sid` section -> no content embeddings and no semantic IDs;
-a model without item vectors (generative, popularity) -> no index.
+a model without item vectors (generative, popularity, ranker) -> no index; tracking off -> no registration.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from pipelines.bundle import BUNDLE_FILE, Bundle
 from pipelines.config import ExperimentConfig
 from pipelines.content import embed_content_step
+from pipelines.dashboard import EVALUATION_FILE
 from pipelines.data import data_fingerprint, prepare_step
-from pipelines.evaluate import EVALUATION_FILE, evaluate_step
-from pipelines.experiment import ExperimentPaths, with_item_features
+from pipelines.evaluate import EvaluateOutputs, evaluate_step
 from pipelines.index import build_index_step
-from pipelines.model_dir import model_sha256
-from pipelines.registry import register_bundle, write_bundle
+from pipelines.model_dir import MODEL_FILE, model_sha256
+from pipelines.registry import GateDecision, register_bundle
 from pipelines.semantic_ids import build_semantic_ids_step
 from pipelines.tracking import Tracker, start_tracking
-from pipelines.train import train_step
+from pipelines.train import CatalogFeatures, TrainOutputs, train_step
+from recsys.data.schema import META_FILE
 from recsys.errors import RecsysError
-from recsys.models.registry import VECTOR_MODELS
-from recsys.retrieval.faiss_index import FaissTopK
+from recsys.retrieval.faiss_index import INDEX_FILE, FaissTopK
 from recsys.runtime.atomic import atomic_file
 
 logger = logging.getLogger(__name__)
 
-Outputs = dict[str, Any]
 STATE_FILE = "state.json"
+
+
+@dataclass(frozen=True)
+class ExperimentPaths:
+    """Where an experiment keeps its prepared data, semantic IDs, model, index, evaluation, bundle and cache."""
+
+    data_dir: Path
+    content_dir: Path
+    sid_dir: Path
+    model_dir: Path
+    cache_dir: Path
+    index_dir: Path
+    bundle_dir: Path
+    evaluation_dir: Path  # evaluation.json (slices) and dashboard.html of the `evaluate` step
+
+    @staticmethod
+    def under(work_dir: Path, config: ExperimentConfig) -> ExperimentPaths:
+        return ExperimentPaths(
+            data_dir=work_dir / "data" / config.name,
+            content_dir=work_dir / "content" / config.name,
+            sid_dir=work_dir / "sids" / config.name,
+            model_dir=work_dir / "models" / config.name,
+            cache_dir=work_dir / "cache" / "embeddings",
+            index_dir=work_dir / "indexes" / config.name,
+            bundle_dir=work_dir / "bundles" / config.name,
+            evaluation_dir=work_dir / "evaluations" / config.name,
+        )
+
+
+# ------------------------------------------------------------------------------------------- the steps' outputs
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    data_dir: Path
+    sha256: str  # of its files: what the steps downstream of the data depend on
+
+    def summary(self) -> dict[str, object]:
+        return {"data_dir": self.data_dir}
+
+
+@dataclass(frozen=True)
+class ContentEmbeddings:
+    path: Path  # content_embeddings.npy
+
+    def summary(self) -> dict[str, object]:
+        return {"content_embeddings": self.path}
+
+
+@dataclass(frozen=True)
+class SemanticIds:
+    path: Path  # semantic_ids.parquet
+
+    def summary(self) -> dict[str, object]:
+        return {"semantic_ids": self.path}
+
+
+@dataclass(frozen=True)
+class IndexOutputs:
+    index_dir: Path
+    recall: float  # recall@k of the index against exact search, measured as it was built
+    k: int
+
+    def summary(self) -> dict[str, object]:
+        return {"index_dir": self.index_dir, "recall@k": self.recall, "k": self.k}
+
+
+@dataclass(frozen=True)
+class Registration:
+    bundle_dir: Path
+    decision: GateDecision
+
+    def summary(self) -> dict[str, object]:
+        d = self.decision
+        return {"bundle_dir": self.bundle_dir, "version": d.version, "promoted": d.promoted, "reason": d.reason}
+
+
+Output = PreparedData | ContentEmbeddings | SemanticIds | TrainOutputs | IndexOutputs | EvaluateOutputs | Registration
+
+
+@dataclass
+class PipelineOutputs:
+    """What the steps have produced so far (None: not run yet, or not applicable)."""
+
+    data: PreparedData | None = None
+    content: ContentEmbeddings | None = None
+    semantic_ids: SemanticIds | None = None
+    model: TrainOutputs | None = None
+    index: IndexOutputs | None = None
+    evaluation: EvaluateOutputs | None = None
+    registration: Registration | None = None
+
+    def features(self) -> CatalogFeatures:
+        return CatalogFeatures(
+            semantic_ids=None if self.semantic_ids is None else self.semantic_ids.path,
+            content_embeddings=None if self.content is None else self.content.path,
+        )
 
 
 @dataclass(frozen=True)
 class StepReport:
     name: str
-    status: str  # "ran", "skipped" (up to date) or "not applicable"
+    status: str  # "ran", "skipped" (up to date), "given" (the caller's prepared data) or "not applicable"
     seconds: float
-    outputs: Outputs
+    outputs: Output | None
 
 
-@dataclass(frozen=True)
-class _Step:
-    name: str
-    inputs: Callable[[ExperimentConfig, dict[str, Outputs]], dict[str, Any] | None]  # None: not applicable
-    run: Callable[[ExperimentConfig, ExperimentPaths, dict[str, Outputs]], Outputs]
-    produces: Callable[[Outputs], list[Path]]  # what must still exist for a skip
+# ------------------------------------------------------------------------------------------------ the runner
 
 
-def run_pipeline(config: ExperimentConfig, work_dir: Path, only: str | None = None) -> list[StepReport]:
-    """Run the pipeline of `config` under `work_dir`, skipping up-to-date steps; returns one report per step.
+def run_pipeline(
+    config: ExperimentConfig,
+    work_dir: Path,
+    *,
+    only: str | None = None,
+    until: str | None = None,
+    data_dir: Path | None = None,
+    rerun: Collection[str] = (),
+) -> tuple[PipelineOutputs, list[StepReport]]:
+    """Run the pipeline of `config` under `work_dir`, skipping up-to-date steps; returns the outputs and one report
+    per step.
 
     Args:
-        only: run just this step (an Airflow task): the steps before it must be up to date (else
-            `RecsysError` says which one to run), the steps after it are left alone.
+        only: run just this step (an Airflow task): the steps before it must be up to date (else `RecsysError` says
+            which one to run), the steps after it are left alone.
+        until: stop after this step.
+        data_dir: an already prepared directory to use instead of preparing `config.data`.
+        rerun: steps to run even when they are up to date (e.g. a benchmark that times a whole training run).
     """
-    if only is not None and only not in STEP_NAMES:
-        raise RecsysError(f"unknown pipeline step {only!r}. Fix: one of {', '.join(STEP_NAMES)}")
+    last = only or until
+    for name in (last, *rerun):
+        if name is not None and name not in STEP_NAMES:
+            raise RecsysError(f"unknown pipeline step {name!r}. Fix: one of {', '.join(STEP_NAMES)}")
     paths = ExperimentPaths.under(work_dir, config)
     state_path = work_dir / "pipelines" / config.name / STATE_FILE
     state: dict[str, dict[str, Any]] = json.loads(state_path.read_text()) if state_path.exists() else {}
-    done: dict[str, Outputs] = {}
-    reports = []
-    run_name = f"pipeline {config.name}" + (f": {only}" if only else "")
+    done, reports = PipelineOutputs(), []
+    run_name = f"pipeline {config.name}" + (f": {only}" if only else f" until {until}" if until else "")
     with start_tracking(config.tracking, config.experiment_name, run_name) as tracker:
-        for step in STEPS[: STEP_NAMES.index(only) + 1] if only else STEPS:
-            inputs = step.inputs(config, done)
-            if inputs is None:
-                done[step.name] = {}
-                reports.append(StepReport(step.name, "not applicable", 0.0, {}))
-                continue
-            fingerprint = _fingerprint(inputs)
-            previous = state.get(step.name)
-            if previous and previous["fingerprint"] == fingerprint and _exist(step.produces(previous["outputs"])):
-                done[step.name] = previous["outputs"]
-                reports.append(StepReport(step.name, "skipped", 0.0, previous["outputs"]))
-                logger.info("step %s: up to date, skipped", step.name)
-                continue
-            if only is not None and step.name != only:
-                raise RecsysError(
-                    f"step {step.name} is not up to date for {config.name}. Fix: run it first "
-                    f"(`recsys pipeline run --config ... --step {step.name}`, or its Airflow task)"
-                )
-            start = time.perf_counter()
-            logger.info("step %s: running", step.name)
-            outputs = _run_tracked(step, config, paths, done, inputs, tracker)
-            done[step.name] = outputs
-            state[step.name] = {"fingerprint": fingerprint, "outputs": outputs}
-            with atomic_file(state_path) as tmp:
-                tmp.write_text(json.dumps(state, indent=2) + "\n")
-            reports.append(StepReport(step.name, "ran", time.perf_counter() - start, outputs))
+        for step in STEPS[: STEP_NAMES.index(last) + 1] if last else STEPS:
+            if step.name == "prepare_data" and data_dir is not None:
+                report = StepReport(step.name, "given", 0.0, _given(data_dir))
+            else:
+                report = _run_step(step, config, paths, done, state, tracker, only, rerun)
+                if report.status == "ran":
+                    with atomic_file(state_path) as tmp:
+                        tmp.write_text(json.dumps(state, indent=2) + "\n")
+            setattr(done, step.field, report.outputs)
+            reports.append(report)
         tracker.log_params({f"step.{r.name}": r.status for r in reports})
-    return reports
+    return done, reports
 
 
-def _run_tracked(
-    step: _Step, config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs], inputs: dict[str, Any],
+def _run_step(
+    step: _Step,
+    config: ExperimentConfig,
+    paths: ExperimentPaths,
+    done: PipelineOutputs,
+    state: dict[str, dict[str, Any]],
     tracker: Tracker,
-) -> Outputs:  # fmt: skip
-    """The step inside a nested MLflow run (train_retriever, evaluate and register open their own nested runs)."""
-    if step.name in ("train_retriever", "evaluate", "register") or tracker.run_id is None:
-        return step.run(config, paths, done)
-    with start_tracking(config.tracking, config.experiment_name, step.name) as step_tracker:
-        step_tracker.log_params(inputs)
+    only: str | None,
+    rerun: Collection[str],
+) -> StepReport:
+    """Skip the step when it is up to date, else run it (inside a nested MLflow run) and record it in `state`."""
+    inputs = step.inputs(config, done)
+    if inputs is None:
+        return StepReport(step.name, "not applicable", 0.0, None)
+    fingerprint = _fingerprint(inputs)
+    previous = _previous_outputs(step, state.get(step.name), fingerprint)
+    if previous is not None and step.name not in rerun:
+        logger.info("step %s: up to date, skipped", step.name)
+        return StepReport(step.name, "skipped", 0.0, previous)
+    if only is not None and step.name != only:
+        raise RecsysError(
+            f"step {step.name} is not up to date for {config.name}. Fix: run it first "
+            f"(`recsys pipeline run --config ... --step {step.name}`, or its Airflow task)"
+        )
+    start = time.perf_counter()
+    logger.info("step %s: running", step.name)
+    if step.own_run or tracker.run_id is None:  # train, evaluate and register open their own nested runs
         outputs = step.run(config, paths, done)
-        step_tracker.log_metrics(_flat_numbers(outputs))
-    return outputs
+    else:
+        with start_tracking(config.tracking, config.experiment_name, step.name) as step_tracker:
+            step_tracker.log_params(inputs)
+            outputs = step.run(config, paths, done)
+            step_tracker.log_metrics(_numbers(outputs.summary()))
+    state[step.name] = {"fingerprint": fingerprint, "outputs": _to_json(outputs)}
+    return StepReport(step.name, "ran", time.perf_counter() - start, outputs)
+
+
+def _previous_outputs(step: _Step, recorded: dict[str, Any] | None, fingerprint: str) -> Output | None:
+    """The outputs a previous run recorded for the same inputs, when they still exist; None otherwise."""
+    if recorded is None or recorded["fingerprint"] != fingerprint:
+        return None
+    try:
+        outputs: Output = TypeAdapter(step.output).validate_python(recorded["outputs"])
+    except ValidationError:  # recorded by an earlier version of the runner
+        return None
+    return outputs if all(p.exists() for p in step.produces(outputs)) else None
+
+
+def _given(data_dir: Path) -> PreparedData:
+    if not (data_dir / META_FILE).is_file():
+        raise RecsysError(f"{data_dir} is not a prepared directory (no {META_FILE}). Fix: `recsys data prepare` it")
+    return PreparedData(data_dir, _files_sha256(data_dir))
 
 
 # ------------------------------------------------------------------------------------------------- the steps
 
 
-def _prepare_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any]:
-    return {"data": data_fingerprint(config.data)}
+@dataclass(frozen=True)
+class _Step:
+    name: str  # what `--step` and the Airflow tasks call it
+    field: str  # the PipelineOutputs field it fills
+    output: type
+    inputs: Callable[[ExperimentConfig, PipelineOutputs], dict[str, Any] | None]  # None: not applicable
+    run: Callable[[ExperimentConfig, ExperimentPaths, PipelineOutputs], Any]
+    produces: Callable[[Any], list[Path]]  # what must still exist for a skip
+    own_run: bool = False  # the step opens its own MLflow run
 
 
-def _prepare(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
-    return {"data_dir": str(prepare_step(config.data, paths.data_dir))}
+def _prepare(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> PreparedData:
+    data_dir = prepare_step(config.data, paths.data_dir)
+    return PreparedData(data_dir, _files_sha256(data_dir))
 
 
-def _content_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any] | None:
+def _content_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any] | None:
     if config.sid is None:
-        return None  # only semantic IDs read content embeddings today
-    return {"content": config.sid.model_dump(mode="json")["content"], "data": done["prepare_data"]}
+        return None  # only an experiment with a `sid` section embeds the items' text
+    return {"content": config.sid.model_dump(mode="json")["content"], "data": _json(done.data)}
 
 
-def _content(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
-    assert config.sid is not None
-    data_dir = Path(done["prepare_data"]["data_dir"])
-    path = embed_content_step(config.sid.content, data_dir, paths.content_dir, paths.cache_dir)
-    return {"content_embeddings": str(path)}
+def _content(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> ContentEmbeddings:
+    assert config.sid is not None and done.data is not None
+    return ContentEmbeddings(embed_content_step(config.sid.content, done.data.data_dir, paths.content_dir,
+                                                paths.cache_dir))  # fmt: skip
 
 
-def _sid_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any] | None:
+def _sid_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any] | None:
     if config.sid is None:
         return None
-    return {"sid": config.sid.model_dump(mode="json"), "data": done["prepare_data"], "content": done["embed_content"]}
+    return {"sid": config.sid.model_dump(mode="json"), "data": _json(done.data), "content": _json(done.content)}
 
 
-def _sids(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
-    assert config.sid is not None
-    data_dir, embeddings = Path(done["prepare_data"]["data_dir"]), Path(done["embed_content"]["content_embeddings"])
-    return {"semantic_ids": str(build_semantic_ids_step(config.sid, data_dir, embeddings, paths.sid_dir))}
+def _sids(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> SemanticIds:
+    assert config.sid is not None and done.data is not None and done.content is not None
+    return SemanticIds(build_semantic_ids_step(config.sid, done.data.data_dir, done.content.path, paths.sid_dir))
 
 
-def _train_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any]:
+def _train_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any]:
     sections = config.model_dump(mode="json", include={"model", "train", "eval"})
-    features = {"sids": done["build_semantic_ids"], "content": done["embed_content"]}
-    return {**sections, "data": done["prepare_data"], **features}
+    upstream = {role: model_sha256(path) for role, path in config.model.upstream_dirs().items()}
+    features = {"sids": _json(done.semantic_ids), "content": _json(done.content)}
+    return {**sections, "domain": config.data.domain, "data": _json(done.data), **features, "upstream": upstream}
 
 
-def _train(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
-    if sids := done["build_semantic_ids"].get("semantic_ids"):  # with the `sid` section: both
-        config = with_item_features(config, sids, done["embed_content"]["content_embeddings"])
-    outputs = train_step(config, Path(done["prepare_data"]["data_dir"]), paths.model_dir)
-    return {
-        "model_dir": str(outputs.model_dir),
-        "model_sha256": model_sha256(outputs.model_dir),
-        "valid_ndcg@10": outputs.metrics["valid"]["ndcg@10"],
-        "test_ndcg@10": outputs.metrics["test"]["ndcg@10"],
-        "test_recall@10": outputs.metrics["test"]["recall@10"],
-        "mlflow_run_id": outputs.run_id,
-    }
+def _train(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> TrainOutputs:
+    assert done.data is not None
+    return train_step(config, done.data.data_dir, paths.model_dir, done.features())
 
 
-def _index_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any] | None:
-    if config.model.name not in VECTOR_MODELS:
+def _index_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any] | None:
+    assert done.model is not None
+    if not done.model.item_vectors:
         return None
-    return {"index": asdict(config.pipeline.index), "model_sha256": done["train_retriever"]["model_sha256"]}
+    return {"index": dataclasses.asdict(config.pipeline.index), "model_sha256": done.model.model_sha256}
 
 
-def _index(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
-    index_dir = build_index_step(Path(done["train_retriever"]["model_dir"]), paths.index_dir, config.pipeline.index)
+def _index(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> IndexOutputs:
+    assert done.model is not None
+    index_dir = build_index_step(done.model.model_dir, paths.index_dir, config.pipeline.index)
     report = FaissTopK.read_report(index_dir)
     assert report is not None  # build_index_step writes it
-    return {"index_dir": str(index_dir), "recall@k": report.recall, "k": report.k}
+    return IndexOutputs(index_dir, report.recall, report.k)
 
 
-def _evaluate_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any]:
-    return {
-        "eval": config.model_dump(mode="json", include={"eval"})["eval"],
-        "model_sha256": done["train_retriever"]["model_sha256"],
-        "sids": done["build_semantic_ids"],
-    }
+def _evaluate_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any]:
+    assert done.model is not None
+    eval_section = config.model_dump(mode="json", include={"eval"})["eval"]
+    return {"eval": eval_section, "model_sha256": done.model.model_sha256, "sids": _json(done.semantic_ids)}
 
 
-def _evaluate(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
-    sids = done["build_semantic_ids"].get("semantic_ids")
-    outputs = evaluate_step(
-        config, Path(done["train_retriever"]["model_dir"]), paths.evaluation_dir,
-        sid_path=Path(sids) if sids else None, training_run_id=done["train_retriever"].get("mlflow_run_id"),
+def _evaluate(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> EvaluateOutputs:
+    assert done.model is not None
+    return evaluate_step(
+        config, done.model.model_dir, paths.evaluation_dir, sid_path=done.features().semantic_ids,
+        training_run_id=done.model.run_id,
     )  # fmt: skip
-    overall = outputs.report["overall"]
-    return {
-        "evaluation_dir": str(outputs.evaluation_dir),
-        "test_ndcg@10": overall.get("ndcg@10"),
-        "slices": sum(len(entries) for entries in outputs.report["slices"].values()),
-        "mlflow_run_id": outputs.run_id,
-    }
 
 
-def _register_inputs(config: ExperimentConfig, done: dict[str, Outputs]) -> dict[str, Any] | None:
+def _register_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any] | None:
     if not config.tracking.enabled:
         return None  # the registry is MLflow's
+    assert done.model is not None
     return {
         "registry": config.pipeline.registry.model_dump(mode="json"),
-        "model_sha256": done["train_retriever"]["model_sha256"],
-        "index": done["build_index"],
-        "sids": done["build_semantic_ids"],
+        "model_sha256": done.model.model_sha256,
+        "index": _json(done.index),
+        "sids": _json(done.semantic_ids),
     }
 
 
-def _register(config: ExperimentConfig, paths: ExperimentPaths, done: dict[str, Outputs]) -> Outputs:
-    index_dir, sids = done["build_index"].get("index_dir"), done["build_semantic_ids"].get("semantic_ids")
-    bundle = write_bundle(
-        paths.bundle_dir, name=config.name, model_dir=Path(done["train_retriever"]["model_dir"]),
-        index_dir=Path(index_dir) if index_dir else None, sid_path=Path(sids) if sids else None,
-        source={"model_sha256": done["train_retriever"]["model_sha256"], "config": config.model_dump(mode="json")},
+def _register(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> Registration:
+    assert done.model is not None
+    bundle = Bundle.write(
+        paths.bundle_dir, name=config.name, model_dir=done.model.model_dir,
+        index_dir=None if done.index is None else done.index.index_dir, semantic_ids=done.features().semantic_ids,
+        source={"model_sha256": done.model.model_sha256, "config": config.model_dump(mode="json")},
     )  # fmt: skip
-    decision = register_bundle(
-        bundle, config.registered_model_name, config.tracking.resolved_uri(), config.pipeline.registry.tolerance
-    )
-    return {"bundle_dir": str(bundle), **asdict(decision)}
+    registry = config.pipeline.registry
+    decision = register_bundle(bundle, config.registered_model_name, config.tracking.resolved_uri(), registry.tolerance)
+    return Registration(bundle.path, decision)
 
 
 STEPS = [
-    _Step("prepare_data", _prepare_inputs, _prepare, lambda o: [Path(o["data_dir"])]),
-    _Step("embed_content", _content_inputs, _content, lambda o: [Path(o["content_embeddings"])]),
-    _Step("build_semantic_ids", _sid_inputs, _sids, lambda o: [Path(o["semantic_ids"])]),
-    _Step("train_retriever", _train_inputs, _train, lambda o: [Path(o["model_dir"]) / "model.pt"]),
-    _Step("build_index", _index_inputs, _index, lambda o: [Path(o["index_dir"]) / "index.faiss"]),
-    _Step("evaluate", _evaluate_inputs, _evaluate, lambda o: [Path(o["evaluation_dir"]) / EVALUATION_FILE]),
-    _Step("register", _register_inputs, _register, lambda o: [Path(o["bundle_dir"])]),
-]
-
-
+    _Step(
+        "prepare_data", "data", PreparedData, lambda config, done: {"data": data_fingerprint(config.data)}, _prepare,
+        lambda o: [o.data_dir / META_FILE],
+    ),
+    _Step("embed_content", "content", ContentEmbeddings, _content_inputs, _content, lambda o: [o.path]),
+    _Step("build_semantic_ids", "semantic_ids", SemanticIds, _sid_inputs, _sids, lambda o: [o.path]),
+    _Step(
+        "train_retriever", "model", TrainOutputs, _train_inputs, _train, lambda o: [o.model_dir / MODEL_FILE],
+        own_run=True,
+    ),
+    _Step("build_index", "index", IndexOutputs, _index_inputs, _index, lambda o: [o.index_dir / INDEX_FILE]),
+    _Step(
+        "evaluate", "evaluation", EvaluateOutputs, _evaluate_inputs, _evaluate,
+        lambda o: [o.evaluation_dir / EVALUATION_FILE], own_run=True,
+    ),
+    _Step(
+        "register", "registration", Registration, _register_inputs, _register, lambda o: [o.bundle_dir / BUNDLE_FILE],
+        own_run=True,
+    ),
+]  # fmt: skip
 STEP_NAMES = [step.name for step in STEPS]
 
 
-def _fingerprint(inputs: dict[str, Any]) -> str:
+def _json(outputs: Output | None) -> Any:
+    """An upstream step's outputs as they enter a fingerprint (None: not applicable)."""
+    return None if outputs is None else _to_json(outputs)
+
+
+def _to_json(outputs: Output | None) -> Any:
+    return None if outputs is None else TypeAdapter(type(outputs)).dump_python(outputs, mode="json")
+
+
+def _fingerprint(inputs: dict[str, Any] | None) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _exist(paths: list[Path]) -> bool:
-    return all(p.exists() for p in paths)
+def _files_sha256(directory: Path) -> str:
+    """SHA-256 over the names and bytes of a directory's files (a prepared directory: a few files)."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(directory)).encode())
+        with file.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
-def _flat_numbers(outputs: Outputs) -> dict[str, float]:
-    return {k: float(v) for k, v in outputs.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+def _numbers(summary: dict[str, object]) -> dict[str, float]:
+    return {k: float(v) for k, v in summary.items() if isinstance(v, int | float) and not isinstance(v, bool)}

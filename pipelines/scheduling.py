@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 def run_step_task(step: str, params: Mapping[str, Any]) -> dict[str, str]:
     """Run pipeline step `step` of `params["config"]` under `params["work_dir"]`; returns each step's status."""
     config = load_config(Path(params["config"]))
-    reports = run_pipeline(config, Path(params["work_dir"]), only=step)
+    _, reports = run_pipeline(config, Path(params["work_dir"]), only=step)
     return {r.name: r.status for r in reports}
 
 
@@ -37,4 +37,4 @@ def refresh_champion_index_task(params: Mapping[str, Any]) -> str:
     if bundle is None:
         raise RecsysError(f"{config.registered_model_name} has no champion yet. Fix: let daily_training run first")
     index_dir = Path(params.get("index_dir") or Path(params["work_dir"]) / "indexes" / f"{config.name}-champion")
-    return str(build_index_step(bundle / "model", index_dir, config.pipeline.index))
+    return str(build_index_step(bundle.model_dir, index_dir, config.pipeline.index))

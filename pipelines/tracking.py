@@ -1,24 +1,29 @@
 """Experiment tracking: MLflow runs (the default), or an explicit offline mode that records nothing.
 
-`start_tracking` is the one place that knows URIs, experiments, how params are flattened and how metric
-names are made MLflow-safe. MLflow is imported only when a run starts (it is slow to import and optional
+`resolve_tracking_uri` is the one owner of which MLflow store is meant (pipelines, the registry and serving all ask
+it); `start_tracking` the one place that knows experiments, how params are flattened and how metric names are made
+MLflow-safe. MLflow is imported only when a run starts (it is slow to import and optional
 on machines that only train, e.g. a GPU box without it: `tracking.enabled: false`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch import nn
 
-from pipelines.config import TrackingSection
+if TYPE_CHECKING:  # the config module asks this one for the tracking URI
+    from pipelines.config import TrackingSection
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 
 _UNSAFE_METRIC_CHARS = re.compile(r"[^A-Za-z0-9_\-. :/]")  # MLflow accepts these characters only
 
@@ -90,6 +95,17 @@ class OfflineTracker:
         return None
 
 
+def resolve_tracking_uri(uri: str | None) -> str:
+    """The MLflow store meant: `uri` when given, else $MLFLOW_TRACKING_URI, else a SQLite file in the working
+    directory."""
+    return configured_tracking_uri(uri) or DEFAULT_TRACKING_URI
+
+
+def configured_tracking_uri(uri: str | None) -> str | None:
+    """The MLflow store someone named (`uri`, else $MLFLOW_TRACKING_URI), or None."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+
+
 @contextmanager
 def start_tracking(tracking: TrackingSection, experiment: str, run_name: str) -> Iterator[Tracker]:
     """A tracker for one run: an MLflow run in `experiment` (created if missing), ended FAILED on error."""
@@ -99,14 +115,14 @@ def start_tracking(tracking: TrackingSection, experiment: str, run_name: str) ->
         return
     import mlflow
 
-    tracking_uri = tracking.resolved_uri()
+    tracking_uri = resolve_tracking_uri(tracking.uri)
     mlflow.set_tracking_uri(tracking_uri)
     if mlflow.get_experiment_by_name(experiment) is None:
         mlflow.create_experiment(experiment, artifact_location=tracking.artifacts or artifact_root(tracking_uri))
     mlflow.set_experiment(experiment)
     # inside a pipeline's run, a step's run is nested under it
     with mlflow.start_run(run_name=run_name, nested=mlflow.active_run() is not None) as run:
-        logger.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, tracking_uri)
+        logger.debug("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, tracking_uri)
         yield MlflowTracker(run.info.run_id)
 
 

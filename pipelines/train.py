@@ -1,65 +1,79 @@
-"""Pipeline step: prepared data + experiment config -> trained model directory, tracked in MLflow."""
+"""Pipeline step `train`: prepared data + experiment config (+ the catalog's semantic IDs and content embeddings, and
+the trained models the config builds on) -> trained model directory, tracked in MLflow."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from pipelines.config import ExperimentConfig
-from pipelines.model_dir import write_model_dir
+from pipelines.data import load_data
+from pipelines.model_dir import load_trained_model, model_sha256, write_model_dir
 from pipelines.tracking import Tracker, start_tracking
-from recsys.data.prepared import SequenceData, load_prepared
-from recsys.data.schema import TEST, VALID
+from recsys.data.prepared import SequenceData
+from recsys.data.splits import TEST, VALID
 from recsys.errors import ConfigError
-from recsys.evaluation import EvalConfig, evaluate
+from recsys.evaluation import evaluate
 from recsys.evaluation.slices import slice_metrics
-from recsys.models.domain_adapters import DomainAdaptedRetriever
-from recsys.models.fusion import Fusion
-from recsys.models.generative import GenerativeRetriever
+from recsys.inference import DomainScorer, VectorScorer
 from recsys.models.popularity import Popularity
-from recsys.models.registry import Model, build_model
+from recsys.models.registry import Model, ModelInputs, build_model
+from recsys.semantic_ids.codes import read_semantic_ids
+from recsys.semantic_ids.content import read_content_embeddings
+from recsys.training.recipes import NextItemTraining, Recipe, recipe_for
 from recsys.training.trainer import FitResult, fit
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class CatalogFeatures:
+    """What earlier steps derived from the catalog, for the models that read it (None: not built)."""
+
+    semantic_ids: Path | None = None  # semantic_ids.parquet
+    content_embeddings: Path | None = None  # content_embeddings.npy
+
+
+@dataclass(frozen=True)
 class TrainOutputs:
     model_dir: Path
+    model_sha256: str
     metrics: dict[str, Any]  # {"valid": {...}, "test": {...}, ["test_warm", "test_cold": {...}], timings}
     run_id: str | None  # None when tracking is off
+    item_vectors: bool  # the model scores by item vectors: an index of them can serve it
+
+    def summary(self) -> dict[str, object]:
+        valid, test = self.metrics["valid"], self.metrics["test"]
+        return {"model_dir": self.model_dir, "valid_ndcg@10": valid["ndcg@10"], "test_ndcg@10": test["ndcg@10"],
+                "test_recall@10": test["recall@10"], "mlflow_run_id": self.run_id}  # fmt: skip
 
 
-def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> TrainOutputs:
+def train_step(
+    config: ExperimentConfig, data_dir: Path, out_dir: Path, features: CatalogFeatures | None = None
+) -> TrainOutputs:
     """Train `config.model` on `data_dir`, pick the best epoch on validation, test once, save and log.
 
     Args:
         config: the experiment.
         data_dir: a prepared directory (`recsys data prepare`).
         out_dir: the model directory to write (replaced atomically if it holds an earlier model).
+        features: the catalog's semantic IDs and content embeddings, for the models that read them.
     """
-    data = load_prepared(data_dir)
-    model = build_model(config.model.name, config.model.params, data.num_items)
-    if isinstance(model, GenerativeRetriever):
-        model.mark_new_items(data.cold_mask)  # cold-start items: served through `new_item_slots`, if any
-    eval_config = eval_config_for(config, model)
+    data = load_data(data_dir, config.data.domain)
+    model = build_model(config.model.name, config.model.params, data.num_items, model_inputs(config, data, features))
     with start_tracking(config.tracking, config.experiment_name, config.name) as tracker:
         tracker.log_params({**config.model_dump(mode="json"), "data_dir": str(data_dir)})
         start = time.perf_counter()
-        fitted = _fit(model, data, config, eval_config, tracker, training_state_path(out_dir))
+        fitted = _train(model, data, config, tracker, training_state_path(out_dir))
         metrics: dict[str, Any] = {
-            VALID: evaluate(model, data.eval_split(VALID), data.num_items, eval_config).metrics,
-            **_test_metrics(model, data, eval_config),
-            "best_epoch": fitted.best_epoch if fitted else 0,
-            "epochs_run": len(fitted.epoch_seconds) if fitted else 0,
-            "train_seconds": fitted.train_seconds if fitted else time.perf_counter() - start,
-            "seconds_per_epoch": fitted.seconds_per_epoch if fitted else 0.0,
-            "valid_seconds_per_epoch": fitted.valid_seconds_per_epoch if fitted else 0.0,
+            VALID: evaluate(model, data.eval_split(VALID), data.num_items, config.eval).metrics,
+            **_test_metrics(model, data, config),
+            **_timings(fitted, time.perf_counter() - start),
         }
         if fitted and fitted.expert_load:
             metrics["expert_load"] = fitted.expert_load  # per epoch: share of routed slots per expert
@@ -71,13 +85,31 @@ def train_step(config: ExperimentConfig, data_dir: Path, out_dir: Path) -> Train
         tracker.log_artifacts(out_dir, artifact_path="model_dir")
         tracker.log_model(model)
     logger.info("model written to %s (MLflow run %s)", out_dir, tracker.run_id)
-    return TrainOutputs(model_dir=out_dir, metrics=metrics, run_id=tracker.run_id)
+    return TrainOutputs(out_dir, model_sha256(out_dir), metrics, tracker.run_id, isinstance(model, VectorScorer))
 
 
-def eval_config_for(config: ExperimentConfig, model: Model) -> EvalConfig:
-    """The experiment's evaluation settings, feeding the model as much history as it reads."""
-    max_len = getattr(model.config, "max_len", config.eval.max_history)
-    return EvalConfig(**{**asdict(config.eval), "max_history": max_len})
+def model_inputs(config: ExperimentConfig, data: SequenceData, features: CatalogFeatures | None) -> ModelInputs:
+    """What the model is built on: the catalog's features and domains, and the trained models the config names."""
+    features = features or CatalogFeatures()
+    content = None
+    if features.content_embeddings is not None:
+        vectors = torch.from_numpy(read_content_embeddings(features.content_embeddings, data.num_items)).float()
+        content = torch.cat([torch.zeros(1, vectors.shape[1]), vectors])  # row 0: the padding item
+    section = config.model
+
+    def trained(path: Path | None, key: str) -> Model | None:
+        return None if path is None else load_trained_model(path, key)
+
+    return ModelInputs(
+        semantic_ids=None if features.semantic_ids is None else read_semantic_ids(features.semantic_ids)[0],
+        content=content,
+        item_domains=data.item_domains() if data.domains else None,
+        new_items=data.cold_mask,
+        tasks=data.tasks,
+        retriever=trained(section.retriever_dir, "model.retriever_dir"),
+        base=trained(section.base_dir, "model.base_dir"),
+        members=tuple(load_trained_model(d, "model.members") for d in section.members),
+    )
 
 
 def training_state_path(out_dir: Path) -> Path:
@@ -89,81 +121,94 @@ def training_state_path(out_dir: Path) -> Path:
     return out_dir.with_name(f"{out_dir.name}.training-state.pt")
 
 
-def _fit(
-    model: Model,
-    data: SequenceData,
-    config: ExperimentConfig,
-    eval_config: EvalConfig,
-    tracker: Tracker,
-    state_path: Path,
+def _train(
+    model: Model, data: SequenceData, config: ExperimentConfig, tracker: Tracker, state: Path
 ) -> FitResult | None:
-    if isinstance(model, Popularity):
+    """Train `model` as its family trains; None for the families without an epoch loop."""
+    if model.training_family == "counts":
+        assert isinstance(model, Popularity)  # the one model trained from item counts
         model.fit(data.item_counts())
         return None
-    if isinstance(model, Fusion):  # its members are trained already
+    if model.training_family == "frozen":  # made of trained models
         return None
-
-    if isinstance(model, DomainAdaptedRetriever):
-        return _fit_domain_adapters(model, data, config, eval_config, tracker, state_path)
+    if isinstance(model, DomainScorer):
+        return _train_per_domain(model, data, config, tracker, state)
 
     def on_epoch_end(epoch: int, metrics: dict[str, float]) -> None:
         tracker.log_metrics(metrics, prefix="epoch_valid_", step=epoch)
 
-    return fit(model, data, config.train, eval_config, on_epoch_end=on_epoch_end, state_path=state_path)
+    return fit(model, data, config.train, config.eval, _recipe(model, data, config), on_epoch_end, state)
 
 
-def _fit_domain_adapters(
-    model: DomainAdaptedRetriever,
-    data: SequenceData,
-    config: ExperimentConfig,
-    eval_config: EvalConfig,
-    tracker: Tracker,
-    state_path: Path,
+def _recipe(model: Model, data: SequenceData, config: ExperimentConfig) -> Recipe:
+    holdout_dir = config.model.holdout_retriever_dir
+    holdout = None if holdout_dir is None else load_trained_model(holdout_dir, "model.holdout_retriever_dir")
+    return recipe_for(model, data, config.train.batch_size, config.model.training_settings(), holdout)
+
+
+def _train_per_domain(
+    model: Model, data: SequenceData, config: ExperimentConfig, tracker: Tracker, state: Path
 ) -> FitResult:
-    """One adapter per domain, each trained (and early-stopped) on its domain's users with the base frozen; the
-    result sums the domains' times, keeps the largest best epoch and every domain's best validation metrics
-    (keys prefixed with the domain)."""
-    if list(model.config.domains) != data.domains:
+    """One adapter per domain (or the one of `data.domain`), each trained and early-stopped on its domain's users
+    with the base frozen; the result sums the domains' times, keeps the largest best epoch and every domain's best
+    validation metrics (keys prefixed with the domain)."""
+    assert isinstance(model, DomainScorer)
+    if list(model.domains) != data.domains:
         raise ConfigError(
-            f"model.params.domains={list(model.config.domains)} but the data's domains are {data.domains}. "
+            f"model.params.domains={list(model.domains)} but the data's domains are {data.domains}. "
             f"Fix: set domains: {data.domains}"
         )
-    train = config.train
-    if model.config.embedding_rank and (train.loss != "full_softmax" or train.weight_decay):
+    settings = config.model.training_settings()
+    embedding_rank = getattr(model.config, "embedding_rank", 0)
+    if embedding_rank and (not isinstance(settings, NextItemTraining) or settings.loss != "full_softmax"
+                           or config.train.weight_decay):  # fmt: skip
         raise ConfigError(
-            f"item adapters (model.params.embedding_rank={model.config.embedding_rank}) share one table of item rows "
-            f"across domains: training a domain must leave the others' rows alone, which needs train.loss: "
-            f"full_softmax and train.weight_decay: 0 (got {train.loss!r}, {train.weight_decay}). Fix: set those, "
-            "or embedding_rank: 0"
+            f"item adapters (model.params.embedding_rank={embedding_rank}) share one table of item rows across "
+            "domains: training a domain must leave the others' rows alone, which needs model.training.loss: "
+            "full_softmax and train.weight_decay: 0. Fix: set those, or embedding_rank: 0"
         )
-    with torch.no_grad():
-        model.item_domain.copy_(data.item_domains())
+    domains = [config.data.domain] if config.data.domain else data.domains
+    full = data if config.data.domain is None else None  # the data of every domain, when this is not one already
     results = []
-    for domain in data.domains:
+    for domain in domains:
 
         def on_epoch_end(epoch: int, metrics: dict[str, float], domain: str = domain) -> None:
             tracker.log_metrics(metrics, prefix=f"epoch_valid_{domain}_", step=epoch)
 
-        domain_state = state_path.with_name(f"{state_path.stem}.{domain}.pt")
-        domain_data = data.for_domain(domain)
-        results.append(fit(model, domain_data, config.train, eval_config, on_epoch_end, state_path=domain_state))
+        domain_data = data if full is None else full.for_domain(domain)
+        recipe = _recipe(model, domain_data, config)
+        domain_state = state.with_name(f"{state.stem}.{domain}.pt")
+        results.append(fit(model, domain_data, config.train, config.eval, recipe, on_epoch_end, domain_state))
         logger.info("adapter %s: best epoch %d, %s", domain, results[-1].best_epoch, results[-1].best_valid)
     return FitResult(
         best_epoch=max(r.best_epoch for r in results),
-        best_valid={f"{d}_{k}": v for d, r in zip(data.domains, results, strict=True) for k, v in r.best_valid.items()},
+        best_valid={f"{d}_{k}": v for d, r in zip(domains, results, strict=True) for k, v in r.best_valid.items()},
         train_seconds=sum(r.train_seconds for r in results),
         epoch_seconds=[s for r in results for s in r.epoch_seconds],
         valid_seconds=[s for r in results for s in r.valid_seconds],
     )
 
 
-def _test_metrics(model: Model, data: SequenceData, eval_config: EvalConfig) -> dict[str, dict[str, float]]:
+def _timings(fitted: FitResult | None, seconds: float) -> dict[str, float]:
+    if fitted is None:
+        return {"best_epoch": 0, "epochs_run": 0, "train_seconds": seconds, "seconds_per_epoch": 0.0,
+                "valid_seconds_per_epoch": 0.0}  # fmt: skip
+    return {
+        "best_epoch": fitted.best_epoch,
+        "epochs_run": len(fitted.epoch_seconds),
+        "train_seconds": fitted.train_seconds,
+        "seconds_per_epoch": fitted.seconds_per_epoch,
+        "valid_seconds_per_epoch": fitted.valid_seconds_per_epoch,
+    }
+
+
+def _test_metrics(model: Model, data: SequenceData, config: ExperimentConfig) -> dict[str, dict[str, float]]:
     """Test metrics; with a cold-start split, also the slice of users whose test target is a cold item."""
     split = data.eval_split(TEST)
-    result = evaluate(model, split, data.num_items, eval_config)
+    result = evaluate(model, split, data.num_items, config.eval)
     out = {TEST: result.metrics}
     cold_targets = data.cold_mask[split.targets]
     if bool(cold_targets.any()):
-        out["test_cold"] = slice_metrics(result.ranks, cold_targets, eval_config.ks)
-        out["test_warm"] = slice_metrics(result.ranks, ~cold_targets, eval_config.ks)
+        out["test_cold"] = slice_metrics(result.ranks, cold_targets, config.eval.ks)
+        out["test_warm"] = slice_metrics(result.ranks, ~cold_targets, config.eval.ks)
     return out

@@ -1,7 +1,7 @@
 """Online user histories: what users just did, appended by `POST /v1/events`, read by every recommendation.
 
 Two stores behind one protocol: in-process (the embedded default, lost on restart) and Redis (a list per
-user, trimmed to the most recent `max_history` events, shared by API replicas). A store that cannot answer
+user, trimmed to the most recent `events_per_user` events, shared by API replicas). A store that cannot answer
 raises `HistoryUnavailableError`; the API then serves from the bundle's histories alone and says so.
 Every event keeps its time (unix seconds), which time-aware models read.
 """
@@ -52,12 +52,12 @@ class HistoryStore(Protocol):
 
 
 class InMemoryHistoryStore:
-    """Per-process histories (thread-safe), the most recent `max_history` per user."""
+    """Per-process histories (thread-safe), the most recent `events_per_user` per user."""
 
     blocking_io: ClassVar[bool] = False
 
-    def __init__(self, max_history: int) -> None:
-        self._events: defaultdict[str, deque[Event]] = defaultdict(lambda: deque(maxlen=max_history))
+    def __init__(self, events_per_user: int) -> None:
+        self._events: defaultdict[str, deque[Event]] = defaultdict(lambda: deque(maxlen=events_per_user))
         self._lock = threading.Lock()
 
     def recent(self, user_id: str) -> list[Event]:
@@ -73,16 +73,16 @@ class InMemoryHistoryStore:
 
 
 class RedisHistoryStore:
-    """A Redis list `recsys:history:<user_id>` per user, trimmed to the most recent `max_history` events."""
+    """A Redis list `recsys:history:<user_id>` per user, trimmed to the most recent `events_per_user` events."""
 
     blocking_io: ClassVar[bool] = True
 
-    def __init__(self, url: str, max_history: int, timeout_s: float = 0.5) -> None:
+    def __init__(self, url: str, events_per_user: int, timeout_s: float = 0.5) -> None:
         import redis
 
         self._redis = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._errors = (redis.RedisError, OSError)
-        self.max_history = max_history
+        self.events_per_user = events_per_user
 
     def recent(self, user_id: str) -> list[Event]:
         try:
@@ -96,7 +96,7 @@ class RedisHistoryStore:
         try:
             with self._redis.pipeline(transaction=True) as pipe:
                 pipe.rpush(key, *map(encode_event, events))
-                pipe.ltrim(key, -self.max_history, -1)
+                pipe.ltrim(key, -self.events_per_user, -1)
                 pipe.execute()
         except self._errors as err:
             raise HistoryUnavailableError(f"Redis history store: {err}") from err

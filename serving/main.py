@@ -14,10 +14,11 @@ from contextlib import asynccontextmanager
 import torch
 from fastapi import FastAPI
 
+from pipelines.registry import resolve_bundle
 from serving.batcher import MicroBatcher
 from serving.history import HistoryStore, InMemoryHistoryStore, RedisHistoryStore
 from serving.metrics import ServingMetrics
-from serving.recommender import Recommender, resolve_bundle
+from serving.recommender import Recommender
 from serving.reloader import ChampionWatcher
 from serving.routers import admin, dashboard, events, health, items, recommendations
 from serving.settings import ServingSettings
@@ -40,7 +41,7 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
             app.state.watcher.check()
         else:
             app.state.recommender = Recommender(
-                resolve_bundle(settings.bundle, settings.model_name, settings.tracking_uri)
+                resolve_bundle(settings.bundle, settings.model_name, settings.registry_uri)
             )
         logger.info("serving %s", app.state.recommender.version)
         poller = None
@@ -62,5 +63,5 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
 
 def make_history_store(settings: ServingSettings) -> HistoryStore:
     if settings.history_store == "redis":
-        return RedisHistoryStore(settings.redis_url, settings.max_history)
-    return InMemoryHistoryStore(settings.max_history)
+        return RedisHistoryStore(settings.redis_url, settings.events_per_user)
+    return InMemoryHistoryStore(settings.events_per_user)

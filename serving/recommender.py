@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import logging
 import pickle
 from dataclasses import dataclass
@@ -15,23 +14,17 @@ from pathlib import Path
 
 import torch
 
+from pipelines.bundle import Bundle
 from pipelines.model_dir import load_model_dir
-from pipelines.registry import BUNDLE_DATA_DIR, BUNDLE_FILE, download_champion_bundle
 from recsys.data.jagged import Jagged
 from recsys.data.times import HistoryTimes
-from recsys.inference import Scorer, recommend
-from recsys.models.domain_adapters import DomainAdaptedRetriever
-from recsys.models.registry import VECTOR_MODELS
+from recsys.inference import DomainScorer, Scorer, VectorScorer, recommend
 from recsys.modules.lora import load_adapter
 from recsys.retrieval import ExactTopK, TopK
 from recsys.retrieval.faiss_index import FaissTopK
 from serving.history import Event
 
 logger = logging.getLogger(__name__)
-
-
-class BundleError(RuntimeError):
-    """The bundle to serve cannot be found or loaded; the message says what to fix."""
 
 
 @dataclass(frozen=True)
@@ -54,31 +47,23 @@ class Recommendation:
 class Recommender:
     """The bundle's model, catalog and training histories, plus its FAISS index for similar items."""
 
-    def __init__(self, bundle_dir: Path) -> None:
-        if not (bundle_dir / BUNDLE_FILE).is_file():
-            raise BundleError(f"{bundle_dir} is not a model bundle (no {BUNDLE_FILE}): run `recsys pipeline run`")
-        self.bundle = json.loads((bundle_dir / BUNDLE_FILE).read_text())
-        # bundles registered before they carried their data read it where the model was trained
-        data_dir = bundle_dir / BUNDLE_DATA_DIR if (bundle_dir / BUNDLE_DATA_DIR).is_dir() else None
-        trained = load_model_dir(bundle_dir / "model", data_dir)
+    def __init__(self, bundle: Bundle) -> None:
+        trained = load_model_dir(bundle.model_dir, bundle.data_dir)
         self.name, self.model, self.data = trained.name, trained.model.eval(), trained.data
-        self.version = f"{self.bundle['name']}@{self.bundle['created']}"
-        config = self.model.config  # SASRec reads `max_len` items, the generative model `max_history`
-        self.max_history: int = getattr(config, "max_len", 0) or getattr(config, "max_history", 50)
+        self.version = bundle.version
+        self.max_history = self.model.max_history  # the most recent items the model reads
         self._user_row = {user_id: row for row, user_id in enumerate(self.data.users["user_id"].to_list())}
         # plain ints: slicing a tensor with tensor offsets costs ~0.2 ms per request
         self._history_offsets: list[int] = self.data.sequences.offsets.tolist()
         self._reads_timestamps = bool(getattr(self.model, "reads_timestamps", False))
-        # a domain-adapted model serves several domains: a request may name one (its adapter, its items)
-        self.domains: list[str] = (
-            list(self.model.config.domains) if isinstance(self.model, DomainAdaptedRetriever) else []
-        )
+        # a model of several domains: a request may name one (its adapter, its items)
+        self.domains: list[str] = list(self.model.domains) if isinstance(self.model, DomainScorer) else []
         item_ids = self.data.items["item_id"].to_list()
         self._item_idx = {item_id: i + 1 for i, item_id in enumerate(item_ids)}
         self._item_ids = ["", *item_ids]
         self._counts = self.data.item_counts()  # (V+1,) once: the popularity fallback reads it per request
         self._popular = torch.argsort(self._counts[1:], descending=True, stable=True) + 1  # (V,)
-        self._similar = self._similar_items_index(bundle_dir)
+        self._similar = self._similar_items_index(bundle.index_dir)
 
     @property
     def num_items(self) -> int:
@@ -156,15 +141,15 @@ class Recommender:
             k = max(queries[i].k for i in scored)
             times, requests = self._times([queries[i] for i in scored]) if self._reads_timestamps else (None, None)
             scorer = self._scorer([queries[i].domain for i in scored])
-            scores, items = recommend(scorer, histories, k, self.max_history, exclude, None, times, requests)
+            scores, items = recommend(scorer, histories, k, exclude, None, times, requests)
             for row, i in enumerate(scored):
                 top = queries[i].k
                 ranked[i] = self._describe(items[row, :top].tolist(), scores[row, :top].tolist())
         return [ranked[i] if i in ranked else self._popularity(q.k, set(), q.domain) for i, q in enumerate(queries)]
 
     def _scorer(self, domains: list[int]) -> Scorer:
-        """The model, or for requests naming a domain, the model scoring with those domains' adapters and items."""
-        if not isinstance(self.model, DomainAdaptedRetriever) or all(d < 0 for d in domains):
+        """The model, or for requests naming a domain, the model scoring in those domains."""
+        if not isinstance(self.model, DomainScorer) or all(d < 0 for d in domains):
             return self.model
         return _RequestedDomains(self.model, torch.tensor(domains))
 
@@ -182,24 +167,25 @@ class Recommender:
         """The k items nearest to `item_idx` by the model's item vectors (itself excluded); None without vectors."""
         if self._similar is None:
             return None
-        assert self.name in VECTOR_MODELS
-        query = self.model.item_embeddings()[item_idx][None].float()  # type: ignore[operator]
+        assert isinstance(self.model, VectorScorer)
+        query = self.model.item_embeddings()[item_idx][None].float()
         scores, ids = self._similar.search(query, min(k + 1, self._similar.num_items))
         pairs = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) not in (item_idx, -1)]
         return self._describe([i for i, _ in pairs[:k]], [s for _, s in pairs[:k]])
 
-    def _similar_items_index(self, bundle_dir: Path) -> TopK | None:
-        if self.name not in VECTOR_MODELS:
+    def _similar_items_index(self, index_dir: Path | None) -> TopK | None:
+        """The bundle's FAISS index of the model's item vectors, or exact search over them; None without vectors."""
+        if not isinstance(self.model, VectorScorer):
             return None
-        if (bundle_dir / "index").is_dir():
-            return FaissTopK.load(bundle_dir / "index")
+        if index_dir is not None:
+            return FaissTopK.load(index_dir)
         with torch.no_grad():
-            vectors = self.model.item_embeddings()[1:].float()  # type: ignore[operator]
+            vectors = self.model.item_embeddings()[1:].float()
         return ExactTopK(vectors, torch.arange(1, vectors.shape[0] + 1))
 
     def _popularity(self, k: int, exclude: set[int], domain: int = -1) -> list[Recommendation]:
         popular = self._popular
-        if domain >= 0 and isinstance(self.model, DomainAdaptedRetriever):
+        if domain >= 0 and isinstance(self.model, DomainScorer):
             popular = popular[self.model.item_domain[popular] == domain]
         items = [int(i) for i in popular if int(i) not in exclude][:k]
         return self._describe(items, [float(self._counts[i]) for i in items])
@@ -213,33 +199,13 @@ class Recommender:
 
 
 class _RequestedDomains:
-    """A domain-adapted model scoring each row with its requested domain (or its history's, where -1)."""
+    """A model of several domains scoring each row in its requested domain (or its history's, where -1)."""
 
-    def __init__(self, model: DomainAdaptedRetriever, requested: torch.Tensor) -> None:
+    def __init__(self, model: DomainScorer, requested: torch.Tensor) -> None:
         self.model, self.requested = model, requested
+        self.max_history = model.max_history
 
     def score(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
     ) -> torch.Tensor:
-        by_history = self.model.history_domains(histories).cpu()
-        return self.model.score_in(histories, torch.where(self.requested >= 0, self.requested, by_history))
-
-
-def resolve_bundle(bundle: Path | None, model_name: str | None, tracking_uri: str) -> Path:
-    """The bundle directory to serve: `bundle` itself, or the registered model's champion (downloaded)."""
-    if bundle is not None:
-        if not (bundle / BUNDLE_FILE).is_file():
-            raise BundleError(
-                f"{bundle} is not a model bundle (no {BUNDLE_FILE}): pass WORK/bundles/NAME of `recsys pipeline run`"
-            )
-        return bundle
-    if model_name is None:
-        raise BundleError(
-            "nothing to serve: set RECSYS_BUNDLE to a bundle directory or RECSYS_MODEL_NAME to a registered model"
-        )
-    bundle_dir = download_champion_bundle(model_name, tracking_uri)
-    if bundle_dir is None:
-        raise BundleError(
-            f"registered model {model_name!r} has no champion in {tracking_uri}: run `recsys pipeline run`"
-        )
-    return bundle_dir
+        return self.model.score_in(histories, self.requested)

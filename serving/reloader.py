@@ -34,10 +34,10 @@ class ChampionWatcher:
         assert self.settings.model_name is not None
         with self._lock:
             # one lookup gives the version and its bundle, so the version served is the one recorded
-            current = get_champion(self.settings.model_name, self.settings.tracking_uri)
+            current = get_champion(self.settings.model_name, self.settings.registry_uri)
             if current is None or current.version == self.version:
                 return False
-            bundle = download_bundle(current.source, self.settings.tracking_uri)
+            bundle = download_bundle(current.source, self.settings.registry_uri)
             recommender = Recommender(bundle)  # loaded before the swap: the old one serves meanwhile
             self.state.recommender, previous, self.version = recommender, self.version, current.version
         logger.info("serving champion v%s of %s (was v%s)", current.version, self.settings.model_name, previous)

@@ -14,9 +14,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -28,6 +29,10 @@ from features.sources import load_source
 from recsys.data.prepared import SequenceData
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.popularity import Popularity, PopularityConfig
+
+if TYPE_CHECKING:
+    from pipelines.config import ExperimentConfig
+    from pipelines.train import TrainOutputs
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -52,7 +57,7 @@ def write_tiny_config(tmp_path: Path, **sections: dict) -> Path:
     config = {
         "name": "tiny-sasrec",
         "data": {"source": "synthetic", "options": dict(TINY_SYNTHETIC)},
-        "model": {"name": "sasrec", "params": {"max_len": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64}},
+        "model": {"name": "sasrec", "params": {"max_history": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64}},
         "train": {"epochs": 3, "batch_size": 8, "patience": 2, "progress": False},
         "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
     }
@@ -67,6 +72,15 @@ def write_tiny_config(tmp_path: Path, **sections: dict) -> Path:
 def tiny_config() -> Callable[..., Path]:
     """`tiny_config(dir, train={"epochs": 2})` writes a fast experiment YAML into dir and returns its path."""
     return write_tiny_config
+
+
+def train_experiment(config: ExperimentConfig, work: Path) -> TrainOutputs:
+    """The pipeline of `config` until its train step, under `work`: the trained model's outputs."""
+    from pipelines.runner import run_pipeline  # the pipeline imports the Triton kernels: after TRITON_INTERPRET
+
+    outputs, _ = run_pipeline(config, work, until="train_retriever")
+    assert outputs.model is not None
+    return outputs.model
 
 
 def popularity_valid_metric(data: SequenceData, eval_config: EvalConfig, metric: str = "ndcg@10") -> float:
@@ -106,13 +120,15 @@ def registry(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[...
     from pipelines.runner import run_pipeline
 
     config = load_config(tiny_config(work, pipeline={"index": {"kind": "flat"}}))
-    reports = {r.name: r.outputs for r in run_pipeline(config, work)}
-    return config.tracking.resolved_uri(), config.registered_model_name, Path(reports["prepare_data"]["data_dir"])
+    outputs, _ = run_pipeline(config, work)
+    assert outputs.data is not None
+    return config.tracking.resolved_uri(), config.registered_model_name, outputs.data.data_dir
 
 
 @contextmanager
-def recsys_serve(uri: str, model_name: str, *extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """`recsys serve` of the model's champion as a real process on a free loopback port, once it is ready.
+def recsys_serve(*options: str, env: Mapping[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`recsys serve OPTIONS` as a real process on a free loopback port (with `env` added to this process's
+    environment), once it is ready.
 
     Yields (base URL, process); the process is terminated on exit (its output stays readable).
     """
@@ -120,8 +136,10 @@ def recsys_serve(uri: str, model_name: str, *extra: str) -> Iterator[tuple[str, 
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     recsys = str(Path(sys.executable).with_name("recsys"))  # the console script of this environment
-    command = [recsys, "serve", "--model-name", model_name, "--tracking-uri", uri, "--port", str(port), *extra]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    command = [recsys, "serve", "--port", str(port), *options]
+    server = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -24,8 +24,11 @@ from recsys.errors import RecsysError
 
 logger = logging.getLogger(__name__)
 
-EVALUATE_RUN_NAME = "evaluate"  # the runner's nested run of the `evaluate` step
-EVALUATION_ARTIFACT = "evaluation/evaluation.json"
+# what the pipeline's `evaluate` step logs (pipelines.evaluate): a run of this name, its report in this artifact
+EVALUATE_RUN_NAME = "evaluate"
+EVALUATION_ARTIFACT_DIR = "evaluation"
+EVALUATION_FILE = "evaluation.json"
+EVALUATION_ARTIFACT = f"{EVALUATION_ARTIFACT_DIR}/{EVALUATION_FILE}"
 # MLflow names of the standard metrics: valid_recall_at_10, test_ndcg_at_50, ... (pipelines/tracking.py)
 STANDARD_METRIC = re.compile(r"^(valid|test)_(recall|ndcg)_at_(\d+)$")
 SHOWN_PARAMS = ("data.source", "train.epochs", "train.batch_size", "train.lr", "train.loss")

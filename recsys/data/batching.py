@@ -21,7 +21,7 @@ Dimension letters: B rows in a batch, L = max_len.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -128,13 +128,22 @@ class HistoryBatch:
     histories: torch.Tensor  # (B, H) left-padded item_idx before the target
     targets: torch.Tensor  # (B,) the next item
     users: torch.Tensor  # (B,) user_idx of the sequence (row + 1)
+    labels: torch.Tensor | None = None  # (B, T) the targets' task labels (NaN = unknown); None = no tasks asked
 
     def to(self, device: torch.device | str) -> HistoryBatch:
-        return HistoryBatch(*(t.to(device, non_blocking=True) for t in (self.histories, self.targets, self.users)))
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=True)
+
+        labels = None if self.labels is None else move(self.labels)
+        return HistoryBatch(move(self.histories), move(self.targets), move(self.users), labels)
 
 
 def history_target_batches(
-    sequences: Jagged, max_history: int, batch_size: int, generator: torch.Generator
+    sequences: Jagged,
+    max_history: int,
+    batch_size: int,
+    generator: torch.Generator,
+    labels: Sequence[Jagged] = (),
 ) -> Iterator[HistoryBatch]:
     """One epoch of shuffled (history, next item) pairs: every item after the first of every sequence.
 
@@ -145,6 +154,7 @@ def history_target_batches(
         max_history: H, the most recent items kept before each target.
         batch_size: pairs per batch.
         generator: seeds the shuffling.
+        labels: T task label rows aligned with `sequences`: each pair carries its target's (`HistoryBatch.labels`).
 
     Example:
         >>> batch = next(history_target_batches(Jagged.from_lists([[4, 5, 6]]), 2, 8, torch.Generator()))
@@ -160,32 +170,46 @@ def history_target_batches(
     valid = position[targets][:, None] >= back[None, :]
     histories = torch.where(valid, sequences.values[source.clamp(min=0)], 0)
     users = torch.repeat_interleave(torch.arange(1, len(sequences) + 1), lengths)[targets]  # (N,) row + 1
+    target_labels = _stacked([rows.values[targets] for rows in labels])
     order = torch.randperm(len(targets), generator=generator)
     for chunk in torch.split(order, batch_size):
-        yield HistoryBatch(histories[chunk], sequences.values[targets[chunk]], users[chunk])
+        chunk_labels = None if target_labels is None else target_labels[chunk]
+        yield HistoryBatch(histories[chunk], sequences.values[targets[chunk]], users[chunk], chunk_labels)
 
 
 def held_out_batches(
-    sequences: Jagged, held_out: int, max_history: int, batch_size: int, generator: torch.Generator
+    sequences: Jagged,
+    held_out: int,
+    max_history: int,
+    batch_size: int,
+    generator: torch.Generator,
+    labels: Sequence[Jagged] = (),
 ) -> Iterator[HistoryBatch]:
     """One epoch of shuffled (history, item) pairs for each of every sequence's last `held_out` items (each with
     at least one item before it).
 
-    These are the items a first stage trained with `train.holdout_last: held_out` never saw, so a second stage
-    learns on candidates like those it gets at serving time.
+    These are the items a first stage trained with `holdout_last: held_out` never saw, so a second stage learns on
+    candidates like those it gets at serving time. `labels` are as in `history_target_batches`.
 
     Example:
         >>> batch = next(held_out_batches(Jagged.from_lists([[4, 5, 6], [7]]), 2, 2, 8, torch.Generator()))
         >>> sorted(zip(batch.histories.tolist(), batch.targets.tolist(), batch.users.tolist()))
         [([0, 4], 5, 1), ([4, 5], 6, 1)]
     """
-    histories, targets, users = [], [], []
+    histories, targets, users, target_labels = [], [], [], []
     for back in range(1, held_out + 1):  # the item `back` places from the end, after its own history
         usable = torch.nonzero(sequences.lengths() >= back + 1).squeeze(1)
         rows = sequences.select(usable)
         histories.append(rows.truncate_last(back).to_padded(max_history))
         targets.append(rows.last(back))
         users.append(usable + 1)
+        target_labels.append(_stacked([task.select(usable).last(back) for task in labels]))
     history, target, user = torch.cat(histories), torch.cat(targets), torch.cat(users)
+    label = None if not labels else torch.cat(target_labels)  # type: ignore[arg-type]
     for chunk in torch.split(torch.randperm(len(target), generator=generator), batch_size):
-        yield HistoryBatch(history[chunk], target[chunk], user[chunk])
+        yield HistoryBatch(history[chunk], target[chunk], user[chunk], None if label is None else label[chunk])
+
+
+def _stacked(columns: list[torch.Tensor]) -> torch.Tensor | None:
+    """T (N,) label columns -> (N, T) float, or None without any."""
+    return torch.stack(columns, dim=1).float() if columns else None

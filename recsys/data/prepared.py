@@ -6,7 +6,7 @@ Dimension letters: U users, N interactions, V items (+1 for padding index 0).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,8 @@ import torch
 
 from recsys.data import schema
 from recsys.data.jagged import Jagged
+from recsys.data.splits import MIN_INTERACTIONS, VALID, held_out
+from recsys.data.tasks import task_labels, tasks_in
 from recsys.data.times import HistoryTimes
 from recsys.errors import DataError
 
@@ -34,6 +36,7 @@ class EvalSplit:
             None = unknown.
         request_times: (U,) the held-out item's time: the moment the recommendation is for (with `timestamps`).
         candidates: (V+1,) bool, the items ranked for these users (e.g. their domain's); None = every item.
+        target_labels: {task: (U,)} the targets' labels of each task the data has (`recsys.data.tasks`).
     """
 
     histories: Jagged
@@ -42,6 +45,7 @@ class EvalSplit:
     timestamps: Jagged | None = None
     request_times: torch.Tensor | None = None
     candidates: torch.Tensor | None = None
+    target_labels: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def times(self, rows: torch.Tensor, width: int) -> HistoryTimes | None:
         """The times of `rows`, histories left-padded to `width` (as `histories.select(rows).to_padded(width)`)."""
@@ -51,10 +55,33 @@ class EvalSplit:
 
 
 @dataclass(frozen=True)
+class TrainingRows:
+    """Every user's training interactions, oldest first: the items and, aligned with them, their times and labels.
+
+    Args:
+        items: (U,) rows of item_idx.
+        timestamps: (U,) rows of unix seconds (or positions, for sources without times).
+        labels: {task: (U,) rows of float labels}, one per task the data has.
+    """
+
+    items: Jagged
+    timestamps: Jagged
+    labels: dict[str, Jagged] = field(default_factory=dict)
+
+    def truncate_last(self, count: int) -> TrainingRows:
+        """Every row without its last `count` interactions."""
+        return TrainingRows(
+            self.items.truncate_last(count),
+            self.timestamps.truncate_last(count),
+            {task: rows.truncate_last(count) for task, rows in self.labels.items()},
+        )
+
+
+@dataclass(frozen=True)
 class SequenceData:
     """A prepared dataset: every user's chronological sequence and the item catalog.
 
-    Leave-one-out (DESIGN.md): the last item of each sequence is the test target, the second-to-last
+    Leave-one-out (`recsys.data.splits`): the last item of each sequence is the test target, the second-to-last
     the validation target, the rest trains. Items marked `is_cold` (cold-start split) are removed from
     training sequences and from model inputs; they remain as validation/test targets.
 
@@ -67,6 +94,8 @@ class SequenceData:
         meta: meta.json of the directory.
         candidates: (V+1,) bool, the items these users can be recommended (`for_domain` sets it: the domain's
             items); None = every item. Training keeps the others out of the softmax, evaluation out of the ranking.
+        labels: {task: (U,) rows aligned with `sequences`}: every interaction's label of each task the data has
+            (`recsys.data.tasks`, in that module's order).
     """
 
     sequences: Jagged
@@ -75,6 +104,7 @@ class SequenceData:
     users: pl.DataFrame
     meta: dict[str, Any]
     candidates: torch.Tensor | None = None
+    labels: dict[str, Jagged] = field(default_factory=dict)
 
     @property
     def num_items(self) -> int:
@@ -83,6 +113,11 @@ class SequenceData:
     @property
     def num_users(self) -> int:
         return self.users.height
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """The prediction tasks beside the next item whose labels the data has."""
+        return tuple(self.labels)
 
     @cached_property
     def cold_mask(self) -> torch.Tensor:
@@ -118,15 +153,19 @@ class SequenceData:
         item_domain = self.item_domains()
         in_domain = item_domain == self.domains.index(domain)
         keep = in_domain[self.sequences.values]
-        sequences, timestamps = _keep_values(self.sequences, keep), _keep_values(self.timestamps, keep)
-        rows = torch.nonzero(sequences.lengths() >= 3).squeeze(1)
+        rows = torch.nonzero(_keep_values(self.sequences, keep).lengths() >= MIN_INTERACTIONS).squeeze(1)
+
+        def kept(aligned: Jagged) -> Jagged:
+            return _keep_values(aligned, keep).select(rows)
+
         return SequenceData(
-            sequences=sequences.select(rows),
-            timestamps=timestamps.select(rows),
+            sequences=kept(self.sequences),
+            timestamps=kept(self.timestamps),
             items=self.items,
             users=self.users[rows.tolist()],
             meta=self.meta,
             candidates=in_domain,
+            labels={task: kept(labels) for task, labels in self.labels.items()},
         )
 
     def training_excluded(self) -> torch.Tensor:
@@ -137,35 +176,38 @@ class SequenceData:
             excluded[0] = False
         return excluded
 
-    def _warm(self, held_out: int) -> tuple[Jagged, Jagged]:
-        """(items, timestamps) of every sequence without its last `held_out` values and without cold items."""
-        rows, times = self.sequences.truncate_last(held_out), self.timestamps.truncate_last(held_out)
+    def _warm(self, back: int, aligned: Jagged) -> Jagged:
+        """`aligned` (rows aligned with `sequences`) without each row's last `back` values and without the values of
+        cold items."""
+        rows = aligned.truncate_last(back)
         if not bool(self.cold_mask.any()):
-            return rows, times
-        keep = ~self.cold_mask[rows.values]
-        return _keep_values(rows, keep), _keep_values(times, keep)
+            return rows
+        return _keep_values(rows, ~self.cold_mask[self.sequences.truncate_last(back).values])
+
+    def training_rows(self) -> TrainingRows:
+        """Every sequence without its validation and test targets (and without cold items), with times and labels."""
+        train = held_out(VALID)
+        return TrainingRows(
+            self._warm(train, self.sequences),
+            self._warm(train, self.timestamps),
+            {task: self._warm(train, labels) for task, labels in self.labels.items()},
+        )
 
     def training_sequences(self) -> Jagged:
-        """(U,) rows: every sequence without its last two items (and without cold items)."""
-        return self._warm(2)[0]
-
-    def training_timestamps(self) -> Jagged:
-        """(U,) rows aligned with `training_sequences()`: the time of every training item."""
-        return self._warm(2)[1]
+        """(U,) rows: every sequence without its validation and test targets (and without cold items)."""
+        return self._warm(held_out(VALID), self.sequences)
 
     def eval_split(self, split: str) -> EvalSplit:
         """Histories and targets for `split` in {"valid", "test"}."""
-        if split not in (schema.VALID, schema.TEST):
-            raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
-        held_out = 2 if split == schema.VALID else 1
-        histories, timestamps = self._warm(held_out)
+        back = held_out(split)
         return EvalSplit(
-            histories=histories,
-            targets=self.sequences.last(held_out),
+            histories=self._warm(back, self.sequences),
+            targets=self.sequences.last(back),
             user_idx=self.users[schema.USER_IDX].to_torch().long(),
-            timestamps=timestamps,
-            request_times=self.timestamps.last(held_out),
+            timestamps=self._warm(back, self.timestamps),
+            request_times=self.timestamps.last(back),
             candidates=self.candidates,
+            target_labels={task: labels.last(back) for task, labels in self.labels.items()},
         )
 
     def item_counts(self) -> torch.Tensor:
@@ -220,18 +262,24 @@ def load_prepared(data_dir: Path) -> SequenceData:
         )
     items = pl.read_parquet(data_dir / schema.ITEMS_FILE).sort(schema.ITEM_IDX)
     users = pl.read_parquet(data_dir / schema.USERS_FILE).sort(schema.USER_IDX)
-    inter = pl.read_parquet(data_dir / schema.INTERACTIONS_FILE, columns=[schema.USER_IDX, schema.ITEM_IDX, schema.TS])
+    path = data_dir / schema.INTERACTIONS_FILE
+    label_columns = [c for c in (schema.EVENT, schema.VALUE) if c in pl.read_parquet_schema(path)]
+    inter = pl.read_parquet(path, columns=[schema.USER_IDX, schema.ITEM_IDX, schema.TS, *label_columns])
     if not inter[schema.USER_IDX].is_sorted():
         raise DataError(
             data_dir / schema.INTERACTIONS_FILE, "rows are not sorted by user_idx", "prepare the data again"
         )
     lengths = inter.group_by(schema.USER_IDX, maintain_order=True).len()["len"].to_torch().long()
-    if len(lengths) == 0 or len(lengths) != users.height or int(lengths.min()) < 3:
+    if len(lengths) == 0 or len(lengths) != users.height or int(lengths.min()) < MIN_INTERACTIONS:
         raise DataError(
             data_dir / schema.INTERACTIONS_FILE,
-            "every user needs at least 3 interactions (train, valid, test) and one row in users.parquet",
-            "prepare the data again (`recsys data prepare` drops users with fewer than 3 interactions)",
+            f"every user needs at least {MIN_INTERACTIONS} interactions (train, valid, test) and one row in "
+            "users.parquet",
+            f"prepare the data again (`recsys data prepare` drops users with fewer than {MIN_INTERACTIONS})",
         )
     sequences = Jagged.from_lengths(inter[schema.ITEM_IDX].to_torch().long(), lengths)
     timestamps = Jagged.from_lengths(inter[schema.TS].to_torch().long(), lengths)
-    return SequenceData(sequences=sequences, timestamps=timestamps, items=items, users=users, meta=meta)
+    labels = {
+        task: Jagged.from_lengths(values, lengths) for task, values in task_labels(inter, tasks_in(inter)).items()
+    }
+    return SequenceData(sequences, timestamps, items, users, meta, labels=labels)

@@ -6,8 +6,8 @@ Raw interactions (what every loader returns):
 Raw items: item_id: str, title: str, optional domain and text fields (category, brand, description).
 
 A prepared directory (written by `recsys data prepare`, read by `recsys.data.prepared`):
-    interactions.parquet  user_idx int32, item_idx int32, ts int64, split str ("train"|"valid"|"test"),
-                          + the optional columns; sorted by user_idx then time.
+    interactions.parquet  user_idx int32, item_idx int32, ts int64, + the optional columns; sorted by user_idx
+                          then time (the leave-one-out split is by position: `recsys.data.splits`).
     items.parquet         item_idx int32 (1..N), item_id str, title str, is_cold bool, + optional columns.
     users.parquet         user_idx int32 (1..U), user_id str.
     meta.json             source, inputs, counts, the policies applied with their counts, cold-start settings.
@@ -27,7 +27,6 @@ DOMAIN = "domain"
 TITLE = "title"
 USER_IDX = "user_idx"
 ITEM_IDX = "item_idx"
-SPLIT = "split"
 IS_COLD = "is_cold"
 
 PADDING_IDX = 0
@@ -45,5 +44,3 @@ ITEMS_FILE = "items.parquet"
 USERS_FILE = "users.parquet"
 META_FILE = "meta.json"
 SCHEMA_VERSION = 1
-
-TRAIN, VALID, TEST = "train", "valid", "test"

@@ -1,7 +1,8 @@
-"""Evaluation protocols, metrics and slices."""
+"""Evaluation protocols, metrics, slices and the tasks beside ranking."""
 
 from recsys.evaluation.metrics import catalog_coverage, ranking_metrics, target_ranks
 from recsys.evaluation.protocol import DEFAULT_KS, EvalConfig, EvalResult, evaluate
+from recsys.evaluation.tasks import evaluate_tasks
 from recsys.inference import Scorer
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "Scorer",
     "catalog_coverage",
     "evaluate",
+    "evaluate_tasks",
     "ranking_metrics",
     "target_ranks",
 ]

@@ -1,4 +1,4 @@
-"""Full-ranking metrics from the rank of each user's held-out item.
+"""Full-ranking metrics from the rank of each user's held-out item, and the metrics of the other tasks' predictions.
 
 Ranks are 0-based and pessimistic about ties: an item scored equal to the target counts as ranked
 above it, so a model that scores everything the same gets no credit. With one relevant item per user
@@ -61,3 +61,34 @@ def catalog_coverage(top_items: torch.Tensor, num_items: int) -> float:
     seen[top_items.reshape(-1)] = True
     seen[0] = False
     return seen.sum().item() / num_items
+
+
+def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """Area under the ROC curve: the probability that a positive scores above a negative (ties count half).
+
+    Args:
+        scores: (N,) predictions.
+        labels: (N,) 0/1; both classes must occur (else NaN).
+
+    Example:
+        >>> auc(torch.tensor([0.1, 0.4, 0.4, 0.9]), torch.tensor([0, 1, 0, 1]))
+        0.875
+    """
+    positives = labels.bool()
+    n_pos, n_neg = int(positives.sum()), int((~positives).sum())
+    if not n_pos or not n_neg:
+        return float("nan")
+    _, inverse, counts = torch.unique(scores.double(), return_inverse=True, return_counts=True)
+    first = torch.cumsum(counts, 0) - counts  # 0-based rank of each distinct value's first occurrence
+    average_rank = (first + (counts + 1) / 2.0)[inverse]  # 1-based ranks, ties averaged (Mann-Whitney U)
+    return float((average_rank[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def rmse(predictions: torch.Tensor, labels: torch.Tensor) -> float:
+    """Root mean squared error.
+
+    Example:
+        >>> rmse(torch.tensor([1.0, 3.0]), torch.tensor([2.0, 2.0]))
+        1.0
+    """
+    return float(((predictions.double() - labels.double()) ** 2).mean().sqrt())

@@ -25,7 +25,6 @@ class EvalConfig:
     # every item, and a target that repeats a history item then counts as a miss.
     exclude_seen: bool = False
     batch_size: int = 1024
-    max_history: int = 50  # most recent items fed to the model
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,8 @@ class EvalResult:
 def evaluate(scorer: Scorer, split: EvalSplit, num_items: int, config: EvalConfig | None = None) -> EvalResult:
     """Rank every user's target among all V items and average the metrics.
 
-    Users are batched by history length so each batch is padded only to its own longest history.
+    Users are batched by history length so each batch is padded only to its own longest history (at most the
+    `scorer.max_history` items the model reads).
 
     Args:
         scorer: model with `score(histories, users, times) -> (B, V+1)`.
@@ -53,10 +53,10 @@ def evaluate(scorer: Scorer, split: EvalSplit, num_items: int, config: EvalConfi
     num_users = len(split.targets)
     ranks = torch.empty(num_users, dtype=torch.int64)
     tops = torch.empty(num_users, max(config.ks), dtype=torch.int64)
-    order = torch.argsort(split.histories.lengths().clamp(max=config.max_history), stable=True)
+    order = torch.argsort(split.histories.lengths().clamp(max=scorer.max_history), stable=True)
     for rows in torch.split(order, config.batch_size):
         histories = split.histories.select(rows)
-        width = max(1, int(histories.lengths().clamp(max=config.max_history).max()))
+        width = max(1, int(histories.lengths().clamp(max=scorer.max_history).max()))
         times = split.times(rows, width)  # None without timestamps
         scores = scorer.score(histories.to_padded(width), split.user_idx[rows], times).float()  # (B, V+1)
         scores = mask_unrankable(scores, histories if config.exclude_seen else None)

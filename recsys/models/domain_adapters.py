@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from recsys.data.times import HistoryTimes
+from recsys.models import TrainingFamily
 from recsys.models.sasrec import SASRec
 from recsys.modules.lora import DomainItemLoRA, LoRAConfig, add_lora, lora_layers, route
 
@@ -41,11 +42,6 @@ class DomainAdapterConfig:
     num_items: int = 0
     base: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen base
 
-    @property
-    def max_len(self) -> int:
-        """The base's max_len (what evaluation and serving feed it)."""
-        return int(self.base["config"]["max_len"])
-
 
 class DomainAdaptedRetriever(nn.Module):
     """A frozen multi-domain SASRec + one LoRA adapter per domain on its block linears.
@@ -56,6 +52,8 @@ class DomainAdaptedRetriever(nn.Module):
         item_domain: (V+1,) every item's domain index (`SequenceData.item_domains()`), -1 for padding.
     """
 
+    training_family: ClassVar[TrainingFamily] = "next_item"
+
     def __init__(self, config: DomainAdapterConfig, base: SASRec, item_domain: torch.Tensor) -> None:
         super().__init__()
         spec = {"name": "sasrec", "config": dataclasses.asdict(base.config)}
@@ -64,6 +62,14 @@ class DomainAdaptedRetriever(nn.Module):
         lora = LoRAConfig(domains=config.domains, rank=config.rank, alpha=config.alpha, dropout=config.dropout)
         add_lora(base, [f"blocks.{i}.{name}" for i in range(len(base.blocks)) for name in BLOCK_LINEARS], lora)
         self.items = DomainItemLoRA(item_domain, base.config.dim, config.domains, config.embedding_rank, config.alpha)
+
+    @property
+    def max_history(self) -> int:
+        return self.base.max_history
+
+    @property
+    def domains(self) -> tuple[str, ...]:
+        return self.config.domains
 
     @property
     def item_domain(self) -> torch.Tensor:
@@ -105,12 +111,13 @@ class DomainAdaptedRetriever(nn.Module):
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
     ) -> torch.Tensor:
         """(B, L) left-padded histories -> (B, V+1) scores, each row with its history's domain adapter."""
-        return self.score_in(histories, self.history_domains(histories))
+        return self.score_in(histories, torch.full((histories.shape[0],), -1))
 
     def score_in(self, histories: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
-        """(B, L) histories scored with the adapters of `domains` (B,) (e.g. the request's domain); items of other
-        domains get -inf (a row of domain -1, an empty history, ranks every item with the base alone)."""
+        """(B, L) histories scored with the adapters of `domains` (B,) (e.g. the request's domain; -1 = the history's
+        own); items of other domains get -inf (an empty history has no domain: the base alone ranks every item)."""
         domains = domains.to(self.base.pos_emb.weight.device)
+        domains = torch.where(domains >= 0, domains, self.history_domains(histories))
         items = self.item_embeddings()
         with route(self, domains):
             scores = self.base(histories, items=items)[:, -1] @ items.T

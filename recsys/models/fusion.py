@@ -11,12 +11,13 @@ Dimension letters: B users, V+1 items, M members.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
 
 from recsys.data.times import HistoryTimes
+from recsys.models import TrainingFamily
 
 
 @dataclass(frozen=True)
@@ -27,11 +28,12 @@ class FusionConfig:
     weights: list[float] | None = None  # per member; None = equal
     rrf_k: int = 60  # damping: larger = flatter weight across ranks (60 as in the RRF paper)
     depth: int = 100  # ranks taken from each member
-    max_len: int = 50  # history fed to the members (the longest any member reads; filled by the registry)
 
 
 class Fusion(nn.Module):
     """Reciprocal rank fusion of `members` (trained retrievers, frozen)."""
+
+    training_family: ClassVar[TrainingFamily] = "frozen"
 
     def __init__(self, config: FusionConfig, members: list[nn.Module]) -> None:
         super().__init__()
@@ -44,6 +46,11 @@ class Fusion(nn.Module):
         self.config = config
         self.members = nn.ModuleList(members)
         self.members.requires_grad_(False)
+
+    @property
+    def max_history(self) -> int:
+        """The longest history any member reads: each member keeps its own most recent part."""
+        return max(cast(int, member.max_history) for member in self.members)
 
     @torch.no_grad()
     def score(

@@ -12,7 +12,7 @@ Dimension letters: B users, H history items, T code levels, S = 1 + H * T encode
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +20,7 @@ from torch import nn
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
+from recsys.models import TrainingFamily
 from recsys.semantic_ids.trie import SemanticIdTrie
 
 PAD_TOKEN, START_TOKEN, FIRST_CODE_TOKEN = 0, 1, 2
@@ -50,6 +51,8 @@ class GenerativeRetriever(nn.Module):
         config: sizes; `codebook_sizes` must match the codes.
         codes: (V+1, T) int64 semantic ID of every item_idx (row 0, the padding item, is ignored).
     """
+
+    training_family: ClassVar[TrainingFamily] = "generative"
 
     codes: torch.Tensor  # (V+1, T) buffer
     offsets: torch.Tensor  # (T,) buffer: first token id of every level
@@ -88,6 +91,10 @@ class GenerativeRetriever(nn.Module):
             norm_first=True,
         )
         self._tries: dict[str, SemanticIdTrie] = {}
+
+    @property
+    def max_history(self) -> int:
+        return self.config.max_history
 
     @property
     def levels(self) -> int:

@@ -2,7 +2,7 @@
 
 Each layer replaces softmax attention + feed-forward by one gated unit:
     U, V, Q, K = split(SiLU(W1 LayerNorm(x)))
-    A          = SiLU(Q K^T + relative bias) / max_len, causal within each user's run
+    A          = SiLU(Q K^T + relative bias) / max_history, causal within each user's run
     x         <- x + W2 (LayerNorm(A V) * U)
 The relative bias is learned per head over how far back the key is (positions) and, with `num_time_buckets`,
 over how long before the prediction it happened, as in the paper: position i predicts item i+1, so its query
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -28,13 +29,14 @@ from torch import nn
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
+from recsys.models import TrainingFamily
 from recsys.modules.transformer import causal_segment_mask, left_padded_layout
 
 
 @dataclass(frozen=True)
 class HSTUConfig:
     num_items: int  # V; embeddings have V+1 rows, row 0 is padding
-    max_len: int = 50  # most recent items the model reads
+    max_history: int = 50  # most recent items the model reads
     dim: int = 64
     num_layers: int = 2
     num_heads: int = 2
@@ -91,10 +93,12 @@ class HSTU(nn.Module):
     """Causal HSTU sequential retriever; same inputs, outputs and scoring as `recsys.models.sasrec.SASRec`.
 
     Example:
-        >>> model = HSTU(HSTUConfig(num_items=10, max_len=4, dim=8, num_heads=1))
+        >>> model = HSTU(HSTUConfig(num_items=10, max_history=4, dim=8, num_heads=1))
         >>> model.eval().score(torch.tensor([[0, 3, 4, 5]])).shape
         torch.Size([1, 11])
     """
+
+    training_family: ClassVar[TrainingFamily] = "next_item"
 
     def __init__(self, config: HSTUConfig) -> None:
         super().__init__()
@@ -104,10 +108,10 @@ class HSTU(nn.Module):
             raise ValueError(f"num_time_buckets must be >= 0 (0 = positions only), got {config.num_time_buckets}")
         self.config = config
         self.item_emb = nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX)
-        self.pos_emb = nn.Embedding(config.max_len, config.dim)
+        self.pos_emb = nn.Embedding(config.max_history, config.dim)
         self.emb_dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(
-            HSTULayer(config.dim, config.num_heads, config.max_len, config.dropout, config.num_time_buckets)
+            HSTULayer(config.dim, config.num_heads, config.max_history, config.dropout, config.num_time_buckets)
             for _ in range(config.num_layers)
         )
         nn.init.normal_(self.item_emb.weight, std=0.02)
@@ -139,8 +143,11 @@ class HSTU(nn.Module):
             )
         if segments is None:
             if timestamps is not None and query_times is not None:
-                timestamps, query_times = timestamps[:, -self.config.max_len :], query_times[:, -self.config.max_len :]
-            item_ids, segments, positions = left_padded_layout(item_ids, self.config.max_len)
+                timestamps, query_times = (
+                    timestamps[:, -self.config.max_history :],
+                    query_times[:, -self.config.max_history :],
+                )
+            item_ids, segments, positions = left_padded_layout(item_ids, self.config.max_history)
         elif positions is None:
             raise ValueError("packed rows need `positions` with `segments`")
         x = self.item_emb(item_ids) * math.sqrt(self.config.dim) + self.pos_emb(positions)
@@ -156,6 +163,10 @@ class HSTU(nn.Module):
         for layer in self.layers:
             x = layer(x, mask, distance, gap_bucket)
         return F.normalize(x, dim=-1) / self.config.temperature
+
+    @property
+    def max_history(self) -> int:
+        return self.config.max_history
 
     def item_embeddings(self) -> torch.Tensor:
         """(V+1, D) L2-normalised item vectors (output side; the input reads the raw embeddings)."""

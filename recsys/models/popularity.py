@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from recsys.data.times import HistoryTimes
+from recsys.models import TrainingFamily
 
 
 @dataclass(frozen=True)
 class PopularityConfig:
     num_items: int
+    # history items passed on to `score`: popularity reads none of them, serving excludes the seen ones among them
+    max_history: int = 50
 
 
 class Popularity(nn.Module):
@@ -25,12 +29,18 @@ class Popularity(nn.Module):
         [1, 3]
     """
 
+    training_family: ClassVar[TrainingFamily] = "counts"
+
     item_scores: torch.Tensor  # (V+1,) buffer
 
     def __init__(self, config: PopularityConfig) -> None:
         super().__init__()
         self.config = config
         self.register_buffer("item_scores", torch.zeros(config.num_items + 1))
+
+    @property
+    def max_history(self) -> int:
+        return self.config.max_history
 
     def fit(self, item_counts: torch.Tensor) -> None:
         """Args: item_counts (V+1,) training frequency per item_idx."""

@@ -3,16 +3,19 @@
 `Ranker` scores (history, candidate) pairs: the candidate's embedding queries the history by attention
 (target attention: what in this history speaks for this candidate), then cross features of the candidate,
 that user interest, the last item and the retriever's score (as the gap to the row's best) go through a head: a dense
-MLP or a mixture-of-experts (`recsys.modules.moe`), one output per task (task 0 ranks). Options: `residual` adds the
-head's output to the retriever's score (the head starts at zero, so training starts from the first stage's order
-and learns a correction); `freeze_item_embeddings` keeps the item vectors copied from the retriever; `use_content`
-adds the items' content (LLM) embeddings: projected into every item vector, and as the candidate's cosine
-similarity to the last item and to the closest and average history item.
+MLP or a mixture-of-experts (`recsys.modules.moe`), one output per task: task 0 ranks, the others predict the
+labels of the user's interaction with the candidate that the data has (`recsys.data.tasks`, e.g. whether it is a
+purchase, its rating), from the same features (multi-task: MMoE-style gates with the MoE head). Options:
+`residual` adds the head's output to the retriever's score (the head starts at zero, so training starts from the
+first stage's order and learns a correction); `freeze_item_embeddings` keeps the item vectors copied from the
+retriever; `use_content` adds the items' content (LLM) embeddings: projected into every item vector, and as the
+candidate's cosine similarity to the last item and to the closest and average history item.
 
 `TwoStageRanker` holds a frozen retriever and a `Ranker`. Its `score` is the platform's `Scorer`: the
 retriever's top-C items get the ranker's scores and every other item -inf, so the standard evaluation
-counts a target the retriever missed as a miss. Only the ranker trains (`recsys.training.recipes.RankerRecipe`:
-softmax over the candidates, the target forced in, hard negatives = the retriever's own top-C).
+counts a target the retriever missed as a miss; `task_predictions` gives the other tasks' predictions for given items.
+Only the ranker trains (`recsys.training.recipes.ranker`: softmax over the candidates where the retriever found the
+target, hard negatives = the retriever's own top-C, plus each task's loss on the target).
 
 Dimension letters: B rows, L history length, C candidates, D dim, V+1 items (0 = padding), T tasks.
 """
@@ -20,13 +23,15 @@ Dimension letters: B rows, L history length, C candidates, D dim, V+1 items (0 =
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from recsys.data.tasks import Task, task_kind
 from recsys.data.times import HistoryTimes
+from recsys.models import TrainingFamily
 from recsys.modules.moe import MoEConfig, MoELayer
 
 CONTENT_SIMILARITIES = ("last", "closest", "average")
@@ -37,7 +42,6 @@ class RankerConfig:
     num_items: int
     retriever: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen first stage
     num_candidates: int = 200  # C: the retriever's top-C are re-scored
-    train_candidates: int | None = None  # training softmax over the top this-many only (cheaper); None = C
     max_history: int = 50
     dim: int = 64
     num_heads: int = 2
@@ -45,17 +49,21 @@ class RankerConfig:
     head: Literal["dense", "moe"] = "dense"
     num_experts: int = 8  # moe only
     top_k: int = 2  # moe only
-    num_tasks: int = 1
+    balancing: Literal["bias", "aux_loss", "none"] = "bias"  # moe only: how the experts are kept evenly used
+    bias_update_rate: float = 1e-3  # moe with "bias" balancing: the per-expert bias step after each batch
+    # the tasks predicted beside ranking (`recsys.data.tasks` names); None = every task the data has (filled when
+    # the model is built), () = ranking only
+    tasks: tuple[str, ...] | None = None
     dropout: float = 0.1
     residual: bool = False  # task 0 = retriever score + the head's correction (which starts at zero)
     freeze_item_embeddings: bool = False  # keep the item vectors the registry copies from a SASRec retriever
     use_content: bool = False  # read content embeddings (the experiment's `sid.content` section)
     content_dim: int = 0  # filled from the content embeddings when `use_content`
-    # training only: a retriever trained without each user's last `holdout_items` training items (its
-    # train.holdout_last); the ranker then learns on those items, with that retriever's candidates, instead of on
-    # pairs its first stage has seen (where it is over-confident). None = every pair, the first stage's top-C.
-    holdout_retriever_dir: str | None = None
-    holdout_items: int = 1
+
+    @property
+    def num_tasks(self) -> int:
+        """Ranking and the other tasks: the head's outputs."""
+        return 1 + len(self.tasks or ())
 
 
 class Ranker(nn.Module):
@@ -79,7 +87,8 @@ class Ranker(nn.Module):
         self.register_buffer("content", content if config.content_dim else None)
         if config.head == "moe":
             moe = MoEConfig(dim=features, hidden=config.hidden, out_dim=d, num_experts=config.num_experts,
-                            top_k=config.top_k, num_tasks=config.num_tasks, dropout=config.dropout)  # fmt: skip
+                            top_k=config.top_k, num_tasks=config.num_tasks, balancing=config.balancing,
+                            bias_update_rate=config.bias_update_rate, dropout=config.dropout)  # fmt: skip
             self.moe: MoELayer | None = MoELayer(moe)
             self.dense: nn.Module | None = None
         else:
@@ -146,6 +155,8 @@ class Ranker(nn.Module):
 class TwoStageRanker(nn.Module):
     """A frozen retriever's top-C, re-scored by a `Ranker`; `score` ranks every item (non-candidates -inf)."""
 
+    training_family: ClassVar[TrainingFamily] = "ranker"
+
     def __init__(self, config: RankerConfig, retriever: nn.Module, content: torch.Tensor | None = None) -> None:
         super().__init__()
         if getattr(retriever, "reads_timestamps", False):
@@ -156,6 +167,16 @@ class TwoStageRanker(nn.Module):
         self.config = config
         self.retriever = retriever.eval().requires_grad_(False)
         self.ranker = Ranker(config, content)
+
+    @property
+    def max_history(self) -> int:
+        """The longer of the two stages' windows: each keeps its own most recent part."""
+        return max(self.config.max_history, cast(int, self.retriever.max_history))
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        """The tasks predicted beside ranking, in the head's order (outputs 1..)."""
+        return tuple(Task(name, task_kind(name)) for name in self.config.tasks or ())
 
     def train(self, mode: bool = True) -> TwoStageRanker:
         super().train(mode)
@@ -168,8 +189,16 @@ class TwoStageRanker(nn.Module):
     ) -> torch.return_types.topk:
         """The top-C of each row by the first stage (or `retriever`): (values (B, C), indices (B, C)); padding is
         never a candidate."""
+        return self._top(self._first_stage_scores(histories, users, retriever))
+
+    def _first_stage_scores(
+        self, histories: torch.Tensor, users: torch.Tensor | None, retriever: nn.Module | None = None
+    ) -> torch.Tensor:
         scores = (retriever or self.retriever).score(histories, users).float()  # type: ignore[operator]
         scores[:, 0] = float("-inf")
+        return scores
+
+    def _top(self, scores: torch.Tensor) -> torch.return_types.topk:
         return scores.topk(min(self.config.num_candidates, scores.shape[1] - 1), dim=1)
 
     def score(
@@ -182,3 +211,21 @@ class TwoStageRanker(nn.Module):
         logits = self.ranker(histories, top.indices, top.values)[0].float()  # (B, C), task 0
         out = torch.full((histories.shape[0], self.config.num_items + 1), float("-inf"), device=logits.device)
         return out.scatter_(1, top.indices, logits)
+
+    @torch.no_grad()
+    def task_predictions(
+        self, histories: torch.Tensor, items: torch.Tensor, users: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, L) left-padded histories, (B,) items -> (T-1, B): each task's prediction for the user's interaction
+        with the item (a probability for binary tasks, the value for regression), the item scored among the first
+        stage's candidates as when it is ranked (an item the first stage ranks nowhere counts as its last one)."""
+        histories = histories.to(self.ranker.item_emb.weight.device)
+        items = items.to(histories.device)
+        scores = self._first_stage_scores(histories, users)
+        top = self._top(scores)
+        item_scores = scores.gather(1, items[:, None])
+        item_scores = torch.where(item_scores.isfinite(), item_scores, top.values[:, -1:])
+        candidates = torch.cat([top.indices, items[:, None]], dim=1)  # (B, C + 1), the item last
+        logits = self.ranker(histories, candidates, torch.cat([top.values, item_scores], dim=1))[1:, :, -1].float()
+        binary = torch.tensor([task.kind == "binary" for task in self.tasks], device=logits.device)[:, None]
+        return torch.where(binary, torch.sigmoid(logits), logits)

@@ -1,20 +1,24 @@
-"""Model registry: build a model from its name and config fields; save and load model files.
+"""Model registry: every model by name, built from its config fields and what it is built on; saved and loaded as
+one file.
 
-A model file holds {"name", "config" (dataclass fields), "state_dict"} and is written atomically.
-The generative model also takes `semantic_ids` (a semantic_ids.parquet path) in its params when built
-for training; a saved one carries its codes in the state dict.
+What a model is built on reaches `build_model` typed (`ModelInputs`): the catalog's semantic IDs, content
+embeddings, domains and new items, and trained models (a ranker's first stage, a domain-adapted retriever's base,
+a fusion's members). A model file holds {"format", "name", "config" (the config dataclass's fields), "state_dict"}
+and is written atomically; it carries everything the model was built on, so loading needs the file alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import TypeAdapter, ValidationError
 
 from recsys.errors import ConfigError, RecsysError
+from recsys.models import TrainingFamily
 from recsys.models.domain_adapters import DomainAdaptedRetriever, DomainAdapterConfig
 from recsys.models.fusion import Fusion, FusionConfig
 from recsys.models.generative import GenerativeConfig, GenerativeRetriever
@@ -24,60 +28,66 @@ from recsys.models.ranker import RankerConfig, TwoStageRanker
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.models.two_tower import TwoTower, TwoTowerConfig
 from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
+from recsys.runtime.validation import config_from
+from recsys.semantic_ids.codes import SemanticIds
 
 Model = Popularity | SASRec | HSTU | GenerativeRetriever | TwoStageRanker | Fusion | TwoTower | DomainAdaptedRetriever
-
-CONFIGS: dict[str, type] = {
-    "popularity": PopularityConfig,
-    "sasrec": SASRecConfig,
-    "hstu": HSTUConfig,
-    "generative": GenerativeConfig,
-    "ranker": RankerConfig,
-    "fusion": FusionConfig,
-    "two_tower": TwoTowerConfig,
-    "domain_adapters": DomainAdapterConfig,
-}
-# Models that score by a dot product of a user vector (`encode_queries`) and item vectors
-# (`item_embeddings`): the ones a FAISS index of item vectors can serve.
-VECTOR_MODELS = frozenset({"sasrec", "hstu", "two_tower"})
+FORMAT = 2  # files of an earlier format hold configs of an earlier version of the models
 
 
-def build_model(name: str, params: dict[str, Any], num_items: int) -> Model:
-    """Instantiate model `name` with `params` (validated against its config dataclass) for V items."""
-    if name not in CONFIGS:
-        raise ConfigError(f"unknown model {name!r}. Fix: use one of {', '.join(sorted(CONFIGS))}")
-    params = dict(params)
-    # paths the experiment passes when it has a `sid` section; models that do not read them ignore them
-    sid_path = params.pop("semantic_ids", None)
-    content_path = params.pop("content_embeddings", None)
-    if name == "ranker":
-        return _two_stage(params, num_items, content_path)
-    if name == "fusion":
-        return _fusion(params, num_items)
-    if name == "domain_adapters":
-        return _domain_adapted(params, num_items)
-    codes = None
-    if name == "generative" or (name in ("sasrec", "two_tower") and params.get("sid_levels")):
-        codes, sizes = _semantic_ids(sid_path, name, num_items)
-        if name == "generative":
-            params["codebook_sizes"] = sizes
-    config = _validate(name, {**params, "num_items": num_items})
-    if isinstance(config, GenerativeConfig):
-        return GenerativeRetriever(config, codes if codes is not None else _placeholder_codes(config))
-    if isinstance(config, SASRecConfig):
-        if codes is not None and codes.shape[1] < config.sid_levels:
-            raise ConfigError(f"model.params.sid_levels={config.sid_levels} but {sid_path} has {codes.shape[1]} levels")
-        return SASRec(config, codes)
-    if isinstance(config, HSTUConfig):
-        return HSTU(config)
-    if isinstance(config, TwoTowerConfig):
-        return _two_tower(config, codes, content_path)
-    return Popularity(config)
+@dataclass(frozen=True)
+class ModelInputs:
+    """What a model is built on besides its config fields; what a model does not read stays at its default.
+
+    Args:
+        semantic_ids: the catalog's semantic IDs (the generative model; SASRec and two-tower with `sid_levels`).
+        content: (V+1, C) the items' content embeddings, row 0 (the padding) zero (two-tower and ranker with
+            `use_content`).
+        item_domains: (V+1,) every item's domain index, -1 for the padding (domain adapters).
+        new_items: (V+1,) bool, the items the generative model serves through `new_item_slots` (cold-start items).
+        tasks: the prediction tasks beside the next item whose labels the data has (`recsys.data.tasks`; the ranker
+            predicts them).
+        retriever: the ranker's first stage, trained.
+        base: the domain adapters' multi-domain SASRec, trained.
+        members: the fusion's retrievers, trained.
+    """
+
+    semantic_ids: SemanticIds | None = None
+    content: torch.Tensor | None = None
+    item_domains: torch.Tensor | None = None
+    new_items: torch.Tensor | None = None
+    tasks: tuple[str, ...] = ()
+    retriever: Model | None = None
+    base: Model | None = None
+    members: tuple[Model, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    config: type
+    model: type[Model]
+    build: Callable[[dict[str, Any], ModelInputs], Model]  # config fields (num_items included), inputs -> a new model
+    shape: Callable[[Any], Model] | None = None  # a saved config -> a model of its shape; None = `model(config)`
+
+    @property
+    def training_family(self) -> TrainingFamily:
+        return self.model.training_family
+
+
+def build_model(name: str, params: Mapping[str, Any], num_items: int, inputs: ModelInputs | None = None) -> Model:
+    """Instantiate model `name` with `params` (validated against its config dataclass) for V items on `inputs`."""
+    return model_spec(name).build({**params, "num_items": num_items}, inputs or ModelInputs())
+
+
+def model_spec(name: str) -> ModelSpec:
+    if name not in MODELS:
+        raise ConfigError(f"unknown model {name!r}. Fix: use one of {', '.join(sorted(MODELS))}")
+    return MODELS[name]
 
 
 def save_model(path: Path, name: str, model: Model) -> None:
     config = dataclasses.asdict(model.config)
-    save_checkpoint(path, {"name": name, "config": config, "state_dict": model.state_dict()})
+    save_checkpoint(path, {"format": FORMAT, "name": name, "config": config, "state_dict": model.state_dict()})
 
 
 def load_model(path: Path) -> tuple[str, Model]:
@@ -85,54 +95,88 @@ def load_model(path: Path) -> tuple[str, Model]:
     if not path.is_file():
         raise RecsysError(f"{path}: model file not found. Fix: train one with `recsys train --config ...`")
     payload = load_checkpoint(path)
-    name = payload["name"]
-    model = _unfilled(name, _validate(name, payload["config"]))
+    if payload.get("format") != FORMAT:
+        raise RecsysError(
+            f"{path} was written by an earlier version of recsys (model file format {payload.get('format', 1)}, "
+            f"this version reads {FORMAT}). Fix: train the model again"
+        )
+    name, model = payload["name"], _shaped({"name": payload["name"], "config": payload["config"]})
     model.load_state_dict(payload["state_dict"])
     return name, model.eval()
 
 
-def _unfilled(name: str, config: Any) -> Model:
-    """A model of `config`'s shape whose weights (and buffers) a saved state dict will fill."""
-    if isinstance(config, RankerConfig):
-        retriever = config.retriever
-        first = _unfilled(retriever["name"], _validate(retriever["name"], retriever["config"]))
-        return TwoStageRanker(config, first)
-    if isinstance(config, GenerativeConfig):
-        return GenerativeRetriever(config, _placeholder_codes(config))
-    if isinstance(config, HSTUConfig):
-        return HSTU(config)
-    if isinstance(config, TwoTowerConfig):
-        return TwoTower(config)
-    if isinstance(config, DomainAdapterConfig):
-        base = _unfilled(config.base["name"], _validate(config.base["name"], config.base["config"]))
-        assert isinstance(base, SASRec)
-        return DomainAdaptedRetriever(config, base, torch.zeros(config.num_items + 1, dtype=torch.long))
-    if isinstance(config, FusionConfig):
-        return Fusion(config, [_unfilled(m["name"], _validate(m["name"], m["config"])) for m in config.members])
-    # SASRec's semantic-ID prefix index is a buffer: it comes with the state dict
-    return Popularity(config) if isinstance(config, PopularityConfig) else SASRec(config)
+def spec_of(name: str, model: Model) -> dict[str, Any]:
+    """{"name", "config"}: how a composite model records a part, to rebuild its shape on loading."""
+    return {"name": name, "config": dataclasses.asdict(model.config)}
 
 
-def _two_stage(params: dict[str, Any], num_items: int, content_path: str | None) -> TwoStageRanker:
-    """A ranker over the trained retriever of `params["retriever_dir"]` (a model directory), frozen; with
-    `use_content`, it reads the content embeddings of `content_path`."""
-    retriever_dir = params.pop("retriever_dir", None)  # the retriever carries its own semantic IDs
-    if retriever_dir is None:
-        raise ConfigError("model 'ranker' needs model.params.retriever_dir: the model directory of a trained retriever")
-    name, retriever = load_trained_model(Path(retriever_dir), num_items)
-    retriever_spec = {"name": name, "config": dataclasses.asdict(retriever.config)}
-    config = _validate("ranker", {**params, "num_items": num_items, "retriever": retriever_spec})
-    items = None  # the retriever's item vectors, where the ranker can start from them
-    if isinstance(retriever, SASRec) and retriever.config.dim == config.dim:
-        items = retriever.item_embeddings()
+def _shaped(spec: Mapping[str, Any]) -> Model:
+    """An untrained model of a saved {"name", "config"}; its state dict (and its parts') fills it."""
+    model = model_spec(spec["name"])
+    config = _validate(spec["name"], spec["config"])
+    return model.shape(config) if model.shape is not None else model.model(config)  # type: ignore[call-arg]
+
+
+def _validate(name: str, fields: Mapping[str, Any]) -> Any:
+    try:
+        return config_from(model_spec(name).config, fields, "model.params.")
+    except ConfigError as err:
+        raise ConfigError(f"model {name!r}: {err}. Fix: correct model.params (docs/models.md)") from err
+
+
+# ----------------------------------------------------------------------------------------------- the builders
+
+
+def _sasrec(fields: dict[str, Any], inputs: ModelInputs) -> SASRec:
+    config: SASRecConfig = _validate("sasrec", fields)
+    return SASRec(config, _codes(inputs, "sasrec", config.num_items, config.sid_levels))
+
+
+def _hstu(fields: dict[str, Any], inputs: ModelInputs) -> HSTU:
+    return HSTU(_validate("hstu", fields))
+
+
+def _popularity(fields: dict[str, Any], inputs: ModelInputs) -> Popularity:
+    return Popularity(_validate("popularity", fields))
+
+
+def _generative(fields: dict[str, Any], inputs: ModelInputs) -> GenerativeRetriever:
+    sids = _semantic_ids(inputs, "generative", fields["num_items"])
+    config: GenerativeConfig = _validate("generative", {**fields, "codebook_sizes": sids.codebook_sizes})
+    model = GenerativeRetriever(config, sids.codes)
+    if inputs.new_items is not None:
+        model.mark_new_items(inputs.new_items)
+    return model
+
+
+def _two_tower(fields: dict[str, Any], inputs: ModelInputs) -> TwoTower:
+    config: TwoTowerConfig = _validate("two_tower", fields)
+    codes = _codes(inputs, "two_tower", config.num_items, config.sid_levels)
+    if not config.use_content:
+        return TwoTower(config, codes)
+    content = _content(inputs, config.num_items)
+    return TwoTower(dataclasses.replace(config, content_dim=content.shape[1]), codes, content)
+
+
+def _ranker(fields: dict[str, Any], inputs: ModelInputs) -> TwoStageRanker:
+    """A ranker over its trained first stage, frozen; it starts from the first stage's item vectors where those are
+    the retriever's item table (input and output tied) of the ranker's dim."""
+    retriever = _required(inputs.retriever, "model 'ranker' re-scores a first stage. Fix: set model.retriever_dir")
+    _check_items(retriever, fields["num_items"], "model.retriever_dir")
+    config: RankerConfig = _validate("ranker", {**fields, "retriever": spec_of(_name_of(retriever), retriever)})
+    tied = getattr(retriever, "ties_item_embeddings", False)
+    items = retriever.item_embeddings() if tied else None
+    items = items if items is not None and items.shape[1] == config.dim else None
     if config.freeze_item_embeddings and items is None:
         raise ConfigError(
-            f"model.params.freeze_item_embeddings keeps the item vectors of a SASRec retriever of the ranker's dim "
-            f"({config.dim}); {retriever_dir} holds a {name} model of another kind or size. Fix: set it to false"
+            f"model.params.freeze_item_embeddings keeps the item vectors of a first stage whose input and output item "
+            f"vectors are one table of the ranker's dim ({config.dim}), e.g. a SASRec; this one is a "
+            f"{_name_of(retriever)} model of another kind or size. Fix: set it to false"
         )
-    content = _content_rows(content_path, num_items) if config.use_content else None
+    content = _content(inputs, config.num_items) if config.use_content else None
     if content is not None:
         config = dataclasses.replace(config, content_dim=content.shape[1])
+    config = dataclasses.replace(config, tasks=_tasks(config.tasks, inputs.tasks))
     model = TwoStageRanker(config, retriever, content)
     if items is not None:
         with torch.no_grad():  # start from the retriever's item vectors: the ranker refines, not relearns
@@ -140,92 +184,120 @@ def _two_stage(params: dict[str, Any], num_items: int, content_path: str | None)
     return model
 
 
-def _domain_adapted(params: dict[str, Any], num_items: int) -> DomainAdaptedRetriever:
-    """Per-domain adapters over the trained SASRec of `params["base_dir"]`; the items' domains come with the data
-    (`DomainAdaptedRetriever.item_domain`, set before training)."""
-    base_dir = params.pop("base_dir", None)
-    if base_dir is None:
-        raise ConfigError(
-            "model 'domain_adapters' needs model.params.base_dir: the model directory of a SASRec trained on every "
-            "domain of this data"
-        )
-    name, base = load_trained_model(Path(base_dir), num_items)
-    if not isinstance(base, SASRec):
-        raise ConfigError(f"model 'domain_adapters' adapts a SASRec; {base_dir} holds a {name} model")
-    config = _validate("domain_adapters", params)  # the model fills in its base's spec and size
-    return DomainAdaptedRetriever(config, base, torch.full((num_items + 1,), -1, dtype=torch.long))
+def _domain_adapted(fields: dict[str, Any], inputs: ModelInputs) -> DomainAdaptedRetriever:
+    base = _required(inputs.base, "model 'domain_adapters' adapts a SASRec of every domain. Fix: set model.base_dir")
+    if not isinstance(base, SASRec):  # its adapters wrap SASRec's block layers by name
+        raise ConfigError(f"model 'domain_adapters' adapts a SASRec; model.base_dir holds a {_name_of(base)} model")
+    _check_items(base, fields["num_items"], "model.base_dir")
+    domains = _required(inputs.item_domains, "model 'domain_adapters' needs the items' domains (a domain column)")
+    config: DomainAdapterConfig = _validate("domain_adapters", {k: v for k, v in fields.items() if k != "num_items"})
+    return DomainAdaptedRetriever(config, base, domains)
 
 
-def _two_tower(config: TwoTowerConfig, codes: torch.Tensor | None, content_path: str | None) -> TwoTower:
-    """A two-tower model; with `use_content`, its item tower reads the content embeddings of `content_path`."""
-    if not config.use_content:
-        return TwoTower(config, codes)
-    content = _content_rows(content_path, config.num_items)
-    return TwoTower(dataclasses.replace(config, content_dim=content.shape[1]), codes, content)
+def _fusion(fields: dict[str, Any], inputs: ModelInputs) -> Fusion:
+    if len(inputs.members) < 2:
+        raise ConfigError("model 'fusion' needs model.members: a list of >= 2 trained model directories")
+    for member in inputs.members:
+        _check_items(member, fields["num_items"], "model.members")
+    specs = [spec_of(_name_of(member), member) for member in inputs.members]
+    return Fusion(_validate("fusion", {**fields, "members": specs}), list(inputs.members))
 
 
-def _content_rows(content_path: str | None, num_items: int) -> torch.Tensor:
-    """(V+1, C) the content embeddings of `content_path`, row 0 (the padding item) zero."""
-    from recsys.semantic_ids.content import read_content_embeddings
-
-    if content_path is None:
-        raise ConfigError(
-            "model.params.use_content needs content embeddings. Fix: add a `sid` section (its `content` settings "
-            "embed the item text) to the experiment config"
-        )
-    vectors = torch.from_numpy(read_content_embeddings(Path(content_path), num_items)).float()
-    return torch.cat([torch.zeros(1, vectors.shape[1]), vectors])
+# ------------------------------------------------------------------------------------- shapes of saved models
 
 
-def _fusion(params: dict[str, Any], num_items: int) -> Fusion:
-    """Rank fusion of the trained retrievers in the model directories `params["members"]`."""
-    member_dirs = params.pop("members", None)  # each member carries its own semantic IDs
-    if not member_dirs or isinstance(member_dirs, str):
-        raise ConfigError("model 'fusion' needs model.params.members: a list of >= 2 trained model directories")
-    members = [load_trained_model(Path(d), num_items) for d in member_dirs]
-    specs = [{"name": name, "config": dataclasses.asdict(model.config)} for name, model in members]
-    max_len = max(getattr(m.config, "max_len", getattr(m.config, "max_history", 0)) for _, m in members)
-    config = _validate("fusion", {**params, "num_items": num_items, "members": specs, "max_len": max_len})
-    return Fusion(config, [model for _, model in members])
+def _ranker_shape(config: RankerConfig) -> TwoStageRanker:
+    return TwoStageRanker(config, _shaped(config.retriever))
 
 
-def load_trained_model(model_dir: Path, num_items: int) -> tuple[str, Model]:
-    """A trained model of `model_dir`, checked against the catalog it will be combined on."""
-    name, model = load_model(model_dir / "model.pt")
+def _domain_adapted_shape(config: DomainAdapterConfig) -> DomainAdaptedRetriever:
+    base = _shaped(config.base)
+    assert isinstance(base, SASRec)
+    return DomainAdaptedRetriever(config, base, torch.zeros(config.num_items + 1, dtype=torch.long))
+
+
+def _generative_shape(config: GenerativeConfig) -> GenerativeRetriever:
+    codes = torch.zeros(config.num_items + 1, len(config.codebook_sizes), dtype=torch.long)  # the state dict's
+    return GenerativeRetriever(config, codes)
+
+
+MODELS: dict[str, ModelSpec] = {
+    "popularity": ModelSpec(PopularityConfig, Popularity, _popularity),
+    "sasrec": ModelSpec(SASRecConfig, SASRec, _sasrec),  # its semantic-ID index comes with the state dict
+    "hstu": ModelSpec(HSTUConfig, HSTU, _hstu),
+    "two_tower": ModelSpec(TwoTowerConfig, TwoTower, _two_tower),
+    "generative": ModelSpec(GenerativeConfig, GenerativeRetriever, _generative, _generative_shape),
+    "ranker": ModelSpec(RankerConfig, TwoStageRanker, _ranker, _ranker_shape),
+    "domain_adapters": ModelSpec(DomainAdapterConfig, DomainAdaptedRetriever, _domain_adapted, _domain_adapted_shape),
+    "fusion": ModelSpec(
+        FusionConfig, Fusion, _fusion, lambda config: Fusion(config, [_shaped(m) for m in config.members])
+    ),
+}
+
+
+# ------------------------------------------------------------------------------------------ the inputs' checks
+
+
+def _name_of(model: Model) -> str:
+    """The registry name of a model's class."""
+    return next(name for name, spec in MODELS.items() if type(model) is spec.model)
+
+
+def _required(value: Any, missing: str) -> Any:
+    if value is None:
+        raise ConfigError(missing)
+    return value
+
+
+def _check_items(model: Model, num_items: int, where: str) -> None:
     if model.config.num_items != num_items:
         raise ConfigError(
-            f"the model in {model_dir} was trained on {model.config.num_items} items, the data has "
+            f"{where}: that {_name_of(model)} model was trained on {model.config.num_items} items, the data has "
             f"{num_items}. Fix: train it on the same prepared data"
         )
-    return name, model
 
 
-def _validate(name: str, fields: dict[str, Any]) -> Any:
-    try:
-        return TypeAdapter(CONFIGS[name]).validate_python(fields)
-    except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ConfigError(f"model {name!r}: {problems}. Fix: correct model.params") from err
-
-
-def _semantic_ids(path: str | None, name: str, num_items: int) -> tuple[torch.Tensor, tuple[int, ...]]:
-    """Codes (V+1, T) and codebook sizes from a semantic_ids.parquet, checked against the catalog."""
-    from recsys.semantic_ids.codes import read_semantic_ids
-
-    if path is None:
-        raise ConfigError(
-            f"model {name!r} needs semantic IDs. Fix: add a `sid` section to the experiment config (or set "
-            "model.params.semantic_ids to a semantic_ids.parquet built from the same prepared data)"
-        )
-    sids, _ = read_semantic_ids(Path(path))
+def _semantic_ids(inputs: ModelInputs, name: str, num_items: int) -> SemanticIds:
+    sids = _required(
+        inputs.semantic_ids, f"model {name!r} needs semantic IDs. Fix: add a `sid` section to the experiment config"
+    )
     if sids.num_items != num_items:
         raise ConfigError(
-            f"{path} has semantic IDs for {sids.num_items} items but the data has {num_items}. "
-            "Fix: build the semantic IDs from the same prepared data directory"
+            f"the semantic IDs cover {sids.num_items} items but the data has {num_items}. Fix: build them from the "
+            "same prepared data directory"
         )
-    return sids.codes, tuple(sids.codebook_sizes)
+    return sids
 
 
-def _placeholder_codes(config: GenerativeConfig) -> torch.Tensor:
-    """Codes of the right shape, overwritten by the saved state dict."""
-    return torch.zeros(config.num_items + 1, len(config.codebook_sizes), dtype=torch.long)
+def _codes(inputs: ModelInputs, name: str, num_items: int, levels: int) -> torch.Tensor | None:
+    """(V+1, T) the semantic-ID codes for a model that reads `levels` > 0 of their levels; None for 0."""
+    if not levels:
+        return None
+    codes = _semantic_ids(inputs, name, num_items).codes
+    if codes.shape[1] < levels:
+        raise ConfigError(f"model.params.sid_levels={levels} but the semantic IDs have {codes.shape[1]} levels")
+    return codes
+
+
+def _tasks(asked: tuple[str, ...] | None, available: tuple[str, ...]) -> tuple[str, ...]:
+    """The ranker's tasks: those asked for (all the data has when None), each one the data has labels for."""
+    if asked is None:
+        return available
+    missing = [task for task in asked if task not in available]
+    if missing:
+        raise ConfigError(
+            f"model.params.tasks {list(asked)}: the data has no labels for {missing}. Fix: choose among "
+            f"{list(available)} (recsys.data.tasks), or leave tasks out for all of them"
+        )
+    return tuple(asked)
+
+
+def _content(inputs: ModelInputs, num_items: int) -> torch.Tensor:
+    content = _required(
+        inputs.content,
+        "model.params.use_content needs content embeddings. Fix: add a `sid` section (its `content` settings embed "
+        "the item text) to the experiment config",
+    )
+    if content.shape[0] != num_items + 1:
+        raise ConfigError(f"the content embeddings have {content.shape[0] - 1} items, the data {num_items}")
+    return content

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
+from recsys.models import TrainingFamily
 from recsys.modules.sid_embedding import SemanticIdEmbedding
 from recsys.modules.transformer import TransformerBlock, causal_segment_mask, left_padded_layout
 from recsys.ops.embedding_bag import Kernel
@@ -26,7 +27,7 @@ from recsys.ops.embedding_bag import Kernel
 @dataclass(frozen=True)
 class SASRecConfig:
     num_items: int  # V; embeddings have V+1 rows, row 0 is padding
-    max_len: int = 50  # most recent items the model reads
+    max_history: int = 50  # most recent items the model reads
     dim: int = 64
     num_layers: int = 2
     num_heads: int = 2
@@ -45,10 +46,13 @@ class SASRec(nn.Module):
     """Causal self-attention sequential retriever.
 
     Example:
-        >>> model = SASRec(SASRecConfig(num_items=10, max_len=4, dim=8, num_heads=1, ffn_dim=16))
+        >>> model = SASRec(SASRecConfig(num_items=10, max_history=4, dim=8, num_heads=1, ffn_dim=16))
         >>> model.eval().score(torch.tensor([[0, 3, 4, 5]])).shape
         torch.Size([1, 11])
     """
+
+    training_family: ClassVar[TrainingFamily] = "next_item"
+    ties_item_embeddings: ClassVar[bool] = True  # one item table for input and output (a ranker may start from it)
 
     def __init__(self, config: SASRecConfig, codes: torch.Tensor | None = None) -> None:
         """Args: config; codes (V+1, >= sid_levels) semantic IDs when `sid_levels` > 0 (None: from a state dict)."""
@@ -65,7 +69,7 @@ class SASRec(nn.Module):
             if config.sid_levels
             else None
         )
-        self.pos_emb = nn.Embedding(config.max_len, config.dim)
+        self.pos_emb = nn.Embedding(config.max_history, config.dim)
         self.emb_dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(config.dim, config.num_heads, config.ffn_dim, config.dropout, config.attn_dropout)
@@ -84,8 +88,8 @@ class SASRec(nn.Module):
         """Hidden state at every position.
 
         Args:
-            item_ids: (B, L) item_idx. Without `segments`: one left-padded history per row (L > max_len
-                keeps the most recent max_len columns).
+            item_ids: (B, L) item_idx. Without `segments`: one left-padded history per row (L > max_history
+                keeps the most recent max_history columns).
             segments: (B, L) run ids of packed rows (`recsys.data.batching`), 0 = padding.
             positions: (B, L) position ids of packed rows; required with `segments`.
             items: (V+1, D) item vectors to read instead of `item_embeddings()` (e.g. with domain adapters).
@@ -95,7 +99,7 @@ class SASRec(nn.Module):
         """
         item_ids = item_ids.to(self.pos_emb.weight.device)
         if segments is None:
-            item_ids, segments, positions = left_padded_layout(item_ids, self.config.max_len)
+            item_ids, segments, positions = left_padded_layout(item_ids, self.config.max_history)
         elif positions is None:
             raise ValueError("packed rows need `positions` with `segments`")
         items = self.item_embeddings() if items is None else items
@@ -105,6 +109,10 @@ class SASRec(nn.Module):
         for block in self.blocks:
             x = block(x, mask)
         return self.final_norm(x)
+
+    @property
+    def max_history(self) -> int:
+        return self.config.max_history
 
     def item_embeddings(self) -> torch.Tensor:
         """(V+1, D) item vectors, shared by the input and the output: ID embedding + semantic-ID prefixes."""

@@ -15,6 +15,7 @@ Dimension letters: B users, H history, V+1 items, D dim, C content dim, L prefix
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,7 @@ from torchrec.modules.embedding_configs import PoolingType
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
+from recsys.models import TrainingFamily
 from recsys.modules.embedding_bag_collection import FusedEmbeddingBagCollection
 from recsys.modules.sid_embedding import prefix_ids
 
@@ -31,7 +33,7 @@ from recsys.modules.sid_embedding import prefix_ids
 @dataclass(frozen=True)
 class TwoTowerConfig:
     num_items: int  # V
-    max_len: int = 50  # history items the user tower reads
+    max_history: int = 50  # history items the user tower reads
     recent: int = 3  # the most recent items, pooled apart from the whole history
     dim: int = 64
     hidden_dim: int = 256
@@ -59,6 +61,8 @@ class TwoTower(nn.Module):
         codes: (V+1, >= sid_levels) semantic IDs when `sid_levels` > 0 (None: from a state dict).
         content: (V+1, content_dim) content embeddings when `content_dim` > 0 (None: from a state dict).
     """
+
+    training_family: ClassVar[TrainingFamily] = "two_tower"
 
     prefix_rows: torch.Tensor  # (V+1, L) row of each item's prefix of each length in the "sid_prefix" table
     content: torch.Tensor  # (V+1, C) frozen content embeddings (empty when content_dim = 0)
@@ -91,11 +95,15 @@ class TwoTower(nn.Module):
         if config.content_dim and content is not None:
             self.content.copy_(content)
 
+    @property
+    def max_history(self) -> int:
+        return self.config.max_history
+
     def encode_queries(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
     ) -> torch.Tensor:
         """(B, H) left-padded histories [+ (B,) user_idx] -> (B, D) unit user vectors (`times` are ignored)."""
-        histories = histories.to(self.prefix_rows.device)[:, -self.config.max_len :]
+        histories = histories.to(self.prefix_rows.device)[:, -self.config.max_history :]
         recent = histories[:, -self.config.recent :]
         features: dict[str, torch.Tensor] = {"history": histories, "recent": recent}
         if self.config.user_buckets:

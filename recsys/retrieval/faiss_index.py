@@ -29,6 +29,7 @@ from recsys.retrieval.exact import ExactTopK
 from recsys.retrieval.recall import recall_at_k
 from recsys.runtime.atomic import atomic_directory
 
+INDEX_FILE = "index.faiss"
 logger = logging.getLogger(__name__)
 
 _METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
@@ -97,7 +98,7 @@ class FaissTopK:
         """
         with atomic_directory(out_dir, marker=_MARKER) as tmp:
             cpu_index = faiss.index_gpu_to_cpu(self.index) if _on_gpu(self.index) else self.index
-            faiss.write_index(cpu_index, str(tmp / "index.faiss"))
+            faiss.write_index(cpu_index, str(tmp / INDEX_FILE))
             np.save(tmp / "ids.npy", self.ids.numpy())
             meta = {
                 "config": dataclasses.asdict(self.config),
@@ -126,7 +127,7 @@ class FaissTopK:
             raise FileNotFoundError(f"{index_dir} holds no FAISS index ({_MARKER} missing): build one with build_index")
         meta = json.loads(meta_path.read_text())
         config = IndexConfig(**meta["config"])
-        index = _to_device(faiss.read_index(str(index_dir / "index.faiss")), config)
+        index = _to_device(faiss.read_index(str(index_dir / INDEX_FILE)), config)
         report = BuildReport(**meta["report"]) if meta["report"] else None
         return cls(index, torch.from_numpy(np.load(index_dir / "ids.npy")), config, report)
 

@@ -1,12 +1,16 @@
-"""Next-item losses over the item catalog.
+"""Losses: the next item over the item catalog, and the ranker's tasks (ranking its candidates, the labels of
+`recsys.data.tasks`).
 
-Dimension letters: N real (non-padded) positions, D dim, V+1 items (row 0 = padding), S negatives.
+Dimension letters: N real (non-padded) positions or examples, D dim, V+1 items (row 0 = padding), S negatives,
+C candidates.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from recsys.data.tasks import TaskKind
 
 
 def full_softmax_loss(
@@ -54,3 +58,30 @@ def sampled_softmax_loss(
     neg_logits = neg_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
     logits = torch.cat([pos_logits, neg_logits], dim=1).float()
     return F.cross_entropy(logits, torch.zeros_like(targets))
+
+
+def candidate_softmax_loss(logits: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of each row's positive among its candidates.
+
+    Args:
+        logits: (N, C) the candidates' scores.
+        positives: (N,) the column of each row's positive.
+    """
+    return F.cross_entropy(logits.float(), positives)
+
+
+def task_loss(kind: TaskKind, predictions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The mean loss of one task over the labelled examples (a NaN label is unknown: it counts for nothing).
+
+    Args:
+        kind: "binary" (binary cross-entropy on logits) or "regression" (squared error).
+        predictions: (N,) logits (binary) or values (regression).
+        labels: (N,) 0/1 (binary) or targets (regression), NaN where unknown.
+    """
+    known = ~labels.isnan()
+    if not bool(known.any()):
+        return predictions.sum() * 0.0  # keeps the graph: no label, no gradient
+    predictions, labels = predictions[known].float(), labels[known]
+    if kind == "binary":
+        return F.binary_cross_entropy_with_logits(predictions, labels)
+    return F.mse_loss(predictions, labels)

@@ -1,6 +1,7 @@
-"""Trainer for next-item sequential retrievers: epochs, early stopping on validation, best checkpoint.
+"""Trainer: epochs, validation, early stopping, the best checkpoint, resumable training state.
 
-Checkpoints are chosen on validation metrics only; the caller evaluates the test split once, after.
+Checkpoints are chosen on validation metrics only; the caller evaluates the test split once, after. What differs
+between model families (batches, loss) is the recipe's (`recsys.training.recipes`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -23,44 +24,31 @@ from tqdm.auto import tqdm
 from recsys.data.prepared import SequenceData
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, evaluate
-from recsys.models.domain_adapters import DomainAdaptedRetriever
-from recsys.models.generative import GenerativeRetriever
-from recsys.models.hstu import HSTU
-from recsys.models.ranker import TwoStageRanker
-from recsys.models.sasrec import SASRec
-from recsys.models.two_tower import TwoTower
+from recsys.inference import Scorer
+from recsys.models import TrainingFamily
 from recsys.modules.moe import expert_load
 from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
 from recsys.runtime.device import resolve_device, use_bf16_autocast
 from recsys.training.averaging import WeightAverage
-from recsys.training.recipes import Recipe, recipe_for
+from recsys.training.recipes import TRAINING_SETTINGS, Recipe, recipe_for
 
 logger = logging.getLogger(__name__)
 
 EpochCallback = Callable[[int, dict[str, float]], None]
-Trainable = SASRec | HSTU | GenerativeRetriever | TwoStageRanker | TwoTower | DomainAdaptedRetriever
 
 
 @dataclass(frozen=True)
 class TrainConfig:
+    """How any model trains; what only one model family reads is its `model.training` (`recsys.training.recipes`)."""
+
     epochs: int = 200
-    batch_size: int = 16  # SASRec, HSTU: packed rows of max_len tokens (Beauty: ~40 targets each); generative: pairs
+    batch_size: int = 16  # next-item models: packed rows of their window (Beauty: ~40 targets each); others: pairs
     lr: float = 1e-3
     # "cosine": linear warm-up over `warmup_steps`, then cosine decay to 0 at the last planned epoch;
     # "constant": `lr` throughout (after the warm-up, if any).
     lr_schedule: Literal["constant", "cosine"] = "constant"
     warmup_steps: int = 0
     weight_decay: float = 0.0
-    loss: Literal["full_softmax", "sampled_softmax"] = "full_softmax"
-    # sampled_softmax: negatives drawn by training popularity (logQ-corrected); two-tower: uniform random negatives
-    num_negatives: int = 1024
-    label_smoothing: float = 0.0  # generative only: smoothing of the cross-entropy on each semantic-ID level
-    # > 0: train without each user's last `holdout_last` training items (a first stage whose ranker learns on
-    # them: RankerConfig.holdout_retriever_dir); validation and test are unchanged
-    holdout_last: int = 0
-    # SASRec / HSTU full softmax on multi-domain data: each target's softmax runs over its own domain's items only
-    # (the items it will be ranked against), not the whole catalog
-    softmax_within_domain: bool = False
     # > 0: validate, checkpoint and save an exponential moving average of the weights (decay per step, e.g.
     # 0.999 averages over ~1,000 steps) instead of the last step's weights; 0 = off
     ema_decay: float = 0.0
@@ -103,160 +91,162 @@ def _median(values: list[float]) -> float:
 
 
 def fit(
-    model: Trainable,
+    model: nn.Module,
     data: SequenceData,
     config: TrainConfig,
     eval_config: EvalConfig,
+    recipe: Recipe | None = None,
     on_epoch_end: EpochCallback | None = None,
     state_path: Path | None = None,
 ) -> FitResult:
     """Train `model` in place, restore its best-on-validation weights, and report the run.
 
     Args:
-        model: the retriever (moved to the configured device).
-        data: prepared dataset; trains on `training_sequences()`, validates on `eval_split("valid")`.
+        model: the model (moved to the configured device).
+        data: prepared dataset; trains on `training_rows()`, validates on `eval_split("valid")`.
         config: optimisation and early-stopping settings.
         eval_config: how validation is ranked (ks, exclusion, batch size).
+        recipe: batches and loss (`recsys.training.recipes.recipe_for`); None = the model family's defaults.
         on_epoch_end: called with (epoch, metrics) after every validated epoch, e.g. to log to MLflow.
         state_path: resumable training state, rewritten atomically after every validated epoch; when it
             exists and was written for the same model and settings, training resumes from it.
     """
     _check_monitor(config.monitor, eval_config)
-    device = resolve_device(config.device)
-    model.to(device)
-    use_bf16 = use_bf16_autocast(config.precision, device)
-    logger.info("training on %s, bf16 autocast %s", device, use_bf16)
-    torch.manual_seed(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
-    # fused Adam: one kernel for the whole update instead of several per parameter (CUDA only)
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=device.type == "cuda"
-    )
-    sequences, valid = data.training_sequences(), data.eval_split("valid")
-    timestamps = data.training_timestamps() if getattr(model, "reads_timestamps", False) else None
-    if config.holdout_last:
-        sequences = sequences.truncate_last(config.holdout_last)
-        timestamps = None if timestamps is None else timestamps.truncate_last(config.holdout_last)
-    recipe = recipe_for(
-        model,
-        data,
-        config.batch_size,
-        config.loss,
-        config.num_negatives,
-        config.label_smoothing,
-        config.softmax_within_domain,
-    )
-    # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
-    cosine = config.lr_schedule == "cosine"
-    steps_per_epoch = len(recipe.batches(sequences, torch.Generator(), timestamps)) if cosine else 0
-    scheduler = _lr_scheduler(optimizer, config, steps_per_epoch)
-    average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
-    state = _TrainingState(model, optimizer, scheduler, generator, _run_key(model, config), average)
+    if recipe is None:
+        family: TrainingFamily = model.training_family  # type: ignore[assignment]
+        recipe = recipe_for(model, data, config.batch_size, TRAINING_SETTINGS[family]())
+    run = _TrainingRun(model, data, config, recipe)
     if state_path is not None:
-        state.resume(state_path)
-    if config.compile:
-        model.compile()  # the training forward only: generation and scoring call other methods
-    result = state.result
-    start = time.perf_counter() - result.train_seconds
-    first_epoch = config.epochs + 1 if state.early_stopped else state.epoch + 1  # an early stop is final
-    for epoch in range(first_epoch, config.epochs + 1):
-        t0 = time.perf_counter()
-        expert_load(model)  # count this epoch's routing only (validation routes examples too)
-        batches = recipe.batches(sequences, generator, timestamps)
-        loss = train_one_epoch(
-            model, recipe, batches, optimizer, scheduler, use_bf16, config.progress, generator, average
-        )
-        result.epoch_seconds.append(time.perf_counter() - t0)
+        run.resume(state_path)
+    for epoch in run.epochs_left():
+        loss = run.train_epoch()
         if epoch % config.eval_every and epoch != config.epochs:
             continue
-        load = expert_load(model)  # this epoch's training batches
-        model.eval()
-        t0 = time.perf_counter()
-        # with EMA on, the averaged weights are the ones validated and kept
-        with average.applied() if average is not None else contextlib.nullcontext():
-            metrics = {"loss": loss, **evaluate(model, valid, data.num_items, eval_config).metrics}
-            improved = metrics[config.monitor] > state.best_score
-            if improved:
-                state.best_weights = copy.deepcopy(model.state_dict())
-        result.valid_seconds.append(time.perf_counter() - t0)
-        metrics["epoch_seconds"] = result.epoch_seconds[-1]
-        if load is not None:
-            metrics["expert_load_max_over_mean"] = float(load["max_over_mean"])  # type: ignore[arg-type]
-            result.expert_load.append({"epoch": epoch, **load})
+        metrics = run.validate(epoch, loss, eval_config)
         if on_epoch_end is not None:
             on_epoch_end(epoch, metrics)
-        logger.info("epoch %d loss %.4f valid %s %.4f", epoch, loss, config.monitor, metrics[config.monitor])
-        if improved:
-            state.best_score, result.best_epoch, result.best_valid = metrics[config.monitor], epoch, metrics
-        state.epoch, result.train_seconds = epoch, time.perf_counter() - start
-        state.early_stopped = epoch - result.best_epoch >= config.patience
         if state_path is not None:
-            state.save(state_path)
-        if state.early_stopped:
-            logger.info(
-                "early stop at epoch %d: best %s %.4f at epoch %d",
-                epoch,
-                config.monitor,
-                state.best_score,
-                result.best_epoch,
-            )
+            run.save(state_path)
+        if run.should_stop(epoch):
             break
-        if config.max_train_seconds is not None and result.train_seconds > config.max_train_seconds:
-            logger.warning(
-                "time budget of %.0f s spent after epoch %d; stopping (a larger budget resumes from here)",
-                config.max_train_seconds,
-                epoch,
-            )
-            break
-    result.train_seconds = time.perf_counter() - start
-    if state.best_weights is not None:
-        model.load_state_dict(state.best_weights)
-    model.eval()
-    return result
+    return run.finish()
 
 
-class _TrainingState:
-    """Everything needed to continue a run after its last validated epoch, saved and restored as one file."""
+class _TrainingRun:
+    """One model's training: what it needs to run an epoch, and what is saved to continue after a validated one."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        scheduler: torch.optim.lr_scheduler.LRScheduler,
-        generator: torch.Generator,
-        run_key: str,
-        average: WeightAverage | None,
-    ) -> None:
-        self.model, self.optimizer, self.scheduler, self.generator = model, optimizer, scheduler, generator
-        self.average = average
-        self.run_key = run_key
-        self.epoch = 0
-        self.early_stopped = False
+    def __init__(self, model: nn.Module, data: SequenceData, config: TrainConfig, recipe: Recipe) -> None:
+        self.config, self.recipe, self.data = config, recipe, data
+        self.device = resolve_device(config.device)
+        self.model = model.to(self.device)
+        self.use_bf16 = use_bf16_autocast(config.precision, self.device)
+        logger.info("training on %s, bf16 autocast %s", self.device, self.use_bf16)
+        torch.manual_seed(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        # fused Adam: one kernel for the whole update instead of several per parameter (CUDA only)
+        self.optimizer = torch.optim.Adam(
+            model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=self.device.type == "cuda"
+        )
+        self.rows, self.valid = data.training_rows(), data.eval_split("valid")
+        # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
+        cosine = config.lr_schedule == "cosine"
+        steps_per_epoch = len(recipe.batches(self.rows, torch.Generator())) if cosine else 0
+        self.scheduler = _lr_scheduler(self.optimizer, config, steps_per_epoch)
+        self.average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
+        self.run_key = _run_key(model, config, recipe)
+        self.epoch, self.early_stopped = 0, False
         self.best_score = float("-inf")
         self.best_weights: dict[str, Any] | None = None
         self.result = FitResult(best_epoch=0, best_valid={}, train_seconds=0.0)
+        self.started = time.perf_counter()
+
+    def epochs_left(self) -> Iterator[int]:
+        """The epochs still to train (none after an early stop: it is final), compiling the model first if asked."""
+        if self.config.compile:
+            self.model.compile()  # the training forward only: generation and scoring call other methods
+        self.started = time.perf_counter() - self.result.train_seconds
+        first = self.config.epochs + 1 if self.early_stopped else self.epoch + 1
+        yield from range(first, self.config.epochs + 1)
+
+    def train_epoch(self) -> float:
+        """One epoch of the recipe's batches; the epoch's wall time is recorded; returns the mean loss per target."""
+        start = time.perf_counter()
+        expert_load(self.model)  # count this epoch's routing only (validation routes examples too)
+        batches = self.recipe.batches(self.rows, self.generator)
+        loss = train_one_epoch(
+            self.model, self.recipe, batches, self.optimizer, self.scheduler, self.use_bf16, self.config.progress,
+            self.generator, self.average,
+        )  # fmt: skip
+        self.result.epoch_seconds.append(time.perf_counter() - start)
+        return loss
+
+    def validate(self, epoch: int, loss: float, eval_config: EvalConfig) -> dict[str, float]:
+        """Rank the validation split with the weights that would be kept (the EMA's with it on); keep them when the
+        monitored metric improved. Returns the epoch's metrics."""
+        load = expert_load(self.model)  # this epoch's training batches
+        self.model.eval()
+        start = time.perf_counter()
+        with self.average.applied() if self.average is not None else contextlib.nullcontext():
+            scorer: Scorer = self.model  # type: ignore[assignment]
+            metrics = {"loss": loss, **evaluate(scorer, self.valid, self.data.num_items, eval_config).metrics}
+            improved = metrics[self.config.monitor] > self.best_score
+            if improved:
+                self.best_weights = copy.deepcopy(self.model.state_dict())
+        self.result.valid_seconds.append(time.perf_counter() - start)
+        metrics["epoch_seconds"] = self.result.epoch_seconds[-1]
+        if load is not None:
+            metrics["expert_load_max_over_mean"] = float(load["max_over_mean"])  # type: ignore[arg-type]
+            self.result.expert_load.append({"epoch": epoch, **load})
+        logger.info("epoch %d loss %.4f valid %s %.4f", epoch, loss, self.config.monitor, metrics[self.config.monitor])
+        if improved:
+            self.best_score, self.result.best_epoch = metrics[self.config.monitor], epoch
+            self.result.best_valid = metrics
+        self.epoch, self.result.train_seconds = epoch, time.perf_counter() - self.started
+        self.early_stopped = epoch - self.result.best_epoch >= self.config.patience
+        return metrics
+
+    def should_stop(self, epoch: int) -> bool:
+        """After a validated epoch: stop early (patience spent) or at the time budget (a larger one resumes)."""
+        if self.early_stopped:
+            logger.info(
+                "early stop at epoch %d: best %s %.4f at epoch %d",
+                epoch, self.config.monitor, self.best_score, self.result.best_epoch,
+            )  # fmt: skip
+            return True
+        budget = self.config.max_train_seconds
+        if budget is not None and self.result.train_seconds > budget:
+            logger.warning(
+                "time budget of %.0f s spent after epoch %d; stopping (a larger budget resumes from here)",
+                budget,
+                epoch,
+            )
+            return True
+        return False
+
+    def finish(self) -> FitResult:
+        """The best weights back in the model (eval mode), and the run's report."""
+        self.result.train_seconds = time.perf_counter() - self.started
+        if self.best_weights is not None:
+            self.model.load_state_dict(self.best_weights)
+        self.model.eval()
+        return self.result
 
     def save(self, path: Path) -> None:
+        """Everything needed to continue after this validated epoch, as one file (atomically)."""
         save_checkpoint(
             path,
             {
-                "run_key": self.run_key,
-                "epoch": self.epoch,
-                "early_stopped": self.early_stopped,
-                "best_score": self.best_score,
-                "best_weights": self.best_weights,
-                "result": dataclasses.asdict(self.result),
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "generator": self.generator.get_state(),
-                "torch_rng": torch.get_rng_state(),
+                "run_key": self.run_key, "epoch": self.epoch, "early_stopped": self.early_stopped,
+                "best_score": self.best_score, "best_weights": self.best_weights,
+                "result": dataclasses.asdict(self.result), "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
                 "average": None if self.average is None else self.average.state_dict(),
             },
-        )
+        )  # fmt: skip
 
     def resume(self, path: Path) -> None:
-        """Load `path` when it belongs to this run; otherwise keep the fresh state (and say why)."""
+        """Continue from `path` when it belongs to this run; otherwise keep the fresh state (and say why)."""
         if not path.is_file():
             return
         saved = load_checkpoint(path)
@@ -276,8 +266,8 @@ class _TrainingState:
         logger.info("resumed from %s after epoch %d (%.0f s trained)", path, self.epoch, self.result.train_seconds)
 
 
-def _run_key(model: nn.Module, config: TrainConfig) -> str:
-    """What must match for a saved state to be resumed: the model's settings and the optimisation settings.
+def _run_key(model: nn.Module, config: TrainConfig, recipe: Recipe) -> str:
+    """What must match for a saved state to be resumed: the model's settings, the recipe's and the optimisation's.
 
     The time budget, patience, progress bar and compilation may change between attempts, and so may the
     epoch count under a constant learning rate (a cosine schedule is planned over it, so there it must not).
@@ -286,7 +276,15 @@ def _run_key(model: nn.Module, config: TrainConfig) -> str:
     if config.lr_schedule == "constant":
         resumable.add("epochs")
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in resumable}
-    return f"{type(model).__name__}|{getattr(model, 'config', None)!r}|{settings!r}"
+    return f"{type(model).__name__}|{getattr(model, 'config', None)!r}|{settings!r}|{_recipe_key(recipe)}"
+
+
+def _recipe_key(recipe: Recipe) -> str:
+    """The recipe's settings, without its tensors (derived from the data) or models (each has its own run)."""
+    plain = (bool, int, float, str, type(None), tuple, dict)
+    fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(recipe)}  # type: ignore[arg-type]
+    settings = {name: value for name, value in fields.items() if isinstance(value, plain)}
+    return f"{type(recipe).__name__}{settings!r}"
 
 
 def train_one_epoch(

@@ -1,6 +1,6 @@
 """`GET /dashboard`: the offline evaluation dashboard (pipelines.dashboard), one self-contained HTML page.
 
-It reads the MLflow store the API's registry lives in (settings.tracking_uri) on every request: runs,
+It reads the MLflow store the API's registry lives in (settings.registry_uri) on every request: runs,
 metric comparison, slices of the latest evaluate runs, semantic-ID health. When the API serves a bundle
 directory without a tracking URI given, it has no store: the page then says how to name one, never a 500;
 a store that cannot be read (a SQLite file that does not exist, a database that does not answer) is a 503
@@ -17,6 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 
 from pipelines.dashboard import DashboardUnavailable, from_mlflow, render_dashboard, render_message
+from pipelines.tracking import configured_tracking_uri
 from serving.settings import ServingSettings
 
 logger = logging.getLogger(__name__)
@@ -26,10 +27,10 @@ router = APIRouter(tags=["dashboard"])
 
 def dashboard_tracking_uri(settings: ServingSettings) -> str | None:
     """The MLflow store the dashboard reads: the registry's when the API follows a registered model; when it
-    serves a bundle directory, only a tracking URI given explicitly (`--tracking-uri`, RECSYS_TRACKING_URI)."""
-    if settings.bundle is not None and "tracking_uri" not in settings.model_fields_set:
-        return None
-    return settings.tracking_uri
+    serves a bundle directory, only a store named (`--tracking-uri`, RECSYS_TRACKING_URI, MLFLOW_TRACKING_URI)."""
+    if settings.bundle is not None:
+        return configured_tracking_uri(settings.tracking_uri)
+    return settings.registry_uri
 
 
 @router.get("/dashboard", response_class=HTMLResponse, include_in_schema=False)  # a page for people, like /docs

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipelines.config import load_config
-from pipelines.experiment import ExperimentPaths, run_experiment
 from tests.benchmarks.conftest import load_benchmark
+from tests.conftest import train_experiment
 
 
 def test_slices_cover_every_test_user_and_only_the_time_model_has_a_time_bias(
@@ -17,7 +17,7 @@ def test_slices_cover_every_test_user_and_only_the_time_model_has_a_time_bias(
     work = tmp_path / "work"
     for name, buckets in (("synthetic-sessions-hstu", 0), ("synthetic-sessions-hstu-time", 16)):
         (tmp_path / name).mkdir()
-        params = {"max_len": 20, "dim": 16, "num_heads": 2, "num_time_buckets": buckets}
+        params = {"max_history": 20, "dim": 16, "num_heads": 2, "num_time_buckets": buckets}
         config = load_config(
             tiny_config(
                 tmp_path / name,
@@ -28,7 +28,7 @@ def test_slices_cover_every_test_user_and_only_the_time_model_has_a_time_bias(
                 tracking={"enabled": False},
             )
         )
-        run_experiment(config, ExperimentPaths.under(work, config))
+        train_experiment(config, work)
     path = load_benchmark("time_buckets.py").main(["--work-dir", str(work), "--results-dir", str(tmp_path)])
     models = json.loads(path.read_text())["models"]
     for row in models.values():

@@ -1,17 +1,21 @@
-"""`recsys serve` as a real server process on loopback, answering real HTTP requests."""
+"""`recsys serve` as a real server process on loopback, answering real HTTP requests; configured by its options or,
+as documented, by the RECSYS_* environment alone."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import httpx
+from typer.testing import CliRunner
 
+from cli import app
+from pipelines.registry import get_champion
 from tests.conftest import recsys_serve
 
 
 def test_recsys_serve_answers_http(registry: tuple[str, str, Path]) -> None:
     uri, name, _ = registry
-    with recsys_serve(uri, name) as (base, server):
+    with recsys_serve("--model-name", name, "--tracking-uri", uri) as (base, server):
         response = httpx.post(f"{base}/v1/recommendations", json={"user_id": "u00003", "k": 3}, timeout=10)
         assert response.status_code == 200 and len(response.json()["items"]) == 3
         assert httpx.get(f"{base}/openapi.json", timeout=5).json()["paths"].keys() >= {
@@ -20,3 +24,22 @@ def test_recsys_serve_answers_http(registry: tuple[str, str, Path]) -> None:
         }
     assert server.stdout is not None
     assert "serving tiny-sasrec@" in server.stdout.read()
+
+
+def test_the_environment_alone_configures_recsys_serve(registry: tuple[str, str, Path]) -> None:
+    uri, name, _ = registry
+    env = {"RECSYS_TRACKING_URI": uri, "RECSYS_MODEL_NAME": name, "RECSYS_HISTORY_STORE": "memory"}
+    with recsys_serve(env={**env, "MLFLOW_TRACKING_URI": "sqlite:////nonexistent/other.db"}) as (base, server):
+        ready = httpx.get(f"{base}/readyz", timeout=5).json()
+        reloaded = httpx.post(f"{base}/v1/admin/reload", timeout=10).json()
+        recommended = httpx.post(f"{base}/v1/recommendations", json={"user_id": "u00003", "k": 3}, timeout=10)
+    champion = get_champion(name, uri)
+    assert champion is not None
+    assert reloaded["registry_version"] == champion.version  # the registry of RECSYS_TRACKING_URI, not MLflow's
+    assert ready["model_version"].startswith(f"{name}@") and recommended.status_code == 200
+    assert server.stdout is not None and f"serving {name}@" in server.stdout.read()
+
+
+def test_nothing_to_serve_exits_2_with_the_fix() -> None:
+    result = CliRunner().invoke(app, ["serve"], env={"RECSYS_MODEL_NAME": "", "RECSYS_BUNDLE": ""})
+    assert result.exit_code == 2 and "nothing to serve" in result.output and "RECSYS_MODEL_NAME" in result.output

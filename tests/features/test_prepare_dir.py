@@ -32,7 +32,7 @@ def test_prepared_layout_and_types(p5_dir: Path, tmp_path: Path) -> None:
     interactions = pl.read_parquet(out / schema.INTERACTIONS_FILE)
     items = pl.read_parquet(out / schema.ITEMS_FILE)
     users = pl.read_parquet(out / schema.USERS_FILE)
-    assert interactions.columns[:4] == ["user_idx", "item_idx", "ts", "split"]
+    assert interactions.columns[:3] == ["user_idx", "item_idx", "ts"]  # no split column: recsys.data.splits
     assert interactions.schema["user_idx"] == pl.Int32 and interactions.schema["item_idx"] == pl.Int32
     assert items.columns[:4] == ["item_idx", "item_id", "title", "is_cold"]
     # ids: 1-based, dense, sorted by the raw id; 0 stays free for padding
@@ -57,7 +57,6 @@ def test_sort_is_stable_for_equal_timestamps() -> None:
     item_ids = dict(prepared.items.select("item_idx", "item_id").iter_rows())
     ordered = [item_ids[i] for i in prepared.interactions["item_idx"]]
     assert ordered == ["a", "c", "b", "d"]  # ts 1 first, then ts 5 in file order
-    assert prepared.interactions["split"].to_list() == ["train", "train", "valid", "test"]
 
 
 histories = st.dictionaries(
@@ -70,13 +69,16 @@ histories = st.dictionaries(
 
 @settings(max_examples=40, deadline=None)
 @given(histories)
-def test_leave_one_out_per_user(data: dict[str, list[tuple[str, int]]]) -> None:
+def test_each_users_interactions_are_in_time_order(data: dict[str, list[tuple[str, int]]]) -> None:
     rows = [(user, item, ts) for user, events in data.items() for item, ts in events]
-    interactions = build_prepared(_raw(rows)).interactions
+    prepared = build_prepared(_raw(rows))
+    interactions = prepared.interactions
     for _, group in interactions.group_by("user_idx"):
         assert group["ts"].is_sorted()
-        assert group["split"].to_list() == ["train"] * (group.height - 2) + ["valid", "test"]
     assert interactions["user_idx"].is_sorted()
+    users = len(data)
+    counts = prepared.meta["counts"]
+    assert (counts["valid"], counts["test"], counts["train"]) == (users, users, len(rows) - 2 * users)
 
 
 def test_cold_start_marking_is_seeded() -> None:

@@ -6,14 +6,15 @@ import pytest
 
 from pipelines.config import load_config
 from recsys.errors import ConfigError
+from recsys.training.recipes import NextItemTraining
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*/*.yaml")), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_frozen_configs_load_and_state_their_purpose_date_and_command(path: Path) -> None:
     config = load_config(path)
-    assert config.name == path.stem
+    assert config.name == f"{path.parent.name}-{path.stem}"  # configs/<dataset>/<stem>.yaml
     header = path.read_text().splitlines()[:8]
     for field in ("# Purpose:", "# Date:", "# Command:"):
         assert any(line.startswith(field) for line in header), f"{path.name} lacks '{field}'"
@@ -49,3 +50,42 @@ def test_overrides_apply_dotted_keys(tmp_path: Path) -> None:
     assert config.train.epochs == 7
     assert config.data.path == Path("somewhere")
     assert config.name == "x"
+
+
+def test_a_config_extends_its_base_and_overrides_a_few_keys(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text(
+        "name: base\nmodel:\n  name: sasrec\n  params: {dim: 32, num_heads: 2}\ntrain: {epochs: 5, lr: 0.01}\n"
+    )
+    (tmp_path / "wide.yaml").write_text("base: base.yaml\nmodel:\n  params: {dim: 64}\ntrain: {epochs: 9}\n")
+    config = load_config(tmp_path / "wide.yaml")
+    assert config.name == "wide"  # never inherited
+    assert config.model.params == {"dim": 64, "num_heads": 2}  # mappings merge key by key
+    assert (config.train.epochs, config.train.lr) == (9, 0.01)
+    (tmp_path / "typo.yaml").write_text("base: base.yaml\ntrain: {epochz: 3}\n")
+    with pytest.raises(ConfigError, match=r"typo.yaml: train.epochz"):  # unknown keys still named
+        load_config(tmp_path / "typo.yaml")
+
+
+def test_a_base_that_is_missing_or_loops_is_named(tmp_path: Path) -> None:
+    (tmp_path / "orphan.yaml").write_text("base: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match=r"orphan.yaml: `base: nowhere.yaml` is not a file"):
+        load_config(tmp_path / "orphan.yaml")
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match="extends itself"):
+        load_config(tmp_path / "a.yaml")
+
+
+def test_the_models_training_settings_are_its_familys(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("model:\n  name: sasrec\n  training: {loss: sampled_softmax, num_negatives: 64}\n")
+    assert load_config(path).model.training_settings() == NextItemTraining(loss="sampled_softmax", num_negatives=64)
+    path.write_text("model:\n  name: sasrec\n  training: {label_smoothing: 0.1}\n")
+    with pytest.raises(ConfigError, match=r"model.training.label_smoothing: unknown key"):
+        load_config(path)
+    path.write_text("model:\n  name: sasrec\n  training: {loss: sampled_softmax, softmax_within_domain: true}\n")
+    with pytest.raises(ConfigError, match="softmax_within_domain needs loss: full_softmax"):
+        load_config(path)
+    path.write_text("model:\n  name: sasrek\n")
+    with pytest.raises(ConfigError, match="unknown model 'sasrek'"):
+        load_config(path)

@@ -19,18 +19,18 @@ def test_evaluate_writes_the_slices_and_is_skipped_when_up_to_date(
     tmp_path: Path, tiny_config: Callable[..., Path]
 ) -> None:
     config = load_config(tiny_config(tmp_path, tracking={"enabled": False}, pipeline={"index": {"kind": "flat"}}))
-    first = {r.name: r for r in runner.run_pipeline(config, tmp_path)}
+    outputs, reports = runner.run_pipeline(config, tmp_path)
     assert runner.STEP_NAMES.index("build_index") + 1 == runner.STEP_NAMES.index("evaluate")
-    assert first["evaluate"].status == "ran"
-    evaluation_dir = Path(first["evaluate"].outputs["evaluation_dir"])
+    assert {r.name: r.status for r in reports}["evaluate"] == "ran"
+    assert outputs.evaluation is not None and outputs.model is not None
+    evaluation_dir = outputs.evaluation.evaluation_dir
     assert evaluation_dir == tmp_path / "evaluations" / "tiny-sasrec"
     report = json.loads((evaluation_dir / EVALUATION_FILE).read_text())
 
     # the test split evaluated once more gives the training step's test metrics
-    model_dir = Path(first["train_retriever"].outputs["model_dir"])
-    trained_test = json.loads((model_dir / "metrics.json").read_text())["test"]
+    trained_test = json.loads((outputs.model.model_dir / "metrics.json").read_text())["test"]
     assert report["overall"]["ndcg@10"] == pytest.approx(trained_test["ndcg@10"])
-    assert report["model_sha256"] == first["train_retriever"].outputs["model_sha256"]
+    assert report["model_sha256"] == outputs.model.model_sha256
     assert report["training"]["metrics"]["test"] == trained_test
 
     slices = {family: {e["name"]: e for e in entries} for family, entries in report["slices"].items()}
@@ -44,12 +44,13 @@ def test_evaluate_writes_the_slices_and_is_skipped_when_up_to_date(
     assert top["users"] > 0 and top["recall@10"] > bottom.get("recall@10", 0.0)  # popular targets are easier
     warm = slices["cold_start"]["warm"]
     assert set(warm) >= {"users", "recall@5", "ndcg@10", "recall@50"} and report["semantic_ids"] is None
+    assert report["tasks"] == {}  # SASRec ranks only
     page = (evaluation_dir / DASHBOARD_FILE).read_text()
     assert 'id="slices"' in page and page.count('class="plotly-graph-div"') == 5  # comparison + 4 families
 
-    second = {r.name: r.status for r in runner.run_pipeline(config, tmp_path)}
+    second = {r.name: r.status for r in runner.run_pipeline(config, tmp_path)[1]}
     assert second["evaluate"] == "skipped"
     shutil.rmtree(evaluation_dir)  # its output gone: the step runs again, nothing upstream does
-    third = {r.name: r.status for r in runner.run_pipeline(config, tmp_path)}
+    third = {r.name: r.status for r in runner.run_pipeline(config, tmp_path)[1]}
     assert third["evaluate"] == "ran" and third["train_retriever"] == third["build_index"] == "skipped"
     assert json.loads((evaluation_dir / EVALUATION_FILE).read_text())["slices"] == report["slices"]

@@ -12,19 +12,19 @@ from typer.testing import CliRunner
 
 from cli import app
 from pipelines.config import load_config
-from pipelines.experiment import ExperimentPaths, run_experiment
 from pipelines.index import build_index_step
 from pipelines.model_dir import load_model_dir
 from recsys.errors import RecsysError
 from recsys.retrieval import IndexConfig
 from recsys.retrieval.faiss_index import FaissTopK
+from tests.conftest import train_experiment
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> Path:
     work = tmp_path_factory.mktemp("index-step")
     config = load_config(tiny_config(work, tracking={"enabled": False}))
-    return run_experiment(config, ExperimentPaths.under(work, config)).model_dir
+    return train_experiment(config, work).model_dir
 
 
 def test_flat_index_returns_the_models_own_top_k(model_dir: Path, tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_step_keeps_an_up_to_date_index_and_rebuilds_on_a_new_config(
 
 def test_a_model_without_item_vectors_is_refused(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
     config = load_config(tiny_config(tmp_path, model={"name": "popularity", "params": {}}, tracking={"enabled": False}))
-    popularity_dir = run_experiment(config, ExperimentPaths.under(tmp_path, config)).model_dir
+    popularity_dir = train_experiment(config, tmp_path).model_dir
     with pytest.raises(RecsysError, match="no item vectors to index"):
         build_index_step(popularity_dir, tmp_path / "index", IndexConfig())
 

@@ -1,4 +1,5 @@
-"""`recsys pipeline run` against a real MLflow SQLite store and registry: steps, skips, resume, champion gate."""
+"""`recsys pipeline run` against a real MLflow SQLite store and registry: steps, skips, resume, stopping after a
+step, the champion gate."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from typer.testing import CliRunner
 
 import pipelines.runner as runner
 from cli import app
+from pipelines.bundle import Bundle
 from pipelines.config import load_config
-from pipelines.registry import CHAMPION, register_bundle, write_bundle
+from pipelines.registry import CHAMPION, register_bundle
 from recsys.models.registry import load_model
 
 
-def statuses(reports: list[runner.StepReport]) -> dict[str, str]:
-    return {r.name: r.status for r in reports}
+def statuses(run: tuple[runner.PipelineOutputs, list[runner.StepReport]]) -> dict[str, str]:
+    return {r.name: r.status for r in run[1]}
 
 
 def test_pipeline_runs_every_step_then_skips_them(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
@@ -29,11 +31,12 @@ def test_pipeline_runs_every_step_then_skips_them(tmp_path: Path, tiny_config: C
         "prepare_data": "ran", "embed_content": "not applicable", "build_semantic_ids": "not applicable",
         "train_retriever": "ran", "build_index": "ran", "evaluate": "ran", "register": "ran",
     }  # fmt: skip
-    outputs = {r.name: r.outputs for r in first}
-    assert outputs["build_index"]["recall@k"] == 1.0  # a flat index is exact
-    assert outputs["register"]["promoted"] is True and outputs["register"]["version"] == "1"
-    bundle = Path(outputs["register"]["bundle_dir"])
-    assert {"model", "index", "bundle.json"} <= {p.name for p in bundle.iterdir()}
+    outputs = first[0]
+    assert outputs.index is not None and outputs.index.recall == 1.0  # a flat index is exact
+    assert outputs.registration is not None and outputs.model is not None and outputs.evaluation is not None
+    assert outputs.registration.decision.promoted and outputs.registration.decision.version == "1"
+    bundle = Bundle(outputs.registration.bundle_dir)
+    assert bundle.index_dir is not None and bundle.model_dir.is_dir() and bundle.data_dir is not None
 
     second = runner.run_pipeline(config, tmp_path)
     assert set(statuses(second).values()) == {"skipped", "not applicable"}
@@ -57,12 +60,12 @@ def test_pipeline_runs_every_step_then_skips_them(tmp_path: Path, tiny_config: C
 
     # the evaluate step's run: slice metrics (MLflow-safe names) and evaluation.json + dashboard.html as artifacts
     (evaluate,) = [r for r in runs if r.info.run_name == "evaluate"]
-    assert evaluate.info.run_id == outputs["evaluate"]["mlflow_run_id"]
+    assert evaluate.info.run_id == outputs.evaluation.run_id
     metrics = evaluate.data.metrics
     assert {"slice.popularity_decile_10.ndcg_at_10", "slice.history_length_21plus.users", "test.recall_at_10"} <= set(
         metrics
     )
-    assert metrics["test.ndcg_at_10"] == pytest.approx(outputs["train_retriever"]["test_ndcg@10"])
+    assert metrics["test.ndcg_at_10"] == pytest.approx(outputs.model.metrics["test"]["ndcg@10"])
     artifacts = {a.path for a in client.list_artifacts(evaluate.info.run_id, "evaluation")}
     assert artifacts == {"evaluation/evaluation.json", "evaluation/dashboard.html"}
 
@@ -92,11 +95,12 @@ def test_a_crashed_run_resumes_at_the_failed_step(
 
 def test_champion_gate_keeps_a_worse_version_out(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
     config = load_config(tiny_config(tmp_path, pipeline={"index": {"kind": "flat"}}))
-    reports = {r.name: r.outputs for r in runner.run_pipeline(config, tmp_path)}
-    model_dir = Path(reports["train_retriever"]["model_dir"])
+    outputs, _ = runner.run_pipeline(config, tmp_path)
+    assert outputs.model is not None and outputs.registration is not None
+    model_dir = outputs.model.model_dir
     uri, name = config.tracking.resolved_uri(), config.registered_model_name
 
-    def bundle_with_valid_ndcg(value: float) -> Path:
+    def bundle_with_valid_ndcg(value: float) -> Bundle:
         copy = tmp_path / f"model-{value}"
         copy.mkdir()
         for f in model_dir.iterdir():
@@ -104,10 +108,9 @@ def test_champion_gate_keeps_a_worse_version_out(tmp_path: Path, tiny_config: Ca
         metrics = json.loads((copy / "metrics.json").read_text())
         metrics["valid"]["ndcg@10"] = value
         (copy / "metrics.json").write_text(json.dumps(metrics))
-        return write_bundle(tmp_path / f"bundle-{value}", name=name, model_dir=copy, index_dir=None, sid_path=None,
-                            source={})  # fmt: skip
+        return Bundle.write(tmp_path / f"bundle-{value}", name=name, model_dir=copy)
 
-    champion_value = float(reports["register"]["value"])
+    champion_value = outputs.registration.decision.value
     worse = register_bundle(bundle_with_valid_ndcg(champion_value - 0.02), name, uri, tolerance=0.01)
     assert not worse.promoted and worse.champion_version == "1" and "kept the champion" in worse.reason
     close = register_bundle(bundle_with_valid_ndcg(champion_value - 0.005), name, uri, tolerance=0.01)
@@ -146,9 +149,35 @@ def test_a_model_reading_content_embeddings_gets_them_from_the_pipeline(
     tmp_path: Path, tiny_config: Callable[..., Path]
 ) -> None:
     sid = {"method": "rqkmeans", "content": {"text_fields": ["title"]}, "rqkmeans": {"levels": 2, "codebook_size": 8}}
-    model = {"name": "two_tower", "params": {"max_len": 20, "dim": 16, "hidden_dim": 32, "use_content": True}}
+    model = {"name": "two_tower", "params": {"max_history": 20, "dim": 16, "hidden_dim": 32, "use_content": True}}
     config = load_config(tiny_config(tmp_path, name="tiny-content", sid=sid, model=model, train={"epochs": 1}))
-    reports = {r.name: r.outputs for r in runner.run_pipeline(config, tmp_path)}
-    _, trained = load_model(Path(reports["train_retriever"]["model_dir"]) / "model.pt")
-    content = np.load(reports["embed_content"]["content_embeddings"])
+    outputs, _ = runner.run_pipeline(config, tmp_path)
+    assert outputs.model is not None and outputs.content is not None
+    _, trained = load_model(outputs.model.model_dir / "model.pt")
+    content = np.load(outputs.content.path)
     assert trained.config.content_dim == content.shape[1] > 0  # the item tower reads the embed_content step's output
+
+
+def test_stopping_after_a_step_on_given_data_and_running_a_step_again(
+    tmp_path: Path, tiny_config: Callable[..., Path], tiny_data_dir: Path
+) -> None:
+    config = load_config(tiny_config(tmp_path, tracking={"enabled": False}))
+    until_train = runner.run_pipeline(config, tmp_path, until="train_retriever", data_dir=tiny_data_dir)
+    assert list(statuses(until_train).values()) == ["given", "not applicable", "not applicable", "ran"]
+    assert until_train[0].model is not None and until_train[0].index is None
+    assert statuses(runner.run_pipeline(config, tmp_path, until="train_retriever", data_dir=tiny_data_dir)) == {
+        "prepare_data": "given", "embed_content": "not applicable", "build_semantic_ids": "not applicable",
+        "train_retriever": "skipped",
+    }  # fmt: skip
+    again = runner.run_pipeline(config, tmp_path, until="train_retriever", data_dir=tiny_data_dir,
+                                rerun=["train_retriever"])  # fmt: skip
+    assert statuses(again)["train_retriever"] == "ran"
+
+
+def test_new_data_retrains_what_depends_on_it(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
+    config = load_config(tiny_config(tmp_path, tracking={"enabled": False}, train={"epochs": 1}))
+    runner.run_pipeline(config, tmp_path, until="train_retriever")
+    reseeded = load_config(tiny_config(tmp_path, tracking={"enabled": False}, train={"epochs": 1},
+                                       data={"seed": 1, "cold_start_fraction": 0.1}))  # fmt: skip
+    ran = statuses(runner.run_pipeline(reseeded, tmp_path, until="train_retriever"))
+    assert ran["prepare_data"] == ran["train_retriever"] == "ran"  # the same path, other contents

@@ -1,6 +1,6 @@
-"""The pipeline against a real PostgreSQL MLflow store (127.0.0.1:5432, ENV.md): runs, registry, champion alias.
+"""The pipeline against a real PostgreSQL MLflow store (127.0.0.1:5432): runs, registry, champion alias.
 
-Skips when no server answers, except under CI=true, where a missing server is a failure (ENV.md).
+Skips when no server answers, except under CI=true, where a missing server is a failure (CI machines run one).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from urllib.parse import urlparse
 import pytest
 from mlflow.tracking import MlflowClient
 
+from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.dashboard import from_mlflow
-from pipelines.registry import BUNDLE_FILE, CHAMPION, get_champion
+from pipelines.registry import CHAMPION, get_champion
 from pipelines.runner import run_pipeline
 
 HOST, PORT, USER = "127.0.0.1", 5432, "root"
@@ -29,7 +30,7 @@ def _connect() -> object:
         return psycopg2.connect(host=HOST, port=PORT, user=USER, dbname=USER, connect_timeout=3)
     except psycopg2.OperationalError as err:
         if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs PostgreSQL on {HOST}:{PORT} (ENV.md): {err}")
+            pytest.fail(f"CI needs PostgreSQL on {HOST}:{PORT}: {err}")
         pytest.skip(f"no PostgreSQL on {HOST}:{PORT}: {err}")
 
 
@@ -58,8 +59,9 @@ def test_pipeline_tracks_and_registers_in_postgresql(
             tmp_path, tracking={"uri": postgres_uri, "artifacts": artifacts}, pipeline={"index": {"kind": "flat"}}
         )
     )
-    reports = {r.name: r for r in run_pipeline(config, tmp_path)}
-    assert reports["register"].status == "ran" and reports["register"].outputs["promoted"] is True
+    outputs, reports = run_pipeline(config, tmp_path)
+    assert reports[-1].status == "ran" and outputs.registration is not None
+    assert outputs.registration.decision.promoted
 
     client = MlflowClient(postgres_uri)
     champion = client.get_model_version_by_alias(config.registered_model_name, CHAMPION)
@@ -67,7 +69,7 @@ def test_pipeline_tracks_and_registers_in_postgresql(
     found = get_champion(config.registered_model_name, postgres_uri)
     source = found and found.source
     assert source is not None and source.startswith(artifacts)
-    assert (Path(urlparse(source).path) / BUNDLE_FILE).is_file(), "the registered source holds the bundle"
+    assert Bundle(Path(urlparse(source).path)).version, "the registered source holds the bundle"
     experiment = client.get_experiment_by_name(config.experiment_name)
     assert experiment is not None
     names = {r.info.run_name for r in client.search_runs([experiment.experiment_id])}

@@ -12,19 +12,18 @@ import torch
 
 from pipelines.config import load_config
 from pipelines.data import prepare_step
-from pipelines.experiment import ExperimentPaths, run_experiment
 from pipelines.model_dir import load_model_dir
+from pipelines.train import TrainOutputs
+from tests.conftest import train_experiment as train
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> tuple[Path, object]:
+def trained(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> tuple[Path, TrainOutputs]:
     work = tmp_path_factory.mktemp("train-step")
-    config = load_config(tiny_config(work))
-    outputs = run_experiment(config, ExperimentPaths.under(work, config))
-    return work, outputs
+    return work, train(load_config(tiny_config(work)), work)
 
 
-def test_model_dir_holds_model_metrics_and_id_maps(trained: tuple[Path, object]) -> None:
+def test_model_dir_holds_model_metrics_and_id_maps(trained: tuple[Path, TrainOutputs]) -> None:
     work, _ = trained
     model_dir = work / "models" / "tiny-sasrec"
     names = {p.name for p in model_dir.iterdir()}
@@ -35,20 +34,20 @@ def test_model_dir_holds_model_metrics_and_id_maps(trained: tuple[Path, object])
     assert metrics["seconds_per_epoch"] > 0
 
 
-def test_reloaded_model_scores_like_the_reported_metrics(trained: tuple[Path, object]) -> None:
+def test_reloaded_model_scores_like_the_reported_metrics(trained: tuple[Path, TrainOutputs]) -> None:
     from recsys.evaluation import EvalConfig, evaluate
 
     work, outputs = trained
     loaded = load_model_dir(work / "models" / "tiny-sasrec")
-    result = evaluate(loaded.model, loaded.data.eval_split("test"), loaded.data.num_items, EvalConfig(max_history=20))
-    assert result.metrics["ndcg@10"] == pytest.approx(outputs.metrics["test"]["ndcg@10"])  # type: ignore[attr-defined]
+    result = evaluate(loaded.model, loaded.data.eval_split("test"), loaded.data.num_items, EvalConfig())
+    assert result.metrics["ndcg@10"] == pytest.approx(outputs.metrics["test"]["ndcg@10"])
 
 
-def test_mlflow_run_has_params_epoch_metrics_and_model(trained: tuple[Path, object]) -> None:
+def test_mlflow_run_has_params_epoch_metrics_and_model(trained: tuple[Path, TrainOutputs]) -> None:
     work, outputs = trained
     mlflow.set_tracking_uri(f"sqlite:///{work / 'mlflow.db'}")
     client = mlflow.MlflowClient()
-    run = client.get_run(outputs.run_id)  # type: ignore[attr-defined]
+    run = client.get_run(outputs.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["model.name"] == "sasrec"
     assert run.data.params["train.batch_size"] == "8"
@@ -87,7 +86,7 @@ def test_generative_experiment_builds_ids_trains_saves_and_reloads(
     config = load_config(
         tiny_config(tmp_path, name="tiny-tiger", sid=sid, model=model, train={"epochs": 1}, eval={"ks": [5, 10]})
     )
-    outputs = run_experiment(config, ExperimentPaths.under(tmp_path, config))
+    outputs = train(config, tmp_path)
     assert outputs.metrics["test"]["recall@10"] >= outputs.metrics["test"]["recall@5"]
     loaded = load_model_dir(tmp_path / "models" / "tiny-tiger")
     assert loaded.name == "generative"
@@ -100,7 +99,7 @@ def test_tracking_off_writes_the_model_dir_and_no_mlflow_store(
     tmp_path: Path, tiny_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     config = load_config(tiny_config(tmp_path, train={"epochs": 1}, tracking={"enabled": False}))
-    outputs = run_experiment(config, ExperimentPaths.under(tmp_path, config))
+    outputs = train(config, tmp_path)
     assert outputs.run_id is None
     assert (tmp_path / "models" / "tiny-sasrec" / "model.pt").is_file()
     assert not (tmp_path / "mlflow.db").exists()

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.bundle import Bundle
 from pipelines.config import ExperimentConfig
 from pipelines.registry import download_champion_bundle
 from serving.recommender import Recommender
 
 
-def champion_bundle(config: ExperimentConfig) -> tuple[str, str, Path]:
-    """(tracking URI, registered model name, champion bundle dir) of a config whose pipeline has run."""
+def champion_bundle(config: ExperimentConfig) -> tuple[str, str, Bundle]:
+    """(tracking URI, registered model name, champion bundle) of a config whose pipeline has run."""
     uri = config.tracking.resolved_uri()
     bundle = download_champion_bundle(config.registered_model_name, uri)
     assert bundle is not None, f"{config.registered_model_name} has no champion in {uri}"

@@ -99,7 +99,7 @@ def _redis_or_skip(url: str) -> None:
         redis.Redis.from_url(url, socket_connect_timeout=1).ping()
     except redis.RedisError as err:
         if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs Redis at {url} (ENV.md): {err}")
+            pytest.fail(f"CI needs Redis at {url} (CI machines run one): {err}")
         pytest.skip(f"no Redis at {url}: {err}")
 
 
@@ -110,7 +110,9 @@ def test_redis_store_and_degraded_mode(registry: tuple) -> None:
     data = load_prepared(registry[2])
     items = data.items["item_id"].to_list()[:2]
     user = f"redis-{uuid.uuid4().hex[:8]}"
-    settings = ServingSettings(model_name=name, tracking_uri=uri, history_store="redis", redis_url=url, max_history=3)
+    settings = ServingSettings(
+        model_name=name, tracking_uri=uri, history_store="redis", redis_url=url, events_per_user=3
+    )
     with TestClient(create_app(settings)) as client:
         assert client.post("/v1/events", json={"user_id": user, "item_ids": items}).status_code == 200
         body = client.post("/v1/recommendations", json={"user_id": user}).json()

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+from pipelines.bundle import Bundle
 from pipelines.registry import download_champion_bundle
 from serving.recommender import Recommender
 
@@ -15,8 +16,8 @@ def test_a_bundle_needs_nothing_outside_itself(recommender: Recommender, registr
     uri, name, _ = registry
     bundle = download_champion_bundle(name, uri)
     assert bundle is not None
-    moved = shutil.copytree(bundle, tmp_path / "bundle")
-    data_json = moved / "model" / "data.json"
+    moved = Bundle(shutil.copytree(bundle.path, tmp_path / "bundle"))
+    data_json = moved.model_dir / "data.json"
     data_json.write_text(json.dumps({**json.loads(data_json.read_text()), "data_dir": "/nonexistent/prepared"}))
     elsewhere = Recommender(moved)
     user = recommender.data.users["user_id"][0]

@@ -69,7 +69,8 @@ def test_dashboard_of_one_experiment(client: TestClient) -> None:
 def test_bundle_without_a_store_says_how_to_configure_it(
     registry: tuple[str, str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("RECSYS_TRACKING_URI", raising=False)
+    for named in ("RECSYS_TRACKING_URI", "MLFLOW_TRACKING_URI"):  # MLflow sets the latter in-process
+        monkeypatch.delenv(named, raising=False)
     bundle = registry[2].parent.parent / "bundles" / "tiny-sasrec"  # WORK/data/NAME -> WORK/bundles/NAME
     with TestClient(create_app(ServingSettings(bundle=bundle, reload_interval_s=0))) as bundle_client:
         response = bundle_client.get("/dashboard")

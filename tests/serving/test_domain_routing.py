@@ -3,7 +3,6 @@ registered and served; the request's `domain` picks the adapter and the items; o
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.runner import run_pipeline
 from recsys.errors import ConfigError
@@ -25,23 +25,28 @@ from tests.serving.conftest import champion_bundle
 @pytest.fixture(scope="module")
 def adapted_bundle(
     tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path], registry: tuple[str, str, Path]
-) -> tuple[str, str, Path]:
+) -> tuple[str, str, Bundle]:
     """(tracking URI, registered model name, bundle) of adapters over the `registry` fixture's SASRec."""
     _, base_name, data_dir = registry
     work = tmp_path_factory.mktemp("adapters")
-    params = {"base_dir": str(data_dir.parents[1] / "models" / base_name), "domains": ["beauty", "home", "sports"]}
-    model = {"name": "domain_adapters", "params": {**params, "embedding_rank": 1}}  # block and item adapters
+    model = {
+        "name": "domain_adapters",
+        "base_dir": str(data_dir.parents[1] / "models" / base_name),
+        "params": {"domains": ["beauty", "home", "sports"], "embedding_rank": 1},  # block and item adapters
+    }
     config = load_config(tiny_config(work, name="tiny-adapters", model=model, train={"epochs": 1}))
-    sampled = tiny_config(work, name="tiny-adapters-sampled", model=model, train={"loss": "sampled_softmax"})
+    sampled_model = {**model, "training": {"loss": "sampled_softmax"}}
+    sampled = tiny_config(work, name="tiny-adapters-sampled", model=sampled_model)
     with pytest.raises(ConfigError, match="item adapters"):  # would move the other domains' item rows
         run_pipeline(load_config(sampled), work)
-    reports = {r.name: r.outputs for r in run_pipeline(config, work)}
-    metrics = json.loads((Path(reports["train_retriever"]["model_dir"]) / "metrics.json").read_text())
+    outputs, _ = run_pipeline(config, work)
+    assert outputs.model is not None
+    metrics = outputs.model.metrics
     assert metrics["test"]["ndcg@10"] > 0
     return champion_bundle(config)
 
 
-def test_requests_get_their_domains_items_through_its_adapter(adapted_bundle: tuple[str, str, Path]) -> None:
+def test_requests_get_their_domains_items_through_its_adapter(adapted_bundle: tuple[str, str, Bundle]) -> None:
     uri, name, bundle = adapted_bundle
     recommender = Recommender(bundle)
     model = recommender.model
@@ -69,7 +74,7 @@ def test_requests_get_their_domains_items_through_its_adapter(adapted_bundle: tu
 
 
 def test_one_domains_adapter_is_hot_swapped_from_its_file(
-    adapted_bundle: tuple[str, str, Path], registry: tuple[str, str, Path], tmp_path: Path
+    adapted_bundle: tuple[str, str, Bundle], registry: tuple[str, str, Path], tmp_path: Path
 ) -> None:
     uri, name, bundle = adapted_bundle
     retrained = Recommender(bundle).model

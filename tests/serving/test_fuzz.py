@@ -12,7 +12,7 @@ from tests.conftest import recsys_serve
 def test_no_generated_request_causes_a_server_error(registry: tuple[str, str, Path], tmp_path: Path) -> None:
     uri, name, _ = registry
     schemathesis = str(Path(sys.executable).with_name("schemathesis"))
-    with recsys_serve(uri, name) as (base, _):
+    with recsys_serve("--model-name", name, "--tracking-uri", uri) as (base, _):
         run = subprocess.run(
             [
                 schemathesis, "run", f"{base}/openapi.json",

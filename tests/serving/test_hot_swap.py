@@ -10,8 +10,9 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from pipelines.bundle import Bundle
 from pipelines.config import load_config
-from pipelines.registry import register_bundle, write_bundle
+from pipelines.registry import register_bundle
 from pipelines.runner import run_pipeline
 from serving.main import create_app
 from serving.settings import ServingSettings
@@ -19,7 +20,8 @@ from serving.settings import ServingSettings
 
 def test_new_champion_is_swapped_in_under_load(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
     config = load_config(tiny_config(tmp_path, pipeline={"index": {"kind": "flat"}}))
-    outputs = {r.name: r.outputs for r in run_pipeline(config, tmp_path)}
+    outputs, _ = run_pipeline(config, tmp_path)
+    assert outputs.model is not None
     uri, name = config.tracking.resolved_uri(), config.registered_model_name
     settings = ServingSettings(model_name=name, tracking_uri=uri, reload_interval_s=0)
 
@@ -41,12 +43,11 @@ def test_new_champion_is_swapped_in_under_load(tmp_path: Path, tiny_config: Call
             worker.start()
         # a better model is registered and promoted (v2) while requests are running
         better = tmp_path / "better-model"
-        shutil.copytree(outputs["train_retriever"]["model_dir"], better)
+        shutil.copytree(outputs.model.model_dir, better)
         metrics = json.loads((better / "metrics.json").read_text())
         metrics["valid"]["ndcg@10"] += 0.01
         (better / "metrics.json").write_text(json.dumps(metrics))
-        bundle = write_bundle(tmp_path / "bundle-v2", name=name, model_dir=better, index_dir=None, sid_path=None,
-                              source={})  # fmt: skip
+        bundle = Bundle.write(tmp_path / "bundle-v2", name=name, model_dir=better)
         assert register_bundle(bundle, name, uri).promoted
         swap = client.post("/v1/admin/reload").json()
         requests_before_stop = len(statuses)

@@ -20,13 +20,13 @@ def test_a_two_stage_bundle_serves_the_rankers_order_of_the_retrievers_candidate
 ) -> None:
     _, retriever_name, data_dir = registry
     retriever_dir = data_dir.parents[1] / "models" / retriever_name
-    params = {"retriever_dir": str(retriever_dir), "num_candidates": 10, "max_history": 20, "dim": 32, "hidden": 32,
-              "head": "moe", "num_experts": 4, "top_k": 2}  # fmt: skip
-    config = load_config(
-        tiny_config(tmp_path, name="tiny-two-stage", model={"name": "ranker", "params": params}, train={"epochs": 1})
-    )
-    reports = {r.name: r.outputs for r in run_pipeline(config, tmp_path)}
-    evaluation = json.loads((Path(reports["evaluate"]["evaluation_dir"]) / "evaluation.json").read_text())
+    params = {"num_candidates": 10, "max_history": 20, "dim": 32, "hidden": 32, "head": "moe", "num_experts": 4,
+              "top_k": 2}  # fmt: skip
+    model = {"name": "ranker", "retriever_dir": str(retriever_dir), "params": params}
+    config = load_config(tiny_config(tmp_path, name="tiny-two-stage", model=model, train={"epochs": 1}))
+    outputs, _ = run_pipeline(config, tmp_path)
+    assert outputs.evaluation is not None
+    evaluation = json.loads((outputs.evaluation.evaluation_dir / "evaluation.json").read_text())
     assert [row["epoch"] for row in evaluation["expert_load"]] == [1]  # the dashboard's expert-load section
     two_stage = Recommender(champion_bundle(config)[2])
     history = [1, 2, 3]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.runner import run_pipeline
 from recsys.data.prepared import load_prepared
@@ -21,10 +22,10 @@ from tests.serving.conftest import champion_bundle
 
 
 @pytest.fixture(scope="module")
-def timed_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> tuple[str, str, Path]:
-    """(tracking URI, registered model name, bundle dir) of a tiny HSTU with time buckets."""
+def timed_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> tuple[str, str, Bundle]:
+    """(tracking URI, registered model name, bundle) of a tiny HSTU with time buckets."""
     work = tmp_path_factory.mktemp("timed")
-    params = {"max_len": 20, "dim": 32, "num_heads": 2, "num_time_buckets": 24}
+    params = {"max_history": 20, "dim": 32, "num_heads": 2, "num_time_buckets": 24}
     config = load_config(
         tiny_config(work, name="tiny-hstu-time", model={"name": "hstu", "params": params}, train={"epochs": 1})
     )
@@ -32,7 +33,7 @@ def timed_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable
     return champion_bundle(config)
 
 
-def test_served_scores_use_the_history_times(timed_bundle: tuple[str, str, Path]) -> None:
+def test_served_scores_use_the_history_times(timed_bundle: tuple[str, str, Bundle]) -> None:
     uri, name, bundle = timed_bundle
     recommender = Recommender(bundle)
     user = recommender.data.users["user_id"][0]
@@ -60,9 +61,10 @@ def test_served_scores_use_the_history_times(timed_bundle: tuple[str, str, Path]
     assert [r.score for r in soon] != pytest.approx([r.score for r in expected], abs=1e-5)
 
 
-def test_online_events_keep_their_time(timed_bundle: tuple[str, str, Path]) -> None:
+def test_online_events_keep_their_time(timed_bundle: tuple[str, str, Bundle]) -> None:
     uri, name, bundle = timed_bundle
-    data = load_prepared(bundle / "data")
+    assert bundle.data_dir is not None
+    data = load_prepared(bundle.data_dir)
     items = data.items["item_id"].to_list()[:3]
     with TestClient(create_app(ServingSettings(model_name=name, tracking_uri=uri))) as client:
         stored = client.post("/v1/events", json={"user_id": "new", "item_ids": items, "timestamps": [10, 20, 9_000]})

@@ -17,13 +17,14 @@ def test_leave_one_out_splits_follow_the_sequences(tiny_data_dir: Path) -> None:
     data = load_prepared(tiny_data_dir)
     inter = pl.read_parquet(tiny_data_dir / "interactions.parquet")
     first_user = inter.filter(pl.col("user_idx") == 1)
-    assert data.sequences.row(0).tolist() == first_user["item_idx"].to_list()
+    items = first_user["item_idx"].to_list()
+    assert data.sequences.row(0).tolist() == items
     valid, test = data.eval_split("valid"), data.eval_split("test")
-    assert valid.targets[0].item() == first_user.filter(pl.col("split") == "valid")["item_idx"].item()
-    assert test.targets[0].item() == first_user.filter(pl.col("split") == "test")["item_idx"].item()
-    assert test.histories.row(0).tolist() == first_user["item_idx"].to_list()[:-1]
-    assert data.training_sequences().row(0).tolist() == first_user["item_idx"].to_list()[:-2]
-    assert data.training_timestamps().row(0).tolist() == first_user["ts"].to_list()[:-2]
+    assert valid.targets[0].item() == items[-2] and test.targets[0].item() == items[-1]  # recsys.data.splits
+    assert test.histories.row(0).tolist() == items[:-1]
+    rows = data.training_rows()
+    assert rows.items.row(0).tolist() == data.training_sequences().row(0).tolist() == items[:-2]
+    assert rows.timestamps.row(0).tolist() == first_user["ts"].to_list()[:-2]
     assert test.timestamps is not None and test.timestamps.row(0).tolist() == first_user["ts"].to_list()[:-1]
     assert test.request_times is not None and test.request_times[0].item() == first_user["ts"].to_list()[-1]
 
@@ -42,7 +43,8 @@ def test_cold_items_leave_training_and_inputs_but_stay_targets(tmp_path: Path) -
         rows = inter.filter(pl.col("user_idx") == user).head(-2)
         warm = rows.filter(~is_cold.gather(rows["item_idx"].cast(pl.Int64)))
         assert data.training_sequences().row(user - 1).tolist() == warm["item_idx"].to_list()
-        assert data.training_timestamps().row(user - 1).tolist() == warm["ts"].to_list()
+        assert data.training_rows().timestamps.row(user - 1).tolist() == warm["ts"].to_list()
+        assert data.training_rows().labels["value"].row(user - 1).tolist() == warm["value"].to_list()
     test = data.eval_split("test")
     assert not cold[test.histories.values].any()
     assert cold[test.targets].any(), "some test targets should be cold items"
@@ -61,3 +63,17 @@ def test_titles_fall_back_to_item_ids(tiny_data_dir: Path) -> None:
     data = load_prepared(tiny_data_dir)
     titles = data.titles(torch.tensor([1, 2]))
     assert all(isinstance(t, str) and t for t in titles)
+
+
+def test_task_labels_travel_with_the_interactions(tiny_data_dir: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+    inter = pl.read_parquet(tiny_data_dir / "interactions.parquet")
+    first_user = inter.filter(pl.col("user_idx") == 1)
+    assert data.tasks == ("event:purchase", "value")
+    purchases = (first_user["event"] == "purchase").cast(pl.Float32).to_list()
+    test = data.eval_split("test")
+    assert test.target_labels["event:purchase"][0].item() == purchases[-1]
+    assert test.target_labels["value"][0].item() == first_user["value"][-1]
+    assert data.training_rows().labels["event:purchase"].row(0).tolist() == purchases[:-2]
+    domain = data.for_domain(data.domains[0])
+    assert len(domain.labels["value"].values) == len(domain.sequences.values)  # filtered with the items

@@ -14,6 +14,8 @@ from recsys.evaluation import EvalConfig, evaluate
 class FixedScorer:
     """Scores item i as `table[i]` for every user; records the histories, users and timestamps it was given."""
 
+    max_history = 50
+
     def __init__(self, table: list[float]) -> None:
         self.table = torch.tensor(table)
         self.widths: list[int] = []

@@ -15,7 +15,7 @@ from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.modules.lora import lora_layers
 from recsys.training.trainer import TrainConfig, fit
 
-EVAL = EvalConfig(ks=(10,), max_history=20)
+EVAL = EvalConfig(ks=(10,))
 
 
 def test_a_domains_data_keeps_its_items_and_ranks_only_them(tiny_data_dir: Path) -> None:
@@ -31,6 +31,8 @@ def test_a_domains_data_keeps_its_items_and_ranks_only_them(tiny_data_dir: Path)
     scores = torch.randn(data.num_items + 1)
 
     class Random:
+        max_history = 20
+
         def score(self, histories: torch.Tensor, users: object = None, times: object = None) -> torch.Tensor:
             return scores.expand(histories.shape[0], -1).clone()
 
@@ -44,7 +46,7 @@ def test_a_domains_data_keeps_its_items_and_ranks_only_them(tiny_data_dir: Path)
 def _adapted(data_dir: Path) -> tuple[DomainAdaptedRetriever, torch.Tensor]:
     data = load_prepared(data_dir)
     torch.manual_seed(0)
-    base = SASRec(SASRecConfig(num_items=data.num_items, max_len=20, dim=16, num_heads=1, ffn_dim=32))
+    base = SASRec(SASRecConfig(num_items=data.num_items, max_history=20, dim=16, num_heads=1, ffn_dim=32))
     config = DomainAdapterConfig(domains=tuple(data.domains), rank=2)
     return DomainAdaptedRetriever(config, base, data.item_domains()), data.item_domains()
 
@@ -85,7 +87,7 @@ def test_training_one_domain_moves_only_its_adapter(tiny_data_dir: Path) -> None
 def test_item_adapters_train_only_their_domains_rows(tiny_data_dir: Path) -> None:
     data = load_prepared(tiny_data_dir)
     torch.manual_seed(0)
-    base = SASRec(SASRecConfig(num_items=data.num_items, max_len=20, dim=16, num_heads=1, ffn_dim=32))
+    base = SASRec(SASRecConfig(num_items=data.num_items, max_history=20, dim=16, num_heads=1, ffn_dim=32))
     config = DomainAdapterConfig(domains=tuple(data.domains), rank=2, embedding_rank=2)
     model = DomainAdaptedRetriever(config, base, data.item_domains())
     table = model.base.item_embeddings().detach().clone()

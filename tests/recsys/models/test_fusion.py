@@ -11,7 +11,7 @@ from torch import nn
 from recsys.data.times import HistoryTimes
 from recsys.errors import ConfigError
 from recsys.models.fusion import Fusion, FusionConfig
-from recsys.models.registry import build_model, load_model, save_model
+from recsys.models.registry import ModelInputs, build_model, load_model, save_model
 
 NEG_INF = float("-inf")
 
@@ -42,17 +42,14 @@ def test_fused_score_is_the_weighted_sum_of_reciprocal_ranks() -> None:
 
 def test_fusion_of_saved_models_round_trips_through_the_registry(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    dirs = []
-    for name, params in [("sasrec", {"max_len": 6, "dim": 8, "num_heads": 1, "ffn_dim": 16}), ("hstu", {"max_len": 9})]:
-        model_dir = tmp_path / name
-        model_dir.mkdir()
-        save_model(model_dir / "model.pt", name, build_model(name, params, num_items=15))
-        dirs.append(str(model_dir))
-    # an experiment with a `sid` section also passes its semantic-ID and content paths: the members carry theirs
-    params = {"members": dirs, "depth": 5, "semantic_ids": "unused.parquet", "content_embeddings": "unused.npy"}
-    fusion = build_model("fusion", params, num_items=15)
+    members = []
+    for name, params in [("sasrec", {"max_history": 6, "dim": 8, "num_heads": 1, "ffn_dim": 16}),
+                         ("hstu", {"max_history": 9})]:  # fmt: skip
+        save_model(tmp_path / f"{name}.pt", name, build_model(name, params, num_items=15))
+        members.append(load_model(tmp_path / f"{name}.pt")[1])
+    fusion = build_model("fusion", {"depth": 5}, num_items=15, inputs=ModelInputs(members=tuple(members)))
     assert isinstance(fusion, Fusion)
-    assert fusion.config.max_len == 9, "the history fed to the members must cover the longest reader"
+    assert fusion.max_history == 9, "the history fed to the members must cover the longest reader"
     save_model(tmp_path / "fusion.pt", "fusion", fusion)
     _, loaded = load_model(tmp_path / "fusion.pt")
     history = torch.tensor([[0, 1, 2, 3]])
@@ -62,7 +59,7 @@ def test_fusion_of_saved_models_round_trips_through_the_registry(tmp_path: Path)
 
 
 def test_fusion_config_errors_say_what_to_fix() -> None:
-    with pytest.raises(ConfigError, match=r"needs model\.params\.members"):
+    with pytest.raises(ConfigError, match=r"needs model\.members"):
         build_model("fusion", {}, num_items=3)
     with pytest.raises(ValueError, match="2 members but 1 weights"):
         Fusion(FusionConfig(num_items=3, weights=[1.0]), [FixedScores([0.0] * 4), FixedScores([0.0] * 4)])

@@ -158,7 +158,7 @@ def test_generative_training_beats_popularity_on_structured_ids(tiny_data_dir) -
     )  # fmt: skip
     torch.manual_seed(0)
     model = GenerativeRetriever(config, codes)
-    eval_config = EvalConfig(ks=(10,), max_history=20)
+    eval_config = EvalConfig(ks=(10,))
     train = TrainConfig(epochs=4, batch_size=64, lr=3e-3, progress=False, precision="fp32")
     result = fit(model, data, train, eval_config)
     baseline = popularity_valid_metric(data, eval_config, "recall@10")

@@ -15,13 +15,13 @@ from recsys.models.registry import build_model, load_model, save_model
 from recsys.training.trainer import TrainConfig, fit
 from tests.conftest import popularity_valid_metric
 
-EVAL = EvalConfig(ks=(10,), max_history=20)
+EVAL = EvalConfig(ks=(10,))
 
 
 def test_hstu_beats_popularity_on_the_tiny_data(tiny_data_dir: Path) -> None:
     data = load_prepared(tiny_data_dir)
     torch.manual_seed(0)
-    model = HSTU(HSTUConfig(num_items=data.num_items, max_len=20, dim=32, num_heads=2, dropout=0.1))
+    model = HSTU(HSTUConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=2, dropout=0.1))
     result = fit(model, data, TrainConfig(epochs=8, batch_size=4, lr=3e-3, progress=False), EVAL)
     valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
     assert valid == pytest.approx(result.best_valid["ndcg@10"])
@@ -30,14 +30,14 @@ def test_hstu_beats_popularity_on_the_tiny_data(tiny_data_dir: Path) -> None:
 
 
 def test_scores_are_cosines_divided_by_the_temperature() -> None:
-    model = HSTU(HSTUConfig(num_items=12, max_len=5, dim=8, num_heads=2, temperature=0.1)).eval()
+    model = HSTU(HSTUConfig(num_items=12, max_history=5, dim=8, num_heads=2, temperature=0.1)).eval()
     scores = model.score(torch.tensor([[0, 3, 4, 5]]))
     assert scores[:, 1:].abs().max() <= 10.0 + 1e-4  # |cosine| <= 1
     torch.testing.assert_close(model.item_embeddings().norm(dim=-1)[1:], torch.ones(12))
 
 
 def test_registry_round_trip_keeps_the_scores(tmp_path: Path) -> None:
-    model = build_model("hstu", {"max_len": 5, "dim": 8, "num_heads": 2}, num_items=12)
+    model = build_model("hstu", {"max_history": 5, "dim": 8, "num_heads": 2}, num_items=12)
     assert isinstance(model, HSTU)
     save_model(tmp_path / "model.pt", "hstu", model)
     name, loaded = load_model(tmp_path / "model.pt")
@@ -53,7 +53,7 @@ def test_bad_temperature_is_refused() -> None:
 
 def _timed_hstu() -> HSTU:
     torch.manual_seed(0)
-    model = HSTU(HSTUConfig(num_items=20, max_len=6, dim=16, num_heads=2, num_time_buckets=24)).eval()
+    model = HSTU(HSTUConfig(num_items=20, max_history=6, dim=16, num_heads=2, num_time_buckets=24)).eval()
     with torch.no_grad():
         for layer in model.layers:
             assert layer.time_bias is not None
@@ -91,7 +91,7 @@ def test_time_aware_packed_rows_match_separate_histories() -> None:
     torch.testing.assert_close(packed[0, 4], second[0])
 
 
-def test_time_aware_histories_longer_than_max_len_keep_their_recent_times() -> None:
+def test_time_aware_histories_longer_than_max_history_keep_their_recent_times() -> None:
     model = _timed_hstu()
     items, times = torch.arange(1, 9)[None], (torch.arange(8) ** 3 * 100)[None]
     long = model.score(items, times=HistoryTimes(times, torch.tensor([60_000])))
@@ -107,7 +107,7 @@ def test_time_aware_model_refuses_to_score_without_times() -> None:
 def test_time_aware_hstu_trains_and_validates_on_real_times(tiny_data_dir: Path) -> None:
     data = load_prepared(tiny_data_dir)
     torch.manual_seed(0)
-    config = HSTUConfig(num_items=data.num_items, max_len=20, dim=32, num_heads=2, dropout=0.1, num_time_buckets=24)
+    config = HSTUConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=2, dropout=0.1, num_time_buckets=24)
     model = HSTU(config)
     result = fit(model, data, TrainConfig(epochs=8, batch_size=4, lr=3e-3, progress=False), EVAL)
     valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]

@@ -1,23 +1,24 @@
 """Two-stage ranking: the retriever's top-C re-scored by a trained ranker; the retriever stays frozen, the
-target the retriever misses counts as a miss, and the model saves and loads whole."""
+target the retriever misses counts as a miss, the data's other tasks are learned beside ranking, and the model
+saves and loads whole."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from recsys.data.prepared import SequenceData, load_prepared
-from recsys.evaluation import EvalConfig, evaluate
+from recsys.errors import ConfigError
+from recsys.evaluation import EvalConfig, evaluate, evaluate_tasks
 from recsys.models.ranker import TwoStageRanker
-from recsys.models.registry import build_model, load_model, save_model
+from recsys.models.registry import ModelInputs, build_model, load_model, save_model
 from recsys.models.sasrec import SASRec, SASRecConfig
-from recsys.training.recipes import RankerRecipe, recipe_for
+from recsys.training.recipes import NextItemTraining, RankerRecipe, RankerTraining, recipe_for
 from recsys.training.trainer import TrainConfig, fit
 
-EVAL = EvalConfig(ks=(10,), max_history=20)
+EVAL = EvalConfig(ks=(10,))
 
 
 @pytest.fixture(scope="module")
@@ -25,17 +26,22 @@ def retriever_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     """A SASRec trained briefly on the tiny data, saved as a model directory's model.pt."""
     data = load_prepared(tiny_data_dir)
     torch.manual_seed(0)
-    model = SASRec(SASRecConfig(num_items=data.num_items, max_len=20, dim=32, num_heads=1, ffn_dim=64))
+    model = SASRec(SASRecConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64))
     fit(model, data, TrainConfig(epochs=4, batch_size=4, lr=3e-3, progress=False), EVAL)
     out = tmp_path_factory.mktemp("retriever")
     save_model(out / "model.pt", "sasrec", model)
     return out
 
 
-def two_stage(retriever_dir: Path, num_items: int, **params: object) -> TwoStageRanker:
+def two_stage(
+    retriever_dir: Path, num_items: int, content: torch.Tensor | None = None, data_tasks: tuple[str, ...] = (),
+    **params: object,
+) -> TwoStageRanker:  # fmt: skip
+    """A ranker over the trained retriever, on a catalog with `content` embeddings and labels of `data_tasks`."""
     torch.manual_seed(0)
-    base = {"retriever_dir": str(retriever_dir), "num_candidates": 20, "dim": 32, "hidden": 64}
-    model = build_model("ranker", {**base, **params}, num_items)
+    retriever = load_model(retriever_dir / "model.pt")[1]
+    inputs = ModelInputs(retriever=retriever, content=content, tasks=data_tasks)
+    model = build_model("ranker", {"num_candidates": 20, "dim": 32, "hidden": 64, **params}, num_items, inputs)
     assert isinstance(model, TwoStageRanker)
     return model
 
@@ -70,12 +76,12 @@ def test_training_the_ranker_improves_on_the_retriever_and_leaves_it_frozen(
 
 def test_the_moe_head_trains_with_balanced_experts(tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path) -> None:
     data = load_prepared(tiny_data_dir)
-    model = two_stage(retriever_dir, data.num_items, head="moe", num_experts=4, top_k=2, train_candidates=10)
+    model = two_stage(retriever_dir, data.num_items, head="moe", num_experts=4, top_k=2)
     assert model.ranker.moe is not None
     seen: list[dict[str, float]] = []
-    result = fit(
-        model, data, TrainConfig(epochs=2, batch_size=32, lr=3e-3, progress=False), EVAL, lambda _, m: seen.append(m)
-    )
+    train = TrainConfig(epochs=2, batch_size=32, lr=3e-3, progress=False)
+    recipe = recipe_for(model, data, train.batch_size, RankerTraining(train_candidates=10))
+    result = fit(model, data, train, EVAL, recipe, lambda _, m: seen.append(m))
     assert [row["epoch"] for row in result.expert_load] == [1, 2]  # recorded every epoch, for the dashboard
     load = result.expert_load[-1]
     assert sum(load["fraction"]) == pytest.approx(1.0)
@@ -94,28 +100,26 @@ def assert_saves_and_loads_whole(model: TwoStageRanker, data: SequenceData, tmp_
 
 
 def test_a_ranker_needs_a_retriever_trained_on_the_same_items(tiny_data_dir: Path, retriever_dir: Path) -> None:
-    from recsys.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="retriever_dir"):
+    with pytest.raises(ConfigError, match=r"model\.retriever_dir"):
         build_model("ranker", {}, 10)
+    retriever = load_model(retriever_dir / "model.pt")[1]
     with pytest.raises(ConfigError, match="same prepared data"):
-        build_model("ranker", {"retriever_dir": str(retriever_dir)}, 3)
+        build_model("ranker", {}, 3, ModelInputs(retriever=retriever))
 
 
 def test_training_pairs_the_retriever_missed_are_left_out(tiny_data_dir: Path, retriever_dir: Path) -> None:
     """Forcing a missed target in would give it an out-of-range retriever score: a shortcut the ranker
     would learn and never meet when serving."""
     from recsys.data.batching import HistoryBatch
-    from recsys.training.recipes import RankerRecipe
 
     data = load_prepared(tiny_data_dir)
-    model = two_stage(retriever_dir, data.num_items, train_candidates=5)
+    model = two_stage(retriever_dir, data.num_items)
     histories = data.eval_split("valid").histories.select(torch.arange(8)).to_padded(20)
     scores = model.retriever.score(histories)
     scores[:, 0] = float("inf")  # never the worst
     best, worst = model.candidates(histories).indices[:, 0], scores.argmin(dim=1)
     targets = torch.where(torch.arange(8) < 3, best, worst)  # 3 pairs the retriever found, 5 it missed
-    recipe = RankerRecipe(max_history=20, batch_size=8)
+    recipe = RankerRecipe(max_history=20, batch_size=8, train_candidates=5)
     loss, count = recipe.loss(model, HistoryBatch(histories, targets, torch.arange(1, 9)), torch.Generator())
     assert count == 3 and torch.isfinite(loss)
     missed = HistoryBatch(histories, worst, torch.arange(1, 9))
@@ -127,21 +131,21 @@ def test_a_ranker_trains_on_the_items_its_held_out_first_stage_never_saw(
 ) -> None:
     data = load_prepared(tiny_data_dir)
     torch.manual_seed(0)
-    held_out = SASRec(SASRecConfig(num_items=data.num_items, max_len=20, dim=32, num_heads=1, ffn_dim=64))
-    fit(held_out, data, TrainConfig(epochs=2, batch_size=4, lr=3e-3, holdout_last=1, progress=False), EVAL)
-    save_model(tmp_path / "held-out" / "model.pt", "sasrec", held_out)
-    model = two_stage(retriever_dir, data.num_items, holdout_retriever_dir=str(tmp_path / "held-out"))
-    recipe = recipe_for(model, data, batch_size=1_000)
+    held_out = SASRec(SASRecConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64))
+    train = TrainConfig(epochs=2, batch_size=4, lr=3e-3, progress=False)
+    fit(held_out, data, train, EVAL, recipe_for(held_out, data, train.batch_size, NextItemTraining(holdout_last=1)))
+    model = two_stage(retriever_dir, data.num_items)
+    recipe = recipe_for(model, data, 1_000, RankerTraining(), holdout_retriever=held_out)
     assert isinstance(recipe, RankerRecipe) and recipe.holdout_retriever is not None
-    (batch,) = recipe.batches(data.training_sequences(), torch.Generator())
-    sequences = data.training_sequences()
-    assert sorted(batch.targets.tolist()) == sorted(sequences.last(1).tolist())  # one pair per user: the last item
-    two = recipe_for(two_stage(retriever_dir, data.num_items, holdout_retriever_dir=str(tmp_path / "held-out"),
-                               holdout_items=2), data, batch_size=10_000)  # fmt: skip
-    (pairs,) = two.batches(sequences, torch.Generator())
-    assert len(pairs.targets) == int((sequences.lengths() >= 2).sum() + (sequences.lengths() >= 3).sum())
+    rows = data.training_rows()
+    (batch,) = recipe.batches(rows, torch.Generator())
+    assert sorted(batch.targets.tolist()) == sorted(rows.items.last(1).tolist())  # one pair per user: the last item
+    two = recipe_for(model, data, 10_000, RankerTraining(holdout_items=2), holdout_retriever=held_out)
+    (pairs,) = two.batches(rows, torch.Generator())
+    lengths = rows.items.lengths()
+    assert len(pairs.targets) == int((lengths >= 2).sum() + (lengths >= 3).sum())
     retriever_before = {k: v.clone() for k, v in model.retriever.state_dict().items()}
-    result = fit(model, data, TrainConfig(epochs=3, batch_size=32, lr=3e-3, progress=False), EVAL)
+    result = fit(model, data, TrainConfig(epochs=3, batch_size=32, lr=3e-3, progress=False), EVAL, recipe)
     assert result.best_valid["ndcg@10"] > 0
     for key, value in model.retriever.state_dict().items():  # the serving first stage stays as it was
         torch.testing.assert_close(value, retriever_before[key], rtol=0, atol=0)
@@ -165,15 +169,13 @@ def test_a_residual_ranker_starts_as_its_retriever_and_can_keep_its_item_vectors
 def test_content_features_are_cosines_to_the_history_and_travel_with_the_model(
     tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path
 ) -> None:
-    from recsys.errors import ConfigError
-
     data = load_prepared(tiny_data_dir)
     with pytest.raises(ConfigError, match="use_content needs content embeddings"):
         two_stage(retriever_dir, data.num_items, use_content=True)
     generator = torch.Generator().manual_seed(0)
     vectors = torch.randn(data.num_items, 6, generator=generator)
-    np.save(tmp_path / "content.npy", vectors.numpy())
-    model = two_stage(retriever_dir, data.num_items, use_content=True, content_embeddings=str(tmp_path / "content.npy"))
+    content = torch.cat([torch.zeros(1, 6), vectors])  # row 0: the padding item
+    model = two_stage(retriever_dir, data.num_items, content=content, use_content=True)
     assert model.config.content_dim == 6
     unit = torch.nn.functional.normalize(vectors, dim=1)
     histories, candidates = torch.tensor([[0, 1, 2], [0, 0, 0]]), torch.tensor([[3, 1], [4, 5]])
@@ -184,3 +186,24 @@ def test_content_features_are_cosines_to_the_history_and_travel_with_the_model(
     assert torch.equal(similarities[1], torch.zeros(2, 3))  # an empty history: no similarity
     fit(model, data, TrainConfig(epochs=1, batch_size=32, lr=3e-3, progress=False), EVAL)
     assert_saves_and_loads_whole(model, data, tmp_path)  # the content embeddings are in the saved model
+
+
+def test_a_multi_task_ranker_learns_every_task_the_data_has(
+    tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    assert data.tasks == ("event:purchase", "value")  # the synthetic data's purchases and ratings
+    model = two_stage(retriever_dir, data.num_items, data_tasks=data.tasks, head="moe", num_experts=4, top_k=2)
+    assert [task.name for task in model.tasks] == list(data.tasks) and len(model.ranker.outputs) == 3
+    split = data.eval_split("valid")
+    before = evaluate_tasks(model.eval(), split)
+    fit(model, data, TrainConfig(epochs=3, batch_size=32, lr=3e-3, progress=False), EVAL)
+    after = evaluate_tasks(model, split)
+    assert after["event:purchase"]["auc"] > 0.5 and after["event:purchase"]["users"] == len(split.targets)
+    assert after["value"]["rmse"] < before["value"]["rmse"] / 2  # from an untrained head's 0 to ratings of 1-5
+    assert_saves_and_loads_whole(model, data, tmp_path)
+    _, loaded = load_model(tmp_path / "ranker.pt")
+    histories, items = split.histories.select(torch.arange(4)).to_padded(20), split.targets[:4]
+    torch.testing.assert_close(loaded.task_predictions(histories, items), model.task_predictions(histories, items))
+    with pytest.raises(ConfigError, match="no labels for"):
+        two_stage(retriever_dir, data.num_items, data_tasks=data.tasks, tasks=("event:refund",))

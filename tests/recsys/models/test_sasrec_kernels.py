@@ -15,7 +15,7 @@ def sasrec_with_sid(kernel: Literal["torch", "triton"]) -> SASRec:
     torch.manual_seed(0)
     codes = torch.cat([torch.full((1, 2), -1), torch.randint(0, 3, (12, 2))])
     config = SASRecConfig(
-        num_items=12, max_len=6, dim=8, num_heads=1, ffn_dim=16, sid_levels=2, embedding_kernel=kernel
+        num_items=12, max_history=6, dim=8, num_heads=1, ffn_dim=16, sid_levels=2, embedding_kernel=kernel
     )
     return SASRec(config, codes).to(DEVICE)
 

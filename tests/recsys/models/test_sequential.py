@@ -14,8 +14,8 @@ def model(request: pytest.FixtureRequest) -> SASRec | HSTU:
     """Both packed-row sequential retrievers share these layout properties."""
     torch.manual_seed(0)
     if request.param == "sasrec":
-        return SASRec(SASRecConfig(num_items=20, max_len=6, dim=16, num_heads=2, ffn_dim=32)).eval()
-    hstu = HSTU(HSTUConfig(num_items=20, max_len=6, dim=16, num_heads=2)).eval()
+        return SASRec(SASRecConfig(num_items=20, max_history=6, dim=16, num_heads=2, ffn_dim=32)).eval()
+    hstu = HSTU(HSTUConfig(num_items=20, max_history=6, dim=16, num_heads=2)).eval()
     with torch.no_grad():
         for layer in hstu.layers:
             layer.position_bias.normal_()  # zero at initialisation: make the relative bias matter here
@@ -35,7 +35,7 @@ def test_extra_left_padding_does_not_change_the_user_vector(model: SASRec | HSTU
     torch.testing.assert_close(short, padded)
 
 
-def test_histories_longer_than_max_len_keep_the_most_recent_items(model: SASRec | HSTU) -> None:
+def test_histories_longer_than_max_history_keep_the_most_recent_items(model: SASRec | HSTU) -> None:
     long = model.score(torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]]))
     recent = model.score(torch.tensor([[3, 4, 5, 6, 7, 8]]))
     torch.testing.assert_close(long, recent)

@@ -14,18 +14,18 @@ from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.registry import load_model, save_model
 from recsys.models.two_tower import TwoTower, TwoTowerConfig, _jagged
-from recsys.training.recipes import TwoTowerRecipe
+from recsys.training.recipes import TwoTowerRecipe, TwoTowerTraining, recipe_for
 from recsys.training.trainer import TrainConfig, fit
 from tests.conftest import popularity_valid_metric
 
-EVAL = EvalConfig(ks=(10,), max_history=20)
+EVAL = EvalConfig(ks=(10,))
 
 
 def small(num_items: int = 12, **overrides: object) -> TwoTower:
     torch.manual_seed(0)
     codes = torch.randint(0, 3, (num_items + 1, 2))
     content = torch.randn(num_items + 1, 5)
-    config = TwoTowerConfig(num_items=num_items, max_len=6, dim=8, hidden_dim=16, sid_levels=2, user_buckets=4,
+    config = TwoTowerConfig(num_items=num_items, max_history=6, dim=8, hidden_dim=16, sid_levels=2, user_buckets=4,
                             use_content=True, content_dim=5, **overrides)  # fmt: skip
     return TwoTower(config, codes, content).eval()
 
@@ -37,7 +37,7 @@ def test_padded_rows_become_jagged_bags_without_the_padding() -> None:
     assert kjt.values().tolist() == [3, 1, 2, 4, 3, 4]
 
 
-def test_user_vector_ignores_left_padding_and_reads_only_max_len_items() -> None:
+def test_user_vector_ignores_left_padding_and_reads_only_max_history_items() -> None:
     model = small()
     short = model.encode_queries(torch.tensor([[3, 4, 5]]), torch.tensor([2]))
     padded = model.encode_queries(torch.tensor([[0, 0, 0, 3, 4, 5]]), torch.tensor([2]))
@@ -78,9 +78,9 @@ def test_loss_is_softmax_over_in_batch_and_random_items_with_logq_and_accidental
 def test_two_tower_beats_popularity_on_the_tiny_data(tiny_data_dir: Path) -> None:
     data = load_prepared(tiny_data_dir)
     torch.manual_seed(0)
-    model = TwoTower(TwoTowerConfig(num_items=data.num_items, max_len=20, dim=32, hidden_dim=64, dropout=0.0))
-    config = TrainConfig(epochs=10, batch_size=32, lr=3e-3, num_negatives=32, progress=False)
-    result = fit(model, data, config, EVAL)
+    model = TwoTower(TwoTowerConfig(num_items=data.num_items, max_history=20, dim=32, hidden_dim=64, dropout=0.0))
+    config = TrainConfig(epochs=10, batch_size=32, lr=3e-3, progress=False)
+    result = fit(model, data, config, EVAL, recipe_for(model, data, config.batch_size, TwoTowerTraining(32)))
     valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
     assert valid == pytest.approx(result.best_valid["ndcg@10"])
     baseline = popularity_valid_metric(data, EVAL)

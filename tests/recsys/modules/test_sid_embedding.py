@@ -40,7 +40,8 @@ def test_prefix_ids_are_shared_exactly_by_items_with_the_same_prefix() -> None:
 def test_without_id_embeddings_items_with_the_same_prefixes_share_a_vector() -> None:
     codes = torch.tensor([[-1, -1], [0, 1], [0, 1], [1, 0]])
     model = SASRec(
-        SASRecConfig(num_items=3, max_len=4, dim=8, num_heads=1, ffn_dim=8, sid_levels=2, id_embeddings=False), codes
+        SASRecConfig(num_items=3, max_history=4, dim=8, num_heads=1, ffn_dim=8, sid_levels=2, id_embeddings=False),
+        codes,
     )
     table = model.item_embeddings()
     torch.testing.assert_close(table[1], table[2])
@@ -57,7 +58,7 @@ def cold_data(tmp_path_factory: pytest.TempPathFactory) -> SequenceData:
 def cold_recall(data: SequenceData, config: SASRecConfig, codes: torch.Tensor | None) -> float:
     torch.manual_seed(0)
     model = SASRec(config, codes)
-    eval_config = EvalConfig(ks=(10,), max_history=20)
+    eval_config = EvalConfig(ks=(10,))
     fit(model, data, TrainConfig(epochs=6, batch_size=4, lr=3e-3, progress=False, precision="fp32"), eval_config)
     split = data.eval_split("test")
     ranks = evaluate(model, split, data.num_items, eval_config).ranks
@@ -67,7 +68,7 @@ def cold_recall(data: SequenceData, config: SASRecConfig, codes: torch.Tensor | 
 
 
 def test_sid_features_score_cold_items_that_id_only_sasrec_cannot(cold_data: SequenceData) -> None:
-    base = dict(num_items=cold_data.num_items, max_len=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.1)
+    base = dict(num_items=cold_data.num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.1)
     id_only = cold_recall(cold_data, SASRecConfig(**base), None)  # type: ignore[arg-type]
     # The category prefix only: on this tiny catalog most deeper prefixes of a cold item are unseen too.
     sid = SASRecConfig(**base, sid_levels=1, id_embeddings=False)  # type: ignore[arg-type]

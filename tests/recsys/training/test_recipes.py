@@ -12,9 +12,9 @@ from recsys.training.recipes import NextItemRecipe
 
 def test_within_domain_softmax_is_cross_entropy_over_the_targets_domain() -> None:
     torch.manual_seed(0)
-    model = SASRec(SASRecConfig(num_items=6, max_len=4, dim=8, num_heads=1, ffn_dim=16)).eval()
+    model = SASRec(SASRecConfig(num_items=6, max_history=4, dim=8, num_heads=1, ffn_dim=16)).eval()
     item_domains = torch.tensor([-1, 0, 0, 0, 1, 1, 1])  # items 1-3 in domain 0, 4-6 in domain 1
-    recipe = NextItemRecipe(max_len=4, rows_per_batch=1, item_domains=item_domains)
+    recipe = NextItemRecipe(max_history=4, rows_per_batch=1, item_domains=item_domains)
     inputs, targets = torch.tensor([[1, 2, 4, 5]]), torch.tensor([[2, 3, 5, 6]])
     batch = PackedBatch(inputs, targets, torch.tensor([[1, 1, 2, 2]]), torch.tensor([[2, 3, 2, 3]]))
     loss, n = recipe.loss(model, batch, torch.Generator())

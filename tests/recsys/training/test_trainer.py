@@ -12,15 +12,16 @@ import torch
 from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
+from recsys.training.recipes import NextItemTraining, recipe_for
 from recsys.training.trainer import TrainConfig, fit
 from tests.conftest import popularity_valid_metric
 
-EVAL = EvalConfig(ks=(10,), max_history=20)
+EVAL = EvalConfig(ks=(10,))
 
 
 def small_sasrec(num_items: int) -> SASRec:
     torch.manual_seed(0)  # the same initial weights every time
-    return SASRec(SASRecConfig(num_items=num_items, max_len=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.1))
+    return SASRec(SASRecConfig(num_items=num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.1))
 
 
 @pytest.mark.parametrize("loss", ["full_softmax", "sampled_softmax"])
@@ -28,8 +29,9 @@ def test_sasrec_beats_popularity_and_restores_its_best_epoch(tiny_data_dir: Path
     data = load_prepared(tiny_data_dir)
     model = small_sasrec(data.num_items)
     seen: list[int] = []
-    config = TrainConfig(epochs=8, batch_size=4, lr=3e-3, loss=loss, num_negatives=64, progress=False)
-    result = fit(model, data, config, EVAL, on_epoch_end=lambda epoch, _: seen.append(epoch))
+    config = TrainConfig(epochs=8, batch_size=4, lr=3e-3, progress=False)
+    recipe = recipe_for(model, data, config.batch_size, NextItemTraining(loss=loss, num_negatives=64))  # type: ignore[arg-type]
+    result = fit(model, data, config, EVAL, recipe, on_epoch_end=lambda epoch, _: seen.append(epoch))
 
     assert seen == list(range(1, len(seen) + 1))
     valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]

@@ -20,8 +20,8 @@ def test_fit_on_cuda_with_bf16_matches_a_cpu_evaluation(tiny_data_dir: Path) -> 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (run on the lent GPU)")
     data = load_prepared(tiny_data_dir)
-    model = SASRec(SASRecConfig(num_items=data.num_items, max_len=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.1))
-    eval_config = EvalConfig(ks=(10,), max_history=20)
+    model = SASRec(SASRecConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.1))
+    eval_config = EvalConfig(ks=(10,))
     result = fit(model, data, TrainConfig(epochs=4, batch_size=4, lr=3e-3, progress=False), eval_config)
     assert use_bf16_autocast("auto", torch.device("cuda"))
     assert next(model.parameters()).device.type == "cuda"

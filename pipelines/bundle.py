@@ -1,0 +1,104 @@
+"""The model bundle: one directory holding everything serving needs, a versioned unit of the model registry.
+
+    bundle.json            name, creation time, valid/test metrics, what it holds, the source fingerprints
+    model/                 the model directory (`pipelines.model_dir`: weights, config, id maps, metrics)
+    data/                  the prepared data it was trained on: item metadata and the users' histories, so a bundle
+                           served on another machine needs nothing else
+    index/                 the FAISS index of the model's item vectors (models that have them)
+    semantic_ids.parquet   the semantic IDs (models that use them)
+
+`Bundle` is the one owner of this layout: the pipeline writes bundles with `Bundle.write`, serving and the index
+refresh read them through its properties.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pipelines.model_dir import METRICS_FILE, trained_data_dir
+from recsys.errors import RecsysError
+from recsys.runtime.atomic import atomic_directory
+
+BUNDLE_FILE = "bundle.json"
+
+
+class BundleError(RecsysError):
+    """The bundle to serve cannot be found or read; the message says what to fix."""
+
+
+class Bundle:
+    """A bundle directory, checked on opening (it holds bundle.json)."""
+
+    def __init__(self, path: Path) -> None:
+        if not (path / BUNDLE_FILE).is_file():
+            raise BundleError(
+                f"{path} is not a model bundle (no {BUNDLE_FILE}). Fix: pass WORK/bundles/NAME of `recsys pipeline run`"
+            )
+        self.path = path
+
+    @cached_property
+    def meta(self) -> dict[str, Any]:
+        """The contents of bundle.json."""
+        meta: dict[str, Any] = json.loads((self.path / BUNDLE_FILE).read_text())
+        return meta
+
+    @property
+    def version(self) -> str:
+        """What the served model calls itself: the bundle's name and creation time."""
+        return f"{self.meta['name']}@{self.meta['created']}"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.path / "model"
+
+    @property
+    def data_dir(self) -> Path | None:
+        """The bundled training data (None in bundles written before they carried it: the model dir's own)."""
+        data = self.path / "data"
+        return data if data.is_dir() else None
+
+    @property
+    def index_dir(self) -> Path | None:
+        index = self.path / "index"
+        return index if index.is_dir() else None
+
+    @property
+    def validation_ndcg_at_10(self) -> float:
+        """The champion gate's metric."""
+        return float(self.meta["metrics"]["valid"]["ndcg@10"])
+
+    @staticmethod
+    def write(
+        out_dir: Path,
+        *,
+        name: str,
+        model_dir: Path,
+        index_dir: Path | None = None,
+        semantic_ids: Path | None = None,
+        source: dict[str, Any] | None = None,
+    ) -> Bundle:
+        """Assemble the bundle of `model_dir` (its training data, its index and semantic IDs when given) in
+        `out_dir`, atomically."""
+        metrics = json.loads((model_dir / METRICS_FILE).read_text())
+        with atomic_directory(out_dir, marker=BUNDLE_FILE) as tmp:
+            shutil.copytree(model_dir, tmp / "model")
+            shutil.copytree(trained_data_dir(model_dir), tmp / "data")
+            if index_dir is not None:
+                shutil.copytree(index_dir, tmp / "index")
+            if semantic_ids is not None:
+                shutil.copyfile(semantic_ids, tmp / semantic_ids.name)
+            meta = {
+                "name": name,
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                "metrics": {"valid": metrics["valid"], "test": metrics["test"]},
+                "has_index": index_dir is not None,
+                "has_semantic_ids": semantic_ids is not None,
+                "source": source or {},
+            }
+            (tmp / BUNDLE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        return Bundle(out_dir)

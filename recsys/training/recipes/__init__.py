@@ -1,0 +1,87 @@
+"""Training recipes: how a model family turns training rows into batches and a batch into a loss, and the family's
+own training settings (an experiment's `model.training`).
+
+The trainer (`recsys.training.trainer.fit`) owns epochs, validation, early stopping and checkpoints; a recipe owns
+what differs between model families. `recipe_for` builds the recipe of a model from its family's settings; the
+settings' type says the family (`TRAINING_SETTINGS`, keyed by `recsys.models.TrainingFamily`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from recsys.data.prepared import SequenceData, TrainingRows
+from recsys.inference import Scorer
+from recsys.models import TrainingFamily
+from recsys.training.recipes.next_item import NextItemRecipe, NextItemTraining
+from recsys.training.recipes.pairs import GenerativeRecipe, GenerativeTraining, TwoTowerRecipe, TwoTowerTraining
+from recsys.training.recipes.ranker import RankerRecipe, RankerTraining
+
+
+@dataclass(frozen=True)
+class NotTrained:
+    """The settings of models that no recipe trains: popularity (item counts), fusion (made of trained models)."""
+
+
+TrainingSettings = NextItemTraining | GenerativeTraining | TwoTowerTraining | RankerTraining | NotTrained
+TRAINING_SETTINGS: dict[TrainingFamily, type[TrainingSettings]] = {
+    "next_item": NextItemTraining,
+    "generative": GenerativeTraining,
+    "two_tower": TwoTowerTraining,
+    "ranker": RankerTraining,
+    "counts": NotTrained,
+    "frozen": NotTrained,
+}
+
+
+class Recipe(Protocol):
+    def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[Any]:
+        """One epoch of batches (each with a `.to(device)`)."""
+        ...
+
+    def loss(self, model: Any, batch: Any, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        """(mean loss over the batch's targets, number of targets)."""
+        ...
+
+
+def recipe_for(
+    model: nn.Module,
+    data: SequenceData,
+    batch_size: int,
+    settings: TrainingSettings,
+    holdout_retriever: Scorer | None = None,
+) -> Recipe:
+    """The recipe that trains `model` with its family's `settings` (`batch_size`: packed rows for next-item models,
+    pairs for the others); a ranker's `holdout_retriever` is its first stage trained without each user's last
+    `RankerTraining.holdout_items` training items."""
+    match settings:
+        case NextItemTraining():
+            return NextItemRecipe.create(model, data, batch_size, settings)
+        case GenerativeTraining():
+            return GenerativeRecipe(model.max_history, batch_size, settings.label_smoothing)  # type: ignore[arg-type]
+        case TwoTowerTraining():
+            return TwoTowerRecipe.create(model, data, batch_size, settings)
+        case RankerTraining():
+            return RankerRecipe.create(model, data, batch_size, settings, holdout_retriever)
+    raise TypeError(f"{type(model).__name__} is not trained by a recipe ({type(settings).__name__})")
+
+
+__all__ = [
+    "TRAINING_SETTINGS",
+    "GenerativeRecipe",
+    "GenerativeTraining",
+    "NextItemRecipe",
+    "NextItemTraining",
+    "NotTrained",
+    "RankerRecipe",
+    "RankerTraining",
+    "Recipe",
+    "TrainingSettings",
+    "TwoTowerRecipe",
+    "TwoTowerTraining",
+    "recipe_for",
+]

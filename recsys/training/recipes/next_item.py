@@ -1,0 +1,113 @@
+"""Next-item models (SASRec, HSTU, domain adapters): packed sequences, the hidden state at every position predicts
+the next item, over the whole catalog (full softmax) or a sample of it (sampled softmax with logQ correction).
+
+Dimension letters: B rows, L row width (the model's history window), N real positions, D dim, V+1 items.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+from torch import nn
+
+from recsys.data.batching import PackedBatch, packed_next_item_batches
+from recsys.data.prepared import SequenceData, TrainingRows
+from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
+
+
+@dataclass(frozen=True)
+class NextItemTraining:
+    """`model.training` of next-item models."""
+
+    loss: Literal["full_softmax", "sampled_softmax"] = "full_softmax"
+    num_negatives: int = 1024  # sampled_softmax: negatives per batch, drawn by training popularity
+    # multi-domain data, full softmax: each target's softmax over its own domain's items only (those it is ranked
+    # against), not the whole catalog
+    softmax_within_domain: bool = False
+    # > 0: train without each user's last `holdout_last` training items, for a ranker to learn on them (its
+    # model.holdout_retriever); validation and test are unchanged
+    holdout_last: int = 0
+
+    def __post_init__(self) -> None:
+        if self.softmax_within_domain and self.loss != "full_softmax":
+            raise ValueError("softmax_within_domain needs loss: full_softmax (or set it to false)")
+
+
+class NextItemModel(Protocol):
+    def __call__(self, *packed: torch.Tensor) -> torch.Tensor:
+        """(B, L) packed items, segments, positions [+ the items' and the targets' times, for models that read
+        them] -> (B, L, D) hidden states."""
+        ...
+
+    def item_embeddings(self) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class NextItemRecipe:
+    """Packed rows of the model's window; every real position's next item is a target.
+
+    Args:
+        max_history: the model's window (the row width).
+        rows_per_batch: packed rows per batch.
+        excluded: (V+1,) bool, items that are never candidates in training (cold-start items), or None.
+        sampling_probs: (V+1,) negative-sampling distribution for sampled softmax; None = full softmax.
+        num_negatives: negatives per batch (sampled softmax only).
+        item_domains: (V+1,) every item's domain index: each target's full softmax covers its domain's items only.
+        reads_timestamps: pack the inputs' and targets' times beside them (time-aware models).
+        holdout_last: training rows lose their last this-many items.
+    """
+
+    max_history: int
+    rows_per_batch: int
+    excluded: torch.Tensor | None = None
+    sampling_probs: torch.Tensor | None = None
+    num_negatives: int = 0
+    item_domains: torch.Tensor | None = None
+    reads_timestamps: bool = False
+    holdout_last: int = 0
+
+    @staticmethod
+    def create(model: nn.Module, data: SequenceData, rows_per_batch: int, settings: NextItemTraining) -> NextItemRecipe:
+        mask = data.training_excluded()
+        return NextItemRecipe(
+            max_history=model.max_history,  # type: ignore[arg-type]
+            rows_per_batch=rows_per_batch,
+            excluded=mask if bool(mask.any()) else None,
+            sampling_probs=sampling_probs(data) if settings.loss == "sampled_softmax" else None,
+            num_negatives=settings.num_negatives,
+            item_domains=data.item_domains() if settings.softmax_within_domain else None,
+            reads_timestamps=bool(getattr(model, "reads_timestamps", False)),
+            holdout_last=settings.holdout_last,
+        )
+
+    def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[PackedBatch]:
+        rows = rows.truncate_last(self.holdout_last) if self.holdout_last else rows
+        timestamps = rows.timestamps if self.reads_timestamps else None
+        return list(packed_next_item_batches(rows.items, self.max_history, self.rows_per_batch, generator, timestamps))
+
+    def loss(self, model: NextItemModel, batch: PackedBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        real = batch.targets != 0  # (B, L)
+        times = () if batch.timestamps is None else (batch.timestamps, batch.next_timestamps)
+        hidden = model(batch.inputs, batch.segments, batch.positions, *times)[real]  # (N, D)
+        targets = batch.targets[real]
+        if self.sampling_probs is not None:
+            loss = sampled_softmax_loss(
+                hidden, model.item_embeddings(), targets, self.sampling_probs, self.num_negatives, generator
+            )
+            return loss, targets.numel()
+        excluded = None if self.excluded is None else self.excluded.to(hidden.device)
+        if self.item_domains is not None:  # (N, V+1): other domains' items are out of each target's softmax
+            domains = self.item_domains.to(hidden.device)
+            other = domains[None, :] != domains[targets][:, None]
+            excluded = other if excluded is None else other | excluded[None, :]
+        return full_softmax_loss(hidden, model.item_embeddings(), targets, excluded), targets.numel()
+
+
+def sampling_probs(data: SequenceData) -> torch.Tensor:
+    """Training popularity (+1 smoothing so every item can be drawn), 0 at the padding index."""
+    counts = data.item_counts().double() + 1.0
+    counts[0] = 0.0
+    counts[data.training_excluded()] = 0.0  # cold-start items do not exist at training time, nor other domains
+    return (counts / counts.sum()).float()

@@ -1,0 +1,97 @@
+"""Models trained on (history, next item) pairs: the generative retriever and the two-tower model.
+
+Dimension letters: B pairs, H history, T semantic-ID levels, R random negatives, D dim, V+1 items.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recsys.data.batching import HistoryBatch, history_target_batches
+from recsys.data.prepared import SequenceData, TrainingRows
+from recsys.training.recipes.next_item import sampling_probs
+
+
+@dataclass(frozen=True)
+class GenerativeTraining:
+    """`model.training` of the generative retriever."""
+
+    label_smoothing: float = 0.0  # smoothing of the cross-entropy on each semantic-ID level
+
+
+@dataclass(frozen=True)
+class TwoTowerTraining:
+    """`model.training` of the two-tower model."""
+
+    num_negatives: int = 1024  # uniformly drawn items beside the batch's targets
+
+
+def pair_batches(
+    rows: TrainingRows, max_history: int, batch_size: int, generator: torch.Generator
+) -> list[HistoryBatch]:
+    """One epoch of every (history, next item) pair of the training rows."""
+    return list(history_target_batches(rows.items, max_history, batch_size, generator))
+
+
+@dataclass(frozen=True)
+class GenerativeRecipe:
+    """TIGER-style: cross-entropy on each level of the next item's semantic ID."""
+
+    max_history: int
+    batch_size: int
+    label_smoothing: float = 0.0
+
+    def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
+        return pair_batches(rows, self.max_history, self.batch_size, generator)
+
+    def loss(self, model: Any, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        codes = model.codes[batch.targets]  # (B, T)
+        logits = model(batch.histories, batch.targets, batch.users)  # T x (B, K_t)
+        per_level = [
+            F.cross_entropy(lg.float(), codes[:, t], label_smoothing=self.label_smoothing)
+            for t, lg in enumerate(logits)
+        ]
+        return torch.stack(per_level).mean(), batch.targets.numel()
+
+
+@dataclass(frozen=True)
+class TwoTowerRecipe:
+    """Softmax over the batch's targets (in-batch negatives) and `num_negatives` uniformly drawn items (mixed
+    negative sampling, Yang et al. 2020). Each candidate's logit is corrected by the log of how often it is expected
+    in the sample (logQ: batch size x its share of training targets for in-batch ones, num_negatives / V for random
+    ones), so popular items are not over-penalised. Other rows whose target is the row's own target are masked out
+    (accidental hits)."""
+
+    max_history: int
+    batch_size: int
+    target_log_probs: torch.Tensor  # (V+1,) log share of each item among training targets
+    num_negatives: int
+
+    @staticmethod
+    def create(model: nn.Module, data: SequenceData, batch_size: int, settings: TwoTowerTraining) -> TwoTowerRecipe:
+        log_probs = sampling_probs(data).clamp(min=1e-12).log()
+        return TwoTowerRecipe(model.max_history, batch_size, log_probs, settings.num_negatives)  # type: ignore[arg-type]
+
+    def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
+        return pair_batches(rows, self.max_history, self.batch_size, generator)
+
+    def loss(self, model: Any, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        targets, device = batch.targets, batch.targets.device
+        B, V, R = targets.numel(), model.config.num_items, self.num_negatives
+        random = torch.randint(1, V + 1, (R,), generator=generator).to(device)
+        candidates = torch.cat([targets, random])  # (B + R,)
+        users = model.encode_queries(batch.histories, batch.users)  # (B, D)
+        logits = users @ model.encode_items(candidates).T / model.config.temperature  # (B, B + R)
+        expected = torch.cat(
+            [math.log(B) + self.target_log_probs.to(device)[targets], torch.full((R,), math.log(R / V), device=device)]
+        )
+        accidental = candidates[None, :] == targets[:, None]
+        accidental[:, :B].fill_diagonal_(False)
+        logits = (logits.float() - expected).masked_fill(accidental, float("-inf"))
+        return F.cross_entropy(logits, torch.arange(B, device=device)), B

@@ -1,0 +1,108 @@
+"""The two-stage ranker: the first stage's candidates, re-scored; ranking is task 0, the data's other tasks
+(`recsys.data.tasks`) are trained on the same examples.
+
+Dimension letters: B pairs in a batch, n pairs whose target the first stage found, C candidates, T tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from recsys.data.batching import HistoryBatch, held_out_batches, history_target_batches
+from recsys.data.prepared import SequenceData, TrainingRows
+from recsys.data.tasks import Task
+from recsys.inference import Scorer
+from recsys.training.losses import candidate_softmax_loss, task_loss
+
+
+@dataclass(frozen=True)
+class RankerTraining:
+    """`model.training` of the two-stage ranker."""
+
+    train_candidates: int | None = None  # softmax over the target and the hardest others, this many in all; None = C
+    # with model.holdout_retriever: the last training items per user that first stage did not see (its holdout_last)
+    holdout_items: int = 1
+    task_weights: dict[str, float] = field(default_factory=dict)  # per task beside ranking; 1.0 where not named
+
+
+@dataclass(frozen=True)
+class RankerRecipe:
+    """Every (history, next item) pair whose target the first stage put in its top-C: softmax over that target and
+    the hardest other candidates (`train_candidates` in all), with their first-stage scores; each other task's loss
+    on the target's labels. Pairs the first stage missed are left out: the ranker never sees them when serving, and
+    forcing their target in would mark it with an out-of-range first-stage score, a shortcut that does not exist at
+    serving time. The MoE head's load loss is added when the head has one.
+
+    With `holdout_retriever` (a first stage trained without each user's last `holdout_items` training items), the
+    pairs are those items only, with that retriever's candidates: the ranker then learns where the first stage is
+    as unsure as it is on a test item, not on pairs it was trained on."""
+
+    max_history: int
+    batch_size: int
+    tasks: tuple[Task, ...] = ()  # the model's tasks beside ranking, in its head's order
+    task_weights: tuple[float, ...] = ()
+    train_candidates: int | None = None
+    holdout_retriever: Scorer | None = None
+    holdout_items: int = 1
+
+    @staticmethod
+    def create(
+        model: nn.Module,
+        data: SequenceData,
+        batch_size: int,
+        settings: RankerTraining,
+        holdout_retriever: Scorer | None = None,
+    ) -> RankerRecipe:
+        tasks: tuple[Task, ...] = model.tasks  # type: ignore[assignment]
+        names = [task.name for task in tasks]
+        missing = [name for name in names if name not in data.tasks]
+        unknown = [name for name in settings.task_weights if name not in names]
+        if missing or unknown:
+            raise ValueError(
+                f"the ranker's tasks {names} are not those of the data ({list(data.tasks)}): missing {missing}, "
+                f"task_weights for other tasks {unknown}. Fix: train it on data with those labels, or name its tasks"
+            )
+        return RankerRecipe(
+            max_history=model.max_history,  # type: ignore[arg-type]
+            batch_size=batch_size,
+            tasks=tasks,
+            task_weights=tuple(settings.task_weights.get(name, 1.0) for name in names),
+            train_candidates=settings.train_candidates,
+            holdout_retriever=holdout_retriever,
+            holdout_items=settings.holdout_items,
+        )
+
+    def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
+        labels = [rows.labels[task.name] for task in self.tasks]
+        if self.holdout_retriever is not None:
+            held_out = self.holdout_items
+            return list(held_out_batches(rows.items, held_out, self.max_history, self.batch_size, generator, labels))
+        return list(history_target_batches(rows.items, self.max_history, self.batch_size, generator, labels))
+
+    def loss(self, model: Any, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        retriever = None
+        if self.holdout_retriever is not None:
+            retriever = self.holdout_retriever.to(batch.histories.device)  # type: ignore[attr-defined]
+        top = model.candidates(batch.histories, batch.users, retriever)  # (B, C), best first
+        hit = top.indices == batch.targets[:, None]
+        found = hit.any(dim=1)
+        if not bool(found.any()):
+            return torch.zeros((), device=hit.device, requires_grad=True), 0
+        hit, indices, values = hit[found], top.indices[found], top.values[found]  # (n, C)
+        width = min(self.train_candidates or indices.shape[1], indices.shape[1])
+        negative_rank = (~hit).cumsum(dim=1)  # 1 for the best-scored negative, 2 for the next, ...
+        keep = hit | (~hit & (negative_rank <= width - 1))  # the target + the width-1 hardest negatives
+        n = indices.shape[0]
+        candidates, retrieval = indices[keep].view(n, width), values[keep].view(n, width)
+        target = hit[keep].view(n, width).float().argmax(dim=1)  # (n,) the target's column
+        logits = model.ranker(batch.histories[found], candidates, retrieval)  # (T, n, width)
+        loss = candidate_softmax_loss(logits[0], target)
+        for t, (task, weight) in enumerate(zip(self.tasks, self.task_weights, strict=True), start=1):
+            assert batch.labels is not None  # the batches carry a label column per task
+            at_target = logits[t].gather(1, target[:, None]).squeeze(1)
+            loss = loss + weight * task_loss(task.kind, at_target, batch.labels[found, t - 1])
+        return loss + model.ranker.aux_loss, n
