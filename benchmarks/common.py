@@ -1,20 +1,112 @@
-"""What every benchmark records beside its figures: the machine, the versions and the command."""
+"""What every benchmark shares: its command line (a config in the repo, `--set` overrides, where results go) and what
+it records beside its figures (the machine, the versions, and how to reproduce the result).
+
+Every benchmark module defines `load_settings(config, overrides)`: its settings from a YAML file in the repo (an
+experiment config, or a benchmark config under configs/benchmarks/) and dotted overrides. Every result it writes
+carries `reproduce` = {benchmark, config, overrides}: `python -m benchmarks.reproduce` turns that back into the
+command, and `--check` holds every result to it.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import os
 import platform
+import shlex
 import subprocess
 import sys
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import yaml
 
+from pipelines.config import parse_overrides, read_config_tree, set_dotted
+from recsys.errors import ConfigError
+from recsys.runtime.atomic import atomic_file
+from recsys.runtime.validation import config_from
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REPO = RESULTS_DIR.parents[1]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Reproduce:
+    """How a result was made: the benchmark module, its config (a path in the repo) and the overrides on it."""
+
+    benchmark: str  # e.g. "benchmarks.quality"
+    config: str  # e.g. "configs/beauty/sasrec.yaml"
+    overrides: dict[str, Any]
+
+    def command(self) -> str:
+        sets = "".join(f" --set {shlex.quote(f'{key}={_yaml_value(value)}')}" for key, value in self.overrides.items())
+        return f".venv/bin/python -m {self.benchmark} --config {self.config}{sets}"
+
+
+def benchmark_parser(doc: str, default_config: str | None = None) -> argparse.ArgumentParser:
+    """The command line of a benchmark described by `doc` (its module docstring): --config, --set, --results-dir."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    add_config_arguments(parser, default_config)
+    return parser
+
+
+def log_to_console() -> None:
+    """The platform's INFO logs on the console (`force`: importing torchrec already put a handler on the root)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, default_config: str | None = None) -> None:
+    """--config (a YAML file in the repo), --set KEY=VALUE (repeatable) and --results-dir."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        required=default_config is None,
+        default=None if default_config is None else Path(default_config),
+        help=f"the benchmark's config, a YAML file in the repo (default {default_config})",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (YAML value), e.g. --set train.epochs=40",
+    )
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
+
+
+def reproduce_of(module: str, args: argparse.Namespace, given: dict[str, Any] | None = None) -> Reproduce:
+    """The `reproduce` record of a run of the benchmark `module` (its `__name__`) with the parsed `args` (--config,
+    --set) and the overrides its own options gave (`given`, before the --set ones); a config outside the repo is
+    refused (no config, no result)."""
+    benchmark = sys.modules["__main__"].__spec__.name if module == "__main__" else module  # type: ignore[union-attr]
+    config: Path = args.config
+    try:
+        overrides = {**(given or {}), **parse_overrides(args.set)}
+    except ConfigError as err:
+        raise SystemExit(str(err)) from err
+    resolved = config.resolve()
+    if not resolved.is_relative_to(REPO) or not resolved.is_file():
+        raise SystemExit(
+            f"--config {config} is not a file in the repo ({REPO}). Fix: a result must come from a config in the repo "
+            "(configs/), with --set for what differs"
+        )
+    return Reproduce(benchmark, resolved.relative_to(REPO).as_posix(), overrides)
+
+
+def settings_from(cls: type[T], config: Path, overrides: dict[str, Any]) -> T:
+    """A benchmark's settings dataclass from its YAML `config` (`base:` and header comments as in experiment
+    configs) with dotted `overrides`; unknown keys are refused by name."""
+    raw = read_config_tree(config)
+    raw.pop("name", None)
+    for dotted, value in overrides.items():
+        set_dotted(raw, dotted, value)
+    return config_from(cls, raw, "")
 
 
 def machine() -> dict[str, Any]:
@@ -51,17 +143,29 @@ def significant(x: float, digits: int = 4) -> float:
 
 
 def command() -> str:
-    return " ".join([Path(sys.executable).name, *sys.argv])
+    """The command line as run (beside `reproduce`, which gives it in the repo's terms)."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    program = ["-m", spec.name] if spec is not None else [sys.argv[0]]
+    return " ".join([Path(sys.executable).name, *program, *sys.argv[1:]])
 
 
-def write_result(name: str, result: dict[str, Any], results_dir: Path = RESULTS_DIR) -> Path:
-    """Write `results_dir/<name>.json` atomically."""
-    from recsys.runtime.atomic import atomic_file
+def provenance(*packages: str) -> dict[str, Any]:
+    """What every result records about where it was made: the machine, the versions (+ `packages`'), the command."""
+    return {"machine": machine(), "versions": versions(*packages), "command": command()}
 
+
+def write_result(name: str, result: dict[str, Any], results_dir: Path, reproduce: Reproduce) -> Path:
+    """Write `results_dir/<name>.json` atomically, headed by its name and date, with how to reproduce it."""
     path = results_dir / f"{name}.json"
+    head = {"name": name, "date": datetime.now(UTC).isoformat(timespec="seconds")}
     with atomic_file(path) as tmp:
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.write_text(json.dumps({**head, **result, "reproduce": asdict(reproduce)}, indent=2) + "\n")
     return path
+
+
+def _yaml_value(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    return text.removesuffix("\n...").removesuffix(" ...")
 
 
 def _git_commit() -> str:
@@ -71,14 +175,3 @@ def _git_commit() -> str:
         return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, object]:
-    """`--set KEY=VALUE` pairs -> {dotted key: YAML-parsed value}."""
-    out: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE, e.g. --set train.epochs=40")
-        out[key] = yaml.safe_load(value)
-    return out

@@ -2,61 +2,87 @@
 eager vs `torch.compile`; writes JSON.
 
 Usage:
-    .venv/bin/python benchmarks/compile_speedup.py [--device cpu|cuda] [--steps 30]
+    .venv/bin/python -m benchmarks.compile_speedup   # on CUDA when there is one, else the CPU
+    .venv/bin/python -m benchmarks.compile_speedup --set device=cuda --set steps=50 --set warmup=10
 
-A step is what the trainer runs per batch (NextItemRecipe full-softmax loss, backward, Adam step) on packed
-rows of Beauty's shape (16 rows x 50 items, 12,101 items; session-like timestamps: minutes apart, a day between
-the two runs of a row), bf16 autocast where the trainer would use it. Both
-variants are timed in the same process, after warm-up steps (for the compiled one, after compiling).
+Settings: configs/benchmarks/compile-speedup.yaml (`--config`, `--set KEY=VALUE`). A step is what the trainer runs per
+batch (NextItemRecipe full-softmax loss, backward, Adam step) on packed rows of Beauty's shape (16 rows x 50 items,
+12,101 items; session-like timestamps: minutes apart, a day between the two runs of a row), bf16 autocast where the
+trainer would use it (`precision`). Both variants are timed in the same process, after warm-up steps (for the compiled
+one, after compiling). Writes benchmarks/results/compile-speedup-<device type>.json, with the settings and how to
+reproduce it.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import RESULTS_DIR, command, machine, significant, versions, write_result
+from benchmarks.common import benchmark_parser, provenance, reproduce_of, settings_from, significant, write_result
 from recsys.data.batching import PackedBatch
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
-from recsys.runtime.device import use_bf16_autocast
+from recsys.runtime.device import resolve_device, use_bf16_autocast
 from recsys.training.recipes import NextItemRecipe
 
-NUM_ITEMS, ROWS, MAX_LEN = 12_101, 16, 50
+ModelName = Literal["sasrec", "hstu", "hstu_time_buckets"]
 
 
-def packed_batch(generator: torch.Generator) -> PackedBatch:
-    """Rows of two users' runs each (lengths 30 + 20), as the packer fills them."""
-    inputs = torch.randint(1, NUM_ITEMS + 1, (ROWS, MAX_LEN), generator=generator)
-    targets = torch.randint(1, NUM_ITEMS + 1, (ROWS, MAX_LEN), generator=generator)
-    segments = torch.cat([torch.ones(ROWS, 30), torch.full((ROWS, 20), 2)], dim=1).long()
-    positions = torch.cat([torch.arange(20, 50), torch.arange(30, 50)]).expand(ROWS, -1)
-    gaps = torch.randint(30, 600, (ROWS, MAX_LEN + 1), generator=generator)
-    gaps[:, 30] = 86_400  # the second user of the row
+@dataclass(frozen=True)
+class Settings:
+    """What the benchmark measures (configs/benchmarks/compile-speedup.yaml)."""
+
+    device: str  # "auto": cuda when there is one, else cpu (resolved at run time; the result records the one used)
+    steps: int  # timed steps per variant (median)
+    warmup: int  # untimed steps before them (for the compiled variant: the compilation)
+    models: tuple[ModelName, ...]  # hstu_time_buckets: HSTU with `time_buckets` buckets of time gaps too
+    items: int  # catalog size V (Beauty: 12,101)
+    rows: int  # packed rows per batch
+    max_history: int  # the models' window = the row width (each row: two users' runs, 3/5 and 2/5 of it)
+    time_buckets: int  # num_time_buckets of hstu_time_buckets
+    precision: Literal["auto", "bf16", "fp32"]  # as train.precision: "auto" = bf16 autocast where the trainer uses it
+
+
+def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
+    return settings_from(Settings, config, overrides)
+
+
+def packed_batch(s: Settings, generator: torch.Generator, timestamps: bool) -> PackedBatch:
+    """Rows of two users' runs each (lengths 3/5 and 2/5 of the row: 30 + 20), as the packer fills them; with the
+    inputs' and targets' times when `timestamps` (as the trainer packs them for models that read them)."""
+    first = s.max_history * 3 // 5
+    second = s.max_history - first
+    inputs = torch.randint(1, s.items + 1, (s.rows, s.max_history), generator=generator)
+    targets = torch.randint(1, s.items + 1, (s.rows, s.max_history), generator=generator)
+    segments = torch.cat([torch.ones(s.rows, first), torch.full((s.rows, second), 2)], dim=1).long()
+    positions = torch.cat([torch.arange(s.max_history - first, s.max_history),
+                           torch.arange(s.max_history - second, s.max_history)]).expand(s.rows, -1)  # fmt: skip
+    gaps = torch.randint(30, 600, (s.rows, s.max_history + 1), generator=generator)
+    gaps[:, first] = 86_400  # the second user of the row
     times = 1_700_000_000 + gaps.cumsum(dim=1)  # of the inputs, then one more: the last target's
+    if not timestamps:
+        return PackedBatch(inputs, targets, segments, positions)
     return PackedBatch(inputs, targets, segments, positions, times[:, :-1], times[:, 1:])
 
 
-def step_seconds(model: torch.nn.Module, compiled: bool, device: torch.device, steps: int, warmup: int) -> float:
+def step_seconds(model: SASRec | HSTU, compiled: bool, device: torch.device, s: Settings) -> float:
     """Median seconds per training step."""
     model = model.to(device).train()
     if compiled:
         model.compile()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    recipe = NextItemRecipe(MAX_LEN, ROWS)
+    recipe = NextItemRecipe(s.max_history, s.rows)
     generator = torch.Generator().manual_seed(0)
-    batch = packed_batch(generator).to(device)
-    bf16 = use_bf16_autocast("auto", device)
+    batch = packed_batch(s, generator, timestamps=bool(getattr(model, "reads_timestamps", False))).to(device)
+    bf16 = use_bf16_autocast(s.precision, device)
     times = []
-    for i in range(warmup + steps):
+    for i in range(s.warmup + s.steps):
         start = time.perf_counter()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss, _ = recipe.loss(model, batch, generator)
@@ -65,55 +91,94 @@ def step_seconds(model: torch.nn.Module, compiled: bool, device: torch.device, s
         optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        if i >= warmup:
+        if i >= s.warmup:
             times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args()
-    device = torch.device(args.device)
-    builders = {
-        "sasrec": lambda: SASRec(SASRecConfig(num_items=NUM_ITEMS, max_len=MAX_LEN)),
-        "hstu": lambda: HSTU(HSTUConfig(num_items=NUM_ITEMS, max_len=MAX_LEN)),
-        "hstu_time_buckets": lambda: HSTU(HSTUConfig(num_items=NUM_ITEMS, max_len=MAX_LEN, num_time_buckets=32)),
+def builders(s: Settings) -> dict[ModelName, Callable[[], SASRec | HSTU]]:
+    return {
+        "sasrec": lambda: SASRec(SASRecConfig(num_items=s.items, max_history=s.max_history)),
+        "hstu": lambda: HSTU(HSTUConfig(num_items=s.items, max_history=s.max_history)),
+        "hstu_time_buckets": lambda: HSTU(
+            HSTUConfig(num_items=s.items, max_history=s.max_history, num_time_buckets=s.time_buckets)
+        ),
     }
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = benchmark_parser(__doc__, "configs/benchmarks/compile-speedup.yaml")
+    args = parser.parse_args(argv)
+    reproduce = reproduce_of(__name__, args)
+    s = load_settings(args.config, reproduce.overrides)
+    device = resolve_device(s.device)
+    build = builders(s)
     rows = {}
-    for name, build in builders.items():
+    for model in s.models:
         torch.manual_seed(0)
-        eager = step_seconds(build(), False, device, args.steps, args.warmup)
+        eager = step_seconds(build[model](), False, device, s)
         torch.manual_seed(0)
-        compiled = step_seconds(build(), True, device, args.steps, args.warmup)
-        rows[name] = {
+        compiled = step_seconds(build[model](), True, device, s)
+        rows[model] = {
             "eager_ms": significant(eager * 1e3),
             "compiled_ms": significant(compiled * 1e3),
             "speedup": significant(eager / compiled, 3),
         }
-        print(f"{name}: eager {eager * 1e3:.1f} ms, compiled {compiled * 1e3:.1f} ms, {eager / compiled:.2f}x")
+        print(f"{model}: eager {eager * 1e3:.1f} ms, compiled {compiled * 1e3:.1f} ms, {eager / compiled:.2f}x")
+    name = f"compile-speedup-{device.type}"
     result = {
-        "name": f"compile-speedup-{device.type}",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "config": {
-            "items": NUM_ITEMS,
-            "rows": ROWS,
-            "max_len": MAX_LEN,
-            "steps": args.steps,
-            "warmup": args.warmup,
-            "bf16_autocast": use_bf16_autocast("auto", device),
+            "items": s.items,
+            "rows": s.rows,
+            "max_history": s.max_history,
+            "steps": s.steps,
+            "warmup": s.warmup,
+            "bf16_autocast": use_bf16_autocast(s.precision, device),
             "loss": "full softmax",
         },
         "models": rows,
         "device": str(device),
-        "machine": machine(),
-        "versions": versions(),
-        "command": command(),
+        "settings": {**asdict(s), "models": list(s.models)},
+        **provenance(),
     }
-    print(f"-> {write_result(result['name'], result, args.results_dir)}")
+    path = write_result(name, result, args.results_dir, reproduce)
+    print(f"-> {path}")
+    return path
+
+
+def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[str]:
+    """What the result records of its settings (`config`, the device, the models timed, and `settings` where it has
+    them) that differs from `settings`. Results from before the configs name the window `max_len`."""
+    config = result.get("config", {})
+    recorded = {
+        "config.items": config.get("items"),
+        "config.rows": config.get("rows"),
+        "config.max_history": config.get("max_history", config.get("max_len")),
+        "config.steps": config.get("steps"),
+        "config.warmup": config.get("warmup"),
+        "models": list(result.get("models", {})),
+    }
+    expected: dict[str, Any] = {
+        "config.items": settings.items,
+        "config.rows": settings.rows,
+        "config.max_history": settings.max_history,
+        "config.steps": settings.steps,
+        "config.warmup": settings.warmup,
+        "models": list(settings.models),
+    }
+    if settings.device != "auto":  # "auto" is whatever the machine had
+        recorded["device"], expected["device"] = result.get("device"), str(torch.device(settings.device))
+    if settings.precision != "auto":  # "auto" depends on the machine too
+        recorded["config.bf16_autocast"] = config.get("bf16_autocast")
+        expected["config.bf16_autocast"] = settings.precision == "bf16"
+    if "settings" in result:
+        recorded |= {f"settings.{key}": value for key, value in result["settings"].items()}
+        expected |= {f"settings.{key}": value for key, value in asdict(settings).items()}
+        expected["settings.models"] = list(settings.models)
+    for key in sorted(recorded.keys() | expected.keys()):
+        have, want = recorded.get(key, "<absent>"), expected.get(key, "<absent>")
+        if have != want:
+            yield f"{key}: the result has {have!r}, the config {want!r}"
 
 
 if __name__ == "__main__":

@@ -1,21 +1,19 @@
 """Domains: one shared model vs separate per-domain models vs a shared base + per-domain LoRA adapters; writes JSON.
 
-Usage (Beauty + Sports as two domains; the stages can run in parallel where they do not depend on each other):
-    .venv/bin/python benchmarks/domain_adapters.py --stage shared            # (a) one SASRec on every domain
-    .venv/bin/python benchmarks/domain_adapters.py --stage separate --domain beauty   # (b), once per domain
-    .venv/bin/python benchmarks/domain_adapters.py --stage separate --domain sports
-    .venv/bin/python benchmarks/domain_adapters.py --stage adapters --domain beauty   # (c), after (a)
-    .venv/bin/python benchmarks/domain_adapters.py --stage adapters --domain sports
-    .venv/bin/python benchmarks/domain_adapters.py --stage report  # -> benchmarks/results/domain-adapters.json
-Every stage takes `--seed` (adapters: over the shared model of the same seed); adapter variants differ by `--rank`
-and `--embedding-rank`. The report gives each variant's per-seed and mean test NDCG@10.
+Usage (Beauty + Sports as two domains; parts that do not depend on each other can run in parallel):
+    .venv/bin/python -m benchmarks.domain_adapters --stage shared --seed 0              # (a) one SASRec, every domain
+    .venv/bin/python -m benchmarks.domain_adapters --stage separate --domain beauty --seed 0   # (b), per domain
+    .venv/bin/python -m benchmarks.domain_adapters --stage adapters --domain beauty --seed 0 --variant NAME  # (c)
+    .venv/bin/python -m benchmarks.domain_adapters --stage report   # -> benchmarks/results/domain-adapters.json
+    .venv/bin/python -m benchmarks.domain_adapters --stage all      # every part of every seed and variant, then report
 
-Data: `amazon-p5-domains` over `--data-dir` (the folders named by `--domains`), prepared once into the work dir;
-every variant ranks a user's test item among their domain's items only (DESIGN.md leave-one-out otherwise).
-(a) SASRec trained on all users (validated on all items; `--softmax-within-domain`: each target's softmax over its
-domain's items); (b) the same SASRec trained on one domain's users
-(softmax over that domain's items); (c) (a) frozen, plus a rank-r LoRA adapter per domain on every linear layer
-of its blocks, trained on that domain's users (MLoRA). All with the SASRec settings of configs/beauty-sasrec.yaml.
+The config (configs/benchmarks/domain-adapters.yaml) names the experiment configs, the domains, the seeds and the
+adapter variants. Every part is trained by the pipeline (its train step): (a) the `shared` config on every domain's
+users; (b) the same config with `data.domain` (that domain's users and items); (c) the `adapters` config with
+`data.domain` over (a) of the same seed as `model.base_dir`. Each part's model is tested per domain, every held-out
+item ranked among its domain's items only (DESIGN.md leave-one-out otherwise). As the parts were first made, the
+process is seeded with the part's seed before the model is built (and `train.seed` is the seed). The report gives
+each variant's per-seed and mean test NDCG@10, and whether (c) >= max(a, b) on the mean and in how many seeds.
 """
 
 from __future__ import annotations
@@ -23,197 +21,217 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
-from dataclasses import asdict
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import RESULTS_DIR, command, machine, versions, write_result
-from features.prepare import prepare
-from features.sources import load_source
-from recsys.data.prepared import SequenceData, load_prepared
-from recsys.evaluation import EvalConfig, evaluate
-from recsys.models.domain_adapters import DomainAdaptedRetriever, DomainAdapterConfig
-from recsys.models.sasrec import SASRec, SASRecConfig
+from benchmarks.common import (
+    REPO,
+    Reproduce,
+    benchmark_parser,
+    command,
+    log_to_console,
+    provenance,
+    reproduce_of,
+    settings_from,
+    write_result,
+)
+from pipelines.config import ExperimentConfig, load_config
+from pipelines.data import load_data
+from pipelines.model_dir import load_model_dir
+from pipelines.runner import run_pipeline
+from recsys.evaluation import evaluate
+from recsys.inference import DomainScorer
 from recsys.runtime.atomic import atomic_file
 from recsys.runtime.device import resolve_device
-from recsys.training.trainer import TrainConfig, fit
 
-logger = logging.getLogger("domain_adapters")
-SASREC: dict[str, Any] = {
-    "max_len": 50,
-    "dim": 64,
-    "num_layers": 2,
-    "num_heads": 2,
-    "ffn_dim": 256,
-    "dropout": 0.5,
-    "attn_dropout": 0.5,
-}
-EVAL = EvalConfig(ks=(5, 10, 50))
-STAGES = ("shared", "separate", "adapters", "report")
+logger = logging.getLogger(__name__)
+STAGES = ("shared", "separate", "adapters", "report", "all")
 
 
-def main(argv: list[str] | None = None) -> Path | None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stage", choices=STAGES, required=True)
-    parser.add_argument("--domain", help="separate / adapters: the domain to train (e.g. beauty)")
-    parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
-    parser.add_argument("--domains", nargs="+", default=["amazon-beauty", "amazon-sports"])
-    parser.add_argument("--work-dir", type=Path, default=Path(".cache/domains"))
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--epochs", type=int, default=200)
-    parser.add_argument("--patience", type=int, default=10)
-    parser.add_argument("--max-train-seconds", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=0, help="initialisation and batch order")
-    parser.add_argument("--rank", type=int, default=8, help="adapters: LoRA rank of the block layers")
-    parser.add_argument("--embedding-rank", type=int, default=0, help="adapters: rank of the item-embedding delta")
-    parser.add_argument("--adapter-lr", type=float, default=2e-3)
-    parser.add_argument("--name", default="domain-adapters", help="report: the results JSON's name")
-    parser.add_argument(
-        "--softmax-within-domain",
-        action="store_true",
-        help="shared: each target's softmax over its own domain's items (the others see theirs by construction)",
-    )
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
-    parts = args.work_dir / "parts"
-    if args.stage == "report":
-        return report(parts, args.results_dir, args.name)
-    if args.stage != "shared" and args.domain is None:
-        raise SystemExit(f"--stage {args.stage} trains one domain: pass --domain (e.g. --domain beauty)")
-    data = prepared(args.data_dir, args.domains, args.work_dir / "data")
-    train = TrainConfig(
-        epochs=args.epochs,
-        batch_size=16,
-        lr=1e-3,
-        patience=args.patience,
-        device=args.device,
-        max_train_seconds=args.max_train_seconds,
-        progress=False,
-        seed=args.seed,
-    )
-    torch.manual_seed(args.seed)
-    shared_state = args.work_dir / f"shared-s{args.seed}.pt"
-    if args.stage == "shared":
-        model: torch.nn.Module = SASRec(SASRecConfig(num_items=data.num_items, **SASREC))
-        shared_train = TrainConfig(**{**asdict(train), "softmax_within_domain": args.softmax_within_domain})
-        result = fit(model, data, shared_train, EVAL)
-        with atomic_file(shared_state) as tmp:
-            torch.save(model.state_dict(), tmp)
-        domains = data.domains
-        name = f"shared-s{args.seed}"
-        extra: dict[str, Any] = {"softmax_within_domain": args.softmax_within_domain}
-    elif args.stage == "separate":
-        model = SASRec(SASRecConfig(num_items=data.num_items, **SASREC))
-        result = fit(model, data.for_domain(args.domain), train, EVAL)
-        domains = [args.domain]
-        name = f"separate-{args.domain}-s{args.seed}"
-        extra = {}
+@dataclass(frozen=True)
+class Settings:
+    shared: str  # experiment config of the model of every domain (a); with data.domain, of one domain (b)
+    adapters: str  # experiment config of the domain adapters (c); its model.base_dir is (a) of the same seed
+    domains: list[str]
+    seeds: list[int]
+    variants: dict[str, dict[str, Any]]  # label -> dotted overrides of the adapters config
+    experiment: dict[str, Any] = field(default_factory=dict)  # dotted overrides of every part's config
+    shared_overrides: dict[str, Any] = field(default_factory=dict)  # of the shared model (a) only
+    separate_overrides: dict[str, Any] = field(default_factory=dict)  # of the per-domain models (b) only
+
+
+@dataclass(frozen=True)
+class Part:
+    """One trained model of the experiment."""
+
+    stage: str
+    seed: int
+    domain: str | None = None  # (b), (c): the domain trained
+    variant: str | None = None  # (c): the adapter variant
+
+    @property
+    def name(self) -> str:
+        return "-".join(str(p) for p in (self.stage, self.variant, self.domain, f"s{self.seed}") if p is not None)
+
+
+def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
+    settings = settings_from(Settings, config, overrides)
+    for part in all_parts(settings):
+        part_config(settings, part, Path(".cache/domains"))  # every part's config must load
+    return settings
+
+
+def all_parts(settings: Settings) -> list[Part]:
+    """Every part, in an order that trains each base before its adapters."""
+    parts = [Part("shared", seed) for seed in settings.seeds]
+    parts += [Part("separate", seed, domain) for seed in settings.seeds for domain in settings.domains]
+    variants = settings.variants
+    return parts + [Part("adapters", s, d, v) for s in settings.seeds for v in variants for d in settings.domains]
+
+
+def part_config(settings: Settings, part: Part, work: Path) -> ExperimentConfig:
+    """The experiment config that trains `part` (tracking off: the parts are recorded as JSON in the work dir)."""
+    common = {**settings.experiment, "train.seed": part.seed, "tracking.enabled": False, "train.progress": False}
+    if part.stage == "shared":
+        config = load_config(REPO / settings.shared, {**common, **settings.shared_overrides})
+    elif part.stage == "separate":
+        separate = {**common, **settings.separate_overrides, "data.domain": part.domain}
+        config = load_config(REPO / settings.shared, separate)
     else:
-        model = adapted(data, shared_state, args.rank, args.embedding_rank)
-        train = TrainConfig(**{**asdict(train), "lr": args.adapter_lr})
-        result = fit(model, data.for_domain(args.domain), train, EVAL)
-        domains = [args.domain]
-        name = f"adapters-{args.domain}-r{args.rank}-e{args.embedding_rank}-lr{args.adapter_lr:g}-s{args.seed}"
-        extra = {"rank": args.rank, "embedding_rank": args.embedding_rank, "adapter_lr": args.adapter_lr}
-    device = resolve_device(args.device)
-    part: dict[str, Any] = {
-        "stage": args.stage,
-        "seed": args.seed,
-        "test": {d: test_metrics(model, data.for_domain(d)) for d in domains},
-        "train_seconds": round(result.train_seconds, 1),
-        "best_epoch": result.best_epoch,
-        "epochs_run": len(result.epoch_seconds),
+        shared = load_config(REPO / settings.shared, {**common, **settings.shared_overrides})
+        base = work / "models" / f"{shared.name}-{Part('shared', part.seed).name}"
+        if part.variant not in settings.variants:
+            raise SystemExit(f"--variant {part.variant!r} is not in the config. Fix: one of {list(settings.variants)}")
+        variant = settings.variants[part.variant]
+        config = load_config(REPO / settings.adapters, {**common, **variant, "data.domain": part.domain,
+                                                         "model.base_dir": str(base)})  # fmt: skip
+    return config.model_copy(update={"name": f"{config.name}-{part.name}"})
+
+
+def train_part(settings: Settings, part: Part, work: Path) -> dict[str, Any]:
+    """Train `part` through the pipeline and test it on each of its domains; its record."""
+    config = part_config(settings, part, work)
+    torch.manual_seed(part.seed)  # the model's initial weights, as when the parts were first made
+    outputs, _ = run_pipeline(config, work, until="train_retriever", rerun=["train_retriever"])
+    assert outputs.model is not None and outputs.data is not None
+    trained = load_model_dir(outputs.model.model_dir)
+    model, metrics = trained.model.eval(), outputs.model.metrics
+    domains = settings.domains if part.domain is None else [part.domain]
+    test = {}
+    for domain in domains:
+        data = load_data(outputs.data.data_dir, domain)
+        test[domain] = evaluate(model, data.eval_split("test"), data.num_items, config.eval).metrics
+    device = resolve_device(config.train.device)
+    record: dict[str, Any] = {
+        **asdict(part),
+        "test": test,
+        "train_seconds": round(metrics["train_seconds"], 1),
+        "best_epoch": metrics["best_epoch"],
+        "epochs_run": metrics["epochs_run"],
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "parameters": sum(p.numel() for p in model.parameters()),
         "command": command(),
-        **extra,
     }
-    if isinstance(model, DomainAdaptedRetriever):
-        part["adapter_parameters"] = model.adapter_parameters(args.domain)
-        part["base_parameters"] = model.base_parameters()
-    parts.mkdir(parents=True, exist_ok=True)
-    with atomic_file(parts / f"{name}.json") as tmp:
-        tmp.write_text(json.dumps(part, indent=2))
-    logger.info("%s: %s", name, {d: round(m["ndcg@10"], 4) for d, m in part["test"].items()})
+    if isinstance(model, DomainScorer):
+        assert part.domain is not None
+        record["adapter_parameters"] = model.adapter_parameters(part.domain)  # type: ignore[attr-defined]
+        record["base_parameters"] = model.base_parameters()  # type: ignore[attr-defined]
+    return record
+
+
+def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[str]:
+    """The domains, seeds and adapter variants of the result's table that are not the config's."""
+    for domain, row in result["domains"].items():
+        if domain not in settings.domains:
+            yield f"domain {domain!r} is not in the config"
+        seeds = {int(seed) for seed in row["a_shared"].get("ndcg@10_per_seed", {0: None})}
+        if seeds != set(settings.seeds):
+            yield f"{domain}: seeds {sorted(seeds)}, the config {settings.seeds}"
+        variants = row.get("c_base_plus_adapters")
+        if variants is not None and set(variants) != set(settings.variants):
+            yield f"{domain}: adapter variants {sorted(variants)}, the config {sorted(settings.variants)}"
+
+
+def main(argv: list[str] | None = None) -> Path | None:
+    parser = benchmark_parser(__doc__, "configs/benchmarks/domain-adapters.yaml")
+    parser.add_argument("--stage", choices=STAGES, required=True)
+    parser.add_argument("--seed", type=int, help="shared / separate / adapters: the part's seed")
+    parser.add_argument("--domain", help="separate / adapters: the domain to train (e.g. beauty)")
+    parser.add_argument("--variant", help="adapters: the adapter variant (a label of the config's variants)")
+    parser.add_argument("--work-dir", type=Path, default=Path(".cache/domains"))
+    parser.add_argument("--name", default="domain-adapters", help="report: the results JSON's name")
+    args = parser.parse_args(argv)
+    log_to_console()
+    reproduce = reproduce_of(__name__, args)
+    settings = load_settings(args.config, reproduce.overrides)
+    work, parts_dir = args.work_dir.resolve(), args.work_dir / "parts"
+    if args.stage in ("report", "all"):
+        if args.stage == "all":
+            for part in all_parts(settings):
+                _write_part(parts_dir, part, train_part(settings, part, work))
+        return report(settings, parts_dir, args.results_dir, args.name, reproduce)
+    part = _part_of(args, settings)
+    _write_part(parts_dir, part, train_part(settings, part, work))
     return None
 
 
-def test_metrics(model: torch.nn.Module, data: SequenceData) -> dict[str, float]:
-    return evaluate(model.eval(), data.eval_split("test"), data.num_items, EVAL).metrics  # type: ignore[arg-type]
-
-
-def prepared(data_dir: Path, domains: list[str], out: Path) -> SequenceData:
-    """The multi-domain data set, prepared once (preparing is deterministic, so parallel stages agree)."""
-    if not (out / "meta.json").is_file():
-        prepare(load_source("amazon-p5-domains", data_dir, domains=domains), out)
-    return load_prepared(out)
-
-
-def adapted(data: SequenceData, shared_state: Path, rank: int, embedding_rank: int) -> DomainAdaptedRetriever:
-    if not shared_state.is_file():
-        raise SystemExit(f"{shared_state} is missing. Fix: run --stage shared with the same --seed first (the base)")
-    base = SASRec(SASRecConfig(num_items=data.num_items, **SASREC))
-    base.load_state_dict(torch.load(shared_state, map_location="cpu", weights_only=True))
-    config = DomainAdapterConfig(domains=tuple(data.domains), rank=rank, embedding_rank=embedding_rank)
-    return DomainAdaptedRetriever(config, base, data.item_domains())
-
-
-def report(parts: Path, results_dir: Path, name: str) -> Path:
-    """Merge the stages' parts into one table per domain: test NDCG@10 of (a), (b) and each adapter variant (c)
-    per seed and on average, and whether (c) >= max(a, b) on average and in how many seeds."""
+def report(settings: Settings, parts: Path, results_dir: Path, name: str, reproduce: Reproduce) -> Path:
+    """Merge the parts into one table per domain: test NDCG@10 of (a), (b) and each adapter variant (c) per seed and
+    on average, and whether (c) >= max(a, b) on average and in how many seeds."""
     loaded = {p.stem: json.loads(p.read_text()) for p in sorted(parts.glob("*.json"))}
-    shared = {part["seed"]: part for key, part in loaded.items() if key.startswith("shared-")}
-    if not shared:
-        raise SystemExit(f"no {parts}/shared-s*.json. Fix: run the stages in this script's docstring first")
+    missing = [part.name for part in all_parts(settings) if part.name not in loaded]
+    if missing:
+        raise SystemExit(f"parts missing in {parts}: {missing}. Fix: run their stages (this module's docstring)")
     table: dict[str, Any] = {}
-    for domain in next(iter(shared.values()))["test"]:
-        separate = {p["seed"]: p for k, p in loaded.items() if k.startswith(f"separate-{domain}-")}
-        variants: dict[str, dict[int, dict[str, Any]]] = {}
-        for key, part in loaded.items():
-            if key.startswith(f"adapters-{domain}-"):
-                variant = f"rank{part['rank']}-embedding{part['embedding_rank']}-lr{part['adapter_lr']:g}"
-                variants.setdefault(variant, {})[part["seed"]] = part
-        missing = [s for by_seed in (separate, *variants.values()) for s in shared if s not in by_seed]
-        if not separate or not variants or missing:
-            raise SystemExit(f"{domain}: parts missing (seeds {sorted(set(missing))}). Fix: run the stages for them")
-        a = _per_seed(shared, domain)
-        b = _per_seed(separate, domain)
-        best_ab = {seed: max(a[seed], b[seed]) for seed in a}
+    for domain in settings.domains:
+        a = _per_seed(loaded, [Part("shared", seed) for seed in settings.seeds], domain)
+        b = _per_seed(loaded, [Part("separate", seed, domain) for seed in settings.seeds], domain)
         table[domain] = {"a_shared": _summary(a), "b_separate": _summary(b), "c_base_plus_adapters": {}}
-        for variant, by_seed in sorted(variants.items()):
-            c = _per_seed(by_seed, domain)
-            some = next(iter(by_seed.values()))
+        for variant in settings.variants:
+            c = _per_seed(loaded, [Part("adapters", seed, domain, variant) for seed in settings.seeds], domain)
+            some = loaded[Part("adapters", settings.seeds[0], domain, variant).name]
             table[domain]["c_base_plus_adapters"][variant] = {
                 **_summary(c),
                 "adapter_share_of_base": some["adapter_parameters"] / some["base_parameters"],
                 "c_at_least_max_a_b_on_mean": _mean(c) >= max(_mean(a), _mean(b)),
-                "seeds_where_c_at_least_max_a_b": sum(c[seed] >= best_ab[seed] for seed in c),
+                "seeds_where_c_at_least_max_a_b": sum(c[seed] >= max(a[seed], b[seed]) for seed in c),
             }
             print(f"{domain} {variant}: N@10 a {_mean(a):.4f}, b {_mean(b):.4f}, c {_mean(c):.4f} ({len(c)} seeds)")
     result = {
-        "name": name,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "config": {"sasrec": SASREC, "ks": list(EVAL.ks), "ranking": "within the user's domain", "metric": "ndcg@10"},
+        "settings": asdict(settings),
         "domains": table,
         "parts": loaded,
-        "machine": machine(),
-        "versions": versions(),
-        "command": command(),
+        **provenance(),
     }
-    path = write_result(result["name"], result, results_dir)
+    path = write_result(name, result, results_dir, reproduce)
     print(f"-> {path}")
     return path
 
 
-def _per_seed(parts: dict[int, dict[str, Any]], domain: str) -> dict[int, float]:
-    return {seed: part["test"][domain]["ndcg@10"] for seed, part in sorted(parts.items())}
+def _part_of(args: argparse.Namespace, settings: Settings) -> Part:
+    if args.seed is None or (args.stage != "shared" and args.domain is None):
+        raise SystemExit(f"--stage {args.stage} trains one part: pass --seed (and --domain, but for shared)")
+    if args.domain is not None and args.domain not in settings.domains:
+        raise SystemExit(f"--domain {args.domain!r} is not a domain of the config. Fix: one of {settings.domains}")
+    variant = args.variant if args.stage == "adapters" else None
+    if args.stage == "adapters" and variant is None:
+        raise SystemExit(f"--stage adapters needs --variant. Fix: one of {list(settings.variants)}")
+    return Part(args.stage, args.seed, args.domain if args.stage != "shared" else None, variant)
+
+
+def _write_part(parts: Path, part: Part, record: dict[str, Any]) -> None:
+    parts.mkdir(parents=True, exist_ok=True)
+    with atomic_file(parts / f"{part.name}.json") as tmp:
+        tmp.write_text(json.dumps(record, indent=2))
+    logger.info("%s: %s", part.name, {d: round(m["ndcg@10"], 4) for d, m in record["test"].items()})
+
+
+def _per_seed(loaded: dict[str, Any], parts: list[Part], domain: str) -> dict[int, float]:
+    return {part.seed: loaded[part.name]["test"][domain]["ndcg@10"] for part in parts}
 
 
 def _mean(values: dict[int, float]) -> float:

@@ -1,52 +1,103 @@
 """FAISS retrieval benchmark: recall@k against exact search and queries per second, in one run; writes JSON.
 
 Usage:
-    .venv/bin/python benchmarks/retrieval.py            # 1M items x 64-d, 1,000 queries, k=100 (~10 min on 2 cores)
-    .venv/bin/python benchmarks/retrieval.py --smoke    # 20,000 items, for a quick check
+    .venv/bin/python -m benchmarks.retrieval   # 1M items x 64-d, 1,000 queries, k=100 (~10 min on 2 cores)
+    .venv/bin/python -m benchmarks.retrieval --config configs/benchmarks/retrieval-faiss-smoke.yaml   # 20,000 items
+    .venv/bin/python -m benchmarks.retrieval --set noise=1.0 --set centres=4096   # another data shape
 
-Data: synthetic unit vectors around 16,384 Gaussian centres (N(0, 1) centres, N(0, 0.6^2) noise per
-coordinate: ~61 items per centre at 1M, so a query's top 100 spans several clusters), a clustered shape
-like learned item embeddings, neither trivially separable (few large clusters: IVF cells then hold whole
-top-100 lists) nor uniform on the sphere (ANN's worst case; `--noise 1` comes close); the queries are drawn
-the same way, independently of the items. Every index is built with `recsys.retrieval.build_index` (which logs its own
-recall check) and searched with the same 1,000 queries in one batch; QPS = queries / median wall time of `search` over
-`--repeats` runs, exact search (`ExactTopK`, torch matmul + topk) timed the same way in the same run. The
-search-time knob of each index (IVF nprobe, HNSW efSearch) is swept; `chosen` is the fastest setting that
-reaches `--target-recall`. Writes benchmarks/results/retrieval-faiss-<size>.json.
+Settings: configs/benchmarks/retrieval-faiss.yaml (`--config`, `--set KEY=VALUE`). Data: synthetic unit vectors around
+16,384 Gaussian centres (N(0, 1) centres, N(0, 0.6^2) noise per coordinate: ~61 items per centre at 1M, so a query's
+top 100 spans several clusters), a clustered shape like learned item embeddings, neither trivially separable (few
+large clusters: IVF cells then hold whole top-100 lists) nor uniform on the sphere (ANN's worst case; `--set
+noise=1` comes close); the queries are drawn the same way, independently of the items. Every index of `indexes` is
+built with `recsys.retrieval.build_index` (which logs its own recall check) and searched with the same queries in one
+batch; QPS = queries / median wall time of `search` over `repeats` runs, exact search (`ExactTopK`, torch matmul +
+topk) timed the same way in the same run. The search-time knob of each index (IVF nprobe, HNSW efSearch) is swept;
+`chosen` is the fastest setting that reaches `target_recall`. Writes benchmarks/results/retrieval-faiss-<size>.json
+(`-smoke` appended for a `smoke: true` config), with the settings and how to reproduce it.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import logging
 import statistics
-import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
+from pydantic import BeforeValidator, ConfigDict
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import RESULTS_DIR, command, machine, significant, versions, write_result
+from benchmarks.common import (
+    benchmark_parser,
+    log_to_console,
+    provenance,
+    reproduce_of,
+    settings_from,
+    significant,
+    write_result,
+)
 from recsys.retrieval import ExactTopK, IndexConfig, recall_at_k
 from recsys.retrieval.faiss_index import FaissTopK, build_index
 
 logger = logging.getLogger("benchmarks.retrieval")
+KNOB_OF = {"ivf_flat": "nprobe", "ivf_pq": "nprobe", "hnsw": "ef_search"}  # each kind's search-time knob
 
-# (index config, the knob swept at search time, its values)
-FULL_INDEXES: list[tuple[IndexConfig, str, list[int]]] = [
-    (IndexConfig(kind="ivf_flat", nlist=4096), "nprobe", [32, 64, 128, 256]),
-    (IndexConfig(kind="hnsw", hnsw_m=32, ef_construction=200), "ef_search", [128, 256, 512]),
-]
-SMOKE_INDEXES: list[tuple[IndexConfig, str, list[int]]] = [
-    (IndexConfig(kind="ivf_flat", nlist=64), "nprobe", [4, 16]),
-    (IndexConfig(kind="hnsw", hnsw_m=16, ef_construction=64), "ef_search", [128]),
-]
+
+def _known_index_keys(raw: Any) -> Any:
+    """Refuse keys IndexConfig does not have (pydantic would drop them silently)."""
+    known = [field.name for field in fields(IndexConfig)]
+    unknown = [key for key in raw if key not in known] if isinstance(raw, dict) else []
+    if unknown:
+        raise ValueError(f"unknown keys {unknown} (known: {', '.join(known)})")
+    return raw
+
+
+@dataclass(frozen=True)
+class IndexSweep:
+    """One index, built once, and the values of its search-time knob, each searched and timed."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")  # unknown keys are refused
+
+    index: Annotated[IndexConfig, BeforeValidator(_known_index_keys)]  # `recsys.retrieval.IndexConfig` fields
+    knob: Literal["nprobe", "ef_search"]  # the kind's search-time knob: nprobe (IVF) or ef_search (HNSW)
+    values: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if KNOB_OF.get(self.index.kind) != self.knob:
+            raise ValueError(
+                f"a {self.index.kind} index has no search-time knob {self.knob!r} (ivf_flat and ivf_pq sweep nprobe, "
+                "hnsw sweeps ef_search)"
+            )
+
+    def runs(self) -> list[IndexConfig]:
+        """The index's config at each swept value."""
+        if self.knob == "nprobe":
+            return [replace(self.index, nprobe=value) for value in self.values]
+        return [replace(self.index, ef_search=value) for value in self.values]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the benchmark measures (configs/benchmarks/retrieval-faiss*.yaml)."""
+
+    smoke: bool  # a quick check, not a measurement: the result is named `-smoke`
+    items: int  # catalog size
+    dim: int
+    centres: int  # Gaussian centres of the synthetic vectors, N(0, 1) per coordinate
+    noise: float  # sigma of the N(0, sigma^2) noise per coordinate around a centre (before normalising)
+    queries: int  # drawn like the items, independently of them; searched in one batch
+    k: int
+    target_recall: float  # `chosen` = the fastest setting whose recall@k reaches this
+    repeats: int  # timed searches per setting (median, after one warm-up)
+    indexes: tuple[IndexSweep, ...]
+
+
+def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
+    return settings_from(Settings, config, overrides)
 
 
 def clustered(num: int, centres: torch.Tensor, noise: float, gen: torch.Generator) -> torch.Tensor:
@@ -66,75 +117,118 @@ def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="20,000 items instead of 1M")
-    parser.add_argument("--items", type=int, help="catalog size (default 1,000,000; 20,000 with --smoke)")
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--centres", type=int, default=16_384, help="Gaussian centres of the synthetic vectors")
-    parser.add_argument("--noise", type=float, default=0.6, help="noise sigma per coordinate around a centre")
-    parser.add_argument("--queries", type=int, default=1_000)
-    parser.add_argument("--k", type=int, default=100)
-    parser.add_argument("--target-recall", type=float, default=0.95)
-    parser.add_argument("--repeats", type=int, default=3, help="timed searches per setting (median)")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
+    parser = benchmark_parser(__doc__, "configs/benchmarks/retrieval-faiss.yaml")
     args = parser.parse_args(argv)
-    # force: importing torchrec (through the model registry) already put a WARNING-level handler on the root
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
-    num_items = args.items or (20_000 if args.smoke else 1_000_000)
+    reproduce = reproduce_of(__name__, args)
+    s = load_settings(args.config, reproduce.overrides)
+    log_to_console()
 
     gen = torch.Generator().manual_seed(0)
-    centres = torch.randn(args.centres, args.dim, generator=gen)
-    items = clustered(num_items, centres, args.noise, gen)
-    queries = clustered(args.queries, centres, args.noise, gen)
+    centres = torch.randn(s.centres, s.dim, generator=gen)
+    items = clustered(s.items, centres, s.noise, gen)
+    queries = clustered(s.queries, centres, s.noise, gen)
     exact = ExactTopK(items)
-    exact_ids = exact.search(queries, args.k)[1]
-    exact_s = median_seconds(lambda: exact.search(queries, args.k), args.repeats)
-    logger.info("exact: %.1f queries/s", args.queries / exact_s)
+    exact_ids = exact.search(queries, s.k)[1]
+    exact_s = median_seconds(lambda: exact.search(queries, s.k), s.repeats)
+    logger.info("exact: %.1f queries/s", s.queries / exact_s)
 
     runs = []
-    for config, knob, values in SMOKE_INDEXES if args.smoke else FULL_INDEXES:
-        index = build_index(items, config=config, eval_queries=queries, eval_k=args.k)
+    for sweep in s.indexes:
+        index = build_index(items, config=sweep.index, eval_queries=queries, eval_k=s.k)
         assert index.report is not None
-        for value in values:
-            index.set_search_params(**{knob: value})
-            recall = recall_at_k(index.search(queries, args.k)[1], exact_ids)
-            seconds = median_seconds(lambda index=index: index.search(queries, args.k), args.repeats)  # type: ignore[misc]
-            runs.append(_run(index, knob, value, recall, seconds, args.queries, exact_s))
-            logger.info("%s %s=%d: recall@%d %.4f, %.1f queries/s", config.kind, knob, value, args.k, recall,
-                        args.queries / seconds)  # fmt: skip
-    reaching = [r for r in runs if r["recall"] >= args.target_recall]
+        for value in sweep.values:
+            index.set_search_params(**{sweep.knob: value})
+            recall = recall_at_k(index.search(queries, s.k)[1], exact_ids)
+            seconds = median_seconds(lambda index=index: index.search(queries, s.k), s.repeats)  # type: ignore[misc]
+            runs.append(_run(index, sweep.knob, value, recall, seconds, s.queries, exact_s))
+            logger.info("%s %s=%d: recall@%d %.4f, %.1f queries/s", sweep.index.kind, sweep.knob, value, s.k, recall,
+                        s.queries / seconds)  # fmt: skip
+    reaching = [r for r in runs if r["recall"] >= s.target_recall]
     chosen = max(reaching, key=lambda r: r["queries_per_second"]) if reaching else None
-    size = f"{num_items // 1_000_000}m" if num_items >= 1_000_000 else f"{num_items // 1_000}k"
-    name = f"retrieval-faiss-{size}" + ("-smoke" if args.smoke else "")
+    name = result_name(s)
     result = {
-        "name": name,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "data": {
-            "items": num_items,
-            "dim": args.dim,
-            "queries": args.queries,
-            "centres": 1_024,
-            "noise_sigma": 0.5,
+            "items": s.items,
+            "dim": s.dim,
+            "queries": s.queries,
+            "centres": s.centres,
+            "noise_sigma": s.noise,
             "metric": "ip",
             "vectors": "unit-normalised",
         },
-        "k": args.k,
-        "target_recall": args.target_recall,
-        "exact": {"queries_per_second": significant(args.queries / exact_s), "impl": "ExactTopK (torch matmul + topk)"},
+        "k": s.k,
+        "target_recall": s.target_recall,
+        "exact": {"queries_per_second": significant(s.queries / exact_s), "impl": "ExactTopK (torch matmul + topk)"},
         "chosen": chosen,
         "runs": runs,
-        "timer": f"median wall time of {args.repeats} batched searches of all queries, after one warm-up",
-        "machine": machine(),
-        "versions": versions("faiss-cpu"),
-        "command": command(),
+        "timer": _timer(s.repeats),
+        "settings": _jsonable(asdict(s)),
+        **provenance("faiss-cpu"),
     }
-    path = write_result(name, result, args.results_dir)
-    print(f"exact: {args.queries / exact_s:,.0f} queries/s")
+    path = write_result(name, result, args.results_dir, reproduce)
+    print(f"exact: {s.queries / exact_s:,.0f} queries/s")
     for r in runs:
-        print(f"{r['kind']:<9} {r['knob']}={r['value']:<5} recall@{args.k} {r['recall']:.4f}  "
+        print(f"{r['kind']:<9} {r['knob']}={r['value']:<5} recall@{s.k} {r['recall']:.4f}  "
               f"{r['queries_per_second']:>9,.0f} q/s  x{r['speedup_vs_exact']:.1f} exact")  # fmt: skip
     print(f"chosen: {chosen and (chosen['kind'], chosen['knob'], chosen['value'])} -> {path}")
     return path
+
+
+def result_name(s: Settings) -> str:
+    size = f"{s.items // 1_000_000}m" if s.items >= 1_000_000 else f"{s.items // 1_000}k"
+    return f"retrieval-faiss-{size}" + ("-smoke" if s.smoke else "")
+
+
+def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[str]:
+    """What the result records of its settings (name, data, k, target recall, timer, every run's index config, and
+    `settings` where it has them) that differs from `settings`.
+
+    Results written before `settings` was recorded (retrieval-faiss-1m.json) put `centres: 1024, noise_sigma: 0.5`
+    in `data` whatever the run used: their centres and noise are not compared (the run's are in its `note`).
+    """
+    data = result.get("data", {})
+    recorded = {
+        "name": result.get("name"),
+        "data.items": data.get("items"),
+        "data.dim": data.get("dim"),
+        "data.queries": data.get("queries"),
+        "k": result.get("k"),
+        "target_recall": result.get("target_recall"),
+        "timer": result.get("timer"),
+        "runs": [[r.get("kind"), r.get("knob"), r.get("value"), r.get("config")] for r in result.get("runs", [])],
+    }
+    expected: dict[str, Any] = {
+        "name": result_name(settings),
+        "data.items": settings.items,
+        "data.dim": settings.dim,
+        "data.queries": settings.queries,
+        "k": settings.k,
+        "target_recall": settings.target_recall,
+        "timer": _timer(settings.repeats),
+        "runs": [
+            [config.kind, sweep.knob, getattr(config, sweep.knob), _jsonable(asdict(config))]
+            for sweep in settings.indexes
+            for config in sweep.runs()
+        ],
+    }
+    if "settings" in result:
+        recorded |= {"data.centres": data.get("centres"), "data.noise_sigma": data.get("noise_sigma")}
+        recorded |= {f"settings.{key}": value for key, value in result["settings"].items()}
+        expected |= {"data.centres": settings.centres, "data.noise_sigma": settings.noise}
+        expected |= {f"settings.{key}": value for key, value in _jsonable(asdict(settings)).items()}
+    for key in sorted(recorded.keys() | expected.keys()):
+        have, want = recorded.get(key, "<absent>"), expected.get(key, "<absent>")
+        if have != want:
+            yield f"{key}: the result has {have!r}, the config {want!r}"
+
+
+def _timer(repeats: int) -> str:
+    return f"median wall time of {repeats} batched searches of all queries, after one warm-up"
+
+
+def _jsonable(tree: Any) -> Any:
+    """`tree` as its JSON holds it (tuples as lists)."""
+    return json.loads(json.dumps(tree))
 
 
 def _run(

@@ -1,73 +1,115 @@
 """Semantic-ID benchmark: content-embedding throughput and SID health of several tokenizer configs; writes JSON.
 
 Usage:
-    .venv/bin/python benchmarks/semantic_ids.py --data-dir ../shared/data/amazon-beauty \
-        --config configs/beauty-sid-rqvae.yaml --config configs/beauty-sid-rqkmeans.yaml \
-        --config configs/beauty-tiger-random.yaml
+    .venv/bin/python -m benchmarks.semantic_ids [--config configs/benchmarks/semantic-ids.yaml] [--set KEY=VALUE ...]
 
-Throughput embeds every catalog text once with no cache (the first batch, which loads kernels, is timed
-separately). Health (collision rate before de-duplication, per-level utilisation and perplexity,
-reconstruction error) comes from building each config's semantic IDs from scratch.
-Writes benchmarks/results/<name>.json (default name: <dataset>-semantic-ids).
+The config lists the experiment configs to compare (each with a `sid` section, all on one data set) and the raw
+data they read. Throughput embeds every catalog text once with no cache, with the encoder of the first config whose
+semantic IDs come from content (the first batch, which loads kernels, is timed separately). Health (collision rate
+before de-duplication, per-level utilisation and perplexity, reconstruction error) comes from building each config's
+semantic IDs from scratch through the pipeline (its content embeddings are reused). Results are keyed by each
+config's name. Writes benchmarks/results/<dataset>-semantic-ids.json.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import shutil
-import sys
 import time
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import RESULTS_DIR, command, machine, versions, write_result
+from benchmarks.common import (
+    REPO,
+    benchmark_parser,
+    log_to_console,
+    provenance,
+    reproduce_of,
+    settings_from,
+    write_result,
+)
 from pipelines.config import ExperimentConfig, load_config
-from pipelines.content import embed_content_step
-from pipelines.data import prepare_step
-from pipelines.experiment import ExperimentPaths
-from pipelines.semantic_ids import SEMANTIC_IDS_FILE, build_semantic_ids_step
+from pipelines.runner import ExperimentPaths, run_pipeline
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
 from recsys.semantic_ids.codes import read_semantic_ids
 from recsys.semantic_ids.content import ContentConfig, item_texts, load_encoder
 
+# what the benchmark sets for itself: not part of what a result reproduces
+UNRECORDED = {"tracking.enabled": False}
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, action="append", required=True, help="config with a sid section")
-    parser.add_argument("--data-dir", type=Path, required=True, help="raw input of the configs' data source")
-    parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench"), help="prepared data, SIDs, cache")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
-    parser.add_argument("--name", default=None, help="result file name (default: <dataset>-semantic-ids)")
-    args = parser.parse_args()
-    # force: importing torchrec (through the model registry) already put a WARNING-level handler on the root
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
 
-    work = args.work_dir.resolve()
-    configs = [load_config(path, {"data.path": str(args.data_dir)}) for path in args.config]
-    for path, config in zip(args.config, configs, strict=True):
+@dataclass(frozen=True)
+class Settings:
+    configs: tuple[str, ...]  # experiment configs with a `sid` section (paths in the repo), on one data set
+    data_path: str | None = None  # raw input of their data source (None: the configs' own data section)
+    experiment: dict[str, Any] = field(default_factory=dict)  # dotted overrides of every config
+
+
+def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
+    settings = settings_from(Settings, config, overrides)
+    experiment_configs(settings)  # every config must load, build semantic IDs and share the data
+    return settings
+
+
+def experiment_configs(settings: Settings, unrecorded: dict[str, Any] | None = None) -> list[ExperimentConfig]:
+    """The experiment configs of `settings`, with its data path and overrides (+ `unrecorded`) applied."""
+    data = {} if settings.data_path is None else {"data.path": settings.data_path}
+    overrides = {**data, **settings.experiment, **(unrecorded or {})}
+    configs = [load_config(REPO / path, overrides) for path in settings.configs]
+    if not configs:
+        raise SystemExit("configs: empty. Fix: list the experiment configs to compare")
+    for path, config in zip(settings.configs, configs, strict=True):
         if config.sid is None:
-            raise SystemExit(f"{path}: has no sid section; pass configs that build semantic IDs")
-    data_dir = prepare_step(configs[0].data, ExperimentPaths.under(work, configs[0]).data_dir)
+            raise SystemExit(f"{path}: has no sid section. Fix: list configs that build semantic IDs")
+        if config.data != configs[0].data:
+            raise SystemExit(f"{path}: its data differs from {settings.configs[0]}'s. Fix: configs of one data set")
+    return configs
+
+
+def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[str]:
+    """The tokenizers, data path and semantic-ID settings the result records that differ from the config's."""
+    configs = experiment_configs(settings)
+    tokenizers = result.get("tokenizers", {})
+    if list(tokenizers) != [c.name for c in configs]:
+        yield f"tokenizers: the result has {list(tokenizers)}, the config {[c.name for c in configs]}"
+    recorded_path = result.get("dataset", {}).get("path")
+    if settings.data_path is not None and recorded_path != settings.data_path:
+        yield f"dataset.path: the result has {recorded_path!r}, the config {settings.data_path!r}"
+    for config in configs:
+        assert config.sid is not None
+        recorded = tokenizers.get(config.name, {}).get("build", {}).get("settings", {})
+        where = f"tokenizers.{config.name}.build.settings"
+        yield from _differences(where, recorded, config.sid.model_dump(mode="json"))
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = benchmark_parser(__doc__, "configs/benchmarks/semantic-ids.yaml")
+    parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench"), help="prepared data, SIDs, cache")
+    args = parser.parse_args(argv)
+    log_to_console()
+
+    reproduce = reproduce_of(__name__, args)
+    settings = load_settings(args.config, reproduce.overrides)
+    work = args.work_dir.resolve()
+    configs = experiment_configs(settings, UNRECORDED)
+    prepared, _ = run_pipeline(configs[0], work, until="prepare_data")
+    assert prepared.data is not None
+    data_dir = prepared.data.data_dir
     items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
-    assert configs[0].sid is not None
+    content = next((c.sid.content for c in configs if c.sid is not None and c.sid.vectors == "content"), None)
     result: dict[str, Any] = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "dataset": {"name": args.data_dir.resolve().name, "path": str(args.data_dir), "items": items.height},
-        "embedding_throughput": embedding_throughput(items, configs[0].sid.content),
-        "tokenizers": {path.stem: sid_health(c, data_dir, work) for path, c in zip(args.config, configs, strict=True)},
-        "machine": machine(),
-        "versions": versions("sentence-transformers", "faiss-cpu"),
-        "command": command(),
+        "dataset": {**_dataset(settings.data_path, configs[0]), "items": items.height},
+        "embedding_throughput": None if content is None else embedding_throughput(items, content),
+        "tokenizers": {config.name: sid_health(config, data_dir, work) for config in configs},
+        **provenance("sentence-transformers", "faiss-cpu"),
     }
-    name = args.name or f"{args.data_dir.resolve().name.removeprefix('amazon-')}-semantic-ids"
-    print(f"-> {write_result(name, result, args.results_dir)}")
+    path = write_result(_result_name(settings.data_path, configs[0]), result, args.results_dir, reproduce)
+    print(f"-> {path}")
+    return path
 
 
 def embedding_throughput(items: pl.DataFrame, content: ContentConfig) -> dict[str, Any]:
@@ -96,15 +138,34 @@ def embedding_throughput(items: pl.DataFrame, content: ContentConfig) -> dict[st
 
 
 def sid_health(config: ExperimentConfig, data_dir: Path, work: Path) -> dict[str, Any]:
-    """Build `config`'s semantic IDs from scratch (the embedding cache is reused) and report their health."""
-    assert config.sid is not None
-    paths = ExperimentPaths.under(work, config)
-    shutil.rmtree(paths.sid_dir, ignore_errors=True)  # a fresh build, so `seconds` is measured here
-    embeddings = embed_content_step(config.sid.content, data_dir, paths.content_dir, paths.cache_dir)
-    path = build_semantic_ids_step(config.sid, data_dir, embeddings, paths.sid_dir)
-    assert path.name == SEMANTIC_IDS_FILE
-    sids, stats = read_semantic_ids(path)
+    """Build `config`'s semantic IDs from scratch on the prepared `data_dir` (the content embeddings and their cache
+    are reused) and report their health."""
+    shutil.rmtree(ExperimentPaths.under(work, config).sid_dir, ignore_errors=True)  # `seconds` is measured here
+    outputs, _ = run_pipeline(config, work, until="build_semantic_ids", data_dir=data_dir, rerun=["build_semantic_ids"])
+    assert outputs.semantic_ids is not None
+    sids, stats = read_semantic_ids(outputs.semantic_ids.path)
     return {"codebook_sizes": list(sids.codebook_sizes), **stats.to_dict(), "build": sids.meta}
+
+
+def _dataset(data_path: str | None, config: ExperimentConfig) -> dict[str, Any]:
+    """Name and origin of the data: the input directory, or the generating source and its options."""
+    if data_path is None:
+        return {"name": config.data.source, "options": config.data.options}
+    return {"name": Path(data_path).resolve().name, "path": data_path}
+
+
+def _result_name(data_path: str | None, config: ExperimentConfig) -> str:
+    dataset = config.data.source if data_path is None else Path(data_path).resolve().name.removeprefix("amazon-")
+    return f"{dataset}-semantic-ids"
+
+
+def _differences(where: str, recorded: Any, expected: Any) -> Iterator[str]:
+    """Where the recorded (nested) settings differ from `expected` (keys `expected` gained since are not checked)."""
+    if isinstance(recorded, dict) and recorded and isinstance(expected, dict):
+        for key, value in recorded.items():
+            yield from _differences(f"{where}.{key}", value, expected.get(key, "<absent>"))
+    elif recorded != expected:
+        yield f"{where}: the result has {recorded!r}, the config {expected!r}"
 
 
 if __name__ == "__main__":

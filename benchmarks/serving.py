@@ -1,12 +1,20 @@
-"""Serving load test: `recsys serve` over the Beauty champion, driven by wrk on loopback; writes JSON.
+"""Serving load test: `recsys serve` over an experiment's registered champion, driven by wrk on loopback; writes JSON.
 
 Usage:
-    .venv/bin/python benchmarks/serving.py            # Beauty (trains its pipeline once, ~10 min on 2 cores)
-    .venv/bin/python benchmarks/serving.py --config configs/synthetic-sasrec.yaml --duration 5   # quick
+    .venv/bin/python -m benchmarks.serving --epochs 3   # Beauty SASRec (trains its pipeline once, ~10 min on 2 cores)
+    .venv/bin/python -m benchmarks.serving --config configs/synthetic/sasrec.yaml --duration 5   # quick
+    .venv/bin/python -m benchmarks.serving --config configs/beauty/two-stage.yaml --epochs 1 \
+        --set model.retriever_dir=.cache/serving-bench/models/beauty-sasrec   # the ranker over the SASRec above
+
+`--config` is an experiment config in the repo (default configs/beauty/sasrec.yaml); `--set KEY=VALUE`, `--epochs N`
+(= `--set train.epochs=N`: serving cost depends on the model's shape, not its training) and `--data-dir` (=
+`--set data.path=DIR`) override it, and the index served is HNSW unless `--set pipeline.index.kind=...` says
+otherwise: all of these are the result's `reproduce` overrides. The load test's own knobs (--duration,
+--connections, --model-calls, --freshness-trials) are recorded in the result's `load_test`.
 
 Needs `wrk` (apt-get install -y wrk). Steps, in one run:
-1. `recsys pipeline run` of the config (kept when up to date) -> the registered champion (SQLite store in
-   --work-dir).
+1. The config's pipeline (`pipelines.runner.run_pipeline`, steps kept when up to date) -> the registered champion
+   (SQLite store in --work-dir).
 2. `recsys serve` in its own process (one uvicorn worker, in-process history store) on a free loopback port.
 3. The model call alone: `Recommender.recommend` for --model-calls users in this process (p50/p99).
 4. wrk, --connections connections for --duration seconds: `POST /v1/recommendations` {user_id, k: 10} for
@@ -17,7 +25,7 @@ Needs `wrk` (apt-get install -y wrk). Steps, in one run:
    recommendation that reads the event (history_length 1), p50/p99.
 6. Hot swap under load: the same wrk load while a better-scoring copy of the model is registered, promoted
    and loaded (`POST /v1/admin/reload`); its errors must be 0.
-Writes benchmarks/results/serving-<config name>.json.
+Writes benchmarks/results/serving-<config name without -sasrec>.json.
 """
 
 from __future__ import annotations
@@ -32,17 +40,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import RESULTS_DIR, command, machine, parse_overrides, significant, versions, write_result
-from pipelines.config import load_config
-from pipelines.registry import register_bundle, write_bundle
-from pipelines.runner import run_pipeline
+import benchmarks.quality as quality
+from benchmarks.common import benchmark_parser, provenance, reproduce_of, significant, write_result
+from pipelines.bundle import Bundle
+from pipelines.config import ExperimentConfig, load_config
+from pipelines.registry import register_bundle
+from pipelines.runner import PipelineOutputs, run_pipeline
 from recsys.data.prepared import load_prepared
 
 WRK_SCRIPT = """
@@ -60,46 +69,68 @@ done = function(summary, latency, requests)
     latency:percentile(50), latency:percentile(95), latency:percentile(99)))
 end
 """
+# what the benchmark sets on every config, recorded as overrides (its own default: `--set` changes it)
+DEFAULTS = {"pipeline.index.kind": "hnsw"}
+
+
+def load_settings(config: Path, overrides: dict[str, Any]) -> ExperimentConfig:
+    return load_config(config, overrides)
+
+
+def recorded_mismatches(result: dict[str, Any], config: ExperimentConfig) -> Iterator[str]:
+    """The served model, index, training epochs and settings the result records that differ from `config`'s."""
+    bundle = result.get("bundle", {})
+    expected: dict[str, Any] = {"model": config.model.name, "index": config.pipeline.index.kind}
+    if bundle.get("train_epochs") != "config":  # "config": the config's own epochs (not overridden)
+        expected["train_epochs"] = config.train.epochs
+    for key, value in expected.items():
+        if bundle.get(key) != value:
+            yield f"bundle.{key}: the result has {bundle.get(key)!r}, the config {value!r}"
+    if result.get("name") != result_name(config):
+        yield f"name: the result has {result.get('name')!r}, the config gives {result_name(config)!r}"
+    if "settings" in result:  # results before 2026-11-22 recorded the served model in `bundle` only
+        yield from quality.recorded_mismatches(result, config)
+
+
+def result_name(config: ExperimentConfig) -> str:
+    return f"serving-{config.name.removesuffix('-sasrec')}"
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=Path("configs/beauty-sasrec.yaml"))
-    parser.add_argument("--data-dir", type=Path, help="raw data instead of the config's data.path")
-    parser.add_argument("--work-dir", type=Path, default=Path(".cache/serving-bench"))
+    parser = benchmark_parser(__doc__, "configs/beauty/sasrec.yaml")
+    parser.add_argument("--data-dir", type=Path, help="raw data instead of the config's data.path (= --set data.path)")
+    parser.add_argument("--work-dir", type=Path, default=Path(".cache/serving-bench"), help="data, models, MLflow")
+    parser.add_argument(
+        "--epochs", type=int, help="= --set train.epochs (serving cost depends on the model's shape, not its training)"
+    )
     parser.add_argument("--duration", type=int, default=30, help="seconds of each wrk run")
     parser.add_argument("--connections", type=int, default=8, help="concurrent HTTP connections")
-    parser.add_argument("--model-calls", type=int, default=500)
-    parser.add_argument("--freshness-trials", type=int, default=200)
-    parser.add_argument(
-        "--epochs", type=int, help="override train.epochs (serving cost depends on the model's shape, not its training)"
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key (YAML value), e.g. --set model.params.retriever_dir=DIR",
-    )
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--model-calls", type=int, default=500, help="users of the in-process model-call timing")
+    parser.add_argument("--freshness-trials", type=int, default=200, help="new users of the freshness timing")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
 
-    work = args.work_dir.resolve()
-    overrides: dict[str, Any] = {"tracking.uri": f"sqlite:///{work / 'mlflow.db'}", "pipeline.index.kind": "hnsw"}
+    overrides: dict[str, Any] = dict(DEFAULTS)
     if args.data_dir is not None:
         overrides["data.path"] = str(args.data_dir)
     if args.epochs is not None:
         overrides["train.epochs"] = args.epochs
-    overrides.update(parse_overrides(args.set))
-    config = load_config(args.config, overrides)
-    reports = {r.name: r.outputs for r in run_pipeline(config, work)}
-    data = load_prepared(Path(reports["prepare_data"]["data_dir"]))
+    reproduce = reproduce_of(__name__, args, overrides)
+    overrides = reproduce.overrides
+    work = args.work_dir.resolve()
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    # the registry the server reads, no progress bars: not part of what a result reproduces
+    config = load_config(
+        args.config, {**overrides, "tracking.enabled": True, "tracking.uri": uri, "train.progress": False}
+    )
+    outputs, _ = run_pipeline(config, work)
+    assert outputs.data is not None and outputs.model is not None and outputs.registration is not None
+    data = load_prepared(outputs.data.data_dir)
     users = data.users["user_id"].to_list()
-    uri, name = config.tracking.resolved_uri(), config.registered_model_name
+    name = config.registered_model_name
 
-    model_call_ms = _model_call_ms(Path(reports["register"]["bundle_dir"]), users, args.model_calls)
+    model_call_ms = _model_call_ms(Bundle(outputs.registration.bundle_dir), users, args.model_calls)
     port = _free_port()
     server = subprocess.Popen(
         [str(Path(sys.executable).with_name("recsys")), "serve", "--model-name", name, "--tracking-uri", uri,
@@ -112,26 +143,31 @@ def main(argv: list[str] | None = None) -> Path:
         load = _wrk(base, users, args.duration, args.connections, seed=0)
         batching = _server_batching(base)
         freshness = _freshness_ms(base, data.items["item_id"].to_list(), args.freshness_trials)
-        swap = _hot_swap_under_load(base, work, reports, name, uri, users, args)
+        swap = _hot_swap_under_load(base, work, outputs, name, uri, users, args)
     finally:
         server.terminate()
         server.wait(timeout=30)
 
     result = {
-        "name": f"serving-{config.name.removesuffix('-sasrec')}",
         "bundle": {
             "config": str(args.config),
             "overrides": args.set,
             "model": config.model.name,
             "items": data.num_items,
             "users": data.num_users,
-            "index": "hnsw",
-            "train_epochs": config.train.epochs if args.epochs is not None else "config",
+            "index": config.pipeline.index.kind,
+            "train_epochs": config.train.epochs if "train.epochs" in overrides else "config",
         },
         "endpoint": "POST /v1/recommendations {user_id, k: 10}, users drawn uniformly from the data",
         "server": "recsys serve: 1 uvicorn worker, micro-batching (max 64), in-process history store, same 2-core "
         "machine as wrk",
         "load_generator": f"wrk, 1 thread, {args.connections} connections, {args.duration} s",
+        "load_test": {
+            "duration_s": args.duration,
+            "connections": args.connections,
+            "model_calls": args.model_calls,
+            "freshness_trials": args.freshness_trials,
+        },
         "concurrency": args.connections,
         "duration_s": load["duration_s"],
         "requests": load["requests"],
@@ -142,18 +178,17 @@ def main(argv: list[str] | None = None) -> Path:
         "server_batching": batching,
         "freshness_ms": freshness,
         "hot_swap": swap,
-        "machine": machine(),
-        "versions": versions("fastapi", "uvicorn", "faiss-cpu"),
-        "command": command(),
+        "settings": config.model_dump(mode="json", exclude={"tracking"}),
+        **provenance("fastapi", "uvicorn", "faiss-cpu"),
     }
-    path = write_result(str(result["name"]), result, args.results_dir)
+    path = write_result(result_name(config), result, args.results_dir, reproduce)
     print(json.dumps({k: result[k] for k in ("requests_per_second", "latency_ms", "errors", "model_call_ms",
                                              "freshness_ms", "hot_swap")}, indent=1))  # fmt: skip
     print(f"-> {path}")
     return path
 
 
-def _model_call_ms(bundle: Path, users: list[str], calls: int) -> dict[str, float]:
+def _model_call_ms(bundle: Bundle, users: list[str], calls: int) -> dict[str, float]:
     """The model call alone: history lookup excluded, `Recommender.recommend` timed per user."""
     from serving.recommender import Recommender
 
@@ -222,7 +257,7 @@ def _freshness_ms(base: str, item_ids: list[str], trials: int) -> dict[str, floa
 
 
 def _hot_swap_under_load(
-    base: str, work: Path, reports: dict[str, Any], name: str, uri: str, users: list[str], args: argparse.Namespace
+    base: str, work: Path, outputs: PipelineOutputs, name: str, uri: str, users: list[str], args: argparse.Namespace
 ) -> dict[str, Any]:
     """wrk load while a better-scoring copy of the model is registered, promoted and swapped in."""
     import threading
@@ -233,11 +268,12 @@ def _hot_swap_under_load(
     time.sleep(args.duration / 3)
     model = work / "swap-model"
     shutil.rmtree(model, ignore_errors=True)
-    shutil.copytree(reports["train_retriever"]["model_dir"], model)
+    assert outputs.model is not None
+    shutil.copytree(outputs.model.model_dir, model)
     metrics = json.loads((model / "metrics.json").read_text())
     metrics["valid"]["ndcg@10"] += 1.0  # a copy that the gate must promote
     (model / "metrics.json").write_text(json.dumps(metrics))
-    bundle = write_bundle(work / "swap-bundle", name=name, model_dir=model, index_dir=None, sid_path=None, source={})
+    bundle = Bundle.write(work / "swap-bundle", name=name, model_dir=model)
     decision = register_bundle(bundle, name, uri)
     start = time.perf_counter()
     reload = httpx.post(f"{base}/v1/admin/reload", timeout=120).json()

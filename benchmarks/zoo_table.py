@@ -1,70 +1,96 @@
 """The Retrieval-zoo table: every model's test metrics and training time, from the quality JSONs; writes JSON.
 
 Usage:
-    .venv/bin/python benchmarks/zoo_table.py
+    .venv/bin/python -m benchmarks.zoo_table [--config configs/benchmarks/retrieval-zoo.yaml]
 
-Reads benchmarks/results/<config>.json written by benchmarks/quality.py for each row below, prints a markdown
-table per data set and writes benchmarks/results/retrieval-zoo.json. A row whose JSON is missing is an error
-(run its config first), so the table never silently drops a model.
+Reads benchmarks/results/<result>.json, written by benchmarks.quality, for each row of the config's tables, prints a
+markdown table per data set and writes benchmarks/results/retrieval-zoo.json. A row whose JSON is missing is an
+error (run its config first), so the table never silently drops a model. Each row names the experiment config in
+the repo that made its result (the result's own `reproduce.config`, else configs/<dataset>/<stem>.yaml of its name).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import RESULTS_DIR, command, write_result
+from benchmarks.common import REPO, benchmark_parser, command, reproduce_of, settings_from, write_result
 
 METRICS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")
-TABLES = {
-    "amazon-beauty": [
-        ("popularity", "beauty-popularity"),
-        ("SASRec", "beauty-sasrec"),
-        ("SASRec + SID features", "beauty-sasrec-sid"),
-        ("SASRec + SID features, dim 128", "beauty-sasrec-sid-wide"),
-        ("HSTU", "beauty-hstu"),
-        ("HSTU, sampled softmax (1,024 negatives)", "beauty-hstu-sampled"),
-        ("two-tower (id + SID + content)", "beauty-two-tower"),
-        ("generative (TIGER-style)", "beauty-tiger-ema-wide"),
-        ("fusion (RRF)", "beauty-fusion"),
-    ],
-    "amazon-sports": [
-        ("popularity", "sports-popularity"),
-        ("SASRec", "sports-sasrec"),
-        ("HSTU", "sports-hstu"),
-        ("two-tower (id)", "sports-two-tower"),
-        ("fusion (RRF)", "sports-fusion"),
-    ],
-}
+BUDGET_KEY = "train.max_train_seconds"
 
 
-def row(label: str, config: str, results_dir: Path) -> dict[str, Any]:
-    path = results_dir / f"{config}.json"
+@dataclass(frozen=True)
+class Row:
+    label: str  # the model, as the table shows it
+    result: str  # the quality result's name: RESULTS_DIR/<result>.json
+
+
+@dataclass(frozen=True)
+class Settings:
+    tables: dict[str, tuple[Row, ...]]  # data set -> its rows, in order
+
+
+def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
+    return settings_from(Settings, config, overrides)
+
+
+def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[str]:
+    """The tables' data sets and rows (model, JSON) that differ from the config's."""
+    recorded = result.get("tables", {})
+    if list(recorded) != list(settings.tables):
+        yield f"tables: the result has {list(recorded)}, the config {list(settings.tables)}"
+    for data, rows in settings.tables.items():
+        got = [(r["model"], r["json"]) for r in recorded.get(data, [])]
+        expected = [(r.label, f"{r.result}.json") for r in rows]
+        if got != expected:
+            yield f"tables.{data}: the result has rows {got}, the config {expected}"
+
+
+def row(label: str, name: str, results_dir: Path) -> dict[str, Any]:
+    path = results_dir / f"{name}.json"
+    config = experiment_config(name)
     if not path.is_file():
-        raise SystemExit(f"{path} is missing. Fix: run benchmarks/quality.py --config configs/{config}.yaml first")
+        raise SystemExit(f"{path} is missing. Fix: run .venv/bin/python -m benchmarks.quality --config {config} first")
     result = json.loads(path.read_text())
+    config = result.get("reproduce", {}).get("config", config)
+    if not (REPO / config).is_file():
+        raise SystemExit(f"{path}: its config {config} is not in the repo. Fix: re-run it from a config in configs/")
     test = result["metrics"]["test"]
-    prefix = "train.max_train_seconds="
-    budget = [float(o.removeprefix(prefix)) for o in result.get("overrides", []) if o.startswith(prefix)]
+    budget = time_budget(result)
     cuda = result["device"] == "cuda"
     return {
         "model": label,
-        "config": f"configs/{config}.yaml",
+        "config": config,
         **{m: round(test[m], 4) for m in METRICS},
         "train_seconds": result["train_seconds"],
         "seconds_per_epoch": result["seconds_per_epoch"],
         "best_epoch": result["best_epoch"],
         # the time budget ended training (rather than early stopping or the epoch cap)
-        "time_boxed": f"{budget[0]:g} s" if budget and result["train_seconds"] >= budget[0] else None,
+        "time_boxed": f"{budget:g} s" if budget is not None and result["train_seconds"] >= budget else None,
         "device": result["machine"].get("gpu") if cuda else f"CPU, {result['machine']['cpu_cores']} cores",
         "json": path.name,
     }
+
+
+def experiment_config(name: str) -> str:
+    """The experiment config a result name comes from: configs/<dataset>/<stem>.yaml for `<dataset>-<stem>`."""
+    dataset, _, stem = name.partition("-")
+    return f"configs/{dataset}/{stem}.yaml"
+
+
+def time_budget(result: dict[str, Any]) -> float | None:
+    """The training budget in seconds the result ran under (`train.max_train_seconds`), None without one: from its
+    `reproduce` overrides, else the `--set KEY=VALUE` strings of results written before it had one."""
+    overrides = result.get("reproduce", {}).get("overrides", {})
+    if overrides.get(BUDGET_KEY) is not None:
+        return float(overrides[BUDGET_KEY])
+    prefix = f"{BUDGET_KEY}="
+    budgets = [float(o.removeprefix(prefix)) for o in result.get("overrides", []) if o.startswith(prefix)]
+    return budgets[-1] if budgets else None
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -81,20 +107,19 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser = benchmark_parser(__doc__, "configs/benchmarks/retrieval-zoo.yaml")
     args = parser.parse_args(argv)
-    tables = {data: [row(label, config, args.results_dir) for label, config in rows] for data, rows in TABLES.items()}
+    reproduce = reproduce_of(__name__, args)
+    settings = load_settings(args.config, reproduce.overrides)
+    tables = {data: [row(r.label, r.result, args.results_dir) for r in rows] for data, rows in settings.tables.items()}
     for data, rows in tables.items():
         print(f"\n{data}\n{markdown(rows)}")
     result = {
-        "name": "retrieval-zoo",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "protocol": "leave-one-out, all items ranked, nothing excluded, checkpoint on validation NDCG@10; test split",
         "tables": tables,
         "command": command(),
     }
-    path = write_result("retrieval-zoo", result, args.results_dir)
+    path = write_result("retrieval-zoo", result, args.results_dir, reproduce)
     print(f"-> {path}")
     return path
 

@@ -3,7 +3,8 @@
 A config file is headed by comments stating its purpose, date and the command that runs it (configs/*/*.yaml).
 `base: other.yaml` (a path relative to the file) makes it extend another config: the base's sections are merged
 key by key with the file's own (a mapping merges, any other value replaces), so a variant states only what it
-changes. `name` is never inherited; it defaults to `<dataset>-<stem>` for configs/<dataset>/<stem>.yaml and to
+changes; a `model` section naming another model replaces the base's whole (another model's settings do not
+apply). `name` is never inherited; it defaults to `<dataset>-<stem>` for configs/<dataset>/<stem>.yaml and to
 the stem elsewhere. Unknown keys and wrong types are errors that name the dotted key and the file.
 """
 
@@ -156,7 +157,7 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
     raw = read_config_tree(path)
     raw.setdefault("name", default_name(path))
     for dotted, value in (overrides or {}).items():
-        _set_dotted(raw, dotted, value)
+        set_dotted(raw, dotted, value)
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as err:
@@ -183,7 +184,11 @@ def read_config_tree(path: Path, _extending: tuple[Path, ...] = ()) -> dict[str,
         raise ConfigError(f"{path}: `{BASE_KEY}: {base}` is not a file ({base_path}). Fix: a path relative to {path}")
     inherited = read_config_tree(base_path, (*_extending, path.resolve()))
     inherited.pop("name", None)
-    return _merged(inherited, raw)
+    merged = _merged(inherited, raw)
+    base_model, own_model = inherited.get("model", {}), raw.get("model", {})
+    if "name" in own_model and own_model["name"] != base_model.get("name"):
+        merged["model"] = own_model  # another model: nothing of the base's model section applies to it
+    return merged
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
@@ -206,7 +211,18 @@ def _merged(base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` pairs -> {dotted key: YAML-parsed value}, e.g. ["train.lr=3e-4"] -> {"train.lr": 0.0003}."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE. Fix: e.g. --set train.epochs=40")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     *parents, leaf = dotted.split(".")
     for key in parents:
         tree = tree.setdefault(key, {})

@@ -176,6 +176,8 @@ def run_pipeline(
         data_dir: an already prepared directory to use instead of preparing `config.data`.
         rerun: steps to run even when they are up to date (e.g. a benchmark that times a whole training run).
     """
+    if only and until:
+        raise RecsysError(f"run only {only!r} or until {until!r}, not both. Fix: drop one of them")
     last = only or until
     for name in (last, *rerun):
         if name is not None and name not in STEP_NAMES:

@@ -1,8 +1,12 @@
 """Kernel benchmark: the Triton embedding bag against torch (and FBGEMM where it runs), in GB/s; writes JSON.
 
 Usage:
-    python benchmarks/kernels/embedding_bag.py            # on a CUDA GPU: the issue's cases (~5 GB tables)
-    .venv/bin/python benchmarks/kernels/embedding_bag.py --smoke   # tiny sizes; on CPU in Triton's interpreter
+    .venv/bin/python -m benchmarks.kernels.embedding_bag   # on a CUDA GPU: the issue's cases (~5 GB tables)
+    .venv/bin/python -m benchmarks.kernels.embedding_bag --config configs/benchmarks/kernels-embedding-bag-smoke.yaml
+        # tiny sizes; on CPU in Triton's interpreter
+    .venv/bin/python -m benchmarks.kernels.embedding_bag --set cases=[fwd-fp32,fwd-bf16]   # only these cases
+
+Settings: configs/benchmarks/kernels-embedding-bag.yaml (`--config`, `--set KEY=VALUE`).
 
 Cases (one run): forward fp32 / bf16, D=128, 10M rows, B=65,536 bags of 20 ids, uniform ids; the same
 fp32 forward with Zipf-skewed ids (alpha 1.15); forward + backward to a sparse gradient; forward + fused
@@ -13,29 +17,30 @@ torch.optim.SGD / Adagrad on the sparse gradient); 32 tables x 100,000 rows, B=5
 Times are `triton.testing.do_bench` medians (L2 flushed between runs) on CUDA, perf_counter medians on
 CPU. GB/s = the bytes the op must move (counted per op below, the same count for every implementation)
 / time; `copy_GBps` is a device-to-device copy measured in the same run (bytes read + written).
-Writes benchmarks/results/kernels-embedding-bag-<gpu>.json (`-smoke` appended with --smoke).
+Writes benchmarks/results/kernels-embedding-bag-<gpu>.json (`-smoke` appended for a `smoke: true` config), with the
+settings and how to reproduce it.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import statistics
-import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# Without CUDA the kernels run in Triton's interpreter, which Triton reads when it is first imported: here, before
+# benchmarks.common (whose imports reach torch._dynamo, which imports triton) and recsys.ops.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from benchmarks.common import RESULTS_DIR, command, machine, significant, versions, write_result
+from benchmarks.common import benchmark_parser, provenance, reproduce_of, settings_from, significant, write_result
 from recsys.ops.embedding_bag import Kernel, OptimType, RowwiseOptimizer, embedding_bag, fused_backward_update
 from recsys.ops.reference import embedding_bag as reference
 
@@ -49,21 +54,33 @@ TOLERANCE: dict[torch.dtype, dict[str, Any]] = {
 
 
 @dataclass(frozen=True)
-class Sizes:
-    rows: int = 10_000_000  # rows of the single-table cases (fp32 D=128: 5.1 GB)
-    dim: int = 128
-    batch: int = 65_536  # bags
-    pool: int = 20  # ids per bag
-    multi_tables: int = 32
-    multi_rows: int = 100_000  # rows per table of the many-tables case
-    multi_batch: int = 512
-    zipf_alpha: float = 1.15
-    check_bags: int = 256  # bags (per table) of the correctness slice
-    copy_bytes: int = 2**30  # size of the buffer copied for copy_GBps
+class Settings:
+    """What the benchmark measures (configs/benchmarks/kernels-embedding-bag*.yaml)."""
+
+    # a quick check, not a measurement: it may run on CPU (Triton's interpreter) and its result is named `-smoke`
+    smoke: bool
+    cases: tuple[str, ...]  # run only these cases (names of `all_cases`); empty: all
+    rows: int  # rows of the single-table cases (fp32 D=128, 10M rows: 5.1 GB)
+    dim: int  # D, every case
+    batch: int  # bags per table of the single-table cases
+    pool: int  # ids per bag, every case
+    multi_tables: int  # tables of the many-tables case (one launch against one F.embedding_bag call per table)
+    multi_rows: int  # rows per table of the many-tables case
+    multi_batch: int  # bags per table of the many-tables case
+    zipf_alpha: float  # skew of the `-zipf` case's ids: rank k drawn with probability ~ k^-alpha
+    check_bags: int  # bags (per table) of the slice each case checks against torch before timing
+    copy_bytes: int  # size of the buffer copied for copy_GBps
+    cpu_repeats: int  # on CPU, timed runs per step (median, after one warm-up); on CUDA do_bench decides
+
+    def __post_init__(self) -> None:
+        known = [c.name for c in all_cases(self)]
+        unknown = [name for name in self.cases if name not in known]
+        if unknown:
+            raise ValueError(f"cases: unknown {unknown} (known: {', '.join(known)})")
 
 
-SMOKE = Sizes(rows=1_000, dim=16, batch=16, pool=4, multi_tables=3, multi_rows=50, multi_batch=4, check_bags=4,
-              copy_bytes=2**22)  # fmt: skip
+def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
+    return settings_from(Settings, config, overrides)
 
 
 @dataclass(frozen=True)
@@ -79,7 +96,7 @@ class Case:
     ids: str  # "uniform" | "zipf"
 
 
-def all_cases(s: Sizes) -> list[Case]:
+def all_cases(s: Settings) -> list[Case]:
     base = Case("fwd-fp32", "fwd", torch.float32, s.rows, s.dim, s.batch, s.pool, 1, "uniform")
     return [
         base,
@@ -205,11 +222,11 @@ def zipf_ids(num_rows: int, n: int, alpha: float, gen: torch.Generator, device: 
     return torch.randperm(num_rows, device=device, generator=gen)[rank]
 
 
-def make_problem(c: Case, sizes: Sizes, device: torch.device, seed: int = 0) -> Problem:
+def make_problem(c: Case, zipf_alpha: float, device: torch.device, seed: int = 0) -> Problem:
     gen = torch.Generator(device=device).manual_seed(seed)
     n = c.batch * c.pool
     per_table = [
-        zipf_ids(c.rows, n, sizes.zipf_alpha, gen, device)
+        zipf_ids(c.rows, n, zipf_alpha, gen, device)
         if c.ids == "zipf"
         else torch.randint(0, c.rows, (n,), device=device, generator=gen)
         for _ in range(c.tables)
@@ -323,9 +340,8 @@ def fbgemm_step(c: Case, p: Problem, grad_output: torch.Tensor) -> Callable[[], 
 def fbgemm_status(device: torch.device) -> str | None:
     """None when FBGEMM's TBE runs on `device`, else why not (e.g. the CPU build on a GPU)."""
     try:
-        sizes = replace(SMOKE, rows=8, dim=8, batch=2, pool=2)
-        c = Case("probe", "fwd", torch.float32, sizes.rows, sizes.dim, sizes.batch, sizes.pool, 1, "uniform")
-        p = make_problem(c, sizes, device)
+        c = Case("probe", "fwd", torch.float32, rows=8, dim=8, batch=2, pool=2, tables=1, ids="uniform")
+        p = make_problem(c, zipf_alpha=1.0, device=device)
         step = fbgemm_step(c, p, torch.zeros(2, 8, device=device))
         assert step is not None
         step()
@@ -373,8 +389,21 @@ def check(c: Case, p: Problem) -> str:
 # -------------------------------------------------------------------------------------------------- timing
 
 
-def make_timer(device: torch.device, smoke: bool) -> tuple[Callable[[Callable[[], Any]], float], str]:
-    """(a function returning the median milliseconds of a step, its description)."""
+def kernel_device(smoke: bool, smoke_config: str) -> torch.device:
+    """The GPU; the CPU (Triton's interpreter) only for a smoke run, since CPU timings say nothing of a kernel."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if not smoke:
+        raise SystemExit(
+            "no CUDA device: this benchmark is for a GPU. Fix: for a quick run on CPU (Triton's interpreter), "
+            f"--config {smoke_config}"
+        )
+    return torch.device("cpu")
+
+
+def make_timer(device: torch.device, cpu_repeats: int) -> tuple[Callable[[Callable[[], Any]], float], str]:
+    """(a function returning the median milliseconds of a step, its description); on CPU, the median of
+    `cpu_repeats` runs after one warm-up."""
     if device.type == "cuda":
         from triton.testing import do_bench
 
@@ -382,7 +411,7 @@ def make_timer(device: torch.device, smoke: bool) -> tuple[Callable[[Callable[[]
             lambda fn: float(do_bench(fn, return_mode="median")),
             "triton.testing.do_bench median (warmup 25 ms, rep 100 ms, L2 flushed between runs)",
         )
-    reps = 2 if smoke else 20
+    reps = cpu_repeats
 
     def cpu_median(fn: Callable[[], Any]) -> float:
         fn()  # warm-up (compilation, allocation)
@@ -406,16 +435,16 @@ def copy_bandwidth(num_bytes: int, device: torch.device, timer: Callable[[Callab
 
 def run_case(
     c: Case,
-    sizes: Sizes,
+    settings: Settings,
     device: torch.device,
     timer: Callable[[Callable[[], Any]], float],
     copy_gbps: float,
     fbgemm_reason: str | None,
 ) -> dict[str, Any]:
-    p = make_problem(c, sizes, device)
+    p = make_problem(c, settings.zipf_alpha, device)
     # The forward kernel is autotuned on its first call (the key has no batch size): tune it at full size.
     ours_step("fwd", p, torch.empty(0))()
-    checked = check(c, p.sliced(sizes.check_bags))
+    checked = check(c, p.sliced(settings.check_bags))
     unique_rows = int(torch.unique(p.flat_rows()).numel())
     grad_output = torch.randn(c.batch, c.tables * c.dim, device=device)
     nbytes = case_bytes(c, unique_rows)
@@ -494,42 +523,31 @@ def print_table(cases: list[dict[str, Any]], copy_gbps: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    names = [c.name for c in all_cases(Sizes())]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, few runs (on CPU: Triton's interpreter)")
-    parser.add_argument("--case", action="append", choices=names + [c.name for c in all_cases(SMOKE)],
-                        help="run only these cases (repeatable); default: all")  # fmt: skip
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
+    parser = benchmark_parser(__doc__, "configs/benchmarks/kernels-embedding-bag.yaml")
     args = parser.parse_args(argv)
+    reproduce = reproduce_of(__name__, args)
+    settings = load_settings(args.config, reproduce.overrides)
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type != "cuda":
-        if not args.smoke:
-            raise SystemExit("no CUDA device: this benchmark is for a GPU; pass --smoke for a quick run on CPU")
-        # Before `triton` is first imported: the kernels then run in Triton's interpreter.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    device = kernel_device(settings.smoke, "configs/benchmarks/kernels-embedding-bag-smoke.yaml")
     import triton
 
-    sizes = SMOKE if args.smoke else Sizes()
-    cases = [c for c in all_cases(sizes) if not args.case or c.name in args.case]
-    timer, timer_note = make_timer(device, args.smoke)
-    copy_gbps = copy_bandwidth(sizes.copy_bytes, device, timer)
+    cases = [c for c in all_cases(settings) if not settings.cases or c.name in settings.cases]
+    timer, timer_note = make_timer(device, settings.cpu_repeats)
+    copy_gbps = copy_bandwidth(settings.copy_bytes, device, timer)
     fbgemm_reason = fbgemm_status(device)
     results = []
     for c in cases:
-        results.append(run_case(c, sizes, device, timer, copy_gbps, fbgemm_reason))
+        results.append(run_case(c, settings, device, timer, copy_gbps, fbgemm_reason))
         print(f"  {c.name}: {results[-1]['ms']:.3f} ms, {results[-1]['GBps']:,.0f} GB/s", flush=True)
     gpu, slug = gpu_name(device)
-    name = f"kernels-embedding-bag-{slug}" + ("-smoke" if args.smoke else "")
+    name = f"kernels-embedding-bag-{slug}" + ("-smoke" if settings.smoke else "")
     result = {
-        "name": name,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "gpu": gpu,
         "torch": torch.__version__,
         "triton": triton.__version__,
         "copy_GBps": significant(copy_gbps),
-        "copy_bytes": 2 * (sizes.copy_bytes // 4) * 4,
-        "smoke": args.smoke,
+        "copy_bytes": _copied_bytes(settings),
+        "smoke": settings.smoke,
         "timer": timer_note,
         "fbgemm": {"available": fbgemm_reason is None, "reason": fbgemm_reason},
         "notes": {
@@ -540,15 +558,58 @@ def main(argv: list[str] | None = None) -> Path:
             "rows": "rows per table",
             "kernel": "ours = recsys.ops.embedding_bag with Kernel.TRITON (the fused optimizer for *_sgd/*_adagrad)",
         },
+        "settings": asdict(settings),
         "cases": results,
-        "machine": machine(),
-        "versions": versions("triton", "fbgemm-gpu", "fbgemm-gpu-cpu"),
-        "command": command(),
+        **provenance("triton", "fbgemm-gpu", "fbgemm-gpu-cpu"),
     }
-    path = write_result(name, result, args.results_dir)
+    path = write_result(name, result, args.results_dir, reproduce)
     print_table(results, copy_gbps)
     print(f"-> {path}")
     return path
+
+
+def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[str]:
+    """What the result records of its settings (`settings` where it has them, its smoke flag, copy size, and every
+    case's shape) that differs from `settings`."""
+    recorded = result.get("settings")
+    if recorded is not None:
+        for key, value in _jsonable(asdict(settings)).items():
+            if recorded.get(key, "<absent>") != value:
+                yield f"settings.{key}: the result has {recorded.get(key, '<absent>')!r}, the config {value!r}"
+    if result.get("smoke") != settings.smoke:
+        yield f"smoke: the result has {result.get('smoke')!r}, the config {settings.smoke!r}"
+    yield from cpu_timer_mismatch(result.get("timer"), settings.cpu_repeats)
+    if result.get("copy_bytes") != _copied_bytes(settings):
+        yield f"copy_bytes: the result has {result.get('copy_bytes')!r}, the config {_copied_bytes(settings)!r}"
+    expected = {c.name: c for c in all_cases(settings) if not settings.cases or c.name in settings.cases}
+    names = [case.get("name") for case in result.get("cases", [])]
+    if names != list(expected):
+        yield f"cases: the result has {names}, the config {list(expected)}"
+    for case in result.get("cases", []):
+        c = expected.get(case.get("name"))
+        if c is None:
+            continue
+        shape = {**asdict(c), "dtype": str(c.dtype).removeprefix("torch.")}
+        for key, value in shape.items():
+            if key != "name" and case.get(key) != value:
+                yield f"cases[{c.name}].{key}: the result has {case.get(key)!r}, the config {value!r}"
+
+
+def cpu_timer_mismatch(timer: str | None, cpu_repeats: int) -> Iterator[str]:
+    """A recorded CPU timer (`make_timer`'s note) that did not time `cpu_repeats` runs (a CUDA timer: nothing)."""
+    expected = make_timer(torch.device("cpu"), cpu_repeats)[1]
+    if timer is not None and timer.startswith("time.perf_counter") and timer != expected:
+        yield f"timer: the result has {timer!r}, the config {expected!r}"
+
+
+def _copied_bytes(settings: Settings) -> int:
+    """Bytes one copy moves (read + written) for `copy_bytes` (whole fp32 elements)."""
+    return 2 * (settings.copy_bytes // 4) * 4
+
+
+def _jsonable(tree: dict[str, Any]) -> dict[str, Any]:
+    """Tuples as lists, as a result's JSON holds them."""
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in tree.items()}
 
 
 if __name__ == "__main__":

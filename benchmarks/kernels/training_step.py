@@ -1,34 +1,38 @@
 """End-to-end effect of the embedding-bag kernel: SASRec training-step time, Triton vs torch lookups; writes JSON.
 
 Usage:
-    python benchmarks/kernels/training_step.py                  # on a CUDA GPU
-    .venv/bin/python benchmarks/kernels/training_step.py --smoke   # tiny sizes; on CPU in Triton's interpreter
+    .venv/bin/python -m benchmarks.kernels.training_step   # on a CUDA GPU
+    .venv/bin/python -m benchmarks.kernels.training_step --config configs/benchmarks/kernels-training-step-smoke.yaml
+        # tiny sizes; on CPU in Triton's interpreter
 
 SASRec with semantic-ID features (`sid_levels` 3) looks every item up as an embedding bag of its 3 prefix
 ids, and builds the whole (V+1, D) item table each step for the softmax. One training step = the
 NextItemRecipe loss on a packed batch, backward, and an Adam step, exactly as `recsys.training.trainer`
 runs it (bf16 autocast on CUDA). The same model and batch are timed with `embedding_kernel: torch` and
-`triton`. Cases: the Beauty shape of configs/beauty-sasrec-sid.yaml (12,101 items, D=64, full softmax) and
-a 1M-item catalog (D=64, sampled softmax with 1,024 negatives), where the lookups weigh more.
-Writes benchmarks/results/kernels-training-step-<gpu>.json (`-smoke` appended with --smoke).
+`triton`. Cases (configs/benchmarks/kernels-training-step.yaml; `--config`, `--set KEY=VALUE`): the Beauty shape
+of configs/beauty/sasrec-sid.yaml (12,101 items, D=64, full softmax) and a 1M-item catalog (D=64, sampled softmax
+with 1,024 negatives), where the lookups weigh more. Writes benchmarks/results/kernels-training-step-<gpu>.json
+(`-smoke` appended for a `smoke: true` config), with the settings and how to reproduce it.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
+from pydantic import ConfigDict
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# Without CUDA the kernels run in Triton's interpreter, which Triton reads when it is first imported: here, before
+# benchmarks.common (whose imports reach torch._dynamo, which imports triton) and recsys.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from benchmarks.common import RESULTS_DIR, command, machine, significant, versions, write_result
-from benchmarks.kernels.embedding_bag import gpu_name, make_timer
+from benchmarks.common import benchmark_parser, provenance, reproduce_of, settings_from, significant, write_result
+from benchmarks.kernels.embedding_bag import cpu_timer_mismatch, gpu_name, kernel_device, make_timer
 from recsys.data.batching import PackedBatch, packed_next_item_batches
 from recsys.data.jagged import Jagged
 from recsys.models.sasrec import SASRec, SASRecConfig
@@ -37,34 +41,41 @@ from recsys.training.recipes import NextItemRecipe
 
 @dataclass(frozen=True)
 class StepCase:
+    """One model and batch shape, timed with both lookup kernels."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")  # a case's unknown keys are refused
+
     name: str
-    num_items: int
-    dim: int
-    rows: int  # packed rows of max_len tokens per batch
-    max_len: int = 50
-    sid_levels: int = 3
-    codebook_size: int = 256
-    loss: Literal["full_softmax", "sampled_softmax"] = "full_softmax"
-    num_negatives: int = 1024
+    num_items: int  # V
+    dim: int  # D
+    rows: int  # packed rows of max_history tokens per batch
+    max_history: int  # the model's window = the packed row width
+    sid_levels: int  # semantic-ID prefixes looked up per item (an embedding bag of this many ids)
+    codebook_size: int  # ids per semantic-ID level (random codes)
+    loss: Literal["full_softmax", "sampled_softmax"]
+    num_negatives: int  # sampled_softmax: negatives per batch (uniform over the catalog)
 
 
-CASES = [
-    StepCase("beauty", num_items=12_101, dim=64, rows=16),
-    StepCase("catalog-1m", num_items=1_000_000, dim=64, rows=16, loss="sampled_softmax"),
-]
-SMOKE_CASES = [
-    StepCase("smoke", num_items=40, dim=8, rows=1, max_len=8, codebook_size=4),
-    StepCase("smoke-sampled", num_items=40, dim=8, rows=1, max_len=8, codebook_size=4, loss="sampled_softmax",
-             num_negatives=8),
-]  # fmt: skip
+@dataclass(frozen=True)
+class Settings:
+    """What the benchmark measures (configs/benchmarks/kernels-training-step*.yaml)."""
+
+    # a quick check, not a measurement: it may run on CPU (Triton's interpreter) and its result is named `-smoke`
+    smoke: bool
+    cpu_repeats: int  # on CPU, timed steps per kernel (median, after one warm-up); on CUDA do_bench decides
+    cases: tuple[StepCase, ...]
+
+
+def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
+    return settings_from(Settings, config, overrides)
 
 
 def make_batch(c: StepCase, generator: torch.Generator) -> PackedBatch:
     """One packed batch of random user sequences (lengths 3..20, uniform items)."""
-    lengths = torch.randint(3, 21, (c.rows * c.max_len // 8,), generator=generator)
+    lengths = torch.randint(3, 21, (c.rows * c.max_history // 8,), generator=generator)
     values = torch.randint(1, c.num_items + 1, (int(lengths.sum()),), generator=generator)
     sequences = Jagged(values, torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]))
-    return next(iter(packed_next_item_batches(sequences, c.max_len, c.rows, generator)))
+    return next(iter(packed_next_item_batches(sequences, c.max_history, c.rows, generator)))
 
 
 def make_step(
@@ -73,7 +84,7 @@ def make_step(
     """A closure running one training step of a fresh model (same seed for both kernels)."""
     torch.manual_seed(0)
     config = SASRecConfig(
-        num_items=c.num_items, max_len=c.max_len, dim=c.dim, sid_levels=c.sid_levels, embedding_kernel=kernel
+        num_items=c.num_items, max_history=c.max_history, dim=c.dim, sid_levels=c.sid_levels, embedding_kernel=kernel
     )
     model = SASRec(config, codes).to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=device.type == "cuda")
@@ -81,7 +92,7 @@ def make_step(
     if c.loss == "sampled_softmax":
         probs = torch.full((c.num_items + 1,), 1.0 / c.num_items)
         probs[0] = 0.0
-    recipe = NextItemRecipe(c.max_len, c.rows, None, probs, c.num_negatives)
+    recipe = NextItemRecipe(c.max_history, c.rows, sampling_probs=probs, num_negatives=c.num_negatives)
     generator = torch.Generator().manual_seed(0)
     on_device = batch.to(device)
 
@@ -111,43 +122,51 @@ def run_case(c: StepCase, device: torch.device, timer: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, few runs (on CPU: Triton's interpreter)")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes")
+    parser = benchmark_parser(__doc__, "configs/benchmarks/kernels-training-step.yaml")
     args = parser.parse_args(argv)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type != "cuda":
-        if not args.smoke:
-            raise SystemExit("no CUDA device: this benchmark is for a GPU; pass --smoke for a quick run on CPU")
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before `triton` is first imported
+    reproduce = reproduce_of(__name__, args)
+    settings = load_settings(args.config, reproduce.overrides)
+    device = kernel_device(settings.smoke, "configs/benchmarks/kernels-training-step-smoke.yaml")
     import triton
 
-    timer, timer_note = make_timer(device, args.smoke)
+    timer, timer_note = make_timer(device, settings.cpu_repeats)
     cases = []
-    for c in SMOKE_CASES if args.smoke else CASES:
+    for c in settings.cases:
         cases.append(run_case(c, device, timer))
         r = cases[-1]
         print(f"{c.name}: torch {r['torch_ms']:.3f} ms, triton {r['triton_ms']:.3f} ms, x{r['ratio_vs_torch']:.2f}")
     gpu, slug = gpu_name(device)
-    name = f"kernels-training-step-{slug}" + ("-smoke" if args.smoke else "")
+    name = f"kernels-training-step-{slug}" + ("-smoke" if settings.smoke else "")
     result = {
-        "name": name,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "gpu": gpu,
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "smoke": args.smoke,
+        "smoke": settings.smoke,
         "timer": timer_note,
         "step": "SASRec (sid_levels 3) NextItemRecipe loss + backward + Adam step; bf16 autocast on CUDA",
         "notes": {"ratio_vs_torch": "torch_ms / triton_ms: above 1 means the Triton lookups make the step faster"},
         "cases": cases,
-        "machine": machine(),
-        "versions": versions("triton"),
-        "command": command(),
+        **provenance("triton"),
     }
-    path = write_result(name, result, args.results_dir)
+    path = write_result(name, result, args.results_dir, reproduce)
     print(f"-> {path}")
     return path
+
+
+def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[str]:
+    """What the result records of its settings (smoke, the CPU timer's repeats, every case's shape) that differs
+    from `settings`. Results from before the configs name the window `max_len`."""
+    if result.get("smoke") != settings.smoke:
+        yield f"smoke: the result has {result.get('smoke')!r}, the config {settings.smoke!r}"
+    yield from cpu_timer_mismatch(result.get("timer"), settings.cpu_repeats)
+    recorded = result.get("cases", [])
+    if len(recorded) != len(settings.cases):
+        yield f"cases: the result has {len(recorded)}, the config {len(settings.cases)}"
+    for case, c in zip(recorded, settings.cases, strict=False):
+        case = {"max_history": case.get("max_len"), **case}
+        for key, value in asdict(c).items():
+            if case.get(key) != value:
+                yield f"cases[{c.name}].{key}: the result has {case.get(key)!r}, the config {value!r}"
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ own items' embeddings (`DomainItemLoRA`), trained on that domain's users only. A
 scored with the adapter of its domain, over that domain's items only: the domain of its most recent item
 (histories stay within a domain), or the one a request names (`score_in`). New adapters are zero, so before
 training the model ranks like its base. In a pipeline: `model.name: domain_adapters` with `params.base_dir`
-(a trained SASRec model directory on the same multi-domain data) and `params.domains`.
+(a trained SASRec model directory on the same multi-domain data); the domains are the data's.
 
 Dimension letters: B histories, L length, V+1 items (0 = padding).
 """
@@ -31,7 +31,8 @@ BLOCK_LINEARS = ("attn.qkv", "attn.out", "ffn.0", "ffn.2")
 
 @dataclass(frozen=True)
 class DomainAdapterConfig:
-    domains: tuple[str, ...]  # the dataset's domain names, in `SequenceData.domains` order
+    # the data's domain names, in `SequenceData.domains` order (filled from the data when the model is built)
+    domains: tuple[str, ...] = ()
     rank: int = 8
     alpha: float = 16.0
     dropout: float = 0.0

@@ -102,6 +102,13 @@ class Ranker(nn.Module):
         self.outputs = nn.ModuleList([ranking, *(nn.Linear(d, 1) for _ in range(config.num_tasks - 1))])
         self.aux_loss = torch.zeros(())  # the MoE head's load loss of the last forward
 
+    def head_parameters(self) -> int:
+        """Parameters of the head one example uses (a MoE head: its routed and shared experts, and the routers)."""
+        if self.moe is not None:
+            return self.moe.active_parameters()
+        assert self.dense is not None
+        return sum(p.numel() for p in self.dense.parameters())
+
     def item_vectors(self, items: torch.Tensor) -> torch.Tensor:
         """(...) item_idx -> (..., D): the ID embedding, plus the projected content embedding."""
         vectors = self.item_emb(items)

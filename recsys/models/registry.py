@@ -44,6 +44,7 @@ class ModelInputs:
         content: (V+1, C) the items' content embeddings, row 0 (the padding) zero (two-tower and ranker with
             `use_content`).
         item_domains: (V+1,) every item's domain index, -1 for the padding (domain adapters).
+        domains: the domain names those indices stand for (`SequenceData.domains`).
         new_items: (V+1,) bool, the items the generative model serves through `new_item_slots` (cold-start items).
         tasks: the prediction tasks beside the next item whose labels the data has (`recsys.data.tasks`; the ranker
             predicts them).
@@ -55,6 +56,7 @@ class ModelInputs:
     semantic_ids: SemanticIds | None = None
     content: torch.Tensor | None = None
     item_domains: torch.Tensor | None = None
+    domains: tuple[str, ...] = ()
     new_items: torch.Tensor | None = None
     tasks: tuple[str, ...] = ()
     retriever: Model | None = None
@@ -189,9 +191,15 @@ def _domain_adapted(fields: dict[str, Any], inputs: ModelInputs) -> DomainAdapte
     if not isinstance(base, SASRec):  # its adapters wrap SASRec's block layers by name
         raise ConfigError(f"model 'domain_adapters' adapts a SASRec; model.base_dir holds a {_name_of(base)} model")
     _check_items(base, fields["num_items"], "model.base_dir")
-    domains = _required(inputs.item_domains, "model 'domain_adapters' needs the items' domains (a domain column)")
-    config: DomainAdapterConfig = _validate("domain_adapters", {k: v for k, v in fields.items() if k != "num_items"})
-    return DomainAdaptedRetriever(config, base, domains)
+    item_domains = _required(inputs.item_domains, "model 'domain_adapters' needs the items' domains (a domain column)")
+    asked = tuple(fields.get("domains") or inputs.domains)
+    if asked != inputs.domains:
+        raise ConfigError(
+            f"model.params.domains={list(asked)} but the data's domains are {list(inputs.domains)}. Fix: leave "
+            "domains out (the data's are used)"
+        )
+    params = {k: v for k, v in fields.items() if k != "num_items"}  # the model fills in its base's size
+    return DomainAdaptedRetriever(_validate("domain_adapters", {**params, "domains": asked}), base, item_domains)
 
 
 def _fusion(fields: dict[str, Any], inputs: ModelInputs) -> Fusion:

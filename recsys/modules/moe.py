@@ -102,6 +102,12 @@ class MoELayer(nn.Module):
             outputs = [out + shared for out in outputs]
         return MoEOutput(outputs=outputs, aux_loss=aux)
 
+    def active_parameters(self) -> int:
+        """Parameters one example uses: its top-k experts, the shared expert and the routers."""
+        expert = sum(p.numel() for p in self.experts[0].parameters())
+        routers = sum(p.numel() for p in self.routers.parameters())
+        return (self.config.top_k + int(self.shared is not None)) * expert + routers
+
     def load(self) -> dict[str, list[float] | float]:
         """Share of routed slots per expert since the last reset (over tasks), and max/mean of it."""
         stats = expert_load(self, reset=False)

@@ -1,8 +1,9 @@
 """Jagged helpers the GPU path needs without CUDA fbgemm: complete cumsum, jagged -> padded dense and back.
 
-The lent GPU can only carry the CPU build of fbgemm, whose `torch.ops.fbgemm.*` ops fail on CUDA tensors;
-these are our own versions of `asynchronous_complete_cumsum`, `jagged_to_padded_dense` and
-`dense_to_jagged`, with the same semantics (a test checks the reference against fbgemm on CPU).
+fbgemm's CPU build (`fbgemm-gpu-cpu`) rejects CUDA tensors in its `torch.ops.fbgemm.*` ops, and a machine may have
+only that build beside a CUDA torch; these are our own versions of `asynchronous_complete_cumsum`,
+`jagged_to_padded_dense` and `dense_to_jagged`, with the same semantics (a test checks the reference against fbgemm
+on CPU).
 
 Dimension letters: B rows (the batch), L the padded length, D the width of each value, N values (all rows).
 
@@ -51,8 +52,8 @@ def select_kernel(kernel: Kernel | None, device: torch.device, op: str = "jagged
         default = (Kernel.TORCH, "chosen by default: torch.cumsum scales, the Triton scan is one program")
     return dispatch.select_kernel(
         op, kernel, device, logger_name=__name__, triton_module="jagged", default=default,
-        fbgemm_missing=f"Kernel.FBGEMM is reserved for {op} (fbgemm's CPU build, the only one the lent GPU can "
-        "carry, fails on CUDA tensors)",
+        fbgemm_missing=f"Kernel.FBGEMM is reserved for {op}: fbgemm's CPU build rejects CUDA tensors. Fix: pass "
+        "kernel=Kernel.TORCH or Kernel.TRITON (the default picks one)",
     )  # fmt: skip
 
 

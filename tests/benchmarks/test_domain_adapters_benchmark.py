@@ -6,7 +6,8 @@ import json
 import random
 from pathlib import Path
 
-from tests.benchmarks.conftest import load_benchmark
+import benchmarks.domain_adapters as domain_adapters
+from benchmarks.reproduce import problems_of
 
 
 def _p5_domain(folder: Path, items: int, users: int, seed: int) -> None:
@@ -19,17 +20,15 @@ def _p5_domain(folder: Path, items: int, users: int, seed: int) -> None:
 def test_every_stage_over_seeds_then_the_report(tmp_path: Path) -> None:
     _p5_domain(tmp_path / "raw" / "amazon-toys", items=40, users=60, seed=0)
     _p5_domain(tmp_path / "raw" / "amazon-games", items=30, users=50, seed=1)
-    bench = load_benchmark("domain_adapters.py")
-    common = ["--data-dir", str(tmp_path / "raw"), "--domains", "amazon-toys", "amazon-games"]
-    common += ["--work-dir", str(tmp_path / "work"), "--epochs", "1", "--device", "cpu"]
-    variants = [["--rank", "2"], ["--rank", "2", "--embedding-rank", "1"]]
-    for seed in ("0", "1"):
-        bench.main(["--stage", "shared", "--seed", seed, *common])
-        for domain in ("toys", "games"):
-            bench.main(["--stage", "separate", "--domain", domain, "--seed", seed, *common])
-            for variant in variants:
-                bench.main(["--stage", "adapters", "--domain", domain, "--seed", seed, *variant, *common])
-    path = bench.main(["--stage", "report", *common, "--results-dir", str(tmp_path)])
+    experiment = (f"{{data.path: {tmp_path / 'raw'}, data.options.domains: [amazon-toys, amazon-games], "
+                  "train.epochs: 1, train.device: cpu}")  # fmt: skip
+    variants = ("{rank2-embedding0-lr0.002: {model.params.rank: 2}, "
+                "rank2-embedding1-lr0.002: {model.params.rank: 2, model.params.embedding_rank: 1}}")  # fmt: skip
+    common = ["--set", f"experiment={experiment}", "--set", "domains=[games, toys]", "--set", "seeds=[0, 1]",
+              "--set", f"variants={variants}", "--work-dir", str(tmp_path / "work")]  # fmt: skip
+    domain_adapters.main(["--stage", "shared", "--seed", "0", *common])  # one part on its own ...
+    path = domain_adapters.main(["--stage", "all", *common, "--results-dir", str(tmp_path)])  # ... then every part
+    assert path is not None and problems_of(path) == []
     table = json.loads(path.read_text())["domains"]
     assert set(table) == {"games", "toys"}
     for row in table.values():

@@ -1,15 +1,22 @@
-"""The kernel benchmark's --smoke run: every case runs (and checks itself), and the JSON has the issue's fields."""
+"""The kernel benchmark's smoke config: every case runs (and checks itself), and the JSON has the issue's fields and
+how to reproduce it."""
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.benchmarks.conftest import load_benchmark
+from benchmarks.common import REPO
+from benchmarks.kernels import embedding_bag
+from benchmarks.reproduce import problems_of
+from recsys.errors import ConfigError
+
+SMOKE = "configs/benchmarks/kernels-embedding-bag-smoke.yaml"
 
 TOP_LEVEL = {"gpu": str, "torch": str, "triton": str, "copy_GBps": float, "cases": list, "machine": dict,
              "versions": dict, "command": str}  # fmt: skip
@@ -22,7 +29,7 @@ POSITIVE = ["rows", "dim", "batch", "pool", "tables", "ms", "GBps", "torch_ms", 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fbgemm_gpu's own import-time notices
 @pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")  # torch's sparse Adagrad
 def test_smoke_run_writes_the_issue_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = load_benchmark("kernels/embedding_bag.py").main(["--smoke", "--results-dir", str(tmp_path)])
+    path = embedding_bag.main(["--config", str(REPO / SMOKE), "--results-dir", str(tmp_path)])
     slug = (
         "cpu" if not torch.cuda.is_available() else path.stem.removeprefix("kernels-embedding-bag-")[: -len("-smoke")]
     )
@@ -45,12 +52,34 @@ def test_smoke_run_writes_the_issue_fields(tmp_path: Path, capsys: pytest.Captur
         assert case["checked"]  # each case checked its Triton result before timing
     printed = capsys.readouterr().out  # the table
     assert all(c["name"] in printed for c in cases)
+    assert result["reproduce"] == {"benchmark": "benchmarks.kernels.embedding_bag", "config": SMOKE, "overrides": {}}
+    assert result["settings"]["rows"] == 1_000 and result["settings"]["smoke"] is True
+    assert problems_of(path) == []
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_set_picks_cases_and_is_recorded(tmp_path: Path) -> None:
+    args = ["--config", str(REPO / SMOKE), "--set", "cases=[fwd-bf16]", "--set", "dim=8"]
+    path = embedding_bag.main([*args, "--results-dir", str(tmp_path)])
+    result = json.loads(path.read_text())
+    assert [(c["name"], c["dim"]) for c in result["cases"]] == [("fwd-bf16", 8)]
+    assert result["reproduce"]["overrides"] == {"cases": ["fwd-bf16"], "dim": 8}
+    assert problems_of(path) == []
+    result["cases"][0]["dim"] = 16  # a result that no longer matches its record is found out
+    path.write_text(json.dumps(result))
+    assert problems_of(path) == ["cases[fwd-bf16].dim: the result has 16, the config 8"]
+
+
+def test_unknown_cases_and_keys_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"cases: unknown \['fwd-fp64'\]"):
+        embedding_bag.load_settings(REPO / SMOKE, {"cases": ["fwd-fp64"]})
+    with pytest.raises(ConfigError, match="row: unknown key"):
+        embedding_bag.load_settings(REPO / SMOKE, {"row": 10})
 
 
 def test_zipf_ids_are_skewed_and_in_range() -> None:
-    script = load_benchmark("kernels/embedding_bag.py")
     gen = torch.Generator().manual_seed(0)
-    ids = script.zipf_ids(1_000, 20_000, 1.15, gen, torch.device("cpu"))
+    ids = embedding_bag.zipf_ids(1_000, 20_000, 1.15, gen, torch.device("cpu"))
     assert ids.min() >= 0 and ids.max() < 1_000
     counts = torch.bincount(ids, minlength=1_000).sort(descending=True).values
     # rank 1 holds 1 / H(1000, 1.15) ~ 23% of the ids; a uniform draw would give each row ~0.1%
@@ -59,12 +88,11 @@ def test_zipf_ids_are_skewed_and_in_range() -> None:
 
 
 def test_bytes_are_counted_per_op() -> None:
-    script = load_benchmark("kernels/embedding_bag.py")
-    c = script.Case("x", "fwd", torch.float32, rows=100, dim=4, batch=2, pool=3, tables=1, ids="uniform")
+    c = embedding_bag.Case("x", "fwd", torch.float32, rows=100, dim=4, batch=2, pool=3, tables=1, ids="uniform")
     # 6 rows of 16 bytes read + 6 int64 ids + 3 int64 offsets + 2 pooled rows of 16 bytes written
-    assert script.case_bytes(c, unique_rows=5) == 6 * 16 + 6 * 8 + 3 * 8 + 2 * 16
-    sgd = script.case_bytes(script.replace(c, op="fwd_bwd_sgd"), unique_rows=5)
+    assert embedding_bag.case_bytes(c, unique_rows=5) == 6 * 16 + 6 * 8 + 3 * 8 + 2 * 16
+    sgd = embedding_bag.case_bytes(replace(c, op="fwd_bwd_sgd"), unique_rows=5)
     # + the output gradient (2 x 16) + ids and offsets again + 5 touched rows read and written
-    assert sgd == script.case_bytes(c, unique_rows=5) + 2 * 16 + 6 * 8 + 3 * 8 + 2 * 5 * 16
-    adagrad = script.case_bytes(script.replace(c, op="fwd_bwd_rowwise_adagrad"), unique_rows=5)
+    assert sgd == embedding_bag.case_bytes(c, unique_rows=5) + 2 * 16 + 6 * 8 + 3 * 8 + 2 * 5 * 16
+    adagrad = embedding_bag.case_bytes(replace(c, op="fwd_bwd_rowwise_adagrad"), unique_rows=5)
     assert adagrad == sgd + 2 * 5 * 4

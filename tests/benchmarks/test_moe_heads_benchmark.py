@@ -1,35 +1,28 @@
-"""The MoE-heads benchmark on a small synthetic run: every variant, its test metrics, load and step time."""
+"""The MoE benchmark on a small synthetic data set: every variant runs through the pipeline and reports its ranking
+metrics, its tasks' metrics and its expert load; the result reproduces from its config."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-import torch
-
-from tests.benchmarks.conftest import load_benchmark
+import benchmarks.moe_heads as moe_heads
+from benchmarks.reproduce import problems_of
 
 
-def test_small_run_writes_every_variant(tmp_path: Path) -> None:
-    path = load_benchmark("moe_heads.py").main(
-        ["--users", "200", "--epochs", "1", "--results-dir", str(tmp_path), "--name", "smoke"]
-    )
+def test_variants_report_ranking_tasks_and_expert_load(tmp_path: Path) -> None:
+    small = "{data.options.num_users: 200, data.options.num_items: 100, train.epochs: 1}"
+    variants = "{moe: {}, dense: {model.params.head: dense, model.params.hidden: 96, model.params.tasks: [value]}}"
+    args = ["--set", f"shared={small}", "--set", f"variants={variants}", "--work-dir", str(tmp_path / "work"),
+            "--results-dir", str(tmp_path)]  # fmt: skip
+    path = moe_heads.main(args)
     result = json.loads(path.read_text())
-    models = {m["model"]: m for m in result["models"]}
-    assert len(models) == 6
-    for model in models.values():
-        assert model["step_ms"] > 0
-        assert set(model["test"]) >= {"purchase_auc"} or set(model["test"]) >= {"rating_rmse"}
-    moe, dense = models["moe multi-task, bias balancing"], models["dense multi-task"]
-    assert moe["test"]["load_max_over_mean"] >= 1.0 and "load_max_over_mean" not in dense["test"]
-    # equal active size within the routers' parameters
-    assert abs(moe["head_active_parameters"] - dense["head_active_parameters"]) / dense["head_active_parameters"] < 0.2
-
-
-def test_auc_matches_the_pairwise_definition() -> None:
-    auc = load_benchmark("moe_heads.py").auc
-    scores, labels = torch.tensor([0.1, 0.4, 0.35, 0.8, 0.4]), torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0])
-    pairs = [(p, n) for p in (2, 3, 4) for n in (0, 1)]
-    expected = sum(1.0 if scores[p] > scores[n] else 0.5 if scores[p] == scores[n] else 0.0 for p, n in pairs) / 6
-    assert auc(scores, labels) == pytest.approx(expected)
+    moe, dense = result["variants"]["moe"], result["variants"]["dense"]
+    assert set(moe["tasks"]) == {"event:purchase", "value"} and set(dense["tasks"]) == {"value"}
+    assert 0.0 <= moe["tasks"]["event:purchase"]["auc"] <= 1.0 and moe["tasks"]["value"]["rmse"] > 0
+    assert moe["expert_load_max_over_mean"] >= 1.0 and dense["expert_load_max_over_mean"] is None
+    assert moe["head_active_parameters"] > 0 and dense["head_active_parameters"] > 0
+    assert 0.0 <= moe["test"]["ndcg@10"] <= 1.0
+    assert result["reproduce"]["benchmark"] == "benchmarks.moe_heads"
+    assert result["reproduce"]["config"] == "configs/benchmarks/moe-heads.yaml"
+    assert problems_of(path) == []

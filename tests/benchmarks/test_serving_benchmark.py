@@ -1,36 +1,60 @@
-"""The serving load test, short, on the tiny synthetic config: wrk against a real `recsys serve` process."""
+"""The serving load test, short, on the synthetic config made tiny: wrk against a real `recsys serve` process; the
+result reproduces from its config."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.conftest import load_benchmark
+import benchmarks.serving as serving
+from benchmarks.reproduce import problems_of
+
+TINY = {
+    "data.options.num_users": 300,
+    "data.options.num_items": 150,
+    "model.params.max_history": 20,
+    "model.params.dim": 32,
+    "model.params.num_heads": 1,
+    "model.params.ffn_dim": 64,
+    "train.epochs": 1,
+}
 
 
-def test_short_load_test_writes_the_issue_fields(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
+def test_short_load_test_writes_the_issue_fields(tmp_path: Path) -> None:
     if shutil.which("wrk") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI needs wrk (.ci/run installs it)")
         pytest.skip("wrk is not installed (apt-get install -y wrk)")
-    module = load_benchmark("serving.py")
 
-    config = tiny_config(tmp_path, pipeline={"index": {"kind": "flat"}})
-    args = ["--config", str(config), "--work-dir", str(tmp_path / "work"), "--duration", "2", "--connections", "2",
-            "--model-calls", "20", "--freshness-trials", "10", "--results-dir", str(tmp_path)]  # fmt: skip
-    result = json.loads(Path(module.main(args)).read_text())
+    sets = [arg for key, value in TINY.items() for arg in ("--set", f"{key}={value}")]
+    args = ["--config", "configs/synthetic/sasrec.yaml", *sets, "--work-dir", str(tmp_path / "work"),
+            "--duration", "2", "--connections", "2", "--model-calls", "20", "--freshness-trials", "10",
+            "--results-dir", str(tmp_path)]  # fmt: skip
+    path = serving.main(args)
+    result = json.loads(path.read_text())
+    assert path.name == "serving-synthetic.json" and result["name"] == "serving-synthetic"
     assert result["requests"] > 0 and result["requests_per_second"] > 0 and result["errors"] == 0
     assert 0 < result["latency_ms"]["p50"] <= result["latency_ms"]["p95"] <= result["latency_ms"]["p99"]
     assert 0 < result["model_call_ms"]["p50"] <= result["model_call_ms"]["p99"]
     assert 0 < result["freshness_ms"]["p50"] <= result["freshness_ms"]["p99"]
-    batching = result["server_batching"]  # every wrk request went through a model call
-    assert batching["model_calls"] * batching["mean_requests_per_call"] >= result["requests"]
+    batching = result["server_batching"]  # every wrk request went through a model call (the mean has 4 digits)
+    assert batching["model_calls"] * batching["mean_requests_per_call"] >= result["requests"] * (1 - 5e-4)
     assert batching["mean_requests_per_call"] >= 1 and batching["mean_model_call_ms"] > 0
     swap = result["hot_swap"]
     assert swap["reloaded"] is True and swap["promoted_version"] == "2" and swap["errors"] == 0
     assert {"concurrency", "duration_s", "machine", "command"} <= set(result)
+    assert result["load_test"] == {"duration_s": 2, "connections": 2, "model_calls": 20, "freshness_trials": 10}
+    assert result["bundle"]["index"] == "hnsw" and result["bundle"]["train_epochs"] == 1
+    assert result["settings"]["model"]["params"]["dim"] == 32
+
+    # every --set, and the benchmark's own HNSW index, are the result's overrides
+    assert result["reproduce"] == {
+        "benchmark": "benchmarks.serving",
+        "config": "configs/synthetic/sasrec.yaml",
+        "overrides": {"pipeline.index.kind": "hnsw", **TINY},
+    }
+    assert problems_of(path) == []

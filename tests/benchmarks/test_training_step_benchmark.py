@@ -1,4 +1,5 @@
-"""The training-step benchmark's --smoke run: both kernels train the same model, and the JSON has its fields."""
+"""The training-step benchmark's smoke config: both kernels train the same model, and the JSON has its fields and how
+to reproduce it."""
 
 from __future__ import annotations
 
@@ -7,17 +8,33 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.conftest import load_benchmark
+from benchmarks.common import REPO
+from benchmarks.kernels import training_step
+from benchmarks.reproduce import problems_of
+
+SMOKE = "configs/benchmarks/kernels-training-step-smoke.yaml"
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_smoke_run_times_both_kernels(tmp_path: Path) -> None:
-    module = load_benchmark("kernels/training_step.py")
-
-    path = module.main(["--smoke", "--results-dir", str(tmp_path)])
+    path = training_step.main(["--config", str(REPO / SMOKE), "--results-dir", str(tmp_path)])
     result = json.loads(path.read_text())
     assert path.name == "kernels-training-step-cpu-smoke.json" and result["smoke"] is True
     assert [c["name"] for c in result["cases"]] == ["smoke", "smoke-sampled"]
+    assert [c["loss"] for c in result["cases"]] == ["full_softmax", "sampled_softmax"]
     for case in result["cases"]:
+        assert case["max_history"] == 8 and case["num_items"] == 40
         assert case["torch_ms"] > 0 and case["triton_ms"] > 0 and case["targets_per_step"] > 0
         assert case["ratio_vs_torch"] == pytest.approx(case["torch_ms"] / case["triton_ms"], rel=1e-2)
+    assert {"machine", "versions", "command", "timer"} <= set(result)
+    assert result["reproduce"] == {"benchmark": "benchmarks.kernels.training_step", "config": SMOKE, "overrides": {}}
+    assert problems_of(path) == []
+
+
+def test_the_full_config_loads_its_two_cases() -> None:
+    settings = training_step.load_settings(REPO / "configs/benchmarks/kernels-training-step.yaml", {})
+    assert [(c.name, c.num_items, c.loss) for c in settings.cases] == [
+        ("beauty", 12_101, "full_softmax"),
+        ("catalog-1m", 1_000_000, "sampled_softmax"),
+    ]
+    assert settings.smoke is False

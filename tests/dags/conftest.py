@@ -1,4 +1,4 @@
-"""Airflow for the DAG tests: a throw-away AIRFLOW_HOME with a SQLite metadata DB (ENV.md, Airflow 3 gotchas).
+"""Airflow for the DAG tests: a throw-away AIRFLOW_HOME with a SQLite metadata DB (`airflow db migrate` first).
 
 Set at collection time, before anything imports `airflow` (it reads its configuration on import).
 """

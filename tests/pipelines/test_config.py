@@ -11,7 +11,10 @@ from recsys.training.recipes import NextItemTraining
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*/*.yaml")), ids=lambda p: f"{p.parent.name}/{p.name}")
+EXPERIMENTS = sorted(p for p in (REPO / "configs").glob("*/*.yaml") if p.parent.name != "benchmarks")
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_frozen_configs_load_and_state_their_purpose_date_and_command(path: Path) -> None:
     config = load_config(path)
     assert config.name == f"{path.parent.name}-{path.stem}"  # configs/<dataset>/<stem>.yaml
@@ -89,3 +92,10 @@ def test_the_models_training_settings_are_its_familys(tmp_path: Path) -> None:
     path.write_text("model:\n  name: sasrek\n")
     with pytest.raises(ConfigError, match="unknown model 'sasrek'"):
         load_config(path)
+
+
+def test_a_variant_of_another_model_does_not_inherit_the_bases_model_settings(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("model:\n  name: sasrec\n  params: {dim: 32}\ntrain: {epochs: 5}\n")
+    (tmp_path / "pop.yaml").write_text("base: base.yaml\nmodel:\n  name: popularity\n")
+    config = load_config(tmp_path / "pop.yaml")
+    assert config.model.name == "popularity" and config.model.params == {} and config.train.epochs == 5

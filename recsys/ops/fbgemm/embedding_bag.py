@@ -10,7 +10,7 @@ raises `KernelUnavailableError` with the alternative, never a silent fallback:
   leaves out the 1/len its forward applies: a test pins that difference);
 - bf16 tables on CPU (fbgemm's CPU kernels have no bf16 instantiation);
 - `deterministic=True` (FBGEMM chooses its own summation order);
-- CUDA tensors with fbgemm's CPU build (the lent GPU's case, ENV.md).
+- CUDA tensors with fbgemm's CPU build (`fbgemm-gpu-cpu` rejects them).
 
 The fused optimizers belong to FBGEMM's TBE module (`SplitTableBatchedEmbeddingBagsCodegen`), which owns
 its weights; `fused_backward_update` and `embedding_bag_backward` therefore have no FBGEMM backend.

@@ -1,4 +1,4 @@
-"""The training path on CUDA (bf16 autocast): skips without a GPU, runs on the lent one."""
+"""The training path on CUDA (bf16 autocast): skips without a CUDA device, runs where there is one."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.conftest import popularity_valid_metric
 @pytest.mark.gpu
 def test_fit_on_cuda_with_bf16_matches_a_cpu_evaluation(tiny_data_dir: Path) -> None:
     if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device (run on the lent GPU)")
+        pytest.skip("needs a CUDA device: run it on a machine with one")
     data = load_prepared(tiny_data_dir)
     model = SASRec(SASRecConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.1))
     eval_config = EvalConfig(ks=(10,))
