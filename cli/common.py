@@ -4,12 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from recsys.errors import RecsysError
 
+if TYPE_CHECKING:  # pipelines import MLflow, which is slow: commands import them when they run
+    from pipelines.config import ExperimentConfig
+
 ERROR_EXIT_CODE = 2
+
+ConfigOpt = Annotated[Path, typer.Option("--config", help="Experiment YAML, e.g. configs/synthetic/sasrec.yaml.")]
+EpochsOpt = Annotated[int | None, typer.Option("--epochs", min=1, help="Override train.epochs.")]
+PreparedDirOpt = Annotated[
+    Path | None, typer.Option("--data-dir", help="Use this prepared directory instead of preparing the config's data.")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a config key (dotted, YAML value; repeatable), e.g. --set "
+        "train.lr=3e-4 --set model.params.dim=128.",
+    ),
+]
 
 
 @contextmanager
@@ -25,3 +45,13 @@ def handle_errors() -> Iterator[None]:
     except RecsysError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(ERROR_EXIT_CODE) from err
+
+
+def load_experiment(config: Path, epochs: int | None, sets: list[str] | None) -> ExperimentConfig:
+    """The experiment config with the command line's overrides (--set, then --epochs) applied."""
+    from pipelines.config import load_config, parse_overrides
+
+    overrides = parse_overrides(sets or [])
+    if epochs is not None:
+        overrides["train.epochs"] = epochs
+    return load_config(config, overrides)

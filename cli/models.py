@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from cli.common import handle_errors
+from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment
 from cli.render import metrics_table, print_tables, recommendations_table
 from recsys.errors import RecsysError
 
@@ -23,24 +23,21 @@ DataDirOpt = Annotated[
 
 
 def train_command(
-    config: Annotated[Path, typer.Option("--config", help="Experiment YAML, e.g. configs/synthetic-sasrec.yaml.")],
+    config: ConfigOpt,
     work_dir: Annotated[
         Path,
         typer.Option("--work-dir", help="Prepared data go to WORK/data/NAME, the model to WORK/models/NAME."),
     ] = Path("runs"),
-    data_dir: Annotated[
-        Path | None,
-        typer.Option("--data-dir", help="Use this prepared directory instead of preparing the data."),
-    ] = None,
-    epochs: Annotated[int | None, typer.Option("--epochs", help="Override train.epochs.")] = None,
+    data_dir: PreparedDirOpt = None,
+    epochs: EpochsOpt = None,
+    sets: SetOpt = None,
 ) -> None:
     """Prepare the config's data and semantic IDs, train, pick the best epoch on validation, test (the pipeline
     until its train step: what is up to date is skipped)."""
-    from pipelines.config import load_config
     from pipelines.runner import run_pipeline
 
     with handle_errors():
-        cfg = load_config(config, {"train.epochs": epochs} if epochs else None)
+        cfg = load_experiment(config, epochs, sets)
         outputs, _ = run_pipeline(cfg, work_dir, until="train_retriever", data_dir=data_dir)
     model = outputs.model
     assert model is not None  # the last step run

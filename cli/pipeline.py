@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import handle_errors
+from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment
 
 app = typer.Typer(
     help="Training pipelines (prepare -> semantic IDs -> train -> index -> evaluate -> register).", no_args_is_help=True
@@ -18,20 +18,26 @@ app = typer.Typer(
 
 @app.command("run")
 def run_command(
-    config: Annotated[Path, typer.Option("--config", help="Experiment YAML, e.g. configs/synthetic-sasrec.yaml.")],
+    config: ConfigOpt,
     work_dir: Annotated[Path, typer.Option("--work-dir", help="Every step's outputs go under WORK.")] = Path("runs"),
-    epochs: Annotated[int | None, typer.Option("--epochs", help="Override train.epochs.")] = None,
+    data_dir: PreparedDirOpt = None,
+    epochs: EpochsOpt = None,
+    sets: SetOpt = None,
     step: Annotated[
         str | None, typer.Option("--step", help="Run only this step (the ones before it must be up to date).")
     ] = None,
+    until: Annotated[str | None, typer.Option("--until", help="Stop after this step.")] = None,
+    rerun: Annotated[
+        list[str] | None,
+        typer.Option("--rerun", metavar="STEP", help="Run this step even when it is up to date (repeatable)."),
+    ] = None,
 ) -> None:
-    """Run the config's pipeline; steps whose inputs did not change are skipped."""
-    from pipelines.config import load_config
+    """Run the config's pipeline; steps whose inputs did not change are skipped (the steps: docs/pipelines.md)."""
     from pipelines.runner import run_pipeline
 
     with handle_errors():
-        cfg = load_config(config, {"train.epochs": epochs} if epochs else None)
-        _, reports = run_pipeline(cfg, work_dir, only=step)
+        cfg = load_experiment(config, epochs, sets)
+        _, reports = run_pipeline(cfg, work_dir, only=step, until=until, data_dir=data_dir, rerun=rerun or ())
     table = Table(title=f"pipeline {cfg.name}")
     for column in ("step", "status", "seconds", "outputs"):
         table.add_column(column)

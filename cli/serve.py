@@ -44,6 +44,32 @@ def serve_command(
             help="Most recommendation requests scored in one model call (default 64). [env: RECSYS_MAX_BATCH]",
         ),
     ] = None,
+    events_per_user: Annotated[
+        int | None,
+        typer.Option(
+            "--events-per-user",
+            min=1,
+            help="Most recent online events kept per user (default 50). [env: RECSYS_EVENTS_PER_USER]",
+        ),
+    ] = None,
+    reload_interval_s: Annotated[
+        float | None,
+        typer.Option(
+            "--reload-interval-s",
+            min=0,
+            help="Seconds between asking the registry for a new champion (default 30; "
+            "0 = never). [env: RECSYS_RELOAD_INTERVAL_S]",
+        ),
+    ] = None,
+    torch_threads: Annotated[
+        int | None,
+        typer.Option(
+            "--torch-threads",
+            min=1,
+            help="Intra-op threads of each model call (default 1: the other cores serve "
+            "HTTP). [env: RECSYS_TORCH_THREADS]",
+        ),
+    ] = None,
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port")] = 8000,
     access_log: Annotated[
@@ -61,7 +87,8 @@ def serve_command(
 
     given: dict[str, Any] = {
         "bundle": bundle, "model_name": model_name, "tracking_uri": tracking_uri, "history_store": history_store,
-        "redis_url": redis_url, "max_batch": max_batch,
+        "redis_url": redis_url, "max_batch": max_batch, "events_per_user": events_per_user,
+        "reload_interval_s": reload_interval_s, "torch_threads": torch_threads,
     }  # fmt: skip
     with handle_errors():
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ def train_step(
     data = load_data(data_dir, config.data.domain)
     model = build_model(config.model.name, config.model.params, data.num_items, model_inputs(config, data, features))
     with start_tracking(config.tracking, config.experiment_name, config.name) as tracker:
-        tracker.log_params({**config.model_dump(mode="json"), "data_dir": str(data_dir)})
+        tracker.log_params({**_logged_config(config), "data_dir": str(data_dir)})
         start = time.perf_counter()
         fitted = _train(model, data, config, tracker, training_state_path(out_dir))
         metrics: dict[str, Any] = {
@@ -104,12 +104,21 @@ def model_inputs(config: ExperimentConfig, data: SequenceData, features: Catalog
         semantic_ids=None if features.semantic_ids is None else read_semantic_ids(features.semantic_ids)[0],
         content=content,
         item_domains=data.item_domains() if data.domains else None,
+        domains=tuple(data.domains),
         new_items=data.cold_mask,
         tasks=data.tasks,
         retriever=trained(section.retriever_dir, "model.retriever_dir"),
         base=trained(section.base_dir, "model.base_dir"),
         members=tuple(load_trained_model(d, "model.members") for d in section.members),
     )
+
+
+def _logged_config(config: ExperimentConfig) -> dict[str, Any]:
+    """The config as MLflow params, with the model family's training settings in full (defaults included), so runs
+    compare on every setting whether or not their files stated it."""
+    logged = config.model_dump(mode="json")
+    logged["model"]["training"] = asdict(config.model.training_settings())
+    return logged
 
 
 def training_state_path(out_dir: Path) -> Path:
@@ -153,11 +162,6 @@ def _train_per_domain(
     with the base frozen; the result sums the domains' times, keeps the largest best epoch and every domain's best
     validation metrics (keys prefixed with the domain)."""
     assert isinstance(model, DomainScorer)
-    if list(model.domains) != data.domains:
-        raise ConfigError(
-            f"model.params.domains={list(model.domains)} but the data's domains are {data.domains}. "
-            f"Fix: set domains: {data.domains}"
-        )
     settings = config.model.training_settings()
     embedding_rank = getattr(model.config, "embedding_rank", 0)
     if embedding_rank and (not isinstance(settings, NextItemTraining) or settings.loss != "full_softmax"

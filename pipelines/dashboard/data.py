@@ -31,7 +31,7 @@ EVALUATION_FILE = "evaluation.json"
 EVALUATION_ARTIFACT = f"{EVALUATION_ARTIFACT_DIR}/{EVALUATION_FILE}"
 # MLflow names of the standard metrics: valid_recall_at_10, test_ndcg_at_50, ... (pipelines/tracking.py)
 STANDARD_METRIC = re.compile(r"^(valid|test)_(recall|ndcg)_at_(\d+)$")
-SHOWN_PARAMS = ("data.source", "train.epochs", "train.batch_size", "train.lr", "train.loss")
+SHOWN_PARAMS = ("data.source", "train.epochs", "train.batch_size", "train.lr", "model.training.loss")
 SQLITE_PREFIX = "sqlite:///"
 
 
@@ -96,7 +96,7 @@ class DashboardData:
     runs: list[RunSummary]
     evaluations: list[Evaluation]
     notes: list[str] = field(default_factory=list)
-    hint: str = "recsys pipeline run --config configs/synthetic-sasrec.yaml --work-dir runs"
+    hint: str = "recsys pipeline run --config configs/synthetic/sasrec.yaml --work-dir runs"
     generated: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 

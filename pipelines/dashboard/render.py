@@ -196,7 +196,7 @@ def _semantic_ids(evaluations: Sequence[Evaluation], chart: Any) -> str:
     if not present:
         return _empty(
             "No semantic IDs in the evaluated models: they were trained without them.",
-            "recsys pipeline run --config configs/beauty-sasrec-sid.yaml (a config with a sid section)",
+            "recsys pipeline run --config configs/beauty/sasrec-sid.yaml (a config with a sid section)",
         )
     lines = []
     for e in present:

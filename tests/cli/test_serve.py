@@ -10,14 +10,19 @@ from typer.testing import CliRunner
 
 from cli import app
 from pipelines.registry import get_champion
+from recsys.data.prepared import load_prepared
 from tests.conftest import recsys_serve
 
 
 def test_recsys_serve_answers_http(registry: tuple[str, str, Path]) -> None:
-    uri, name, _ = registry
-    with recsys_serve("--model-name", name, "--tracking-uri", uri) as (base, server):
+    uri, name, data_dir = registry
+    items = load_prepared(data_dir).items["item_id"].to_list()[:3]
+    with recsys_serve("--model-name", name, "--tracking-uri", uri, "--events-per-user", "2") as (base, server):
         response = httpx.post(f"{base}/v1/recommendations", json={"user_id": "u00003", "k": 3}, timeout=10)
         assert response.status_code == 200 and len(response.json()["items"]) == 3
+        httpx.post(f"{base}/v1/events", json={"user_id": "new-user", "item_ids": items}, timeout=10)
+        new_user = httpx.post(f"{base}/v1/recommendations", json={"user_id": "new-user"}, timeout=10).json()
+        assert new_user["history_length"] == 2  # the option reached the history store: the oldest event was dropped
         assert httpx.get(f"{base}/openapi.json", timeout=5).json()["paths"].keys() >= {
             "/v1/recommendations",
             "/v1/events",
