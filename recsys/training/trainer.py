@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import logging
 import math
 import time
@@ -153,7 +154,7 @@ class _TrainingRun:
         steps_per_epoch = len(recipe.batches(self.rows, torch.Generator())) if cosine else 0
         self.scheduler = _lr_scheduler(self.optimizer, config, steps_per_epoch)
         self.average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
-        self.run_key = _run_key(model, config, recipe)
+        self.run_key = _run_key(model, data, config, recipe)
         self.epoch, self.early_stopped = 0, False
         self.best_score = float("-inf")
         self.best_weights: dict[str, Any] | None = None
@@ -266,8 +267,10 @@ class _TrainingRun:
         logger.info("resumed from %s after epoch %d (%.0f s trained)", path, self.epoch, self.result.train_seconds)
 
 
-def _run_key(model: nn.Module, config: TrainConfig, recipe: Recipe) -> str:
-    """What must match for a saved state to be resumed: the model's settings, the recipe's and the optimisation's.
+def _run_key(model: nn.Module, data: SequenceData, config: TrainConfig, recipe: Recipe) -> str:
+    """What must match for a saved state to be resumed: the inputs (the data and what the model holds without
+    training it), the model's settings, the recipe's and the optimisation's. So new data of the same shape (the next
+    day's) or a retrained first stage under a ranker trains afresh rather than resuming a finished run.
 
     The time budget, patience, progress bar and compilation may change between attempts, and so may the
     epoch count under a constant learning rate (a cosine schedule is planned over it, so there it must not).
@@ -276,7 +279,23 @@ def _run_key(model: nn.Module, config: TrainConfig, recipe: Recipe) -> str:
     if config.lr_schedule == "constant":
         resumable.add("epochs")
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in resumable}
-    return f"{type(model).__name__}|{getattr(model, 'config', None)!r}|{settings!r}|{_recipe_key(recipe)}"
+    model_key = f"{type(model).__name__}|{getattr(model, 'config', None)!r}"
+    return f"{_inputs_digest(model, data)}|{model_key}|{settings!r}|{_recipe_key(recipe)}"
+
+
+def _inputs_digest(model: nn.Module, data: SequenceData) -> str:
+    """A digest of what the run learns from: the sequences, candidates and task labels, and the tensors the model
+    holds but does not train (a frozen first stage or base model, semantic IDs, content embeddings), taken before
+    training moves any buffer."""
+    tensors = [data.sequences.values, data.sequences.offsets]
+    tensors += [] if data.candidates is None else [data.candidates]
+    tensors += [labels.values for _, labels in sorted(data.labels.items())]
+    tensors += [p for _, p in sorted(model.named_parameters()) if not p.requires_grad]
+    tensors += [b for _, b in sorted(model.named_buffers())]
+    digest = hashlib.blake2b(digest_size=16)
+    for tensor in tensors:
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _recipe_key(recipe: Recipe) -> str:

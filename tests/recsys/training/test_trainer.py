@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from recsys.data.jagged import Jagged
 from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
@@ -94,6 +95,19 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tiny_data_dir: Path, tmp
         torch.testing.assert_close(fresh.state_dict()[name], tensor, msg=f"{name} differs after resuming")
 
     assert epochs_trained(small_sasrec(data.num_items), config) == []  # finished: a re-run trains nothing
+    values = data.sequences.values.clone()
+    values[[0, 1]] = values[[1, 0]]  # one user's first two items swapped: other data of the same shape
+    data = dataclasses.replace(data, sequences=Jagged(values, data.sequences.offsets))
+    assert epochs_trained(small_sasrec(data.num_items), config) == [1, 2, 3]  # new data trains afresh
+
+    def with_frozen_positions(shift: float) -> SASRec:  # a part the run does not train, as a ranker's first stage
+        model = small_sasrec(data.num_items)
+        model.pos_emb.weight.requires_grad_(False).add_(shift)
+        return model
+
+    assert epochs_trained(with_frozen_positions(0.0), config) == [1, 2, 3]
+    assert epochs_trained(with_frozen_positions(0.0), config) == []
+    assert epochs_trained(with_frozen_positions(0.5), config) == [1, 2, 3]  # another frozen part: not this run
     other = dataclasses.replace(config, lr=1e-2)  # other settings: the saved state is not theirs
     assert epochs_trained(small_sasrec(data.num_items), other) == [1, 2, 3]
 
