@@ -17,6 +17,7 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -54,6 +55,20 @@ def benchmark_parser(doc: str, default_config: str | None = None) -> argparse.Ar
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     add_config_arguments(parser, default_config)
     return parser
+
+
+def parse_run(
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    module: str,
+    load_settings: Callable[[Path, dict[str, Any]], T],
+) -> tuple[argparse.Namespace, Reproduce, T]:
+    """Parse a benchmark's command line, put the platform's logs on the console, and load the settings it names:
+    (args, its `reproduce` record, the settings of the config with the overrides)."""
+    args = parser.parse_args(argv)
+    log_to_console()
+    reproduce = reproduce_of(module, args)
+    return args, reproduce, load_settings(args.config, reproduce.overrides)
 
 
 def log_to_console() -> None:

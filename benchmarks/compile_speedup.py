@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import torch
 
-from benchmarks.common import benchmark_parser, provenance, reproduce_of, settings_from, significant, write_result
+from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from recsys.data.batching import PackedBatch
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
@@ -108,9 +108,7 @@ def builders(s: Settings) -> dict[ModelName, Callable[[], SASRec | HSTU]]:
 
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "configs/benchmarks/compile-speedup.yaml")
-    args = parser.parse_args(argv)
-    reproduce = reproduce_of(__name__, args)
-    s = load_settings(args.config, reproduce.overrides)
+    args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
     device = resolve_device(s.device)
     build = builders(s)
     rows = {}

@@ -33,9 +33,8 @@ from benchmarks.common import (
     Reproduce,
     benchmark_parser,
     command,
-    log_to_console,
+    parse_run,
     provenance,
-    reproduce_of,
     settings_from,
     write_result,
 )
@@ -164,10 +163,7 @@ def main(argv: list[str] | None = None) -> Path | None:
     parser.add_argument("--variant", help="adapters: the adapter variant (a label of the config's variants)")
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/domains"))
     parser.add_argument("--name", default="domain-adapters", help="report: the results JSON's name")
-    args = parser.parse_args(argv)
-    log_to_console()
-    reproduce = reproduce_of(__name__, args)
-    settings = load_settings(args.config, reproduce.overrides)
+    args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     work, parts_dir = args.work_dir.resolve(), args.work_dir / "parts"
     if args.stage in ("report", "all"):
         if args.stage == "all":

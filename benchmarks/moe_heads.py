@@ -21,20 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    REPO,
-    benchmark_parser,
-    log_to_console,
-    provenance,
-    reproduce_of,
-    settings_from,
-    significant,
-    write_result,
-)
+from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.evaluate import EVALUATION_FILE
 from pipelines.model_dir import load_model_dir
-from pipelines.runner import run_pipeline
+from pipelines.runner import ExperimentPaths, run_pipeline
+from pipelines.train import training_state_path
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +59,10 @@ def variant_config(settings: Settings, label: str, overrides: dict[str, Any], wo
 
 
 def run_variant(config: ExperimentConfig, work: Path, data_dir: Path) -> dict[str, Any]:
-    """Train and evaluate one variant through the pipeline on the first stage's data; its row of the report. Its
-    training always runs, so that every variant's time per epoch is measured in this run, beside the others."""
+    """Train and evaluate one variant through the pipeline on the first stage's data; its row of the report. It
+    trains from epoch 1 even when an earlier run trained it (its training state is dropped), so that every variant's
+    time per epoch is measured in this run, beside the others."""
+    training_state_path(ExperimentPaths.under(work, config).model_dir).unlink(missing_ok=True)
     outputs, _ = run_pipeline(config, work, until="evaluate", data_dir=data_dir, rerun=("train_retriever",))
     assert outputs.model is not None and outputs.evaluation is not None
     metrics = outputs.model.metrics
@@ -91,10 +85,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "configs/benchmarks/moe-heads.yaml")
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench-moe"), help="data, models, MLflow")
     parser.add_argument("--name", default="moe-heads-synthetic", help="the result file's name")
-    args = parser.parse_args(argv)
-    log_to_console()
-    reproduce = reproduce_of(__name__, args)
-    settings = load_settings(args.config, reproduce.overrides)
+    args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     work = args.work_dir.resolve()
     tracking = {"tracking.uri": f"sqlite:///{work / 'mlflow.db'}", "train.progress": False}
     retriever = load_config(REPO / settings.retriever, {**settings.shared, **tracking})

@@ -31,15 +31,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import torch
 from pydantic import BeforeValidator, ConfigDict
 
-from benchmarks.common import (
-    benchmark_parser,
-    log_to_console,
-    provenance,
-    reproduce_of,
-    settings_from,
-    significant,
-    write_result,
-)
+from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from recsys.retrieval import ExactTopK, IndexConfig, recall_at_k
 from recsys.retrieval.faiss_index import FaissTopK, build_index
 
@@ -118,10 +110,7 @@ def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
 
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "configs/benchmarks/retrieval-faiss.yaml")
-    args = parser.parse_args(argv)
-    reproduce = reproduce_of(__name__, args)
-    s = load_settings(args.config, reproduce.overrides)
-    log_to_console()
+    args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
 
     gen = torch.Generator().manual_seed(0)
     centres = torch.randn(s.centres, s.dim, generator=gen)

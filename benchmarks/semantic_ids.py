@@ -23,15 +23,7 @@ from typing import Any
 import polars as pl
 import torch
 
-from benchmarks.common import (
-    REPO,
-    benchmark_parser,
-    log_to_console,
-    provenance,
-    reproduce_of,
-    settings_from,
-    write_result,
-)
+from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.runner import ExperimentPaths, run_pipeline
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
@@ -89,11 +81,7 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "configs/benchmarks/semantic-ids.yaml")
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench"), help="prepared data, SIDs, cache")
-    args = parser.parse_args(argv)
-    log_to_console()
-
-    reproduce = reproduce_of(__name__, args)
-    settings = load_settings(args.config, reproduce.overrides)
+    args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     work = args.work_dir.resolve()
     configs = experiment_configs(settings, UNRECORDED)
     prepared, _ = run_pipeline(configs[0], work, until="prepare_data")

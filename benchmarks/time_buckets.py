@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import REPO, benchmark_parser, provenance, reproduce_of, settings_from, write_result
+from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
 from pipelines.config import default_name, load_config
 from pipelines.model_dir import load_model_dir
 from recsys.evaluation import EvalConfig, evaluate
@@ -73,9 +73,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument(
         "--work-dir", type=Path, default=Path(".cache/bench-sessions"), help="where the models were trained"
     )
-    args = parser.parse_args(argv)
-    reproduce = reproduce_of(__name__, args)
-    settings = load_settings(args.config, reproduce.overrides)
+    args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     ks = settings.ks
     rows = {}
     for label, name in config_names(settings).items():

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, benchmark_parser, command, reproduce_of, settings_from, write_result
+from benchmarks.common import REPO, benchmark_parser, command, parse_run, settings_from, write_result
 
 METRICS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")
 BUDGET_KEY = "train.max_train_seconds"
@@ -108,9 +108,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "configs/benchmarks/retrieval-zoo.yaml")
-    args = parser.parse_args(argv)
-    reproduce = reproduce_of(__name__, args)
-    settings = load_settings(args.config, reproduce.overrides)
+    args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     tables = {data: [row(r.label, r.result, args.results_dir) for r in rows] for data, rows in settings.tables.items()}
     for data, rows in tables.items():
         print(f"\n{data}\n{markdown(rows)}")

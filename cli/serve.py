@@ -14,60 +14,45 @@ import typer
 from cli.common import handle_errors
 
 
+def _setting(flag: str, description: str, minimum: float | None = None) -> Any:
+    """An option of a `ServingSettings` field: not given by default, so its RECSYS_ variable (named in the help)
+    applies."""
+    env = "RECSYS_" + flag.removeprefix("--").replace("-", "_").upper()
+    return typer.Option(flag, help=f"{description} (env: {env})", min=minimum)
+
+
 def serve_command(
-    bundle: Annotated[
-        Path | None, typer.Option("--bundle", help="A bundle directory (WORK/bundles/NAME). [env: RECSYS_BUNDLE]")
-    ] = None,
+    bundle: Annotated[Path | None, _setting("--bundle", "A bundle directory (WORK/bundles/NAME).")] = None,
     model_name: Annotated[
-        str | None,
-        typer.Option("--model-name", help="Serve this registered model's champion instead. [env: RECSYS_MODEL_NAME]"),
+        str | None, _setting("--model-name", "Serve this registered model's champion instead.")
     ] = None,
     tracking_uri: Annotated[
         str | None,
-        typer.Option(
-            "--tracking-uri",
-            help="MLflow store of the registry (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns.db). "
-            "[env: RECSYS_TRACKING_URI]",
+        _setting(
+            "--tracking-uri", "MLflow store of the registry (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns.db)."
         ),
     ] = None,
-    history_store: Annotated[
-        str | None, typer.Option("--history-store", help="memory (default) or redis. [env: RECSYS_HISTORY_STORE]")
-    ] = None,
-    redis_url: Annotated[
-        str | None, typer.Option("--redis-url", help="Default redis://127.0.0.1:6379/0. [env: RECSYS_REDIS_URL]")
-    ] = None,
+    history_store: Annotated[str | None, _setting("--history-store", "memory (default) or redis.")] = None,
+    redis_url: Annotated[str | None, _setting("--redis-url", "Default redis://127.0.0.1:6379/0.")] = None,
     max_batch: Annotated[
         int | None,
-        typer.Option(
-            "--max-batch",
-            min=1,
-            help="Most recommendation requests scored in one model call (default 64). [env: RECSYS_MAX_BATCH]",
-        ),
+        _setting("--max-batch", "Most recommendation requests scored in one model call (default 64).", minimum=1),
     ] = None,
     events_per_user: Annotated[
-        int | None,
-        typer.Option(
-            "--events-per-user",
-            min=1,
-            help="Most recent online events kept per user (default 50). [env: RECSYS_EVENTS_PER_USER]",
-        ),
+        int | None, _setting("--events-per-user", "Most recent online events kept per user (default 50).", minimum=1)
     ] = None,
     reload_interval_s: Annotated[
         float | None,
-        typer.Option(
+        _setting(
             "--reload-interval-s",
-            min=0,
-            help="Seconds between asking the registry for a new champion (default 30; "
-            "0 = never). [env: RECSYS_RELOAD_INTERVAL_S]",
+            "Seconds between asking the registry for a new champion (default 30; 0 = never).",
+            minimum=0,
         ),
     ] = None,
     torch_threads: Annotated[
         int | None,
-        typer.Option(
-            "--torch-threads",
-            min=1,
-            help="Intra-op threads of each model call (default 1: the other cores serve "
-            "HTTP). [env: RECSYS_TORCH_THREADS]",
+        _setting(
+            "--torch-threads", "Intra-op threads of each model call (default 1: the other cores serve HTTP).", minimum=1
         ),
     ] = None,
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",

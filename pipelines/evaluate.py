@@ -35,19 +35,9 @@ from pipelines.dashboard import (
 )
 from pipelines.model_dir import TrainedModel, load_model_dir, model_sha256
 from pipelines.tracking import start_tracking
-from recsys.data.prepared import EvalSplit, SequenceData
-from recsys.data.schema import DOMAIN
 from recsys.data.splits import TEST, VALID
 from recsys.evaluation import evaluate, evaluate_tasks
-from recsys.evaluation.slices import (
-    SliceMasks,
-    cold_start_masks,
-    domain_masks,
-    flat_slice_metrics,
-    history_length_masks,
-    popularity_decile_masks,
-    slice_report,
-)
+from recsys.evaluation.slices import flat_slice_metrics, slice_families, slice_report
 from recsys.inference import MultiTaskScorer
 from recsys.runtime.atomic import atomic_directory
 from recsys.runtime.device import resolve_device
@@ -134,19 +124,6 @@ def evaluation_report(config: ExperimentConfig, trained: TrainedModel, sid_path:
         "tasks": tasks,
         "semantic_ids": read_semantic_ids(sid_path)[1].to_dict() if sid_path is not None else None,
     }
-
-
-def slice_families(data: SequenceData, split: EvalSplit) -> dict[str, SliceMasks]:
-    """The slice families of `split`: popularity and cold start from the training counts, the domain when known."""
-    counts = data.item_counts()  # (V+1,) training interactions per item
-    families = {
-        "cold_start": cold_start_masks(split.targets, counts),
-        "popularity_decile": popularity_decile_masks(split.targets, counts),
-        "history_length": history_length_masks(split.histories.lengths()),
-    }
-    if DOMAIN in data.items.columns and data.items[DOMAIN].drop_nulls().len() > 0:
-        families["domain"] = domain_masks(split.targets, [None, *data.items[DOMAIN].to_list()])
-    return families
 
 
 def write_evaluation(out_dir: Path, report: dict[str, Any]) -> None:

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from benchmarks.common import benchmark_parser, provenance, reproduce_of, settings_from, significant, write_result
+from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from recsys.ops.embedding_bag import Kernel, OptimType, RowwiseOptimizer, embedding_bag, fused_backward_update
 from recsys.ops.reference import embedding_bag as reference
 
@@ -506,6 +506,15 @@ def gpu_name(device: torch.device) -> tuple[str, str]:
     return name, re.sub(r"[^a-z0-9]+", "-", slug.lower()).strip("-")
 
 
+def result_head(device: torch.device, benchmark: str, smoke: bool) -> tuple[str, dict[str, Any]]:
+    """A kernel result's name (`<benchmark>-<gpu>`, `-smoke` for a smoke run) and the fields it starts with."""
+    import triton
+
+    gpu, slug = gpu_name(device)
+    name = f"{benchmark}-{slug}" + ("-smoke" if smoke else "")
+    return name, {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__, "smoke": smoke}
+
+
 def print_table(cases: list[dict[str, Any]], copy_gbps: float) -> None:
     print(f"device-to-device copy: {copy_gbps:,.0f} GB/s")
     header = (
@@ -524,12 +533,9 @@ def print_table(cases: list[dict[str, Any]], copy_gbps: float) -> None:
 
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "configs/benchmarks/kernels-embedding-bag.yaml")
-    args = parser.parse_args(argv)
-    reproduce = reproduce_of(__name__, args)
-    settings = load_settings(args.config, reproduce.overrides)
+    args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
 
     device = kernel_device(settings.smoke, "configs/benchmarks/kernels-embedding-bag-smoke.yaml")
-    import triton
 
     cases = [c for c in all_cases(settings) if not settings.cases or c.name in settings.cases]
     timer, timer_note = make_timer(device, settings.cpu_repeats)
@@ -539,15 +545,11 @@ def main(argv: list[str] | None = None) -> Path:
     for c in cases:
         results.append(run_case(c, settings, device, timer, copy_gbps, fbgemm_reason))
         print(f"  {c.name}: {results[-1]['ms']:.3f} ms, {results[-1]['GBps']:,.0f} GB/s", flush=True)
-    gpu, slug = gpu_name(device)
-    name = f"kernels-embedding-bag-{slug}" + ("-smoke" if settings.smoke else "")
+    name, head = result_head(device, "kernels-embedding-bag", settings.smoke)
     result = {
-        "gpu": gpu,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **head,
         "copy_GBps": significant(copy_gbps),
         "copy_bytes": _copied_bytes(settings),
-        "smoke": settings.smoke,
         "timer": timer_note,
         "fbgemm": {"available": fbgemm_reason is None, "reason": fbgemm_reason},
         "notes": {

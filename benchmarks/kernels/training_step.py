@@ -31,8 +31,8 @@ from pydantic import ConfigDict
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from benchmarks.common import benchmark_parser, provenance, reproduce_of, settings_from, significant, write_result
-from benchmarks.kernels.embedding_bag import cpu_timer_mismatch, gpu_name, kernel_device, make_timer
+from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.kernels.embedding_bag import cpu_timer_mismatch, kernel_device, make_timer, result_head
 from recsys.data.batching import PackedBatch, packed_next_item_batches
 from recsys.data.jagged import Jagged
 from recsys.models.sasrec import SASRec, SASRecConfig
@@ -123,11 +123,8 @@ def run_case(c: StepCase, device: torch.device, timer: Any) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "configs/benchmarks/kernels-training-step.yaml")
-    args = parser.parse_args(argv)
-    reproduce = reproduce_of(__name__, args)
-    settings = load_settings(args.config, reproduce.overrides)
+    args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     device = kernel_device(settings.smoke, "configs/benchmarks/kernels-training-step-smoke.yaml")
-    import triton
 
     timer, timer_note = make_timer(device, settings.cpu_repeats)
     cases = []
@@ -135,13 +132,9 @@ def main(argv: list[str] | None = None) -> Path:
         cases.append(run_case(c, device, timer))
         r = cases[-1]
         print(f"{c.name}: torch {r['torch_ms']:.3f} ms, triton {r['triton_ms']:.3f} ms, x{r['ratio_vs_torch']:.2f}")
-    gpu, slug = gpu_name(device)
-    name = f"kernels-training-step-{slug}" + ("-smoke" if settings.smoke else "")
+    name, head = result_head(device, "kernels-training-step", settings.smoke)
     result = {
-        "gpu": gpu,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "smoke": settings.smoke,
+        **head,
         "timer": timer_note,
         "step": "SASRec (sid_levels 3) NextItemRecipe loss + backward + Adam step; bf16 autocast on CUDA",
         "notes": {"ratio_vs_torch": "torch_ms / triton_ms: above 1 means the Triton lookups make the step faster"},

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from recsys.data.prepared import EvalSplit, SequenceData
+from recsys.data.schema import DOMAIN
 from recsys.evaluation.metrics import ranking_metrics
 
 SliceMasks = dict[str, torch.Tensor]  # slice name -> (U,) bool, in display order
@@ -172,3 +174,16 @@ def flat_slice_metrics(report: Mapping[str, list[dict[str, Any]]], prefix: str =
         for metric, value in entry.items()
         if metric != "name"
     }
+
+
+def slice_families(data: SequenceData, split: EvalSplit) -> dict[str, SliceMasks]:
+    """The slice families of `split`: popularity and cold start from the training counts, the domain when known."""
+    counts = data.item_counts()  # (V+1,) training interactions per item
+    families = {
+        "cold_start": cold_start_masks(split.targets, counts),
+        "popularity_decile": popularity_decile_masks(split.targets, counts),
+        "history_length": history_length_masks(split.histories.lengths()),
+    }
+    if DOMAIN in data.items.columns and data.items[DOMAIN].drop_nulls().len() > 0:
+        families["domain"] = domain_masks(split.targets, [None, *data.items[DOMAIN].to_list()])
+    return families

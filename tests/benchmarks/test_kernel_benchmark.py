@@ -30,9 +30,7 @@ POSITIVE = ["rows", "dim", "batch", "pool", "tables", "ms", "GBps", "torch_ms", 
 @pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")  # torch's sparse Adagrad
 def test_smoke_run_writes_the_issue_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = embedding_bag.main(["--config", str(REPO / SMOKE), "--results-dir", str(tmp_path)])
-    slug = (
-        "cpu" if not torch.cuda.is_available() else path.stem.removeprefix("kernels-embedding-bag-")[: -len("-smoke")]
-    )
+    _, slug = embedding_bag.gpu_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     assert path == tmp_path / f"kernels-embedding-bag-{slug}-smoke.json"
     result = json.loads(path.read_text())
     for key, kind in TOP_LEVEL.items():

@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks.common import REPO
 from benchmarks.kernels import training_step
+from benchmarks.kernels.embedding_bag import gpu_name
 from benchmarks.reproduce import problems_of
 
 SMOKE = "configs/benchmarks/kernels-training-step-smoke.yaml"
@@ -19,7 +21,8 @@ SMOKE = "configs/benchmarks/kernels-training-step-smoke.yaml"
 def test_smoke_run_times_both_kernels(tmp_path: Path) -> None:
     path = training_step.main(["--config", str(REPO / SMOKE), "--results-dir", str(tmp_path)])
     result = json.loads(path.read_text())
-    assert path.name == "kernels-training-step-cpu-smoke.json" and result["smoke"] is True
+    _, slug = gpu_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))  # "cpu" on a CPU machine
+    assert path.name == f"kernels-training-step-{slug}-smoke.json" and result["smoke"] is True
     assert [c["name"] for c in result["cases"]] == ["smoke", "smoke-sampled"]
     assert [c["loss"] for c in result["cases"]] == ["full_softmax", "sampled_softmax"]
     for case in result["cases"]:

@@ -48,3 +48,12 @@ def test_the_environment_alone_configures_recsys_serve(registry: tuple[str, str,
 def test_nothing_to_serve_exits_2_with_the_fix() -> None:
     result = CliRunner().invoke(app, ["serve"], env={"RECSYS_MODEL_NAME": "", "RECSYS_BUNDLE": ""})
     assert result.exit_code == 2 and "nothing to serve" in result.output and "RECSYS_MODEL_NAME" in result.output
+
+
+def test_every_serving_setting_is_an_option_that_names_its_variable() -> None:
+    from serving.settings import ServingSettings
+
+    result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "400"})
+    for field in ServingSettings.model_fields:
+        assert f"--{field.replace('_', '-')}" in result.output, field
+        assert f"RECSYS_{field.upper()}" in result.output, field
