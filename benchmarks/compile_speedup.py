@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 
 from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.reproduce import jsonable, mismatches
 from recsys.data.batching import PackedBatch
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> Path:
         },
         "models": rows,
         "device": str(device),
-        "settings": {**asdict(s), "models": list(s.models)},
+        "settings": asdict(s),
         **provenance(),
     }
     path = write_result(name, result, args.results_dir, reproduce)
@@ -171,12 +172,8 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
         expected["config.bf16_autocast"] = settings.precision == "bf16"
     if "settings" in result:
         recorded |= {f"settings.{key}": value for key, value in result["settings"].items()}
-        expected |= {f"settings.{key}": value for key, value in asdict(settings).items()}
-        expected["settings.models"] = list(settings.models)
-    for key in sorted(recorded.keys() | expected.keys()):
-        have, want = recorded.get(key, "<absent>"), expected.get(key, "<absent>")
-        if have != want:
-            yield f"{key}: the result has {have!r}, the config {want!r}"
+        expected |= {f"settings.{key}": value for key, value in jsonable(asdict(settings)).items()}
+    yield from mismatches(recorded, expected)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ The config (configs/benchmarks/domain-adapters.yaml) names the experiment config
 adapter variants. Every part is trained by the pipeline (its train step): (a) the `shared` config on every domain's
 users; (b) the same config with `data.domain` (that domain's users and items); (c) the `adapters` config with
 `data.domain` over (a) of the same seed as `model.base_dir`. Each part's model is tested per domain, every held-out
-item ranked among its domain's items only (DESIGN.md leave-one-out otherwise). As the parts were first made, the
+item ranked among its domain's items only (leave-one-out otherwise). As the parts were first made, the
 process is seeded with the part's seed before the model is built (and `train.seed` is the seed). The report gives
 each variant's per-seed and mean test NDCG@10, and whether (c) >= max(a, b) on the mean and in how many seeds.
 """
@@ -48,6 +48,7 @@ from recsys.runtime.atomic import atomic_file
 from recsys.runtime.device import resolve_device
 
 logger = logging.getLogger(__name__)
+WORK_DIR = Path(".cache/domains")  # the default --work-dir
 STAGES = ("shared", "separate", "adapters", "report", "all")
 
 
@@ -80,7 +81,7 @@ class Part:
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
     settings = settings_from(Settings, config, overrides)
     for part in all_parts(settings):
-        part_config(settings, part, Path(".cache/domains"))  # every part's config must load
+        part_config(settings, part, WORK_DIR)  # every part's config must load
     return settings
 
 
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> Path | None:
     parser.add_argument("--seed", type=int, help="shared / separate / adapters: the part's seed")
     parser.add_argument("--domain", help="separate / adapters: the domain to train (e.g. beauty)")
     parser.add_argument("--variant", help="adapters: the adapter variant (a label of the config's variants)")
-    parser.add_argument("--work-dir", type=Path, default=Path(".cache/domains"))
+    parser.add_argument("--work-dir", type=Path, default=WORK_DIR)
     parser.add_argument("--name", default="domain-adapters", help="report: the results JSON's name")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     work, parts_dir = args.work_dir.resolve(), args.work_dir / "parts"

@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.quality import work_overrides
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.evaluate import EVALUATION_FILE
 from pipelines.model_dir import load_model_dir
-from pipelines.runner import ExperimentPaths, run_pipeline
-from pipelines.train import training_state_path
+from pipelines.runner import run_pipeline
 
 logger = logging.getLogger(__name__)
+WORK_DIR = Path(".cache/bench-moe")  # the default --work-dir
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Settings:
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
     settings = settings_from(Settings, config, overrides)
     for label, variant in settings.variants.items():  # every variant must be a valid ranker config
-        variant_config(settings, label, variant, Path(".cache/bench-moe"))
+        variant_config(settings, label, variant, WORK_DIR)
     return settings
 
 
@@ -53,16 +54,14 @@ def variant_config(settings: Settings, label: str, overrides: dict[str, Any], wo
     return load_config(
         REPO / settings.ranker,
         {**settings.shared, **overrides, "name": f"{ranker.name}-{_slug(label)}",
-         "model.retriever_dir": str(work / "models" / retriever.name),
-         "tracking.uri": f"sqlite:///{work / 'mlflow.db'}", "train.progress": False},
+         "model.retriever_dir": str(work / "models" / retriever.name), **work_overrides(work)},
     )  # fmt: skip
 
 
 def run_variant(config: ExperimentConfig, work: Path, data_dir: Path) -> dict[str, Any]:
     """Train and evaluate one variant through the pipeline on the first stage's data; its row of the report. It
-    trains from epoch 1 even when an earlier run trained it (its training state is dropped), so that every variant's
-    time per epoch is measured in this run, beside the others."""
-    training_state_path(ExperimentPaths.under(work, config).model_dir).unlink(missing_ok=True)
+    trains from scratch even when an earlier run trained it, so that every variant's time per epoch is measured in this
+    run, beside the others."""
     outputs, _ = run_pipeline(config, work, until="evaluate", data_dir=data_dir, rerun=("train_retriever",))
     assert outputs.model is not None and outputs.evaluation is not None
     metrics = outputs.model.metrics
@@ -83,12 +82,11 @@ def run_variant(config: ExperimentConfig, work: Path, data_dir: Path) -> dict[st
 
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "configs/benchmarks/moe-heads.yaml")
-    parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench-moe"), help="data, models, MLflow")
+    parser.add_argument("--work-dir", type=Path, default=WORK_DIR, help="data, models, MLflow")
     parser.add_argument("--name", default="moe-heads-synthetic", help="the result file's name")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     work = args.work_dir.resolve()
-    tracking = {"tracking.uri": f"sqlite:///{work / 'mlflow.db'}", "train.progress": False}
-    retriever = load_config(REPO / settings.retriever, {**settings.shared, **tracking})
+    retriever = load_config(REPO / settings.retriever, {**settings.shared, **work_overrides(work)})
     first, _ = run_pipeline(retriever, work, until="train_retriever")
     assert first.model is not None and first.data is not None
     rows = {}

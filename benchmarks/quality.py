@@ -1,4 +1,4 @@
-"""Quality benchmark: train a frozen config on a data set with the DESIGN.md protocol; write JSON.
+"""Quality benchmark: train a frozen config on a data set with the platform's evaluation protocol; write JSON.
 
 Usage:
     .venv/bin/python -m benchmarks.quality --config configs/beauty/sasrec.yaml --data-dir ../shared/data/amazon-beauty
@@ -24,7 +24,6 @@ from typing import Any
 from benchmarks.common import benchmark_parser, log_to_console, provenance, reproduce_of, write_result
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.runner import ExperimentPaths, run_pipeline
-from pipelines.train import training_state_path
 from recsys.runtime.device import resolve_device, use_bf16_autocast
 from recsys.semantic_ids.codes import read_semantic_ids
 
@@ -74,19 +73,18 @@ def main(argv: list[str] | None = None) -> Path:
     reproduce = reproduce_of(__name__, args, {} if args.data_dir is None else {"data.path": str(args.data_dir)})
     overrides = reproduce.overrides
     work = args.work_dir.resolve()
-    config = load_config(args.config, {**overrides, "tracking.uri": f"sqlite:///{work / 'mlflow.db'}",
-                                       "train.progress": False})  # fmt: skip
+    config = load_config(args.config, {**overrides, **work_overrides(work)})
     paths = ExperimentPaths.under(work, config)
-    if not args.resume:  # a benchmark measures a whole run, not the rest of an earlier one
-        training_state_path(paths.model_dir).unlink(missing_ok=True)
     device = resolve_device(config.train.device)
     start = time.perf_counter()
-    outputs, _ = run_pipeline(config, work, until="train_retriever", rerun=["train_retriever"])
+    # a benchmark measures a whole run from scratch, not the rest of an earlier one (unless asked to resume)
+    rerun = [] if args.resume else ["train_retriever"]
+    outputs, _ = run_pipeline(config, work, until="train_retriever", rerun=rerun)
     assert outputs.model is not None
     m = outputs.model.metrics
     meta = json.loads((paths.data_dir / "meta.json").read_text())
     result = {
-        "dataset": {**_dataset(args.data_dir, config), **meta.get("counts", {})},
+        "dataset": {**dataset_record(args.data_dir, config), **meta.get("counts", {})},
         "protocol": {
             "split": "leave-one-out per user: last item = test, second-to-last = valid, rest = train",
             "ranking": "full (all items, no sampled negatives)",
@@ -106,7 +104,7 @@ def main(argv: list[str] | None = None) -> Path:
         "device": str(device),
         "bf16_autocast": use_bf16_autocast(config.train.precision, device),
         **provenance(),
-        "semantic_ids": _semantic_id_health(outputs.semantic_ids.path) if outputs.semantic_ids else None,
+        "semantic_ids": semantic_id_health(outputs.semantic_ids.path) if outputs.semantic_ids else None,
         "mlflow_run_id": outputs.model.run_id,
     }
     path = write_result(config.name, result, args.results_dir, reproduce)
@@ -119,16 +117,22 @@ def main(argv: list[str] | None = None) -> Path:
     return path
 
 
-def _semantic_id_health(path: Path) -> dict[str, Any]:
+def semantic_id_health(path: Path) -> dict[str, Any]:
+    """The health of built semantic IDs (codebook use, collisions, ...) and how they were built."""
     sids, stats = read_semantic_ids(path)
     return {"codebook_sizes": list(sids.codebook_sizes), **stats.to_dict(), "build": sids.meta}
 
 
-def _dataset(data_dir: Path | None, config: ExperimentConfig) -> dict[str, Any]:
-    """Name and origin of the benchmark's data: the input directory, or the generating source and its options."""
-    if data_dir is None:
+def dataset_record(data_path: Path | str | None, config: ExperimentConfig) -> dict[str, Any]:
+    """Name and origin of a benchmark's data: the input directory, or the generating source and its options."""
+    if data_path is None:
         return {"name": config.data.source, "options": config.data.options}
-    return {"name": data_dir.resolve().name, "path": str(data_dir)}
+    return {"name": Path(data_path).resolve().name, "path": str(data_path)}
+
+
+def work_overrides(work: Path) -> dict[str, Any]:
+    """What a benchmark run changes in an experiment config: MLflow in its work dir, no progress bars."""
+    return {"tracking.uri": f"sqlite:///{work / 'mlflow.db'}", "train.progress": False}
 
 
 def _leaves(tree: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -14,9 +14,25 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import REPO, RESULTS_DIR, Reproduce
+
+
+def jsonable(tree: Any) -> Any:
+    """`tree` as a result's JSON holds it (tuples as lists), to compare settings with what a result recorded."""
+    return json.loads(json.dumps(tree))
+
+
+def mismatches(recorded: dict[str, Any], expected: dict[str, Any]) -> Iterator[str]:
+    """For a benchmark's `recorded_mismatches`: one line per key whose recorded value differs from the expected one
+    ("<absent>" where a side lacks it)."""
+    for key in sorted(recorded.keys() | expected.keys()):
+        have, want = recorded.get(key, "<absent>"), expected.get(key, "<absent>")
+        if have != want:
+            yield f"{key}: the result has {have!r}, the config {want!r}"
 
 
 def problems_of(path: Path) -> list[str]:

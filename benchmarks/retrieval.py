@@ -19,19 +19,18 @@ topk) timed the same way in the same run. The search-time knob of each index (IV
 
 from __future__ import annotations
 
-import json
 import logging
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, Literal
 
 import torch
-from pydantic import BeforeValidator, ConfigDict
 
 from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.reproduce import jsonable, mismatches
 from recsys.retrieval import ExactTopK, IndexConfig, recall_at_k
 from recsys.retrieval.faiss_index import FaissTopK, build_index
 
@@ -39,22 +38,11 @@ logger = logging.getLogger("benchmarks.retrieval")
 KNOB_OF = {"ivf_flat": "nprobe", "ivf_pq": "nprobe", "hnsw": "ef_search"}  # each kind's search-time knob
 
 
-def _known_index_keys(raw: Any) -> Any:
-    """Refuse keys IndexConfig does not have (pydantic would drop them silently)."""
-    known = [field.name for field in fields(IndexConfig)]
-    unknown = [key for key in raw if key not in known] if isinstance(raw, dict) else []
-    if unknown:
-        raise ValueError(f"unknown keys {unknown} (known: {', '.join(known)})")
-    return raw
-
-
 @dataclass(frozen=True)
 class IndexSweep:
     """One index, built once, and the values of its search-time knob, each searched and timed."""
 
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")  # unknown keys are refused
-
-    index: Annotated[IndexConfig, BeforeValidator(_known_index_keys)]  # `recsys.retrieval.IndexConfig` fields
+    index: IndexConfig  # `recsys.retrieval.IndexConfig` fields
     knob: Literal["nprobe", "ef_search"]  # the kind's search-time knob: nprobe (IVF) or ef_search (HNSW)
     values: tuple[int, ...]
 
@@ -151,7 +139,7 @@ def main(argv: list[str] | None = None) -> Path:
         "chosen": chosen,
         "runs": runs,
         "timer": _timer(s.repeats),
-        "settings": _jsonable(asdict(s)),
+        "settings": jsonable(asdict(s)),
         **provenance("faiss-cpu"),
     }
     path = write_result(name, result, args.results_dir, reproduce)
@@ -170,17 +158,15 @@ def result_name(s: Settings) -> str:
 
 def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[str]:
     """What the result records of its settings (name, data, k, target recall, timer, every run's index config, and
-    `settings` where it has them) that differs from `settings`.
-
-    Results written before `settings` was recorded (retrieval-faiss-1m.json) put `centres: 1024, noise_sigma: 0.5`
-    in `data` whatever the run used: their centres and noise are not compared (the run's are in its `note`).
-    """
+    `settings` where it has them) that differs from `settings`."""
     data = result.get("data", {})
     recorded = {
         "name": result.get("name"),
         "data.items": data.get("items"),
         "data.dim": data.get("dim"),
         "data.queries": data.get("queries"),
+        "data.centres": data.get("centres"),
+        "data.noise_sigma": data.get("noise_sigma"),
         "k": result.get("k"),
         "target_recall": result.get("target_recall"),
         "timer": result.get("timer"),
@@ -191,33 +177,25 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
         "data.items": settings.items,
         "data.dim": settings.dim,
         "data.queries": settings.queries,
+        "data.centres": settings.centres,
+        "data.noise_sigma": settings.noise,
         "k": settings.k,
         "target_recall": settings.target_recall,
         "timer": _timer(settings.repeats),
         "runs": [
-            [config.kind, sweep.knob, getattr(config, sweep.knob), _jsonable(asdict(config))]
+            [config.kind, sweep.knob, getattr(config, sweep.knob), jsonable(asdict(config))]
             for sweep in settings.indexes
             for config in sweep.runs()
         ],
     }
     if "settings" in result:
-        recorded |= {"data.centres": data.get("centres"), "data.noise_sigma": data.get("noise_sigma")}
         recorded |= {f"settings.{key}": value for key, value in result["settings"].items()}
-        expected |= {"data.centres": settings.centres, "data.noise_sigma": settings.noise}
-        expected |= {f"settings.{key}": value for key, value in _jsonable(asdict(settings)).items()}
-    for key in sorted(recorded.keys() | expected.keys()):
-        have, want = recorded.get(key, "<absent>"), expected.get(key, "<absent>")
-        if have != want:
-            yield f"{key}: the result has {have!r}, the config {want!r}"
+        expected |= {f"settings.{key}": value for key, value in jsonable(asdict(settings)).items()}
+    yield from mismatches(recorded, expected)
 
 
 def _timer(repeats: int) -> str:
     return f"median wall time of {repeats} batched searches of all queries, after one warm-up"
-
-
-def _jsonable(tree: Any) -> Any:
-    """`tree` as its JSON holds it (tuples as lists)."""
-    return json.loads(json.dumps(tree))
 
 
 def _run(

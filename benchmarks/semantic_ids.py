@@ -13,7 +13,6 @@ config's name. Writes benchmarks/results/<dataset>-semantic-ids.json.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,10 +23,10 @@ import polars as pl
 import torch
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
+from benchmarks.quality import dataset_record, semantic_id_health
 from pipelines.config import ExperimentConfig, load_config
-from pipelines.runner import ExperimentPaths, run_pipeline
+from pipelines.runner import run_pipeline
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
-from recsys.semantic_ids.codes import read_semantic_ids
 from recsys.semantic_ids.content import ContentConfig, item_texts, load_encoder
 
 # what the benchmark sets for itself: not part of what a result reproduces
@@ -90,7 +89,7 @@ def main(argv: list[str] | None = None) -> Path:
     items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
     content = next((c.sid.content for c in configs if c.sid is not None and c.sid.vectors == "content"), None)
     result: dict[str, Any] = {
-        "dataset": {**_dataset(settings.data_path, configs[0]), "items": items.height},
+        "dataset": {**dataset_record(settings.data_path, configs[0]), "items": items.height},
         "embedding_throughput": None if content is None else embedding_throughput(items, content),
         "tokenizers": {config.name: sid_health(config, data_dir, work) for config in configs},
         **provenance("sentence-transformers", "faiss-cpu"),
@@ -128,18 +127,9 @@ def embedding_throughput(items: pl.DataFrame, content: ContentConfig) -> dict[st
 def sid_health(config: ExperimentConfig, data_dir: Path, work: Path) -> dict[str, Any]:
     """Build `config`'s semantic IDs from scratch on the prepared `data_dir` (the content embeddings and their cache
     are reused) and report their health."""
-    shutil.rmtree(ExperimentPaths.under(work, config).sid_dir, ignore_errors=True)  # `seconds` is measured here
     outputs, _ = run_pipeline(config, work, until="build_semantic_ids", data_dir=data_dir, rerun=["build_semantic_ids"])
     assert outputs.semantic_ids is not None
-    sids, stats = read_semantic_ids(outputs.semantic_ids.path)
-    return {"codebook_sizes": list(sids.codebook_sizes), **stats.to_dict(), "build": sids.meta}
-
-
-def _dataset(data_path: str | None, config: ExperimentConfig) -> dict[str, Any]:
-    """Name and origin of the data: the input directory, or the generating source and its options."""
-    if data_path is None:
-        return {"name": config.data.source, "options": config.data.options}
-    return {"name": Path(data_path).resolve().name, "path": data_path}
+    return semantic_id_health(outputs.semantic_ids.path)
 
 
 def _result_name(data_path: str | None, config: ExperimentConfig) -> str:

@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> Path:
         "server_batching": batching,
         "freshness_ms": freshness,
         "hot_swap": swap,
-        "settings": config.model_dump(mode="json", exclude={"tracking"}),
+        "settings": quality.settings_record(config),
         **provenance("fastapi", "uvicorn", "faiss-cpu"),
     }
     path = write_result(result_name(config), result, args.results_dir, reproduce)

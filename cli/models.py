@@ -84,7 +84,7 @@ def recommend_command(
 def recommendation_for(
     trained: TrainedModel, user_id: str, k: int, exclude_seen: bool, shown_history: int = 5
 ) -> Table:
-    """Table of the user's recent history and top-k recommendations (shared with the demo)."""
+    """Table of the user's recent history and top-k recommendations."""
     import torch
 
     from recsys.data.jagged import Jagged

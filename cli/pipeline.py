@@ -29,7 +29,9 @@ def run_command(
     until: Annotated[str | None, typer.Option("--until", help="Stop after this step.")] = None,
     rerun: Annotated[
         list[str] | None,
-        typer.Option("--rerun", metavar="STEP", help="Run this step even when it is up to date (repeatable)."),
+        typer.Option(
+            "--rerun", metavar="STEP", help="Run this step from scratch even when it is up to date (repeatable)."
+        ),
     ] = None,
 ) -> None:
     """Run the config's pipeline; steps whose inputs did not change are skipped (the steps: docs/pipelines.md)."""

@@ -14,11 +14,11 @@ import typer
 from cli.common import handle_errors
 
 
-def _setting(flag: str, description: str, minimum: float | None = None) -> Any:
+def _setting(flag: str, description: str) -> Any:
     """An option of a `ServingSettings` field: not given by default, so its RECSYS_ variable (named in the help)
-    applies."""
+    applies; the settings check its value."""
     env = "RECSYS_" + flag.removeprefix("--").replace("-", "_").upper()
-    return typer.Option(flag, help=f"{description} (env: {env})", min=minimum)
+    return typer.Option(flag, help=f"{description} (env: {env})")
 
 
 def serve_command(
@@ -29,31 +29,25 @@ def serve_command(
     tracking_uri: Annotated[
         str | None,
         _setting(
-            "--tracking-uri", "MLflow store of the registry (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns.db)."
+            "--tracking-uri", "The registry's MLflow store (default $MLFLOW_TRACKING_URI, else sqlite:///mlruns.db)."
         ),
     ] = None,
     history_store: Annotated[str | None, _setting("--history-store", "memory (default) or redis.")] = None,
     redis_url: Annotated[str | None, _setting("--redis-url", "Default redis://127.0.0.1:6379/0.")] = None,
     max_batch: Annotated[
         int | None,
-        _setting("--max-batch", "Most recommendation requests scored in one model call (default 64).", minimum=1),
+        _setting("--max-batch", "Requests scored in one model call, at most (default 64)."),
     ] = None,
     events_per_user: Annotated[
-        int | None, _setting("--events-per-user", "Most recent online events kept per user (default 50).", minimum=1)
+        int | None, _setting("--events-per-user", "Online events kept per user (default 50).")
     ] = None,
     reload_interval_s: Annotated[
         float | None,
-        _setting(
-            "--reload-interval-s",
-            "Seconds between asking the registry for a new champion (default 30; 0 = never).",
-            minimum=0,
-        ),
+        _setting("--reload-interval-s", "Seconds between champion checks (default 30; 0 = never)."),
     ] = None,
     torch_threads: Annotated[
         int | None,
-        _setting(
-            "--torch-threads", "Intra-op threads of each model call (default 1: the other cores serve HTTP).", minimum=1
-        ),
+        _setting("--torch-threads", "Threads per model call (default 1: other cores serve HTTP)."),
     ] = None,
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port")] = 8000,

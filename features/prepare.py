@@ -91,7 +91,6 @@ class PrepareSummary:
         num_users: users kept.
         num_items: items kept.
         num_interactions: interactions kept.
-        split_counts: interactions per split ("train", "valid", "test").
         num_cold_items: items marked cold.
         policies: the policies applied, with their counts.
     """
@@ -101,9 +100,13 @@ class PrepareSummary:
     num_users: int
     num_items: int
     num_interactions: int
-    split_counts: dict[str, int]
     num_cold_items: int
     policies: tuple[PolicyOutcome, ...]
+
+    @property
+    def split_counts(self) -> dict[str, int]:
+        """Interactions per split ("train", "valid", "test")."""
+        return split_counts(self.num_interactions, self.num_users)
 
 
 def prepare(
@@ -308,7 +311,6 @@ def summarize(prepared: PreparedData, out_dir: Path | None) -> PrepareSummary:
         num_users=counts["users"],
         num_items=counts["items"],
         num_interactions=counts["interactions"],
-        split_counts=split_counts(counts["interactions"], counts["users"]),
         num_cold_items=counts["cold_items"],
         policies=tuple(PolicyOutcome(**policy) for policy in prepared.meta["policies"]),
     )

@@ -1,4 +1,4 @@
-"""Synthetic generator: the platform's embedded default dataset (DESIGN.md "Canonical data").
+"""Synthetic generator: the platform's embedded default dataset (docs/data.md).
 
 The generator needs no files and gives the same frames for the same config. It produces:
 

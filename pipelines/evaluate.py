@@ -1,7 +1,7 @@
 """Pipeline step `evaluate`: the trained model on the test split once, sliced -> evaluation.json + dashboard.html.
 
 The step loads the model directory, ranks every user's test target among all items (the protocol of
-DESIGN.md, the experiment's `eval` settings), and splits the users into the slice families of
+docs/training.md, the experiment's `eval` settings), and splits the users into the slice families of
 `recsys.evaluation.slices` (cold-start targets, target popularity deciles, history length, target domain).
 It writes, atomically, one evaluation directory:
 
@@ -33,8 +33,9 @@ from pipelines.dashboard import (
     from_evaluation,
     render_dashboard,
 )
-from pipelines.model_dir import TrainedModel, load_model_dir, model_sha256
+from pipelines.model_dir import TrainedModel, load_model_dir
 from pipelines.tracking import start_tracking
+from pipelines.train import TrainOutputs
 from recsys.data.splits import TEST, VALID
 from recsys.evaluation import evaluate, evaluate_tasks
 from recsys.evaluation.slices import flat_slice_metrics, slice_families, slice_report
@@ -61,28 +62,23 @@ class EvaluateOutputs:
 
 
 def evaluate_step(
-    config: ExperimentConfig,
-    model_dir: Path,
-    out_dir: Path,
-    *,
-    sid_path: Path | None = None,
-    training_run_id: str | None = None,
+    config: ExperimentConfig, model: TrainOutputs, out_dir: Path, sid_path: Path | None = None
 ) -> EvaluateOutputs:
-    """Evaluate `model_dir` on the test split with slices; write `out_dir` (evaluation.json, dashboard.html).
+    """Evaluate the trained `model` on the test split with slices; write `out_dir` (evaluation.json, dashboard.html).
 
     Args:
         config: the experiment (its `eval` section, its tracking).
-        model_dir: a model directory (`pipelines.train.train_step`); its training data gives the split.
+        model: the train step's outputs: the model directory (its training data gives the split), the model file's
+            SHA-256 and the MLflow run that trained it (recorded in the report).
         out_dir: the evaluation directory (replaced atomically when it holds an earlier evaluation).
         sid_path: the model's semantic_ids.parquet, for the semantic-ID health section.
-        training_run_id: the MLflow run that trained the model (recorded in the report).
     """
     start = time.perf_counter()
-    trained = load_model_dir(model_dir)
-    sha256 = model_sha256(model_dir)
+    trained = load_model_dir(model.model_dir)
+    sha256, training_run_id = model.model_sha256, model.run_id
     with start_tracking(config.tracking, config.experiment_name, EVALUATE_RUN_NAME) as tracker:
         tracker.log_params(
-            {"model_dir": str(model_dir), "model_sha256": sha256, "eval": asdict(config.eval),
+            {"model_dir": str(model.model_dir), "model_sha256": sha256, "eval": asdict(config.eval),
              "semantic_ids": str(sid_path), "training_run_id": str(training_run_id)}
         )  # fmt: skip
         report = evaluation_report(config, trained, sid_path)

@@ -23,9 +23,12 @@ from recsys.retrieval.faiss_index import FaissTopK, build_index
 logger = logging.getLogger(__name__)
 
 
-def build_index_step(model_dir: Path, out_dir: Path, config: IndexConfig, eval_users: int = 1_000) -> Path:
-    """Build (or keep, when up to date) the FAISS index of `model_dir`'s item vectors in `out_dir`."""
-    source = {"model_sha256": model_sha256(model_dir), "config": dataclasses.asdict(config)}
+def build_index_step(
+    model_dir: Path, out_dir: Path, config: IndexConfig, eval_users: int = 1_000, model_sha: str | None = None
+) -> Path:
+    """Build (or keep, when up to date) the FAISS index of `model_dir`'s item vectors in `out_dir` (`model_sha`: its
+    model file's SHA-256 when the caller has it; else it is computed)."""
+    source = {"model_sha256": model_sha or model_sha256(model_dir), "config": dataclasses.asdict(config)}
     if FaissTopK.read_source(out_dir) == source:
         logger.info("index %s is up to date with %s: kept", out_dir, model_dir)
         return out_dir

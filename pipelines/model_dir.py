@@ -62,22 +62,25 @@ def trained_data_dir(model_dir: Path) -> Path:
     return Path(_data_record(model_dir)["data_dir"])
 
 
-def model_sha256(model_dir: Path) -> str:
-    """SHA-256 of a model directory's weights file: what downstream steps fingerprint."""
-    _check_is_model_dir(model_dir)
-    digest = hashlib.sha256()
-    with (model_dir / MODEL_FILE).open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def model_sha256(model_dir: Path, key: str | None = None) -> str:
+    """SHA-256 of a model directory's weights file: what downstream steps fingerprint (`key`: the config key naming
+    the directory, for the error when it is not one)."""
+    _check_is_model_dir(model_dir, key)
+    return file_sha256(model_dir / MODEL_FILE)
+
+
+def file_sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedModel:
     """Load a model directory and its data (from `data_dir`, or the directory it was trained on, restricted to the
     domain it was trained on)."""
     _check_is_model_dir(model_dir)
-    data_dir = data_dir or trained_data_dir(model_dir)
-    data = load_data(data_dir, _data_record(model_dir).get("domain"))
+    record = _data_record(model_dir)
+    data_dir = data_dir or Path(record["data_dir"])
+    data = load_data(data_dir, record.get("domain"))
     name, model = load_model(model_dir / MODEL_FILE)
     if data.num_items != model.config.num_items:
         raise RecsysError(
@@ -91,19 +94,20 @@ def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedMode
 def load_trained_model(model_dir: Path, key: str) -> Model:
     """The trained model of `model_dir`, which another model is built on (`key` names the config key that names
     it), frozen."""
-    if not (model_dir / MODEL_FILE).is_file():
-        raise RecsysError(
-            f"{key}: {model_dir} is not a model directory (no {MODEL_FILE}). Fix: train that model first (its "
-            "config's command), or correct the path"
-        )
+    _check_is_model_dir(model_dir, key)
     return load_model(model_dir / MODEL_FILE)[1].requires_grad_(False)
 
 
-def _check_is_model_dir(model_dir: Path) -> None:
-    if not (model_dir / MODEL_FILE).is_file():
-        raise RecsysError(
-            f"{model_dir}: not a model directory (no {MODEL_FILE}). Fix: pass the --out of `recsys train`"
-        )
+def _check_is_model_dir(model_dir: Path, key: str | None = None) -> None:
+    """`key`: the config key that names the directory (an upstream model), None for one given on the command line."""
+    if (model_dir / MODEL_FILE).is_file():
+        return
+    fix = (
+        "train that model first (its config's command), or correct the path"
+        if key
+        else "pass a model directory written by `recsys train` (WORK/models/NAME)"
+    )
+    raise RecsysError(f"{key + ': ' if key else ''}{model_dir} is not a model directory (no {MODEL_FILE}). Fix: {fix}")
 
 
 def _data_record(model_dir: Path) -> dict[str, Any]:

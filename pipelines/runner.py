@@ -36,9 +36,9 @@ from pipelines.evaluate import EvaluateOutputs, evaluate_step
 from pipelines.index import build_index_step
 from pipelines.model_dir import MODEL_FILE, model_sha256
 from pipelines.registry import GateDecision, register_bundle
-from pipelines.semantic_ids import build_semantic_ids_step
+from pipelines.semantic_ids import SEMANTIC_IDS_FILE, build_semantic_ids_step
 from pipelines.tracking import Tracker, start_tracking
-from pipelines.train import CatalogFeatures, TrainOutputs, train_step
+from pipelines.train import CatalogFeatures, TrainOutputs, train_step, training_state_path
 from recsys.data.schema import META_FILE
 from recsys.errors import RecsysError
 from recsys.retrieval.faiss_index import INDEX_FILE, FaissTopK
@@ -174,7 +174,8 @@ def run_pipeline(
             which one to run), the steps after it are left alone.
         until: stop after this step.
         data_dir: an already prepared directory to use instead of preparing `config.data`.
-        rerun: steps to run even when they are up to date (e.g. a benchmark that times a whole training run).
+        rerun: steps to run from scratch even when they are up to date: what a step keeps to resume or skip work (a
+            training state, built semantic IDs) is dropped first, e.g. for a benchmark that times a whole training run.
     """
     if only and until:
         raise RecsysError(f"run only {only!r} or until {until!r}, not both. Fix: drop one of them")
@@ -226,6 +227,8 @@ def _run_step(
             f"step {step.name} is not up to date for {config.name}. Fix: run it first "
             f"(`recsys pipeline run --config ... --step {step.name}`, or its Airflow task)"
         )
+    if step.name in rerun and step.fresh_start is not None:
+        step.fresh_start(paths)
     start = time.perf_counter()
     logger.info("step %s: running", step.name)
     if step.own_run or tracker.run_id is None:  # train, evaluate and register open their own nested runs
@@ -235,7 +238,7 @@ def _run_step(
             step_tracker.log_params(inputs)
             outputs = step.run(config, paths, done)
             step_tracker.log_metrics(_numbers(outputs.summary()))
-    state[step.name] = {"fingerprint": fingerprint, "outputs": _to_json(outputs)}
+    state[step.name] = {"fingerprint": fingerprint, "outputs": _json(outputs)}
     return StepReport(step.name, "ran", time.perf_counter() - start, outputs)
 
 
@@ -268,6 +271,7 @@ class _Step:
     run: Callable[[ExperimentConfig, ExperimentPaths, PipelineOutputs], Any]
     produces: Callable[[Any], list[Path]]  # what must still exist for a skip
     own_run: bool = False  # the step opens its own MLflow run
+    fresh_start: Callable[[ExperimentPaths], None] | None = None  # drops what the step would resume from (`rerun`)
 
 
 def _prepare(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> PreparedData:
@@ -300,9 +304,14 @@ def _sids(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutput
 
 def _train_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any]:
     sections = config.model_dump(mode="json", include={"model", "train", "eval"})
-    upstream = {role: model_sha256(path) for role, path in config.model.upstream_dirs().items()}
+    upstream = {role: model_sha256(path, _config_key(role)) for role, path in config.model.upstream_dirs().items()}
     features = {"sids": _json(done.semantic_ids), "content": _json(done.content)}
     return {**sections, "domain": config.data.domain, "data": _json(done.data), **features, "upstream": upstream}
+
+
+def _config_key(role: str) -> str:
+    """The config key naming an upstream model directory of `role` (`ModelSection.upstream_dirs`)."""
+    return "model.members" if role.startswith("member") else f"model.{role}_dir"
 
 
 def _train(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> TrainOutputs:
@@ -319,7 +328,9 @@ def _index_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, 
 
 def _index(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> IndexOutputs:
     assert done.model is not None
-    index_dir = build_index_step(done.model.model_dir, paths.index_dir, config.pipeline.index)
+    index_dir = build_index_step(
+        done.model.model_dir, paths.index_dir, config.pipeline.index, model_sha=done.model.model_sha256
+    )
     report = FaissTopK.read_report(index_dir)
     assert report is not None  # build_index_step writes it
     return IndexOutputs(index_dir, report.recall, report.k)
@@ -333,10 +344,7 @@ def _evaluate_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[st
 
 def _evaluate(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> EvaluateOutputs:
     assert done.model is not None
-    return evaluate_step(
-        config, done.model.model_dir, paths.evaluation_dir, sid_path=done.features().semantic_ids,
-        training_run_id=done.model.run_id,
-    )  # fmt: skip
+    return evaluate_step(config, done.model, paths.evaluation_dir, done.features().semantic_ids)
 
 
 def _register_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any] | None:
@@ -369,10 +377,13 @@ STEPS = [
         lambda o: [o.data_dir / META_FILE],
     ),
     _Step("embed_content", "content", ContentEmbeddings, _content_inputs, _content, lambda o: [o.path]),
-    _Step("build_semantic_ids", "semantic_ids", SemanticIds, _sid_inputs, _sids, lambda o: [o.path]),
+    _Step(
+        "build_semantic_ids", "semantic_ids", SemanticIds, _sid_inputs, _sids, lambda o: [o.path],
+        fresh_start=lambda paths: (paths.sid_dir / SEMANTIC_IDS_FILE).unlink(missing_ok=True),
+    ),
     _Step(
         "train_retriever", "model", TrainOutputs, _train_inputs, _train, lambda o: [o.model_dir / MODEL_FILE],
-        own_run=True,
+        own_run=True, fresh_start=lambda paths: training_state_path(paths.model_dir).unlink(missing_ok=True),
     ),
     _Step("build_index", "index", IndexOutputs, _index_inputs, _index, lambda o: [o.index_dir / INDEX_FILE]),
     _Step(
@@ -388,15 +399,11 @@ STEP_NAMES = [step.name for step in STEPS]
 
 
 def _json(outputs: Output | None) -> Any:
-    """An upstream step's outputs as they enter a fingerprint (None: not applicable)."""
-    return None if outputs is None else _to_json(outputs)
-
-
-def _to_json(outputs: Output | None) -> Any:
+    """A step's outputs as JSON: in its recorded state, and as they enter a fingerprint (None: not applicable)."""
     return None if outputs is None else TypeAdapter(type(outputs)).dump_python(outputs, mode="json")
 
 
-def _fingerprint(inputs: dict[str, Any] | None) -> str:
+def _fingerprint(inputs: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -172,14 +172,13 @@ def _train_per_domain(
             "full_softmax and train.weight_decay: 0. Fix: set those, or embedding_rank: 0"
         )
     domains = [config.data.domain] if config.data.domain else data.domains
-    full = data if config.data.domain is None else None  # the data of every domain, when this is not one already
     results = []
     for domain in domains:
 
         def on_epoch_end(epoch: int, metrics: dict[str, float], domain: str = domain) -> None:
             tracker.log_metrics(metrics, prefix=f"epoch_valid_{domain}_", step=epoch)
 
-        domain_data = data if full is None else full.for_domain(domain)
+        domain_data = data if config.data.domain else data.for_domain(domain)  # `data` is one domain already
         recipe = _recipe(model, domain_data, config)
         domain_state = state.with_name(f"{state.stem}.{domain}.pt")
         results.append(fit(model, domain_data, config.train, config.eval, recipe, on_epoch_end, domain_state))

@@ -39,7 +39,7 @@ class ServingSettings(BaseSettings):
     history_store: Literal["memory", "redis"] = "memory"
     redis_url: str = "redis://127.0.0.1:6379/0"
     events_per_user: int = Field(default=50, ge=1)
-    reload_interval_s: float = 30.0
+    reload_interval_s: float = Field(default=30.0, ge=0)
     torch_threads: int = Field(default=1, ge=1)
     max_batch: int = Field(default=64, ge=1)
 

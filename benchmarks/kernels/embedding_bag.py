@@ -23,7 +23,6 @@ settings and how to reproduce it.
 
 from __future__ import annotations
 
-import os
 import re
 import statistics
 import time
@@ -35,12 +34,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-# Without CUDA the kernels run in Triton's interpreter, which Triton reads when it is first imported: here, before
-# benchmarks.common (whose imports reach torch._dynamo, which imports triton) and recsys.ops.
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.reproduce import jsonable
 from recsys.ops.embedding_bag import Kernel, OptimType, RowwiseOptimizer, embedding_bag, fused_backward_update
 from recsys.ops.reference import embedding_bag as reference
 
@@ -575,7 +570,7 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
     case's shape) that differs from `settings`."""
     recorded = result.get("settings")
     if recorded is not None:
-        for key, value in _jsonable(asdict(settings)).items():
+        for key, value in jsonable(asdict(settings)).items():
             if recorded.get(key, "<absent>") != value:
                 yield f"settings.{key}: the result has {recorded.get(key, '<absent>')!r}, the config {value!r}"
     if result.get("smoke") != settings.smoke:
@@ -607,11 +602,6 @@ def cpu_timer_mismatch(timer: str | None, cpu_repeats: int) -> Iterator[str]:
 def _copied_bytes(settings: Settings) -> int:
     """Bytes one copy moves (read + written) for `copy_bytes` (whole fp32 elements)."""
     return 2 * (settings.copy_bytes // 4) * 4
-
-
-def _jsonable(tree: dict[str, Any]) -> dict[str, Any]:
-    """Tuples as lists, as a result's JSON holds them."""
-    return {key: list(value) if isinstance(value, tuple) else value for key, value in tree.items()}
 
 
 if __name__ == "__main__":

@@ -17,19 +17,12 @@ with 1,024 negatives), where the lookups weigh more. Writes benchmarks/results/k
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import torch
-from pydantic import ConfigDict
-
-# Without CUDA the kernels run in Triton's interpreter, which Triton reads when it is first imported: here, before
-# benchmarks.common (whose imports reach torch._dynamo, which imports triton) and recsys.
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from benchmarks.kernels.embedding_bag import cpu_timer_mismatch, kernel_device, make_timer, result_head
@@ -42,8 +35,6 @@ from recsys.training.recipes import NextItemRecipe
 @dataclass(frozen=True)
 class StepCase:
     """One model and batch shape, timed with both lookup kernels."""
-
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")  # a case's unknown keys are refused
 
     name: str
     num_items: int  # V

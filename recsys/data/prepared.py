@@ -6,6 +6,7 @@ Dimension letters: U users, N interactions, V items (+1 for padding index 0).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -176,35 +177,37 @@ class SequenceData:
             excluded[0] = False
         return excluded
 
-    def _warm(self, back: int, aligned: Jagged) -> Jagged:
-        """`aligned` (rows aligned with `sequences`) without each row's last `back` values and without the values of
-        cold items."""
-        rows = aligned.truncate_last(back)
-        if not bool(self.cold_mask.any()):
-            return rows
-        return _keep_values(rows, ~self.cold_mask[self.sequences.truncate_last(back).values])
+    def _warm(self, back: int) -> Callable[[Jagged], Jagged]:
+        """What drops, from rows aligned with `sequences`, each row's last `back` values and the values of cold items
+        (which values are cold is found once, for every aligned table)."""
+        keep = ~self.cold_mask[self.sequences.truncate_last(back).values] if bool(self.cold_mask.any()) else None
+
+        def warm(aligned: Jagged) -> Jagged:
+            rows = aligned.truncate_last(back)
+            return rows if keep is None else _keep_values(rows, keep)
+
+        return warm
 
     def training_rows(self) -> TrainingRows:
         """Every sequence without its validation and test targets (and without cold items), with times and labels."""
-        train = held_out(VALID)
+        warm = self._warm(held_out(VALID))
         return TrainingRows(
-            self._warm(train, self.sequences),
-            self._warm(train, self.timestamps),
-            {task: self._warm(train, labels) for task, labels in self.labels.items()},
+            warm(self.sequences), warm(self.timestamps), {task: warm(labels) for task, labels in self.labels.items()}
         )
 
     def training_sequences(self) -> Jagged:
         """(U,) rows: every sequence without its validation and test targets (and without cold items)."""
-        return self._warm(held_out(VALID), self.sequences)
+        return self._warm(held_out(VALID))(self.sequences)
 
     def eval_split(self, split: str) -> EvalSplit:
         """Histories and targets for `split` in {"valid", "test"}."""
         back = held_out(split)
+        warm = self._warm(back)
         return EvalSplit(
-            histories=self._warm(back, self.sequences),
+            histories=warm(self.sequences),
             targets=self.sequences.last(back),
             user_idx=self.users[schema.USER_IDX].to_torch().long(),
-            timestamps=self._warm(back, self.timestamps),
+            timestamps=warm(self.timestamps),
             request_times=self.timestamps.last(back),
             candidates=self.candidates,
             target_labels={task: labels.last(back) for task, labels in self.labels.items()},

@@ -1,4 +1,4 @@
-"""Canonical data schema (DESIGN.md "Canonical data") and the layout of a prepared data directory.
+"""Canonical data schema (docs/data.md) and the layout of a prepared data directory.
 
 Raw interactions (what every loader returns):
     user_id: str, item_id: str, ts: int64 (unix seconds, or the position in the user's sequence),

@@ -1,6 +1,6 @@
-"""The leave-one-out split of DESIGN.md, by position in each user's chronological sequence: the last interaction is
-the test target, the second-to-last the validation target, the rest trains. It is the one owner of that rule: the
-prepared data stores no split column, and the data layer's counts come from here.
+"""The leave-one-out split of the evaluation protocol (docs/training.md), by position in each user's chronological
+sequence: the last interaction is the test target, the second-to-last the validation target, the rest trains. It is
+the one owner of that rule: the prepared data stores no split column, and the data layer's counts come from here.
 
 Example:
     >>> held_out(VALID), split_counts(num_interactions=10, num_users=2)

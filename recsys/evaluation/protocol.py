@@ -1,14 +1,16 @@
-"""The evaluation protocol of DESIGN.md: leave-one-out, ranking over all items, batched.
+"""The evaluation protocol (docs/training.md): leave-one-out, ranking over all items, batched.
 
 Dimension letters: B users in a batch, L history length, V+1 items (0 = padding).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 
+from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit
 from recsys.evaluation.metrics import catalog_coverage, ranking_metrics, target_ranks
 from recsys.inference import Scorer, mask_unrankable
@@ -18,7 +20,7 @@ DEFAULT_KS = (5, 10, 50)
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """How to evaluate. Defaults are the protocol of DESIGN.md (nothing excluded)."""
+    """How to evaluate. Defaults are the platform's protocol (nothing excluded)."""
 
     ks: tuple[int, ...] = DEFAULT_KS
     # Mask the user's history items before ranking. Off by default: the published protocol ranks
@@ -47,16 +49,13 @@ def evaluate(scorer: Scorer, split: EvalSplit, num_items: int, config: EvalConfi
         scorer: model with `score(histories, users, times) -> (B, V+1)`.
         split: histories and targets (e.g. `SequenceData.eval_split("test")`).
         num_items: V.
-        config: ks, exclusion and batching; defaults to the DESIGN.md protocol.
+        config: ks, exclusion and batching; defaults to the platform's protocol.
     """
     config = config or EvalConfig()
     num_users = len(split.targets)
     ranks = torch.empty(num_users, dtype=torch.int64)
     tops = torch.empty(num_users, max(config.ks), dtype=torch.int64)
-    order = torch.argsort(split.histories.lengths().clamp(max=scorer.max_history), stable=True)
-    for rows in torch.split(order, config.batch_size):
-        histories = split.histories.select(rows)
-        width = max(1, int(histories.lengths().clamp(max=scorer.max_history).max()))
+    for rows, histories, width in history_batches(split, scorer.max_history, config.batch_size):
         times = split.times(rows, width)  # None without timestamps
         scores = scorer.score(histories.to_padded(width), split.user_idx[rows], times).float()  # (B, V+1)
         scores = mask_unrankable(scores, histories if config.exclude_seen else None)
@@ -68,3 +67,11 @@ def evaluate(scorer: Scorer, split: EvalSplit, num_items: int, config: EvalConfi
     for k in config.ks:
         metrics[f"coverage@{k}"] = catalog_coverage(tops[:, :k], num_items)
     return EvalResult(metrics=metrics, ranks=ranks, config=config)
+
+
+def history_batches(split: EvalSplit, max_history: int, batch_size: int) -> Iterator[tuple[torch.Tensor, Jagged, int]]:
+    """`split`'s users in batches of similar history length: (rows, their histories, the padded width), so each batch
+    is padded only to its own longest history (at most the `max_history` items the model reads)."""
+    lengths = split.histories.lengths().clamp(max=max_history)
+    for rows in torch.split(torch.argsort(lengths, stable=True), batch_size):
+        yield rows, split.histories.select(rows), max(1, int(lengths[rows].max()))

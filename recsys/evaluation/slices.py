@@ -2,7 +2,7 @@
 
 A slice family splits the users of an evaluation split by a property of the user or of their target item;
 each function below returns the family's masks, `slice_report` turns families into per-slice metrics.
-The families of the offline evaluation dashboard (DESIGN.md):
+The families of the offline evaluation dashboard (docs/pipelines.md):
 
     cold_start          the target item was never seen in training ("cold") or was ("warm")
     popularity_decile   decile "1" (least popular) .. "10" (most popular) of the target item, by training count
@@ -184,6 +184,6 @@ def slice_families(data: SequenceData, split: EvalSplit) -> dict[str, SliceMasks
         "popularity_decile": popularity_decile_masks(split.targets, counts),
         "history_length": history_length_masks(split.histories.lengths()),
     }
-    if DOMAIN in data.items.columns and data.items[DOMAIN].drop_nulls().len() > 0:
+    if data.domains:
         families["domain"] = domain_masks(split.targets, [None, *data.items[DOMAIN].to_list()])
     return families

@@ -13,6 +13,7 @@ import torch
 
 from recsys.data.prepared import EvalSplit
 from recsys.evaluation.metrics import auc, rmse
+from recsys.evaluation.protocol import history_batches
 from recsys.inference import MultiTaskScorer
 
 logger = logging.getLogger(__name__)
@@ -30,9 +31,7 @@ def evaluate_tasks(scorer: MultiTaskScorer, split: EvalSplit, batch_size: int = 
     if not scorer.tasks:
         return {}
     predictions = torch.empty(len(scorer.tasks), len(split.targets))  # (T, U)
-    for rows in torch.split(torch.arange(len(split.targets)), batch_size):
-        histories = split.histories.select(rows)
-        width = max(1, int(histories.lengths().clamp(max=scorer.max_history).max()))
+    for rows, histories, width in history_batches(split, scorer.max_history, batch_size):
         predictions[:, rows] = scorer.task_predictions(
             histories.to_padded(width), split.targets[rows], split.user_idx[rows]
         ).cpu()

@@ -5,7 +5,7 @@ layers of the transformer blocks (`recsys.modules.lora`) and, with `embedding_ra
 own items' embeddings (`DomainItemLoRA`), trained on that domain's users only. A history is
 scored with the adapter of its domain, over that domain's items only: the domain of its most recent item
 (histories stay within a domain), or the one a request names (`score_in`). New adapters are zero, so before
-training the model ranks like its base. In a pipeline: `model.name: domain_adapters` with `params.base_dir`
+training the model ranks like its base. In a pipeline: `model.name: domain_adapters` with `model.base_dir`
 (a trained SASRec model directory on the same multi-domain data); the domains are the data's.
 
 Dimension letters: B histories, L length, V+1 items (0 = padding).

@@ -107,9 +107,9 @@ def load_model(path: Path) -> tuple[str, Model]:
     return name, model.eval()
 
 
-def spec_of(name: str, model: Model) -> dict[str, Any]:
+def spec_of(model: Model) -> dict[str, Any]:
     """{"name", "config"}: how a composite model records a part, to rebuild its shape on loading."""
-    return {"name": name, "config": dataclasses.asdict(model.config)}
+    return {"name": _name_of(model), "config": dataclasses.asdict(model.config)}
 
 
 def _shaped(spec: Mapping[str, Any]) -> Model:
@@ -165,7 +165,7 @@ def _ranker(fields: dict[str, Any], inputs: ModelInputs) -> TwoStageRanker:
     the retriever's item table (input and output tied) of the ranker's dim."""
     retriever = _required(inputs.retriever, "model 'ranker' re-scores a first stage. Fix: set model.retriever_dir")
     _check_items(retriever, fields["num_items"], "model.retriever_dir")
-    config: RankerConfig = _validate("ranker", {**fields, "retriever": spec_of(_name_of(retriever), retriever)})
+    config: RankerConfig = _validate("ranker", {**fields, "retriever": spec_of(retriever)})
     tied = getattr(retriever, "ties_item_embeddings", False)
     items = retriever.item_embeddings() if tied else None
     items = items if items is not None and items.shape[1] == config.dim else None
@@ -207,7 +207,7 @@ def _fusion(fields: dict[str, Any], inputs: ModelInputs) -> Fusion:
         raise ConfigError("model 'fusion' needs model.members: a list of >= 2 trained model directories")
     for member in inputs.members:
         _check_items(member, fields["num_items"], "model.members")
-    specs = [spec_of(_name_of(member), member) for member in inputs.members]
+    specs = [spec_of(member) for member in inputs.members]
     return Fusion(_validate("fusion", {**fields, "members": specs}), list(inputs.members))
 
 

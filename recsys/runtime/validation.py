@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from recsys.errors import ConfigError
 
@@ -30,9 +30,36 @@ def config_from(cls: type[T], fields: Mapping[str, Any], where: str) -> T:
     if unknown:
         raise ConfigError("; ".join(f"{where}{key}: unknown key (known: {', '.join(known)})" for key in unknown))
     try:
-        return TypeAdapter(cls).validate_python(dict(fields))
+        holder = _strict_input(cls).model_validate({"value": dict(fields)})
     except ValidationError as err:
-        raise ConfigError(problems(err, where)) from err
+        raise ConfigError(_nested_problems(err, where)) from err
+    value: T = holder.value  # type: ignore[attr-defined]
+    return value
+
+
+_STRICT_INPUTS: dict[type, type[BaseModel]] = {}  # built once per config class
+
+
+def _strict_input(cls: type) -> type[BaseModel]:
+    """A model holding one `cls`: its config refuses unknown keys, and nested dataclasses inherit that (a bare
+    TypeAdapter would drop a nested dataclass's unknown keys silently)."""
+    if cls not in _STRICT_INPUTS:
+        strict = ConfigDict(extra="forbid")
+        _STRICT_INPUTS[cls] = create_model(f"{cls.__name__}Input", __config__=strict, value=(cls, ...))
+    return _STRICT_INPUTS[cls]
+
+
+def _nested_problems(err: ValidationError, where: str) -> str:
+    """`problems` of a `_strict_input` validation: the unknown keys of a nested section grouped under its key."""
+    unknown: dict[str, list[str]] = {}
+    others = []
+    for e in err.errors():
+        loc = [str(part) for part in e["loc"][1:]]  # [0] is the holder's field
+        if e["type"] == "unexpected_keyword_argument":
+            unknown.setdefault(".".join(loc[:-1]), []).append(loc[-1])
+        else:
+            others.append(f"{where}{'.'.join(loc)}: {e['msg']}")
+    return "; ".join([*others, *(f"{where}{parent}: unknown keys {keys}" for parent, keys in unknown.items())])
 
 
 def problems(err: ValidationError, where: str = "") -> str:

@@ -139,6 +139,7 @@ class _TrainingRun:
     def __init__(self, model: nn.Module, data: SequenceData, config: TrainConfig, recipe: Recipe) -> None:
         self.config, self.recipe, self.data = config, recipe, data
         self.device = resolve_device(config.device)
+        self.run_key = _run_key(model, data, config, recipe)  # before the move: the digest reads host memory
         self.model = model.to(self.device)
         self.use_bf16 = use_bf16_autocast(config.precision, self.device)
         logger.info("training on %s, bf16 autocast %s", self.device, self.use_bf16)
@@ -154,7 +155,6 @@ class _TrainingRun:
         steps_per_epoch = len(recipe.batches(self.rows, torch.Generator())) if cosine else 0
         self.scheduler = _lr_scheduler(self.optimizer, config, steps_per_epoch)
         self.average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
-        self.run_key = _run_key(model, data, config, recipe)
         self.epoch, self.early_stopped = 0, False
         self.best_score = float("-inf")
         self.best_weights: dict[str, Any] | None = None
@@ -280,18 +280,22 @@ def _run_key(model: nn.Module, data: SequenceData, config: TrainConfig, recipe: 
         resumable.add("epochs")
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in resumable}
     model_key = f"{type(model).__name__}|{getattr(model, 'config', None)!r}"
-    return f"{_inputs_digest(model, data)}|{model_key}|{settings!r}|{_recipe_key(recipe)}"
+    return f"{_inputs_digest(model, data, recipe)}|{model_key}|{settings!r}|{_recipe_key(recipe)}"
 
 
-def _inputs_digest(model: nn.Module, data: SequenceData) -> str:
-    """A digest of what the run learns from: the sequences, candidates and task labels, and the tensors the model
-    holds but does not train (a frozen first stage or base model, semantic IDs, content embeddings), taken before
-    training moves any buffer."""
+def _inputs_digest(model: nn.Module, data: SequenceData, recipe: Recipe) -> str:
+    """A digest of what the run learns from: the sequences, candidates and task labels, the tensors the model holds
+    but does not train (a frozen first stage or base model, semantic IDs, content embeddings), taken before training
+    moves any buffer, and the models the recipe reads (a ranker's held-out first stage)."""
     tensors = [data.sequences.values, data.sequences.offsets]
     tensors += [] if data.candidates is None else [data.candidates]
     tensors += [labels.values for _, labels in sorted(data.labels.items())]
     tensors += [p for _, p in sorted(model.named_parameters()) if not p.requires_grad]
     tensors += [b for _, b in sorted(model.named_buffers())]
+    for recipe_field in dataclasses.fields(recipe):  # type: ignore[arg-type]
+        value = getattr(recipe, recipe_field.name)
+        if isinstance(value, nn.Module):
+            tensors += [t for _, t in sorted(value.state_dict().items())]
     digest = hashlib.blake2b(digest_size=16)
     for tensor in tensors:
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
@@ -299,7 +303,7 @@ def _inputs_digest(model: nn.Module, data: SequenceData) -> str:
 
 
 def _recipe_key(recipe: Recipe) -> str:
-    """The recipe's settings, without its tensors (derived from the data) or models (each has its own run)."""
+    """The recipe's settings, without its tensors (derived from the data) or models (`_inputs_digest` has them)."""
     plain = (bool, int, float, str, type(None), tuple, dict)
     fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(recipe)}  # type: ignore[arg-type]
     settings = {name: value for name, value in fields.items() if isinstance(value, plain)}

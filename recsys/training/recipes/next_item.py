@@ -27,7 +27,7 @@ class NextItemTraining:
     # against), not the whole catalog
     softmax_within_domain: bool = False
     # > 0: train without each user's last `holdout_last` training items, for a ranker to learn on them (its
-    # model.holdout_retriever); validation and test are unchanged
+    # model.holdout_retriever_dir); validation and test are unchanged
     holdout_last: int = 0
 
     def __post_init__(self) -> None:

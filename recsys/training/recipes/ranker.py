@@ -24,7 +24,7 @@ class RankerTraining:
     """`model.training` of the two-stage ranker."""
 
     train_candidates: int | None = None  # softmax over the target and the hardest others, this many in all; None = C
-    # with model.holdout_retriever: the last training items per user that first stage did not see (its holdout_last)
+    # with model.holdout_retriever_dir: the last training items per user that first stage did not see (its holdout_last)
     holdout_items: int = 1
     task_weights: dict[str, float] = field(default_factory=dict)  # per task beside ranking; 1.0 where not named
 
