@@ -17,6 +17,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -122,6 +123,22 @@ def settings_from(cls: type[T], config: Path, overrides: dict[str, Any]) -> T:
     for dotted, value in overrides.items():
         set_dotted(raw, dotted, value)
     return config_from(cls, raw, "")
+
+
+def wait_until_ok(url: str, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Poll `GET url` until it answers 200 (True), or until `timeout_s` passes or `alive()` turns False (False): a
+    server process starting."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and alive():
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    return False
 
 
 def machine() -> dict[str, Any]:

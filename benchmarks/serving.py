@@ -6,26 +6,32 @@ Usage:
     .venv/bin/python -m benchmarks.serving --config configs/beauty/two-stage.yaml --epochs 1 \
         --set model.retriever_dir=.cache/serving-bench/models/beauty-sasrec   # the ranker over the SASRec above
 
+    .venv/bin/python -m benchmarks.serving --epochs 3 --history-store redis --workers 1 2   # 1 vs 2 workers
+
 `--config` is an experiment config in the repo (default configs/beauty/sasrec.yaml); `--set KEY=VALUE`, `--epochs N`
 (= `--set train.epochs=N`: serving cost depends on the model's shape, not its training) and `--data-dir` (=
 `--set data.path=DIR`) override it, and the index served is HNSW unless `--set pipeline.index.kind=...` says
 otherwise: all of these are the result's `reproduce` overrides. The load test's own knobs (--duration,
---connections, --model-calls, --freshness-trials) are recorded in the result's `load_test`.
+--connections, --model-calls, --freshness-trials, --workers, --history-store) are recorded in the result's
+`load_test`.
 
 Needs `wrk` (apt-get install -y wrk). Steps, in one run:
 1. The config's pipeline (`pipelines.runner.run_pipeline`, steps kept when up to date) -> the registered champion
    (SQLite store in --work-dir).
-2. `recsys serve` in its own process (one uvicorn worker, in-process history store) on a free loopback port.
-3. The model call alone: `Recommender.recommend` for --model-calls users in this process (p50/p99).
-4. wrk, --connections connections for --duration seconds: `POST /v1/recommendations` {user_id, k: 10} for
-   users drawn at random from the data; requests/s, latency p50/p95/p99 and every error wrk counts
-   (connect/read/write/timeout and non-2xx statuses); then the server's own count of model calls and
-   requests per call (micro-batching) from its /metrics.
-5. Freshness: for --freshness-trials new users, the time from sending `POST /v1/events` to holding a
-   recommendation that reads the event (history_length 1), p50/p99.
-6. Hot swap under load: the same wrk load while a better-scoring copy of the model is registered, promoted
-   and loaded (`POST /v1/admin/reload`); its errors must be 0.
-Writes benchmarks/results/serving-<config name without -sasrec>.json.
+2. The model call alone: `Recommender.recommend` for --model-calls users in this process (p50/p99).
+3. For each of --workers (default 1), in one session: `recsys serve --workers N` in its own process(es) on a free
+   loopback port (--history-store: in-process, or Redis, which N > 1 needs; an admin token; champion checks every
+   second so every worker follows a new champion), then
+   a. wrk, --connections connections for --duration seconds: `POST /v1/recommendations` {user_id, k: 10} for
+      users drawn at random from the data; requests/s, latency p50/p95/p99 and every error wrk counts
+      (connect/read/write/timeout and non-2xx statuses); with one worker, the server's own count of model calls
+      and requests per call (micro-batching) from its /metrics (each worker has its own);
+   b. freshness (first worker count only): for --freshness-trials new users, the time from sending
+      `POST /v1/events` to holding a recommendation that reads the event (history_length 1), p50/p99;
+   c. hot swap under load: the same wrk load while a better-scoring copy of the model is registered, promoted
+      and loaded (`POST /v1/admin/reload` reaches one worker, the others follow at their next check); its errors
+      must be 0, and afterwards every answer must come from the new champion.
+Writes benchmarks/results/serving-<config name without -sasrec>[-redis].json.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import secrets
 import shutil
 import socket
 import statistics
@@ -41,13 +48,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 import benchmarks.quality as quality
-from benchmarks.common import benchmark_parser, provenance, reproduce_of, significant, write_result
+from benchmarks.common import benchmark_parser, provenance, reproduce_of, significant, wait_until_ok, write_result
 from pipelines.bundle import Bundle
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.registry import register_bundle
@@ -86,14 +94,15 @@ def recorded_mismatches(result: dict[str, Any], config: ExperimentConfig) -> Ite
     for key, value in expected.items():
         if bundle.get(key) != value:
             yield f"bundle.{key}: the result has {bundle.get(key)!r}, the config {value!r}"
-    if result.get("name") != result_name(config):
-        yield f"name: the result has {result.get('name')!r}, the config gives {result_name(config)!r}"
+    name = result_name(config, result.get("load_test", {}).get("history_store", "memory"))
+    if result.get("name") != name:
+        yield f"name: the result has {result.get('name')!r}, the config gives {name!r}"
     if "settings" in result:  # results before 2026-11-22 recorded the served model in `bundle` only
         yield from quality.recorded_mismatches(result, config)
 
 
-def result_name(config: ExperimentConfig) -> str:
-    return f"serving-{config.name.removesuffix('-sasrec')}"
+def result_name(config: ExperimentConfig, history_store: str = "memory") -> str:
+    return f"serving-{config.name.removesuffix('-sasrec')}" + ("" if history_store == "memory" else f"-{history_store}")
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -107,9 +116,14 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--connections", type=int, default=8, help="concurrent HTTP connections")
     parser.add_argument("--model-calls", type=int, default=500, help="users of the in-process model-call timing")
     parser.add_argument("--freshness-trials", type=int, default=200, help="new users of the freshness timing")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1], help="server processes, one run each")
+    parser.add_argument("--history-store", choices=["memory", "redis"], default="memory")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/13", help="the redis store's server")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
+    if args.history_store == "memory" and max(args.workers) > 1:
+        raise SystemExit("--workers above 1 share users' events through Redis: add --history-store redis")
 
     overrides: dict[str, Any] = dict(DEFAULTS)
     if args.data_dir is not None:
@@ -131,22 +145,17 @@ def main(argv: list[str] | None = None) -> Path:
     name = config.registered_model_name
 
     model_call_ms = _model_call_ms(Bundle(outputs.registration.bundle_dir), users, args.model_calls)
-    port = _free_port()
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("recsys")), "serve", "--model-name", name, "--tracking-uri", uri,
-         "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_ready(base)
-        load = _wrk(base, users, args.duration, args.connections, seed=0)
-        batching = _server_batching(base)
-        freshness = _freshness_ms(base, data.items["item_id"].to_list(), args.freshness_trials)
-        swap = _hot_swap_under_load(base, work, outputs, name, uri, users, args)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    runs, freshness = [], None
+    for workers in args.workers:
+        with _server(name, uri, workers, args) as base:
+            load = _wrk(base, users, args.duration, args.connections, seed=0)
+            run: dict[str, Any] = {"workers": workers, **load}
+            if workers == 1:  # each worker counts its own model calls: one worker's /metrics is the whole server's
+                run["server_batching"] = _server_batching(base)
+            if freshness is None:
+                freshness = _freshness_ms(base, data.items["item_id"].to_list(), args.freshness_trials)
+            run["hot_swap"] = _hot_swap_under_load(base, work, outputs, name, uri, users, args)
+            runs.append(run)
 
     result = {
         "bundle": {
@@ -159,33 +168,55 @@ def main(argv: list[str] | None = None) -> Path:
             "train_epochs": config.train.epochs if "train.epochs" in overrides else "config",
         },
         "endpoint": "POST /v1/recommendations {user_id, k: 10}, users drawn uniformly from the data",
-        "server": "recsys serve: 1 uvicorn worker, micro-batching (max 64), in-process history store, same 2-core "
-        "machine as wrk",
+        "server": f"recsys serve --workers N: micro-batching (max 64), {args.history_store} history store, admin "
+        "token, champion checks every second, same 2-core machine as wrk",
         "load_generator": f"wrk, 1 thread, {args.connections} connections, {args.duration} s",
         "load_test": {
             "duration_s": args.duration,
             "connections": args.connections,
             "model_calls": args.model_calls,
             "freshness_trials": args.freshness_trials,
+            "workers": args.workers,
+            "history_store": args.history_store,
         },
         "concurrency": args.connections,
-        "duration_s": load["duration_s"],
-        "requests": load["requests"],
-        "requests_per_second": load["requests_per_second"],
-        "latency_ms": load["latency_ms"],
-        "errors": load["errors"],
+        "runs": runs,
         "model_call_ms": model_call_ms,
-        "server_batching": batching,
         "freshness_ms": freshness,
-        "hot_swap": swap,
         "settings": quality.settings_record(config),
-        **provenance("fastapi", "uvicorn", "faiss-cpu"),
+        **provenance("fastapi", "uvicorn", "faiss-cpu", "redis"),
     }
-    path = write_result(result_name(config), result, args.results_dir, reproduce)
-    print(json.dumps({k: result[k] for k in ("requests_per_second", "latency_ms", "errors", "model_call_ms",
-                                             "freshness_ms", "hot_swap")}, indent=1))  # fmt: skip
+    path = write_result(result_name(config, args.history_store), result, args.results_dir, reproduce)
+    print(json.dumps({"runs": runs, "model_call_ms": model_call_ms, "freshness_ms": freshness}, indent=1))
     print(f"-> {path}")
     return path
+
+
+ADMIN_TOKEN = secrets.token_hex(32)
+
+
+@contextmanager
+def _server(name: str, uri: str, workers: int, args: argparse.Namespace) -> Iterator[str]:
+    """`recsys serve` of the champion with `workers` processes on a free loopback port, until the block ends."""
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as secrets_dir:
+        token_file = Path(secrets_dir) / "admin-token"
+        token_file.write_text(ADMIN_TOKEN)
+        store = ["--history-store", args.history_store, "--redis-url", args.redis_url]
+        server = subprocess.Popen(
+            [str(Path(sys.executable).with_name("recsys")), "serve", "--model-name", name, "--tracking-uri", uri,
+             "--port", str(port), "--workers", str(workers), *store, "--admin-token-file", str(token_file),
+             "--reload-interval-s", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        try:
+            if not wait_until_ok(f"{base}/readyz", 120, alive=lambda: server.poll() is None):
+                raise SystemExit(f"the API at {base} did not become ready in 120 s")
+            yield base
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
 
 
 def _model_call_ms(bundle: Bundle, users: list[str], calls: int) -> dict[str, float]:
@@ -276,9 +307,12 @@ def _hot_swap_under_load(
     bundle = Bundle.write(work / "swap-bundle", name=name, model_dir=model)
     decision = register_bundle(bundle, name, uri)
     start = time.perf_counter()
-    reload = httpx.post(f"{base}/v1/admin/reload", timeout=120).json()
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    reload = httpx.post(f"{base}/v1/admin/reload", headers=headers, timeout=120).json()
     swap_seconds = time.perf_counter() - start
     runner.join()
+    # new connections reach every worker; each follows the champion at its next check (every second)
+    every_worker = _seconds_until_every_worker_serves(base, users[0], reload["model_version"], timeout_s=60)
     return {
         "promoted_version": decision.version,
         "reloaded": reload["reloaded"],
@@ -286,7 +320,24 @@ def _hot_swap_under_load(
         "requests": result["requests"],
         "errors": result["errors"],
         "latency_ms": result["latency_ms"],
+        "every_worker_serves_it": every_worker is not None,
+        "seconds_until_every_worker_serves_it": every_worker,
     }
+
+
+def _seconds_until_every_worker_serves(base: str, user: str, version: str, timeout_s: float) -> float | None:
+    """Seconds (after the load ended) until 20 requests in a row, each on a new connection, all come from `version`;
+    None if that does not happen within `timeout_s`."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < timeout_s:
+        answered = {
+            httpx.post(f"{base}/v1/recommendations", json={"user_id": user}, timeout=10).json()["model_version"]
+            for _ in range(20)
+        }
+        if answered == {version}:
+            return significant(time.perf_counter() - start)
+        time.sleep(0.2)
+    return None
 
 
 def _percentiles(times: list[float], ps: tuple[int, ...]) -> dict[str, float]:
@@ -298,19 +349,3 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _wait_ready(base: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"the API at {base} did not become ready in {timeout_s:.0f} s")
-
-
-if __name__ == "__main__":
-    main()

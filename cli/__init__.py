@@ -29,6 +29,8 @@ app.command("demo")(demo.demo_command)
 app.command("serve")(serve.serve_command)
 
 OUR_PACKAGES = ("recsys", "features", "pipelines", "serving", "cli")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_DATE_FORMAT = "%H:%M:%S"
 # What libraries say that users of the platform cannot act on: fbgemm's and torchrec's notes on their own modules.
 UNACTIONABLE_WARNINGS = (r"fbgemm_gpu\.", r"torchrec\.")
 
@@ -42,8 +44,8 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logg
 def configure_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
+        format=LOG_FORMAT,
+        datefmt=LOG_DATE_FORMAT,
         force=True,  # importing torchrec puts a handler on the root logger
     )
     for name in OUR_PACKAGES:

@@ -33,14 +33,15 @@ def demo_command(
 ) -> None:
     """Run the SASRec pipeline and popularity on the synthetic data, serve the champion, query it over HTTP."""
     from pipelines.config import load_config
-    from pipelines.evaluate import DASHBOARD_FILE
-    from pipelines.runner import run_pipeline
 
     with handle_errors():
         out = out.resolve()
         tracking = {"tracking.uri": f"sqlite:///{out / 'mlflow.db'}"}
         sequential = load_config(config, tracking)
         popularity = load_config(config, {**tracking, "model": {"name": "popularity"}, "name": "popularity"})
+        from pipelines.evaluate import DASHBOARD_FILE  # after the config: its errors come before MLflow's import
+        from pipelines.runner import run_pipeline
+
         typer.echo(f"pipeline {sequential.name}: prepare -> train -> index -> evaluate -> register ...")
         outputs, _ = run_pipeline(sequential, out)
         assert outputs.data is not None and outputs.model is not None and outputs.registration is not None

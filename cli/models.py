@@ -34,10 +34,10 @@ def train_command(
 ) -> None:
     """Prepare the config's data and semantic IDs, train, pick the best epoch on validation, test (the pipeline
     until its train step: what is up to date is skipped)."""
-    from pipelines.runner import run_pipeline
-
     with handle_errors():
         cfg = load_experiment(config, epochs, sets)
+        from pipelines.runner import run_pipeline  # after the config: its errors come before MLflow's import
+
         outputs, _ = run_pipeline(cfg, work_dir, until="train_retriever", data_dir=data_dir)
     model = outputs.model
     assert model is not None  # the last step run

@@ -33,13 +33,25 @@ def run_command(
             "--rerun", metavar="STEP", help="Run this step from scratch even when it is up to date (repeatable)."
         ),
     ] = None,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            metavar="SECONDS",
+            min=0,
+            help="If another process is running this pipeline under WORK, wait up to SECONDS for it to finish "
+            "(default: exit at once with code 2, naming it).",
+        ),
+    ] = 0.0,
 ) -> None:
     """Run the config's pipeline; steps whose inputs did not change are skipped (the steps: docs/pipelines.md)."""
-    from pipelines.runner import run_pipeline
-
     with handle_errors():
-        cfg = load_experiment(config, epochs, sets)
-        _, reports = run_pipeline(cfg, work_dir, only=step, until=until, data_dir=data_dir, rerun=rerun or ())
+        cfg = load_experiment(config, epochs, sets)  # before the runner's imports: a config error comes at once
+        from pipelines.runner import run_pipeline
+
+        _, reports = run_pipeline(
+            cfg, work_dir, only=step, until=until, data_dir=data_dir, rerun=rerun or (), wait_s=wait
+        )
     table = Table(title=f"pipeline {cfg.name}")
     for column in ("step", "status", "seconds", "outputs"):
         table.add_column(column)

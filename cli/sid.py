@@ -23,13 +23,14 @@ def build_command(
     """Prepare the config's data, embed its items' text and build its semantic IDs (the pipeline until its semantic-ID
     step: what is up to date is skipped)."""
     from pipelines.config import load_config
-    from pipelines.runner import run_pipeline
-    from recsys.semantic_ids.codes import read_semantic_ids
 
     with handle_errors():
         cfg = load_config(config)
         if cfg.sid is None:
             raise ConfigError(f"{config} has no `sid` section. Fix: see configs/beauty/sid-rqvae.yaml")
+        from pipelines.runner import run_pipeline  # after the config: its errors come before MLflow's import
+        from recsys.semantic_ids.codes import read_semantic_ids
+
         outputs, _ = run_pipeline(cfg, work_dir, until="build_semantic_ids")
         assert outputs.semantic_ids is not None  # the config has a `sid` section
         path = outputs.semantic_ids.path

@@ -2,9 +2,10 @@
 
 Every loader goes through the same steps, so the same problem gets the same message everywhere:
 
-1. `locate` / `locate_optional` find the input file (a file path, or a directory holding a known name).
-2. `read_text` reads the bytes (gzip by magic number), rejects missing or empty files and decodes
-   UTF-8 once for the whole file; a bad byte is reported with its line number.
+1. `locate` / `locate_optional` find the input file (a file path, or a directory holding a known name);
+   `not_read_by` is the error for an input file a source does not read.
+2. `read_text` reads the bytes (gzip by magic number), rejects missing, unreadable or empty files and
+   decodes UTF-8 once for the whole file; a bad byte is reported with its line number.
 3. `text_lines` turns the text into a frame of (line, text), 1-based as an editor shows it; blank lines
    are skipped. `split_fields` / `read_csv_records` / `parse_records` turn lines into fields.
 4. `parse_numbers`, `require_values`, `require_unique` check the fields; `fail_on_first` is the
@@ -25,7 +26,7 @@ import gzip
 import json
 import logging
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,27 +42,40 @@ GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
-def locate(path: Path, names: Sequence[str], fix: str) -> Path:
-    """The input file: `path` itself if it is a file, else the first of `names` (or `name.gz`) inside it.
+def locate(path: Path, names: Sequence[str], source: str) -> Path:
+    """The input file: `path` itself if it is one of `names` (or `name.gz`), else the first of them inside it.
 
     Args:
-        path: a file, or a directory holding one of `names`.
+        path: one of the files, or a directory holding one of `names`.
         names: accepted file names, in order of preference.
-        fix: what the user should do when nothing is found.
+        source: the source reading them, for errors.
     """
+    wanted = " or ".join(names)
     if path.is_file():
+        if path.name.removesuffix(".gz") not in names:
+            raise not_read_by(path, source, f"{wanted} (or that file itself)")
         return path
     if not path.exists():
-        raise DataError(path, "no such file or directory", fix)
+        raise DataError(path, "no such file or directory", "check the --input path")
     found = locate_optional(path, names)
     if found is None:
-        wanted = " or ".join(names)
-        raise DataError(path, f"directory has no {wanted} (plain or .gz)", fix)
+        raise DataError(path, f"directory has no {wanted} (plain or .gz)", f"pass the directory holding {wanted}")
     return found
 
 
+def not_read_by(path: Path, source: str, holding: str) -> DataError:
+    """The error for an input `path` that is a file `source` does not read: it reads a directory holding `holding`.
+
+    Example:
+        >>> str(not_read_by(Path("d/items.csv"), "amazon-p5", "user_sequence.txt"))
+        'd/items.csv: is a file; source amazon-p5 reads a directory holding user_sequence.txt. Fix: pass the directory'
+    """
+    return DataError(path, f"is a file; source {source} reads a directory holding {holding}", "pass the directory")
+
+
 def locate_optional(directory: Path, names: Sequence[str]) -> Path | None:
-    """The first of `names` (or `name.gz`) that exists in `directory`, or None.
+    """The first of `names` (or `name.gz`) that exists in `directory`, or None (a directory of that name is found:
+    reading it fails, rather than the file being skipped).
 
     Args:
         directory: where to look.
@@ -69,7 +83,7 @@ def locate_optional(directory: Path, names: Sequence[str]) -> Path | None:
     """
     for name in names:
         for candidate in (directory / name, directory / f"{name}.gz"):
-            if candidate.is_file():
+            if candidate.exists():
                 return candidate
     return None
 
@@ -85,7 +99,11 @@ def read_bytes(path: Path) -> bytes:
     except FileNotFoundError as err:
         raise DataError(path, "file not found", "check the --input path") from err
     except IsADirectoryError as err:
-        raise DataError(path, "is a directory, expected a file", "pass the file itself") from err
+        raise DataError(
+            path, "is a directory, expected a file", "pass the file itself, or rename the directory"
+        ) from err
+    except PermissionError as err:
+        raise DataError(path, "cannot read it: permission denied", f"make it readable (chmod a+r {path})") from err
     if data.startswith(GZIP_MAGIC):
         try:
             data = gzip.decompress(data)
@@ -103,7 +121,7 @@ def read_text(path: Path, *, fallback_encoding: str | None = None) -> str:
             non-UTF-8 byte is a `DataError` naming its line.
 
     Raises:
-        DataError: the file is missing, empty, or not valid UTF-8.
+        DataError: the file is missing, unreadable, empty, or not valid UTF-8.
     """
     data = read_bytes(path)
     if not data.strip():
@@ -193,11 +211,15 @@ def split_fields(lines: pl.DataFrame, path: Path, separator: str, names: Sequenc
 
 
 def read_csv_records(text: str, path: Path, columns: Sequence[str]) -> pl.DataFrame:
-    """Parse a quoted CSV (header row first) with exact line numbers and field counts.
+    """Parse a quoted CSV (header row first), one record per line, with exact line numbers and field counts.
 
-    Catalogs are small (thousands of rows) and may quote commas and newlines, so they go through
-    Python's `csv` module, which knows the line where each record starts; polars' reader would
-    silently pad a short row with nulls.
+    Catalogs are small (thousands of rows), so they go through Python's `csv` module (strict quoting),
+    which knows the line where each record starts; polars' reader would silently pad a short row with
+    nulls. A quoted field may hold commas but not a line break: in an item catalog (one title per
+    line, as every published one is) a field that runs past the end of its line is an unbalanced quote
+    far more often than a two-line title, and reading on would swallow the next records into it. So a
+    record over several lines, a quote left open at the end of the file, or a stray quote is a
+    `DataError` at the line where the record starts.
 
     Args:
         text: the decoded file.
@@ -207,8 +229,8 @@ def read_csv_records(text: str, path: Path, columns: Sequence[str]) -> pl.DataFr
     Returns:
         `line` plus `columns`, all stripped strings ("" when empty).
     """
-    reader = csv.reader(text.splitlines(keepends=True))
-    header = [name.strip() for name in next(reader)]
+    records = _csv_lines(text, path)
+    header = [name.strip() for name in next(records)[1]]
     missing = [name for name in columns if name not in header]
     if missing:
         raise DataError(
@@ -220,23 +242,45 @@ def read_csv_records(text: str, path: Path, columns: Sequence[str]) -> pl.DataFr
     positions = [header.index(name) for name in columns]
     rows: list[list[str]] = []
     lines: list[int] = []
-    start = reader.line_num + 1
-    for record in reader:
+    for line, record in records:
         if any(field.strip() for field in record):
             if len(record) != len(header):
                 raise DataError(
                     path,
                     f"expected {len(header)} fields ({','.join(header)}), found {len(record)}",
                     'fix the row; quote fields that contain commas ("a, b")',
-                    line=start,
+                    line=line,
                 )
             rows.append([record[i].strip() for i in positions])
-            lines.append(start)
-        start = reader.line_num + 1
+            lines.append(line)
     if not rows:
         raise DataError(path, "no data rows after the header", "pass a file with data")
     frame = pl.DataFrame(rows, schema=dict.fromkeys(columns, pl.String()), orient="row")
     return frame.insert_column(0, pl.Series(LINE, lines, dtype=pl.UInt32()))
+
+
+def _csv_lines(text: str, path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line, fields) of each CSV record, lines 1-based as `text_lines` counts them (split at "\\n" only);
+    bad quoting or a record over several lines is a `DataError` naming the line where the record starts."""
+    reader = csv.reader((line + "\n" for line in text.split("\n")), strict=True)
+    fix = 'close the quote on that line, and double a quote that is part of the text ("")'
+    line = 1
+    while True:
+        try:
+            record = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            raise DataError(path, f"unbalanced quotes ({err})", fix, line=line) from err
+        if reader.line_num != line:
+            raise DataError(
+                path,
+                f"a quoted field runs on to line {reader.line_num} (unbalanced quotes?); records are one per line",
+                f"{fix}; write a line break inside a field as a space",
+                line=line,
+            )
+        yield line, record
+        line += 1
 
 
 def read_csv_catalog(path: Path, columns: Mapping[str, str]) -> pl.DataFrame:

@@ -56,7 +56,7 @@ from recsys.data.schema import (
     USERS_FILE,
 )
 from recsys.data.splits import RULE, split_counts
-from recsys.errors import ConfigError
+from recsys.errors import ConfigError, DataError
 from recsys.runtime.atomic import atomic_directory
 
 logger = logging.getLogger(__name__)
@@ -274,9 +274,27 @@ def write_prepared(prepared: PreparedData, out_dir: Path) -> None:
     Args:
         prepared: the tables and meta.
         out_dir: the final directory (replaced if it is an earlier prepared directory).
+
+    Raises:
+        DataError: `out_dir` cannot be written (its parent is a file, or not writable, or the disk is full).
     """
-    with atomic_directory(out_dir, marker=META_FILE) as tmp:
-        write_tables(prepared, tmp)
+    try:
+        with atomic_directory(out_dir, marker=META_FILE) as tmp:
+            write_tables(prepared, tmp)
+    except OSError as err:
+        raise DataError(
+            out_dir,
+            f"cannot write the prepared directory: {_why_unwritable(out_dir, err)}",
+            "choose an output whose parent is a writable directory (`--out`, or the pipeline's --work-dir)",
+        ) from err
+
+
+def _why_unwritable(out_dir: Path, err: OSError) -> str:
+    """What kept `out_dir` from being written: a file where a parent directory should be, else the system's reason."""
+    existing = next(parent for parent in out_dir.parents if parent.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a directory"
+    return f"{err.strerror.lower()} ({err.filename})" if err.strerror and err.filename else str(err)
 
 
 def write_tables(prepared: PreparedData, directory: Path) -> None:

@@ -1,6 +1,7 @@
 """The model bundle: one directory holding everything serving needs, a versioned unit of the model registry.
 
-    bundle.json            name, creation time, valid/test metrics, what it holds, the source fingerprints
+    bundle.json            name, creation time, valid/test metrics and the popularity baseline's valid metrics,
+                           what it holds, the source fingerprints
     model/                 the model directory (`pipelines.model_dir`: weights, config, id maps, metrics)
     data/                  the prepared data it was trained on: item metadata and the users' histories, so a bundle
                            served on another machine needs nothing else
@@ -20,7 +21,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pipelines.model_dir import METRICS_FILE, trained_data_dir
+from pipelines.model_dir import METRICS_FILE, POPULARITY_VALID, trained_data_dir
 from recsys.errors import RecsysError
 from recsys.runtime.atomic import atomic_directory
 
@@ -72,6 +73,13 @@ class Bundle:
         """The champion gate's metric."""
         return float(self.meta["metrics"]["valid"]["ndcg@10"])
 
+    @property
+    def popularity_validation_ndcg_at_10(self) -> float | None:
+        """The popularity baseline's validation NDCG@10 on the model's data: the bar of the champion gate (None in
+        bundles of models trained before it was measured)."""
+        baseline = self.meta["metrics"].get(POPULARITY_VALID)
+        return None if baseline is None else float(baseline["ndcg@10"])
+
     @staticmethod
     def write(
         out_dir: Path,
@@ -95,7 +103,11 @@ class Bundle:
             meta = {
                 "name": name,
                 "created": datetime.now(UTC).isoformat(timespec="seconds"),
-                "metrics": {"valid": metrics["valid"], "test": metrics["test"]},
+                "metrics": {
+                    "valid": metrics["valid"],
+                    "test": metrics["test"],
+                    POPULARITY_VALID: metrics.get(POPULARITY_VALID),  # None: trained before it was measured
+                },
                 "has_index": index_dir is not None,
                 "has_semantic_ids": semantic_ids is not None,
                 "source": source or {},

@@ -5,7 +5,10 @@ A config file is headed by comments stating its purpose, date and the command th
 key by key with the file's own (a mapping merges, any other value replaces), so a variant states only what it
 changes; a `model` section naming another model replaces the base's whole (another model's settings do not
 apply). `name` is never inherited; it defaults to `<dataset>-<stem>` for configs/<dataset>/<stem>.yaml and to
-the stem elsewhere. Unknown keys and wrong types are errors that name the dotted key and the file.
+the stem elsewhere. What a config leaves out takes the defaults, but a config must set something: an empty file is
+an error, not a run of the default model on the default data. Unknown keys, wrong types and impossible values
+(`model.params` included, checked against the model's config before any data is read) are errors that name the
+dotted key and the file.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pipelines.tracking import resolve_tracking_uri
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
-from recsys.models.registry import model_spec
+from recsys.models.registry import check_params, model_spec
 from recsys.retrieval import IndexConfig
 from recsys.runtime.validation import config_from, problems
 from recsys.semantic_ids.content import ContentConfig
@@ -64,8 +67,14 @@ class ModelSection(Section):
     members: list[Path] = Field(default_factory=list)  # fusion: the model directories of the retrievers to fuse
 
     @model_validator(mode="after")
-    def _known_model_and_training(self) -> ModelSection:
-        self.training_settings()  # fails at load time, naming the key, rather than when training starts
+    def _known_model_params_and_training(self) -> ModelSection:
+        """Fail at load time, naming the key, rather than after the data is prepared or when training starts."""
+        try:
+            model_spec(self.name)
+        except ConfigError as err:
+            raise ConfigError(f"model.name: {err}") from err
+        check_params(self.name, self.params)
+        self.training_settings()
         return self
 
     def training_settings(self) -> TrainingSettings:
@@ -155,6 +164,11 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
         overrides: dotted keys applied on top, e.g. {"train.epochs": 2, "data.path": "x"}.
     """
     raw = read_config_tree(path)
+    if not raw.keys() - {"name"}:
+        raise ConfigError(
+            f"{path}: the config sets nothing (no data, model or train section). Fix: state what to run, e.g. start "
+            "from configs/synthetic/sasrec.yaml, or extend a config with `base: <its path>`"
+        )
     raw.setdefault("name", default_name(path))
     for dotted, value in (overrides or {}).items():
         set_dotted(raw, dotted, value)

@@ -7,7 +7,8 @@ It writes, atomically, one evaluation directory:
 
     evaluation.json   the report: overall metrics, per-slice metrics and user counts, the metrics of the tasks
                       beside ranking (multi-task models), semantic-ID health (when the model was built with
-                      semantic IDs), the training run's validation/test metrics
+                      semantic IDs), the training run's validation/test metrics and the popularity baseline's
+                      validation metrics (the champion gate's bar)
     dashboard.html    this run's evaluation dashboard (pipelines.dashboard, plotly inlined, no network)
 
 and, with tracking on, logs them as artifacts `evaluation/` of an MLflow run `evaluate` (nested in the
@@ -33,7 +34,7 @@ from pipelines.dashboard import (
     from_evaluation,
     render_dashboard,
 )
-from pipelines.model_dir import TrainedModel, load_model_dir
+from pipelines.model_dir import POPULARITY_VALID, TrainedModel, load_model_dir
 from pipelines.tracking import start_tracking
 from pipelines.train import TrainOutputs
 from recsys.data.splits import TEST, VALID
@@ -82,7 +83,7 @@ def evaluate_step(
              "semantic_ids": str(sid_path), "training_run_id": str(training_run_id)}
         )  # fmt: skip
         report = evaluation_report(config, trained, sid_path)
-        training_metrics = {split: trained.metrics.get(split, {}) for split in (VALID, TEST)}
+        training_metrics = {split: trained.metrics.get(split, {}) for split in (VALID, TEST, POPULARITY_VALID)}
         report |= {"model_sha256": sha256, "run_id": tracker.run_id,
                    "training": {"run_id": training_run_id, "metrics": training_metrics},
                    "expert_load": trained.metrics.get("expert_load")}  # fmt: skip

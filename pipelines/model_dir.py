@@ -2,7 +2,8 @@
 
     model.pt        name, config and weights (`recsys.models.registry`)
     config.yaml     the experiment config
-    metrics.json    valid/test metrics (+ the cold-start slice), best epoch, timings
+    metrics.json    valid/test metrics (+ the cold-start slice), the popularity baseline's valid metrics on the same
+                    data (`popularity_valid`, the champion gate's bar), best epoch, timings
     items.parquet, users.parquet   the id maps of the training data
     data.json       where the training data lives (for user histories), the domain it was restricted to, and
                     the data's meta.json
@@ -32,6 +33,7 @@ MODEL_FILE = "model.pt"
 METRICS_FILE = "metrics.json"
 DATA_FILE = "data.json"
 CONFIG_FILE = "config.yaml"
+POPULARITY_VALID = "popularity_valid"  # metrics.json: the popularity baseline on the validation split
 
 
 @dataclass(frozen=True)

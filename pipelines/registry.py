@@ -1,8 +1,9 @@
 """Model bundles (`pipelines.bundle`) in the MLflow model registry, and the champion gate.
 
 `register_bundle` logs a bundle as the artifacts of an MLflow run, creates a new version of the registered model,
-and moves the alias `champion` to it only when its validation NDCG@10 is not worse than the current champion's by
-more than `tolerance`; the decision and both numbers are logged and kept as tags of the new version.
+and moves the alias `champion` to it only when its validation NDCG@10 beats the popularity baseline's on the same
+validation split (every promotion, the first included) and is not worse than the current champion's by more than
+`tolerance`; the decision and the numbers (exact) are logged and kept as tags of the new version and its run.
 `resolve_bundle` finds the bundle to serve: a directory, or a registered model's champion.
 """
 
@@ -14,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.bundle import Bundle, BundleError
+from pipelines.tracking import store_lock
 
 logger = logging.getLogger(__name__)
 
 CHAMPION = "champion"
 GATE_METRIC = "valid_ndcg_at_10"
+POPULARITY_METRIC = "popularity_valid_ndcg_at_10"  # the bar: the popularity baseline on the same validation split
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class GateDecision:
     version: str
     promoted: bool
     value: float  # the new version's validation NDCG@10
+    popularity_value: float | None  # the popularity baseline's (None: the bundle predates the baseline)
     champion_version: str | None  # the champion it was compared with (None: there was none)
     champion_value: float | None
     tolerance: float
@@ -38,33 +42,39 @@ class GateDecision:
 def register_bundle(bundle: Bundle, model_name: str, tracking_uri: str, tolerance: float = 0.0) -> GateDecision:
     """Log the bundle to MLflow, register it as a new version of `model_name`, and apply the champion gate.
 
-    Runs inside the active MLflow run when there is one (as a nested run), else in a run of its own.
+    Runs inside the active MLflow run when there is one (as a nested run), else in a run of its own in the experiment
+    named after the registered model (in this store: an experiment another store's run left active does not count).
     """
     import mlflow
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    value = bundle.validation_ndcg_at_10
+    value, popularity = bundle.validation_ndcg_at_10, bundle.popularity_validation_ndcg_at_10
     mlflow.set_tracking_uri(tracking_uri)
     client = MlflowClient(tracking_uri)
-    with mlflow.start_run(run_name=f"register {model_name}", nested=mlflow.active_run() is not None) as run:
+    nested = mlflow.active_run() is not None
+    experiment = None if nested else _experiment_id(client, model_name, tracking_uri)
+    with mlflow.start_run(run_name=f"register {model_name}", nested=nested, experiment_id=experiment) as run:
         mlflow.log_artifacts(str(bundle.path), artifact_path="bundle")
-        mlflow.log_metric(GATE_METRIC, value)
-        try:
-            client.get_registered_model(model_name)
-        except MlflowException:
-            client.create_registered_model(model_name, description="recsys model bundles (pipelines/registry.py)")
-        version = client.create_model_version(
-            model_name, source=f"{run.info.artifact_uri}/bundle", run_id=run.info.run_id, tags={GATE_METRIC: str(value)}
-        ).version
-        champion = _champion(client, model_name)
-        decision = _decide(model_name, str(version), value, champion, tolerance)
-        if decision.promoted:
-            client.set_registered_model_alias(model_name, CHAMPION, str(version))
+        mlflow.log_metrics({GATE_METRIC: value, **({} if popularity is None else {POPULARITY_METRIC: popularity})})
+        with store_lock(tracking_uri):  # one registration at a time: two must not both create the model or promote
+            try:
+                client.get_registered_model(model_name)
+            except MlflowException:
+                client.create_registered_model(model_name, description="recsys model bundles (pipelines/registry.py)")
+            version = client.create_model_version(
+                model_name, source=f"{run.info.artifact_uri}/bundle", run_id=run.info.run_id,
+                tags={GATE_METRIC: str(value)},
+            ).version  # fmt: skip
+            decision = _decide(model_name, str(version), value, popularity, _champion(client, model_name), tolerance)
+            if decision.promoted:
+                client.set_registered_model_alias(model_name, CHAMPION, str(version))
         for key, tag in asdict(decision).items():
             client.set_model_version_tag(model_name, str(version), f"gate.{key}", str(tag))
+        mlflow.set_tags({"gate.promoted": str(decision.promoted), "gate.reason": decision.reason})
         mlflow.log_dict(asdict(decision), "gate_decision.json")
-    logger.info("champion gate for %s v%s: %s", model_name, version, decision.reason)
+    level = logging.INFO if decision.promoted else logging.WARNING
+    logger.log(level, "champion gate for %s v%s: %s", model_name, version, decision.reason)
     return decision
 
 
@@ -113,6 +123,12 @@ def resolve_bundle(bundle: Path | None, model_name: str | None, tracking_uri: st
     return champion
 
 
+def _experiment_id(client: Any, name: str, tracking_uri: str) -> str:
+    with store_lock(tracking_uri):  # two first registrations must not both create it
+        experiment = client.get_experiment_by_name(name)
+        return str(experiment.experiment_id if experiment is not None else client.create_experiment(name))
+
+
 def _champion(client: Any, model_name: str) -> Any | None:
     from mlflow.exceptions import MlflowException
 
@@ -122,14 +138,38 @@ def _champion(client: Any, model_name: str) -> Any | None:
         return None
 
 
-def _decide(model_name: str, version: str, value: float, champion: Any | None, tolerance: float) -> GateDecision:
-    if champion is None:
-        return GateDecision(model_name, version, True, value, None, None, tolerance, "first version: champion")
-    champion_value = float(champion.tags[GATE_METRIC])
+def _decide(
+    model_name: str, version: str, value: float, popularity: float | None, champion: Any | None, tolerance: float
+) -> GateDecision:
+    """Promote when `value` beats `popularity` and is not below the champion's value by more than `tolerance`.
+
+    The reason gives the values exactly (repr) and their difference: rounded, two close values look equal.
+    """
+    champion_version = None if champion is None else str(champion.version)
+    champion_value = None if champion is None else float(champion.tags[GATE_METRIC])
+
+    def decision(promoted: bool, reason: str) -> GateDecision:
+        return GateDecision(model_name, version, promoted, value, popularity, champion_version, champion_value,
+                            tolerance, reason)  # fmt: skip
+
+    kept = "kept the champion" if champion is not None else "no champion yet"
+    if popularity is None:
+        fix = "Fix: `recsys pipeline run --rerun train_retriever`"
+        return decision(False, f"{kept}: the bundle records no popularity baseline to beat (its model was trained "
+                               f"before the gate required one). {fix}")  # fmt: skip
+    against_popularity = f"validation NDCG@10 {value!r} vs popularity {popularity!r} ({_difference(value, popularity)})"
+    if not value > popularity:
+        return decision(False, f"{kept}: does not beat the popularity baseline: {against_popularity}")
+    if champion_value is None:
+        return decision(True, f"first champion: beats the popularity baseline: {against_popularity}")
     promoted = value >= champion_value - tolerance
     verdict = "promoted" if promoted else "kept the champion"
-    reason = (
-        f"{verdict}: validation NDCG@10 {value:.4f} vs champion v{champion.version} {champion_value:.4f} "
-        f"(tolerance {tolerance:g})"
+    return decision(
+        promoted,
+        f"{verdict}: validation NDCG@10 {value!r} vs champion v{champion_version} {champion_value!r} "
+        f"({_difference(value, champion_value)}, tolerance {tolerance!r}); popularity {popularity!r}",
     )
-    return GateDecision(model_name, version, promoted, value, str(champion.version), champion_value, tolerance, reason)
+
+
+def _difference(value: float, other: float) -> str:
+    return f"difference {value - other:+.3g}"

@@ -9,6 +9,11 @@ re-run skips every step whose inputs did not change and whose outputs still exis
 resumes at the step that failed. With tracking on, the pipeline is one MLflow run and each step that runs
 is a nested run of it (params = its inputs, metrics = its numeric outputs).
 
+One process at a time runs a pipeline under a work dir: it holds `WORK/pipelines/NAME/lock` (an OS lock, gone with
+the process, kill -9 included); a second one fails at once naming the holder, or waits (`wait_s`). Holding it, a
+run first clears what killed runs left: the temporaries of their atomic writes, and their MLflow runs still RUNNING
+(marked KILLED; the pipeline run is tagged with the work dir, the pipeline and the lock's holder to tell them apart).
+
 Steps that do not apply are recorded as such: no `sid` section -> no content embeddings and no semantic IDs;
 a model without item vectors (generative, popularity, ranker) -> no index; tracking off -> no registration.
 """
@@ -16,11 +21,12 @@ a model without item vectors (generative, popularity, ranker) -> no index; track
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,16 +43,21 @@ from pipelines.index import build_index_step
 from pipelines.model_dir import MODEL_FILE, model_sha256
 from pipelines.registry import GateDecision, register_bundle
 from pipelines.semantic_ids import SEMANTIC_IDS_FILE, build_semantic_ids_step
-from pipelines.tracking import Tracker, start_tracking
+from pipelines.tracking import PARENT_TAG, Tracker, end_orphaned_runs, start_tracking
 from pipelines.train import CatalogFeatures, TrainOutputs, train_step, training_state_path
 from recsys.data.schema import META_FILE
 from recsys.errors import RecsysError
 from recsys.retrieval.faiss_index import INDEX_FILE, FaissTopK
-from recsys.runtime.atomic import atomic_file
+from recsys.runtime.atomic import atomic_file, remove_temporaries
+from recsys.runtime.lock import HeldLock, exclusive_lock
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
+LOCK_FILE = "lock"  # WORK/pipelines/NAME/lock: one process runs a pipeline under a work dir at a time
+# the pipeline run's tags: whose run it is and which holder of the lock ran it
+WORK_DIR_TAG, PIPELINE_TAG = "recsys.work_dir", "recsys.pipeline"
+HOST_TAG, PID_TAG, LOCK_TOKEN_TAG = "recsys.host", "recsys.pid", "recsys.lock_token"
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,7 @@ class ExperimentPaths:
     index_dir: Path
     bundle_dir: Path
     evaluation_dir: Path  # evaluation.json (slices) and dashboard.html of the `evaluate` step
+    pipeline_dir: Path  # the runner's: state.json and the lock
 
     @staticmethod
     def under(work_dir: Path, config: ExperimentConfig) -> ExperimentPaths:
@@ -73,7 +85,13 @@ class ExperimentPaths:
             index_dir=work_dir / "indexes" / config.name,
             bundle_dir=work_dir / "bundles" / config.name,
             evaluation_dir=work_dir / "evaluations" / config.name,
+            pipeline_dir=work_dir / "pipelines" / config.name,
         )
+
+    def outputs(self) -> list[Path]:
+        """The steps' output directories: this experiment's alone (the embeddings cache is shared, so not one)."""
+        return [self.data_dir, self.content_dir, self.sid_dir, self.model_dir, self.index_dir, self.bundle_dir,
+                self.evaluation_dir]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------- the steps' outputs
@@ -165,6 +183,7 @@ def run_pipeline(
     until: str | None = None,
     data_dir: Path | None = None,
     rerun: Collection[str] = (),
+    wait_s: float = 0.0,
 ) -> tuple[PipelineOutputs, list[StepReport]]:
     """Run the pipeline of `config` under `work_dir`, skipping up-to-date steps; returns the outputs and one report
     per step.
@@ -176,6 +195,8 @@ def run_pipeline(
         data_dir: an already prepared directory to use instead of preparing `config.data`.
         rerun: steps to run from scratch even when they are up to date: what a step keeps to resume or skip work (a
             training state, built semantic IDs) is dropped first, e.g. for a benchmark that times a whole training run.
+        wait_s: when another process runs this pipeline under `work_dir`, wait this long for it to finish; 0: raise
+            `LockHeldError` (a `RecsysError` naming its pid and host) at once.
     """
     if only and until:
         raise RecsysError(f"run only {only!r} or until {until!r}, not both. Fix: drop one of them")
@@ -184,23 +205,82 @@ def run_pipeline(
         if name is not None and name not in STEP_NAMES:
             raise RecsysError(f"unknown pipeline step {name!r}. Fix: one of {', '.join(STEP_NAMES)}")
     paths = ExperimentPaths.under(work_dir, config)
-    state_path = work_dir / "pipelines" / config.name / STATE_FILE
+    what = f"pipeline {config.name} under {work_dir} is being run"
+    fix = "wait for it to finish (`--wait SECONDS` queues behind it), or use another --work-dir"
+    with exclusive_lock(paths.pipeline_dir / LOCK_FILE, what=what, fix=fix, wait_s=wait_s) as lock:
+        _remove_temporaries(paths)
+        tags = _run_tags(work_dir, config, lock)
+        run_name = f"pipeline {config.name}" + (f": {only}" if only else f" until {until}" if until else "")
+        with start_tracking(config.tracking, config.experiment_name, run_name, tags) as tracker:
+            if tracker.run_id is not None:
+                _end_runs_of_killed_attempts(config, work_dir, lock)
+            steps = STEPS[: STEP_NAMES.index(last) + 1] if last else STEPS
+            done, reports = _run_steps(steps, config, paths, tracker, only, data_dir, rerun)
+    return done, reports
+
+
+def _run_steps(
+    steps: list[_Step],
+    config: ExperimentConfig,
+    paths: ExperimentPaths,
+    tracker: Tracker,
+    only: str | None,
+    data_dir: Path | None,
+    rerun: Collection[str],
+) -> tuple[PipelineOutputs, list[StepReport]]:
+    """Run (or skip) `steps` in order, recording each one that ran in the state file."""
+    state_path = paths.pipeline_dir / STATE_FILE
     state: dict[str, dict[str, Any]] = json.loads(state_path.read_text()) if state_path.exists() else {}
     done, reports = PipelineOutputs(), []
-    run_name = f"pipeline {config.name}" + (f": {only}" if only else f" until {until}" if until else "")
-    with start_tracking(config.tracking, config.experiment_name, run_name) as tracker:
-        for step in STEPS[: STEP_NAMES.index(last) + 1] if last else STEPS:
-            if step.name == "prepare_data" and data_dir is not None:
-                report = StepReport(step.name, "given", 0.0, _given(data_dir))
-            else:
-                report = _run_step(step, config, paths, done, state, tracker, only, rerun)
-                if report.status == "ran":
-                    with atomic_file(state_path) as tmp:
-                        tmp.write_text(json.dumps(state, indent=2) + "\n")
-            setattr(done, step.field, report.outputs)
-            reports.append(report)
-        tracker.log_params({f"step.{r.name}": r.status for r in reports})
+    for step in steps:
+        if step.name == "prepare_data" and data_dir is not None:
+            report = StepReport(step.name, "given", 0.0, _given(data_dir))
+        else:
+            report = _run_step(step, config, paths, done, state, tracker, only, rerun)
+            if report.status == "ran":
+                with atomic_file(state_path) as tmp:
+                    tmp.write_text(json.dumps(state, indent=2) + "\n")
+        setattr(done, step.field, report.outputs)
+        reports.append(report)
+    tracker.log_params({f"step.{r.name}": r.status for r in reports})
     return done, reports
+
+
+def _remove_temporaries(paths: ExperimentPaths) -> None:
+    """Remove what killed runs of this pipeline left of their atomic writes (`recsys.runtime.atomic`): beside and in
+    its output directories, its training states and its state file. Only under the pipeline's lock: no one else
+    writes them."""
+    removed = remove_temporaries(paths.pipeline_dir)
+    for out_dir in paths.outputs():
+        removed += remove_temporaries(out_dir.parent, glob.escape(out_dir.name)) + remove_temporaries(out_dir)
+    state = training_state_path(paths.model_dir)  # and the per-domain ones, NAME.training-state.DOMAIN.pt
+    removed += remove_temporaries(state.parent, f"{glob.escape(state.stem)}*{state.suffix}")
+    if removed:
+        logger.warning("removed what interrupted runs left: %s", ", ".join(map(str, removed)))
+
+
+def _run_tags(work_dir: Path, config: ExperimentConfig, lock: HeldLock) -> dict[str, str]:
+    """The pipeline run's tags: whose run it is (this pipeline under this work dir) and which holder of its lock ran
+    it, so a later run can tell a run left RUNNING by a killed process from a live one."""
+    holder = lock.holder
+    return {WORK_DIR_TAG: str(work_dir.resolve()), PIPELINE_TAG: config.name, HOST_TAG: holder.host,
+            PID_TAG: str(holder.pid), LOCK_TOKEN_TAG: holder.token}  # fmt: skip
+
+
+def _end_runs_of_killed_attempts(config: ExperimentConfig, work_dir: Path, lock: HeldLock) -> None:
+    """Mark KILLED the MLflow runs that killed runs of this pipeline under `work_dir` left RUNNING (and their step
+    runs): those whose lock this process now holds. Runs of other work dirs, pipelines or live hosts are left alone."""
+    owner = {WORK_DIR_TAG: str(work_dir.resolve()), PIPELINE_TAG: config.name}
+
+    def orphaned(tags: Mapping[str, str]) -> bool:
+        mine = all(tags.get(key) == value for key, value in owner.items())
+        return mine and lock.outlived(tags.get(HOST_TAG, ""), tags.get(LOCK_TOKEN_TAG, ""))
+
+    for run in end_orphaned_runs(config.tracking, config.experiment_name, orphaned):
+        parent = run.tags.get(PARENT_TAG)
+        by = f"pid {run.tags.get(PID_TAG)} on {run.tags.get(HOST_TAG)}" if parent is None else f"a step of run {parent}"
+        logger.warning("MLflow run %s (%s, %s) was left RUNNING by a killed process: marked KILLED", run.run_id,
+                       run.name, by)  # fmt: skip
 
 
 def _run_step(

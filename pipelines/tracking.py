@@ -2,8 +2,10 @@
 
 `resolve_tracking_uri` is the one owner of which MLflow store is meant (pipelines, the registry and serving all ask
 it); `start_tracking` the one place that knows experiments, how params are flattened and how metric names are made
-MLflow-safe. MLflow is imported only when a run starts (it is slow to import and optional
-on machines that only train, e.g. a GPU box without it: `tracking.enabled: false`).
+MLflow-safe; `store_lock` serializes what must not run twice at once on a SQLite store (its creation and migration,
+creating an experiment, the champion gate); `end_orphaned_runs` ends the runs a killed process left RUNNING.
+MLflow is imported only when a run starts (it is slow to import and optional on machines that only train, e.g. a GPU
+box without it: `tracking.enabled: false`).
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from torch import nn
+
+from recsys.runtime.lock import exclusive_lock
 
 if TYPE_CHECKING:  # the config module asks this one for the tracking URI
     from pipelines.config import TrackingSection
@@ -24,6 +29,8 @@ if TYPE_CHECKING:  # the config module asks this one for the tracking URI
 logger = logging.getLogger(__name__)
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+STORE_LOCK_WAIT_S = 120.0  # how long a process waits for another to let go of a SQLite store (`store_lock`)
+PARENT_TAG = "mlflow.parentRunId"  # MLflow's tag on a nested run
 
 _UNSAFE_METRIC_CHARS = re.compile(r"[^A-Za-z0-9_\-. :/]")  # MLflow accepts these characters only
 
@@ -107,8 +114,10 @@ def configured_tracking_uri(uri: str | None) -> str | None:
 
 
 @contextmanager
-def start_tracking(tracking: TrackingSection, experiment: str, run_name: str) -> Iterator[Tracker]:
-    """A tracker for one run: an MLflow run in `experiment` (created if missing), ended FAILED on error."""
+def start_tracking(
+    tracking: TrackingSection, experiment: str, run_name: str, tags: dict[str, str] | None = None
+) -> Iterator[Tracker]:
+    """A tracker for one run: an MLflow run in `experiment` (created if missing) with `tags`, ended FAILED on error."""
     if not tracking.enabled:
         logger.warning("MLflow tracking is off (tracking.enabled: false): this run is recorded in its model dir only")
         yield OfflineTracker()
@@ -117,22 +126,70 @@ def start_tracking(tracking: TrackingSection, experiment: str, run_name: str) ->
 
     tracking_uri = resolve_tracking_uri(tracking.uri)
     mlflow.set_tracking_uri(tracking_uri)
-    if mlflow.get_experiment_by_name(experiment) is None:
-        mlflow.create_experiment(experiment, artifact_location=tracking.artifacts or artifact_root(tracking_uri))
-    mlflow.set_experiment(experiment)
+    with store_lock(tracking_uri):  # the process's first use of the store: it may create it
+        if mlflow.get_experiment_by_name(experiment) is None:
+            mlflow.create_experiment(experiment, artifact_location=tracking.artifacts or artifact_root(tracking_uri))
+        mlflow.set_experiment(experiment)
     # inside a pipeline's run, a step's run is nested under it
-    with mlflow.start_run(run_name=run_name, nested=mlflow.active_run() is not None) as run:
+    with mlflow.start_run(run_name=run_name, nested=mlflow.active_run() is not None, tags=tags) as run:
         logger.debug("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, tracking_uri)
         yield MlflowTracker(run.info.run_id)
 
 
+@contextmanager
+def store_lock(tracking_uri: str) -> Iterator[None]:
+    """For a SQLite store, hold its lock file (`DB.lock` beside the database) for the block, which reads and then
+    writes the store (creating an experiment or a registered model, the champion gate): two processes doing that at
+    once would both create, or both promote. It also serializes the store's creation: MLflow creates and migrates
+    the database on a process's first use of it, and two processes doing that at once collide. Other stores: nothing
+    is held."""
+    db = sqlite_path(tracking_uri)
+    if db is None:
+        yield
+        return
+    what = f"the MLflow store {db} is locked"
+    fix = "retry when that process is done, or end it if it hangs"
+    with exclusive_lock(db.with_name(f"{db.name}.lock"), what=what, fix=fix, wait_s=STORE_LOCK_WAIT_S):
+        yield
+
+
+@dataclass(frozen=True)
+class EndedRun:
+    run_id: str
+    name: str
+    tags: dict[str, str]
+
+
+def end_orphaned_runs(
+    tracking: TrackingSection, experiment: str, orphaned: Callable[[Mapping[str, str]], bool]
+) -> list[EndedRun]:
+    """Mark KILLED the runs of `experiment` left RUNNING whose tags say they are `orphaned` (their process is gone),
+    and the runs left RUNNING under them; returns them."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(resolve_tracking_uri(tracking.uri))
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    running = client.search_runs([found.experiment_id], "attributes.status = 'RUNNING'")
+    ended = {run.info.run_id: run for run in running if orphaned(run.data.tags)}
+    while nested := [r for r in running if r.info.run_id not in ended and r.data.tags.get(PARENT_TAG) in ended]:
+        ended |= {run.info.run_id: run for run in nested}
+    for run_id in ended:
+        client.set_terminated(run_id, "KILLED")
+    return [EndedRun(run_id, run.info.run_name, run.data.tags) for run_id, run in ended.items()]
+
+
 def artifact_root(tracking_uri: str) -> str | None:
     """For a SQLite store, artifacts go to `mlartifacts/` beside the database file; else MLflow decides."""
+    db = sqlite_path(tracking_uri)
+    return None if db is None else (db.parent / "mlartifacts").as_uri()
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a SQLite store's URI (absolute); None for other stores."""
     prefix = "sqlite:///"
-    if not tracking_uri.startswith(prefix):
-        return None
-    db = Path(tracking_uri[len(prefix) :]).resolve()
-    return (db.parent / "mlartifacts").as_uri()
+    return Path(tracking_uri[len(prefix) :]).resolve() if tracking_uri.startswith(prefix) else None
 
 
 def metric_name(name: str) -> str:

@@ -13,7 +13,7 @@ import torch
 
 from pipelines.config import ExperimentConfig
 from pipelines.data import load_data
-from pipelines.model_dir import load_trained_model, model_sha256, write_model_dir
+from pipelines.model_dir import POPULARITY_VALID, load_trained_model, model_sha256, write_model_dir
 from pipelines.tracking import Tracker, start_tracking
 from recsys.data.prepared import SequenceData
 from recsys.data.splits import TEST, VALID
@@ -21,7 +21,7 @@ from recsys.errors import ConfigError
 from recsys.evaluation import evaluate
 from recsys.evaluation.slices import slice_metrics
 from recsys.inference import DomainScorer, VectorScorer
-from recsys.models.popularity import Popularity
+from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.registry import Model, ModelInputs, build_model
 from recsys.semantic_ids.codes import read_semantic_ids
 from recsys.semantic_ids.content import read_content_embeddings
@@ -72,12 +72,13 @@ def train_step(
         fitted = _train(model, data, config, tracker, training_state_path(out_dir))
         metrics: dict[str, Any] = {
             VALID: evaluate(model, data.eval_split(VALID), data.num_items, config.eval).metrics,
+            POPULARITY_VALID: _popularity_valid_metrics(data, config),
             **_test_metrics(model, data, config),
             **_timings(fitted, time.perf_counter() - start),
         }
         if fitted and fitted.expert_load:
             metrics["expert_load"] = fitted.expert_load  # per epoch: share of routed slots per expert
-        for split in (VALID, TEST, "test_warm", "test_cold"):
+        for split in (VALID, POPULARITY_VALID, TEST, "test_warm", "test_cold"):
             if split in metrics:
                 tracker.log_metrics(metrics[split], prefix=f"{split}_")
         tracker.log_metrics({k: float(metrics[k]) for k in ("best_epoch", "train_seconds", "seconds_per_epoch")})
@@ -203,6 +204,14 @@ def _timings(fitted: FitResult | None, seconds: float) -> dict[str, float]:
         "seconds_per_epoch": fitted.seconds_per_epoch,
         "valid_seconds_per_epoch": fitted.valid_seconds_per_epoch,
     }
+
+
+def _popularity_valid_metrics(data: SequenceData, config: ExperimentConfig) -> dict[str, float]:
+    """The popularity baseline (`recsys.models.popularity`) on the validation split, as the model was validated: the
+    bar the champion gate asks every promoted model to beat."""
+    popularity = Popularity(PopularityConfig(data.num_items))
+    popularity.fit(data.item_counts())
+    return evaluate(popularity, data.eval_split(VALID), data.num_items, config.eval).metrics
 
 
 def _test_metrics(model: Model, data: SequenceData, config: ExperimentConfig) -> dict[str, dict[str, float]]:

@@ -1,26 +1,33 @@
-"""The online recommendation API: `create_app(settings)`; `recsys serve` runs it with uvicorn.
+"""The online recommendation API: `create_app(settings)`; `recsys serve` runs it with uvicorn, one process or several
+(`create_app_from_environment`, the factory each worker calls).
 
 The lifespan loads the bundle (a directory, or the registered model's champion) into `app.state` once;
-routers read it through `serving.deps`.
+routers read it through `serving.deps`. The admin routes are mounted only when an admin token is configured, and
+the public `/v1` routes ask for an API key only when keys are configured (serving.security).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import torch
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 
 from pipelines.registry import resolve_bundle
 from serving.batcher import MicroBatcher
-from serving.history import HistoryStore, InMemoryHistoryStore, RedisHistoryStore
+from serving.history import HistoryStore, HistoryUnavailableError, InMemoryHistoryStore, RedisHistoryStore
+from serving.http import BodySizeLimit, validation_error_response
 from serving.metrics import ServingMetrics
 from serving.recommender import Recommender
-from serving.reloader import ChampionWatcher
+from serving.reloader import ChampionWatcher, ReloadError
 from serving.routers import admin, dashboard, events, health, items, recommendations
+from serving.schemas import TOO_LARGE, error_responses
+from serving.security import AUTH_ERRORS, AdminOnly, ApiKeyRequired
 from serving.settings import ServingSettings
 
 logger = logging.getLogger(__name__)
@@ -32,18 +39,20 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         torch.set_num_threads(settings.torch_threads)
-        app.state.history_store = make_history_store(settings)
+        app.state.history_store = _started_history_store(settings, app.state.metrics)
         app.state.batcher = MicroBatcher(settings.max_batch, app.state.metrics)
         app.state.batcher.start()
         app.state.watcher = None
         if settings.bundle is None and settings.model_name is not None:  # follow the registry's champion
-            app.state.watcher = ChampionWatcher(settings, app.state)
-            app.state.watcher.check()
+            app.state.watcher = ChampionWatcher(settings, app.state, app.state.metrics)
+            with contextlib.suppress(ReloadError):  # logged; not ready (/readyz says why) until a check loads one
+                app.state.watcher.check()
         else:
             app.state.recommender = Recommender(
                 resolve_bundle(settings.bundle, settings.model_name, settings.registry_uri)
             )
-        logger.info("serving %s", app.state.recommender.version)
+        if getattr(app.state, "recommender", None) is not None:
+            logger.info("serving %s", app.state.recommender.version)
         poller = None
         if app.state.watcher is not None and settings.reload_interval_s > 0:
             poller = asyncio.create_task(app.state.watcher.poll(settings.reload_interval_s))
@@ -54,14 +63,45 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
 
     app = FastAPI(title="recsys online API", version="1", lifespan=lifespan)
     app.state.settings = settings
+    app.state.admin_token = settings.admin_secret()
+    app.state.api_keys = settings.api_keys()
     app.state.metrics = ServingMetrics()
-    app.state.metrics.install(app)
-    for module in (recommendations, items, events, health, admin, dashboard):
+    app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
+    app.state.metrics.install(app)  # outermost: refused bodies are counted too
+    app.add_exception_handler(RequestValidationError, validation_error_response)
+    too_large = error_responses({413: TOO_LARGE})
+    public = [ApiKeyRequired] if app.state.api_keys else []
+    public_errors = too_large | (AUTH_ERRORS if app.state.api_keys else {})
+    for module in (recommendations, items, events):
+        app.include_router(module.router, dependencies=public, responses=public_errors)
+    for module in (health, dashboard):
         app.include_router(module.router)
+    if app.state.admin_token is not None:
+        app.include_router(admin.router, dependencies=[AdminOnly], responses=too_large | AUTH_ERRORS)
+    else:
+        logger.info("admin routes off (/v1/admin/* answer 404): set RECSYS_ADMIN_TOKEN or RECSYS_ADMIN_TOKEN_FILE")
+    if app.state.api_keys:
+        logger.info("the /v1 routes require one of %d API keys (X-API-Key)", len(app.state.api_keys))
     return app
 
 
-def make_history_store(settings: ServingSettings) -> HistoryStore:
+def create_app_from_environment() -> FastAPI:
+    """The app of the RECSYS_* environment: what each worker process of `recsys serve --workers N` builds."""
+    return create_app(ServingSettings())
+
+
+def _started_history_store(settings: ServingSettings, metrics: ServingMetrics) -> HistoryStore:
+    """The configured store, asked once at start-up (a store that is down is logged, not fatal: recommendations
+    are served from the bundle's histories meanwhile); its state feeds `recsys_history_store_up`."""
+    store: HistoryStore
     if settings.history_store == "redis":
-        return RedisHistoryStore(settings.redis_url, settings.events_per_user)
-    return InMemoryHistoryStore(settings.events_per_user)
+        store = RedisHistoryStore(settings.redis_url, settings.events_per_user, settings.history_ttl_s)
+    else:
+        store = InMemoryHistoryStore(settings.events_per_user, settings.max_users)
+    try:
+        store.ping()
+        logger.info("history store: %s answers", settings.history_store)
+    except HistoryUnavailableError:
+        pass  # the store logged it
+    metrics.history_store_up.set_function(lambda: float(store.available))
+    return store

@@ -1,4 +1,5 @@
-"""Prometheus metrics of one app: requests by route and status, request latency, model calls and batch sizes.
+"""Prometheus metrics of one app: requests by route and status, request latency, model calls and batch sizes,
+champion reloads and their failures, whether the online history store answers.
 
 Each app owns its registry (several apps in one process, e.g. tests, do not collide); `GET /metrics`
 serves it in the Prometheus text format. Requests are observed by a plain ASGI middleware (Starlette's
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 
 from fastapi import FastAPI, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -33,6 +34,15 @@ class ServingMetrics:
         )  # fmt: skip
         self.batch_size = Histogram(
             "recsys_model_batch_size", "recommendation requests scored per model call", buckets=_BATCH_BUCKETS,
+            registry=self.registry,
+        )  # fmt: skip
+        self.reloads = Counter("recsys_model_reloads", "champions loaded and swapped in", registry=self.registry)
+        self.reload_failures = Counter(
+            "recsys_model_reload_failures", "champion checks that failed (registry down or bundle unloadable)",
+            registry=self.registry,
+        )  # fmt: skip
+        self.history_store_up = Gauge(
+            "recsys_history_store_up", "1 when the online history store answered its last call, else 0",
             registry=self.registry,
         )  # fmt: skip
 

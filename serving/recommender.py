@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,15 +75,20 @@ class Recommender:
 
     def with_adapter(self, domain: str, path: Path) -> Recommender:
         """A copy serving `domain` with the adapter file at `path` (written by `recsys.modules.lora.save_adapter`);
-        this one is untouched, so requests in flight finish on it. ValueError saying what is wrong otherwise."""
+        this one is untouched, so requests in flight finish on it. ValueError saying what is wrong otherwise (the
+        message names the file by its name only: callers may not learn the server's directories)."""
         self.domain_index(domain)
         if not path.is_file():  # also keeps devices and pipes (which would never end) out of torch.load
-            raise ValueError(f"{path}: no such adapter file. Fix: pass the path of a file written by save_adapter")
+            raise ValueError(f"{path.name}: no such adapter file. Fix: pass a file written by save_adapter")
         model = copy.deepcopy(self.model)
         try:
             load_adapter(model, domain, path)
-        except (OSError, RuntimeError, pickle.UnpicklingError) as err:
-            raise ValueError(f"{path}: not a readable adapter file ({err}). Fix: write it with save_adapter") from err
+        except Exception as err:  # torch.load of arbitrary bytes raises anything from IndexError to UnpicklingError
+            why = str(err) if isinstance(err, ValueError) else type(err).__name__  # ValueErrors are load_adapter's own
+            raise ValueError(
+                f"{path.name}: not an adapter file of this model ({why}). Fix: write it with save_adapter from the "
+                "model this bundle serves"
+            ) from err
         swapped = copy.copy(self)
         swapped.model = model.eval()
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]

@@ -5,49 +5,84 @@ the one being served, it loads the new bundle *beside* the old one and then repl
 in one assignment. A request holds the recommender it started with (through `serving.deps`), so requests in
 flight finish on the old model and none fails; the next ones get the new model. The lifespan runs `check`
 every `reload_interval_s` seconds in the background; `POST /v1/admin/reload` runs it at once.
+
+A champion that cannot be loaded leaves the current model serving: the failure is kept (`/readyz` reports it),
+counted (`recsys_model_reload_failures_total`) and logged once per distinct error, not on every retry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.registry import download_bundle, get_champion
+from serving.metrics import ServingMetrics
 from serving.recommender import Recommender
 from serving.settings import ServingSettings
 
 logger = logging.getLogger(__name__)
 
 
+class ReloadError(RuntimeError):
+    """The registry's champion could not be loaded; the model served before keeps serving."""
+
+
+@dataclass(frozen=True)
+class ReloadFailure:
+    version: str | None  # the champion that failed to load (None: the registry itself did not answer)
+    error: str
+
+
 class ChampionWatcher:
-    def __init__(self, settings: ServingSettings, state: Any) -> None:
+    def __init__(self, settings: ServingSettings, state: Any, metrics: ServingMetrics) -> None:
         if settings.model_name is None:
             raise ValueError("hot swap follows a registered model: set model_name")
-        self.settings, self.state = settings, state
+        self.settings, self.state, self.metrics = settings, state, metrics
         self.version: str | None = None  # the registry version being served
+        self.failure: ReloadFailure | None = None  # the last check's failure, until a check succeeds
         self._lock = threading.Lock()  # one load at a time
 
     def check(self) -> bool:
-        """Load and swap in the champion if it changed; True when it swapped."""
+        """Load and swap in the champion if it changed; True when it swapped. `ReloadError` when the champion (or
+        the registry) fails: the current model keeps serving."""
         assert self.settings.model_name is not None
         with self._lock:
-            # one lookup gives the version and its bundle, so the version served is the one recorded
-            current = get_champion(self.settings.model_name, self.settings.registry_uri)
-            if current is None or current.version == self.version:
-                return False
-            bundle = download_bundle(current.source, self.settings.registry_uri)
-            recommender = Recommender(bundle)  # loaded before the swap: the old one serves meanwhile
+            champion_version = None
+            try:
+                # one lookup gives the version and its bundle, so the version served is the one recorded
+                current = get_champion(self.settings.model_name, self.settings.registry_uri)
+                if current is None or current.version == self.version:
+                    self.failure = None
+                    return False
+                champion_version = current.version
+                recommender = Recommender(download_bundle(current.source, self.settings.registry_uri))
+            except Exception as err:  # anything a broken bundle or an unreachable registry raises
+                raise self._failed(champion_version, err) from err
+            # loaded before the swap: the old one served meanwhile
             self.state.recommender, previous, self.version = recommender, self.version, current.version
+            self.failure = None
+        self.metrics.reloads.inc()
         logger.info("serving champion v%s of %s (was v%s)", current.version, self.settings.model_name, previous)
         return True
 
+    def _failed(self, version: str | None, err: Exception) -> ReloadError:
+        what = f"champion v{version} of {self.settings.model_name}" if version else "the registry"
+        failure = ReloadFailure(version, f"{what} cannot be loaded: {type(err).__name__}: {err}")
+        self.metrics.reload_failures.inc()
+        if failure != self.failure:  # a new problem: say it once (its traceback at DEBUG)
+            serving = f"still serving v{self.version}" if self.version else "no model loaded"
+            logger.error("%s; %s", failure.error, serving)
+            logger.debug("reload failure", exc_info=err)
+        self.failure = failure
+        return ReloadError(failure.error)
+
     async def poll(self, interval_s: float) -> None:
-        """Check every `interval_s` seconds until cancelled; a failed check is logged and retried."""
+        """Check every `interval_s` seconds until cancelled; a failed check is recorded and retried."""
         while True:
             await asyncio.sleep(interval_s)
-            try:
+            with contextlib.suppress(ReloadError):  # recorded by `check`
                 await asyncio.to_thread(self.check)
-            except Exception:  # a registry hiccup must not stop serving the current model
-                logger.exception("champion check failed; still serving v%s", self.version)

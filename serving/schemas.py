@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+MAX_ID_CHARS = 256
+MAX_TIMESTAMP = 4_102_444_800  # 2100-01-01 in unix seconds: a larger "time" is a unit mistake (ms, ns)
+
+# every id a client sends: users and items alike
+Identifier = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
+Timestamp = Annotated[int, Field(ge=0, le=MAX_TIMESTAMP, description="unix seconds")]
 
 
 class _Body(BaseModel):
@@ -17,9 +24,9 @@ class _Body(BaseModel):
 class RecommendationRequest(_Body):
     """Either a known `user_id` (their bundle history plus their online events) or an explicit `history`."""
 
-    user_id: str | None = Field(None, min_length=1, max_length=256)
-    history: list[str] | None = Field(None, max_length=1_000, description="item ids, oldest first")
-    timestamps: list[int] | None = Field(
+    user_id: Identifier | None = None
+    history: list[Identifier] | None = Field(None, max_length=1_000, description="item ids, oldest first")
+    timestamps: list[Timestamp] | None = Field(
         None,
         max_length=1_000,
         description="unix seconds of the `history` items (same length; time-aware models read them); "
@@ -29,6 +36,7 @@ class RecommendationRequest(_Body):
     exclude_seen: bool = True
     domain: str | None = Field(
         None,
+        max_length=64,
         description="multi-domain bundles: the domain to recommend in (its adapter, its items); default: the "
         "history's. Single-domain bundles reject it",
     )
@@ -69,9 +77,9 @@ class SimilarItemsResponse(BaseModel):
 
 
 class EventsRequest(_Body):
-    user_id: str = Field(min_length=1, max_length=256)
-    item_ids: list[str] = Field(min_length=1, max_length=100, description="items the user just interacted with")
-    timestamps: list[int] | None = Field(
+    user_id: Identifier
+    item_ids: list[Identifier] = Field(min_length=1, max_length=100, description="items the user just interacted with")
+    timestamps: list[Timestamp] | None = Field(
         None, max_length=100, description="unix seconds of the events (same length as item_ids); omitted = now"
     )
 
@@ -85,8 +93,6 @@ class EventsRequest(_Body):
 def _check_timestamps(timestamps: list[int], expected: int, of: str) -> None:
     if len(timestamps) != expected:
         raise ValueError(f"timestamps has {len(timestamps)} values for {expected} {of}: give one per item")
-    if any(t < 0 for t in timestamps):
-        raise ValueError("timestamps are unix seconds and cannot be negative")
 
 
 class EventsResponse(BaseModel):
@@ -103,6 +109,9 @@ class Health(BaseModel):
     model_version: str | None = None
     history_store: str | None = None
     detail: str | None = None
+    reload_error: str | None = Field(
+        default=None, description="the registry's champion that could not be loaded, and why"
+    )
 
 
 # ------------------------------------------------------------------------------------------------- errors
@@ -116,6 +125,7 @@ class ErrorResponse(BaseModel):
 
 NOT_READY = "no model loaded yet (see /readyz)"
 UNPARSEABLE_BODY = "the body is not parseable JSON"
+TOO_LARGE = "the body is larger than the server's limit (RECSYS_MAX_BODY_BYTES)"
 
 
 def error_responses(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:

@@ -13,13 +13,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 import torch
 import yaml
@@ -140,16 +138,11 @@ def recsys_serve(*options: str, env: Mapping[str, str] | None = None) -> Iterato
     server = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
     )
+    from benchmarks.common import wait_until_ok  # it imports the pipelines, hence the kernels: after TRITON_INTERPRET
+
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.3)
-        else:
+        if not wait_until_ok(f"{base}/readyz", 60, alive=lambda: server.poll() is None):
             raise AssertionError("the server did not become ready in 60 s")
         yield base, server
     finally:

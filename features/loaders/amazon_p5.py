@@ -25,6 +25,7 @@ from features.io import (
     fail_on_first,
     locate,
     locate_optional,
+    not_read_by,
     read_csv_catalog,
     read_text,
     require_unique,
@@ -49,10 +50,10 @@ def load_amazon_p5(path: Path, *, domain: str | None = None) -> RawDataset:
             prefix (`amazon-beauty` -> "beauty").
 
     Raises:
-        DataError: missing/empty/non-UTF-8 file, a line with only a user id, a user id on two lines,
-            or a malformed `items.csv`.
+        DataError: missing/unreadable/empty/non-UTF-8 file, a file other than `user_sequence.txt`, a line with
+            only a user id, a user id on two lines, or a malformed `items.csv`.
     """
-    sequences = locate(path, [SEQUENCE_FILE], f"pass a directory holding {SEQUENCE_FILE}, or the file itself")
+    sequences = locate(path, [SEQUENCE_FILE], SOURCE)
     folder = sequences.parent
     domain = domain if domain is not None else folder.resolve().name.removeprefix("amazon-")
     interactions = read_sequences(sequences).with_columns(pl.lit(domain).alias(DOMAIN))
@@ -115,6 +116,10 @@ def load_amazon_p5_domains(path: Path, *, domains: list[str] | None = None) -> R
         [('games:1', 'games:a', 0, 'games'), ('toys:1', 'toys:a', 0, 'toys')]
     """
     root = Path(path)
+    if root.is_file():
+        raise not_read_by(root, DOMAINS_SOURCE, f"one P5 folder per domain (each holding {SEQUENCE_FILE})")
+    if not root.is_dir():
+        raise DataError(root, "no such file or directory", "check the --input path")
     names = domains if domains is not None else sorted(p.name for p in root.iterdir() if (p / SEQUENCE_FILE).is_file())
     if not names:
         raise DataError(root, f"no domain directories holding {SEQUENCE_FILE}", "pass the parent of the P5 folders")

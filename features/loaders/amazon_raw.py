@@ -27,6 +27,7 @@ from features.io import (
     LINE,
     catalog_frame,
     json_string_fields,
+    not_read_by,
     parse_numbers,
     parse_records,
     read_text,
@@ -74,12 +75,14 @@ def load_amazon_raw(path: Path, *, domain: str | None = None) -> RawDataset:
 
 
 def find_reviews_file(path: Path) -> Path:
-    """`path` if it is a file, else the single `reviews_*.json(.gz)` in the directory.
+    """`path` if it is a reviews file, else the single `reviews_*.json(.gz)` in the directory.
 
     Args:
         path: a reviews file or a directory.
     """
     if path.is_file():
+        if not REVIEWS_NAME.match(path.name):
+            raise not_read_by(path, SOURCE, "one reviews_*.json(.gz) (+ its meta_*.json(.gz)), or that file itself")
         return path
     if not path.is_dir():
         raise DataError(path, "no such file or directory", "check the --input path")
@@ -157,4 +160,5 @@ def _text(value: Any) -> str | None:
 def _category(reviews: Path) -> str:
     """The category part of a reviews file name ("reviews_Beauty_5.json.gz" -> "Beauty")."""
     match = REVIEWS_NAME.match(reviews.name)
-    return match.group("category") if match else reviews.name.split(".")[0]
+    assert match is not None  # `find_reviews_file` takes no other name
+    return match.group("category")

@@ -56,10 +56,11 @@ def load_movielens(path: Path, *, domain: str = DOMAIN_NAME) -> RawDataset:
         domain: the `domain` of every row.
 
     Raises:
-        DataError: missing/empty/non-UTF-8 file, a line with the wrong number of fields, a missing
-            header column, a non-numeric rating or timestamp, or a movie id listed twice.
+        DataError: missing/unreadable/empty/non-UTF-8 file, a file other than ratings.dat / ratings.csv, a line
+            with the wrong number of fields, a missing header column, a non-numeric rating or timestamp, or a movie
+            id listed twice.
     """
-    ratings = locate(path, ["ratings.dat", "ratings.csv"], "pass a MovieLens directory or its ratings file")
+    ratings = locate(path, ["ratings.dat", "ratings.csv"], SOURCE)
     is_csv = ratings.name.removesuffix(".gz").endswith(".csv")
     columns = CSV_COLUMNS if is_csv else DAT_COLUMNS
     frame = read_ratings_csv(ratings) if is_csv else read_ratings_dat(ratings)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
+from pydantic import PositiveInt
 
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit
@@ -22,11 +23,11 @@ DEFAULT_KS = (5, 10, 50)
 class EvalConfig:
     """How to evaluate. Defaults are the platform's protocol (nothing excluded)."""
 
-    ks: tuple[int, ...] = DEFAULT_KS
+    ks: tuple[PositiveInt, ...] = DEFAULT_KS
     # Mask the user's history items before ranking. Off by default: the published protocol ranks
     # every item, and a target that repeats a history item then counts as a miss.
     exclude_seen: bool = False
-    batch_size: int = 1024
+    batch_size: PositiveInt = 1024
 
 
 @dataclass(frozen=True)

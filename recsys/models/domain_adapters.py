@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
+from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
 from recsys.data.times import HistoryTimes
 from recsys.models import TrainingFamily
 from recsys.models.sasrec import SASRec
 from recsys.modules.lora import DomainItemLoRA, LoRAConfig, add_lora, lora_layers, route
+from recsys.runtime.validation import Fraction
 
 # the linear layers of every SASRec block that get adapters: attention in/out and both feed-forward layers
 BLOCK_LINEARS = ("attn.qkv", "attn.out", "ffn.0", "ffn.2")
@@ -33,12 +35,12 @@ BLOCK_LINEARS = ("attn.qkv", "attn.out", "ffn.0", "ffn.2")
 class DomainAdapterConfig:
     # the data's domain names, in `SequenceData.domains` order (filled from the data when the model is built)
     domains: tuple[str, ...] = ()
-    rank: int = 8
-    alpha: float = 16.0
-    dropout: float = 0.0
+    rank: PositiveInt = 8
+    alpha: PositiveFloat = 16.0
+    dropout: Fraction = 0.0
     # rank of each domain's delta of its items' embeddings (input and output side: SASRec ties them); 0 = none.
     # Costs (domain items x rank) parameters, so it is the larger part of an adapter at rank >= 2
-    embedding_rank: int = 0
+    embedding_rank: NonNegativeInt = 0
     # filled by `DomainAdaptedRetriever` from its base (saved with the model, so a loaded one rebuilds it)
     num_items: int = 0
     base: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen base

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
 import torch
+from pydantic import NonNegativeInt, PositiveInt
 from torch import nn
 
 from recsys.data.times import HistoryTimes
@@ -26,8 +27,8 @@ class FusionConfig:
     # each member as saved: {"name": registry name, "config": its config fields}; filled from model directories
     members: list[dict[str, Any]] = field(default_factory=list)
     weights: list[float] | None = None  # per member; None = equal
-    rrf_k: int = 60  # damping: larger = flatter weight across ranks (60 as in the RRF paper)
-    depth: int = 100  # ranks taken from each member
+    rrf_k: NonNegativeInt = 60  # damping: larger = flatter weight across ranks (60 as in the RRF paper)
+    depth: PositiveInt = 100  # ranks taken from each member
 
 
 class Fusion(nn.Module):
@@ -41,8 +42,6 @@ class Fusion(nn.Module):
             raise ValueError(f"fusion needs at least 2 members, got {len(members)}")
         if config.weights is not None and len(config.weights) != len(members):
             raise ValueError(f"fusion has {len(members)} members but {len(config.weights)} weights")
-        if config.depth < 1 or config.rrf_k < 0:
-            raise ValueError(f"fusion needs depth >= 1 and rrf_k >= 0, got depth={config.depth}, rrf_k={config.rrf_k}")
         self.config = config
         self.members = nn.ModuleList(members)
         self.members.requires_grad_(False)

@@ -16,11 +16,13 @@ from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import NonNegativeInt, PositiveInt
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
 from recsys.models import TrainingFamily
+from recsys.runtime.validation import Fraction, check_heads
 from recsys.semantic_ids.trie import SemanticIdTrie
 
 PAD_TOKEN, START_TOKEN, FIRST_CODE_TOKEN = 0, 1, 2
@@ -30,18 +32,26 @@ PAD_TOKEN, START_TOKEN, FIRST_CODE_TOKEN = 0, 1, 2
 class GenerativeConfig:
     num_items: int  # V
     codebook_sizes: tuple[int, ...]  # K_t per level, the de-duplication level included
-    max_history: int = 20  # most recent items the encoder reads (TIGER: 20)
-    dim: int = 128
-    num_encoder_layers: int = 4
-    num_decoder_layers: int = 4
-    num_heads: int = 4
-    ffn_dim: int = 1024
-    dropout: float = 0.1
-    beam_size: int = 50  # >= the largest k evaluated
-    user_buckets: int = 2000  # hashed user tokens (TIGER: 2,000); 0 = no user token
+    max_history: PositiveInt = 20  # most recent items the encoder reads (TIGER: 20)
+    dim: PositiveInt = 128
+    num_encoder_layers: PositiveInt = 4
+    num_decoder_layers: PositiveInt = 4
+    num_heads: PositiveInt = 4
+    ffn_dim: PositiveInt = 1024
+    dropout: Fraction = 0.1
+    beam_size: PositiveInt = 50  # >= the largest k evaluated
+    user_buckets: NonNegativeInt = 2000  # hashed user tokens (TIGER: 2,000); 0 = no user token
     # Of the W items returned, this many are reserved for items marked new (`mark_new_items`): the model was
     # never trained to emit them, so they would rarely reach the beam (TIGER's epsilon * K). 0 = off.
-    new_item_slots: int = 0
+    new_item_slots: NonNegativeInt = 0
+
+    def __post_init__(self) -> None:
+        check_heads(self.num_heads, self.dim)
+        if self.new_item_slots > self.beam_size:
+            raise ValueError(
+                f"new_item_slots: {self.new_item_slots} is more than beam_size ({self.beam_size}); reserve fewer "
+                "slots or widen the beam"
+            )
 
 
 class GenerativeRetriever(nn.Module):
@@ -64,11 +74,6 @@ class GenerativeRetriever(nn.Module):
         if codes.shape != (config.num_items + 1, T):
             raise ValueError(
                 f"codes must be (num_items + 1, {T}) = ({config.num_items + 1}, {T}), got {tuple(codes.shape)}"
-            )
-        if not 0 <= config.new_item_slots <= config.beam_size:
-            raise ValueError(
-                f"new_item_slots must be in [0, beam_size={config.beam_size}], got {config.new_item_slots}. "
-                "Fix: reserve fewer slots or widen the beam"
             )
         self.config = config
         self.register_buffer("codes", codes.long().clone())

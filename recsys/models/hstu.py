@@ -25,24 +25,30 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
+from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
 from recsys.models import TrainingFamily
 from recsys.modules.transformer import causal_segment_mask, left_padded_layout
+from recsys.runtime.validation import Fraction, check_heads
 
 
 @dataclass(frozen=True)
 class HSTUConfig:
     num_items: int  # V; embeddings have V+1 rows, row 0 is padding
-    max_history: int = 50  # most recent items the model reads
-    dim: int = 64
-    num_layers: int = 2
-    num_heads: int = 2
-    dropout: float = 0.5  # on the input embeddings and every layer's output
-    temperature: float = 0.05  # logits = cosine(user, item) / temperature
-    num_time_buckets: int = 0  # > 0: relative bias over log2 buckets of time gaps too (needs real timestamps)
+    max_history: PositiveInt = 50  # most recent items the model reads
+    dim: PositiveInt = 64
+    num_layers: PositiveInt = 2
+    num_heads: PositiveInt = 2
+    dropout: Fraction = 0.5  # on the input embeddings and every layer's output
+    temperature: PositiveFloat = 0.05  # logits = cosine(user, item) / temperature
+    # > 0: relative bias over log2 buckets of time gaps too (needs real timestamps)
+    num_time_buckets: NonNegativeInt = 0
+
+    def __post_init__(self) -> None:
+        check_heads(self.num_heads, self.dim)
 
 
 def time_buckets(gaps: torch.Tensor, num_buckets: int) -> torch.Tensor:
@@ -60,8 +66,6 @@ def time_buckets(gaps: torch.Tensor, num_buckets: int) -> torch.Tensor:
 class HSTULayer(nn.Module):
     def __init__(self, dim: int, num_heads: int, max_len: int, dropout: float, num_time_buckets: int = 0) -> None:
         super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
         self.num_heads, self.max_len = num_heads, max_len
         self.in_norm = nn.LayerNorm(dim)
         self.uvqk = nn.Linear(dim, 4 * dim)
@@ -102,10 +106,6 @@ class HSTU(nn.Module):
 
     def __init__(self, config: HSTUConfig) -> None:
         super().__init__()
-        if config.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {config.temperature}")
-        if config.num_time_buckets < 0:
-            raise ValueError(f"num_time_buckets must be >= 0 (0 = positions only), got {config.num_time_buckets}")
         self.config = config
         self.item_emb = nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX)
         self.pos_emb = nn.Embedding(config.max_history, config.dim)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+from pydantic import PositiveInt
 from torch import nn
 
 from recsys.data.times import HistoryTimes
@@ -16,7 +17,7 @@ from recsys.models import TrainingFamily
 class PopularityConfig:
     num_items: int
     # history items passed on to `score`: popularity reads none of them, serving excludes the seen ones among them
-    max_history: int = 50
+    max_history: PositiveInt = 50
 
 
 class Popularity(nn.Module):

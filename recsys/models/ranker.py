@@ -27,12 +27,14 @@ from typing import Any, ClassVar, Literal, cast
 
 import torch
 import torch.nn.functional as F
+from pydantic import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch import nn
 
 from recsys.data.tasks import Task, task_kind
 from recsys.data.times import HistoryTimes
 from recsys.models import TrainingFamily
 from recsys.modules.moe import MoEConfig, MoELayer
+from recsys.runtime.validation import Fraction, check_heads
 
 CONTENT_SIMILARITIES = ("last", "closest", "average")
 
@@ -41,24 +43,29 @@ CONTENT_SIMILARITIES = ("last", "closest", "average")
 class RankerConfig:
     num_items: int
     retriever: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen first stage
-    num_candidates: int = 200  # C: the retriever's top-C are re-scored
-    max_history: int = 50
-    dim: int = 64
-    num_heads: int = 2
-    hidden: int = 256  # the head's hidden size (dense) or each expert's (moe)
+    num_candidates: PositiveInt = 200  # C: the retriever's top-C are re-scored
+    max_history: PositiveInt = 50
+    dim: PositiveInt = 64
+    num_heads: PositiveInt = 2
+    hidden: PositiveInt = 256  # the head's hidden size (dense) or each expert's (moe)
     head: Literal["dense", "moe"] = "dense"
-    num_experts: int = 8  # moe only
-    top_k: int = 2  # moe only
+    num_experts: PositiveInt = 8  # moe only
+    top_k: PositiveInt = 2  # moe only
     balancing: Literal["bias", "aux_loss", "none"] = "bias"  # moe only: how the experts are kept evenly used
-    bias_update_rate: float = 1e-3  # moe with "bias" balancing: the per-expert bias step after each batch
+    bias_update_rate: NonNegativeFloat = 1e-3  # moe with "bias" balancing: the per-expert bias step after each batch
     # the tasks predicted beside ranking (`recsys.data.tasks` names); None = every task the data has (filled when
     # the model is built), () = ranking only
     tasks: tuple[str, ...] | None = None
-    dropout: float = 0.1
+    dropout: Fraction = 0.1
     residual: bool = False  # task 0 = retriever score + the head's correction (which starts at zero)
     freeze_item_embeddings: bool = False  # keep the item vectors the registry copies from a SASRec retriever
     use_content: bool = False  # read content embeddings (the experiment's `sid.content` section)
-    content_dim: int = 0  # filled from the content embeddings when `use_content`
+    content_dim: NonNegativeInt = 0  # filled from the content embeddings when `use_content`
+
+    def __post_init__(self) -> None:
+        check_heads(self.num_heads, self.dim)
+        if self.head == "moe" and self.top_k > self.num_experts:
+            raise ValueError(f"top_k: {self.top_k} experts per example is more than num_experts ({self.num_experts})")
 
     @property
     def num_tasks(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,9 @@ class ModelSpec:
     model: type[Model]
     build: Callable[[dict[str, Any], ModelInputs], Model]  # config fields (num_items included), inputs -> a new model
     shape: Callable[[Any], Model] | None = None  # a saved config -> a model of its shape; None = `model(config)`
+    # the config fields `build` fills in from the data and the inputs (not the user's to set), with values that
+    # stand in for them when the user's params are checked before the data is read (`check_params`)
+    filled: Mapping[str, Any] = field(default_factory=lambda: {"num_items": 1})
 
     @property
     def training_family(self) -> TrainingFamily:
@@ -79,6 +82,11 @@ class ModelSpec:
 def build_model(name: str, params: Mapping[str, Any], num_items: int, inputs: ModelInputs | None = None) -> Model:
     """Instantiate model `name` with `params` (validated against its config dataclass) for V items on `inputs`."""
     return model_spec(name).build({**params, "num_items": num_items}, inputs or ModelInputs())
+
+
+def check_params(name: str, params: Mapping[str, Any]) -> None:
+    """Validate model `name`'s `params` before the data is read: what the build fills in stands in for itself."""
+    _validate(name, params, model_spec(name).filled)
 
 
 def model_spec(name: str) -> ModelSpec:
@@ -119,9 +127,9 @@ def _shaped(spec: Mapping[str, Any]) -> Model:
     return model.shape(config) if model.shape is not None else model.model(config)  # type: ignore[call-arg]
 
 
-def _validate(name: str, fields: Mapping[str, Any]) -> Any:
+def _validate(name: str, fields: Mapping[str, Any], filled: Mapping[str, Any] | None = None) -> Any:
     try:
-        return config_from(model_spec(name).config, fields, "model.params.")
+        return config_from(model_spec(name).config, fields, "model.params.", filled)
     except ConfigError as err:
         raise ConfigError(f"model {name!r}: {err}. Fix: correct model.params (docs/models.md)") from err
 
@@ -233,12 +241,30 @@ MODELS: dict[str, ModelSpec] = {
     "popularity": ModelSpec(PopularityConfig, Popularity, _popularity),
     "sasrec": ModelSpec(SASRecConfig, SASRec, _sasrec),  # its semantic-ID index comes with the state dict
     "hstu": ModelSpec(HSTUConfig, HSTU, _hstu),
-    "two_tower": ModelSpec(TwoTowerConfig, TwoTower, _two_tower),
-    "generative": ModelSpec(GenerativeConfig, GenerativeRetriever, _generative, _generative_shape),
-    "ranker": ModelSpec(RankerConfig, TwoStageRanker, _ranker, _ranker_shape),
-    "domain_adapters": ModelSpec(DomainAdapterConfig, DomainAdaptedRetriever, _domain_adapted, _domain_adapted_shape),
+    "two_tower": ModelSpec(TwoTowerConfig, TwoTower, _two_tower, filled={"num_items": 1, "content_dim": 0}),
+    "generative": ModelSpec(
+        GenerativeConfig,
+        GenerativeRetriever,
+        _generative,
+        _generative_shape,
+        filled={"num_items": 1, "codebook_sizes": (1,)},
+    ),
+    "ranker": ModelSpec(
+        RankerConfig, TwoStageRanker, _ranker, _ranker_shape, filled={"num_items": 1, "retriever": {}, "content_dim": 0}
+    ),
+    "domain_adapters": ModelSpec(
+        DomainAdapterConfig,
+        DomainAdaptedRetriever,
+        _domain_adapted,
+        _domain_adapted_shape,
+        filled={"num_items": 0, "base": {}},
+    ),
     "fusion": ModelSpec(
-        FusionConfig, Fusion, _fusion, lambda config: Fusion(config, [_shaped(m) for m in config.members])
+        FusionConfig,
+        Fusion,
+        _fusion,
+        lambda config: Fusion(config, [_shaped(m) for m in config.members]),
+        filled={"num_items": 1, "members": []},
     ),
 }
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import torch
+from pydantic import NonNegativeInt, PositiveInt
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
@@ -22,24 +23,30 @@ from recsys.models import TrainingFamily
 from recsys.modules.sid_embedding import SemanticIdEmbedding
 from recsys.modules.transformer import TransformerBlock, causal_segment_mask, left_padded_layout
 from recsys.ops.embedding_bag import Kernel
+from recsys.runtime.validation import Fraction, check_heads
 
 
 @dataclass(frozen=True)
 class SASRecConfig:
     num_items: int  # V; embeddings have V+1 rows, row 0 is padding
-    max_history: int = 50  # most recent items the model reads
-    dim: int = 64
-    num_layers: int = 2
-    num_heads: int = 2
-    ffn_dim: int = 256
-    dropout: float = 0.5  # strong dropout suits the small, sparse Amazon datasets
-    attn_dropout: float = 0.5
+    max_history: PositiveInt = 50  # most recent items the model reads
+    dim: PositiveInt = 64
+    num_layers: PositiveInt = 2
+    num_heads: PositiveInt = 2
+    ffn_dim: PositiveInt = 256
+    dropout: Fraction = 0.5  # strong dropout suits the small, sparse Amazon datasets
+    attn_dropout: Fraction = 0.5
     # > 0: add the embeddings of the item's first `sid_levels` semantic-ID prefixes (needs codes), which lets
     # the model score items it never saw in training
-    sid_levels: int = 0
+    sid_levels: NonNegativeInt = 0
     id_embeddings: bool = True  # False (with sid_levels > 0): items are represented by their semantic ID only
     # embedding-bag backend of the semantic-ID lookup: "auto" = Triton on CUDA, torch elsewhere
     embedding_kernel: Literal["auto", "torch", "triton"] = "auto"
+
+    def __post_init__(self) -> None:
+        check_heads(self.num_heads, self.dim)
+        if not (self.id_embeddings or self.sid_levels):
+            raise ValueError("id_embeddings: false needs sid_levels > 0, or nothing represents the items")
 
 
 class SASRec(nn.Module):
@@ -57,8 +64,6 @@ class SASRec(nn.Module):
     def __init__(self, config: SASRecConfig, codes: torch.Tensor | None = None) -> None:
         """Args: config; codes (V+1, >= sid_levels) semantic IDs when `sid_levels` > 0 (None: from a state dict)."""
         super().__init__()
-        if not (config.id_embeddings or config.sid_levels):
-            raise ValueError("SASRecConfig needs id_embeddings or sid_levels > 0 to represent items")
         self.config = config
         self.item_emb = (
             nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX) if config.id_embeddings else None

@@ -9,48 +9,56 @@ Sparse features go through torchrec's `KeyedJaggedTensor` into an `EmbeddingBagC
 Each tower ends in an MLP and L2 normalisation; logits = cosine / temperature. Training: in-batch negatives with
 logQ correction plus uniformly drawn random negatives (`recsys.training.recipes.TwoTowerRecipe`).
 
+torchrec (with fbgemm, seconds to import) is imported when a model is built, not when its config is checked.
+
 Dimension letters: B users, H history, V+1 items, D dim, C content dim, L prefix levels.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
-from torchrec import EmbeddingBagConfig, KeyedJaggedTensor
-from torchrec.modules.embedding_configs import PoolingType
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
 from recsys.models import TrainingFamily
-from recsys.modules.embedding_bag_collection import FusedEmbeddingBagCollection
 from recsys.modules.sid_embedding import prefix_ids
+from recsys.runtime.validation import Fraction
+
+if TYPE_CHECKING:
+    from torchrec import EmbeddingBagConfig, KeyedJaggedTensor
 
 
 @dataclass(frozen=True)
 class TwoTowerConfig:
     num_items: int  # V
-    max_history: int = 50  # history items the user tower reads
-    recent: int = 3  # the most recent items, pooled apart from the whole history
-    dim: int = 64
-    hidden_dim: int = 256
-    dropout: float = 0.2
-    temperature: float = 0.05
-    user_buckets: int = 0  # hashed user-id feature (0 = none)
-    sid_levels: int = 0  # semantic-ID prefix features of the item tower (needs codes)
+    max_history: PositiveInt = 50  # history items the user tower reads
+    recent: PositiveInt = 3  # the most recent items, pooled apart from the whole history
+    dim: PositiveInt = 64
+    hidden_dim: PositiveInt = 256
+    dropout: Fraction = 0.2
+    temperature: PositiveFloat = 0.05
+    user_buckets: NonNegativeInt = 0  # hashed user-id feature (0 = none)
+    sid_levels: NonNegativeInt = 0  # semantic-ID prefix features of the item tower (needs codes)
     use_content: bool = False  # feed the item's content (LLM) embedding to the item tower
-    content_dim: int = 0  # its size, filled in from the embeddings by the registry
+    content_dim: NonNegativeInt = 0  # its size, filled in from the embeddings by the registry
 
 
 def _tower(in_dim: int, hidden: int, out: int, dropout: float) -> nn.Sequential:
     return nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, out))
 
 
-def _bag(name: str, rows: int, dim: int, pooling: PoolingType) -> EmbeddingBagConfig:
-    return EmbeddingBagConfig(name=name, embedding_dim=dim, num_embeddings=rows, feature_names=[name], pooling=pooling)
+def _bag(name: str, rows: int, dim: int, pooling: Literal["MEAN", "SUM"]) -> EmbeddingBagConfig:
+    from torchrec import EmbeddingBagConfig, PoolingType
+
+    return EmbeddingBagConfig(
+        name=name, embedding_dim=dim, num_embeddings=rows, feature_names=[name], pooling=PoolingType[pooling]
+    )
 
 
 class TwoTower(nn.Module):
@@ -70,17 +78,17 @@ class TwoTower(nn.Module):
     def __init__(
         self, config: TwoTowerConfig, codes: torch.Tensor | None = None, content: torch.Tensor | None = None
     ) -> None:
+        from recsys.modules.embedding_bag_collection import FusedEmbeddingBagCollection
+
         super().__init__()
-        if config.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {config.temperature}")
         self.config = config
         V1, D, L = config.num_items + 1, config.dim, config.sid_levels
-        user_tables = [_bag("history", V1, D, PoolingType.MEAN), _bag("recent", V1, D, PoolingType.MEAN)]
+        user_tables = [_bag("history", V1, D, "MEAN"), _bag("recent", V1, D, "MEAN")]
         if config.user_buckets:
-            user_tables.append(_bag("user", config.user_buckets + 1, D, PoolingType.SUM))
-        item_tables = [_bag("item_id", V1, D, PoolingType.SUM)]
+            user_tables.append(_bag("user", config.user_buckets + 1, D, "SUM"))
+        item_tables = [_bag("item_id", V1, D, "SUM")]
         if L:
-            item_tables.append(_bag("sid_prefix", L * V1 + 1, D, PoolingType.SUM))  # row 0: padding
+            item_tables.append(_bag("sid_prefix", L * V1 + 1, D, "SUM"))  # row 0: padding
         self.user_features = FusedEmbeddingBagCollection(user_tables)
         self.item_features = FusedEmbeddingBagCollection(item_tables)
         self.user_mlp = _tower(len(user_tables) * D, config.hidden_dim, D, config.dropout)
@@ -140,6 +148,8 @@ class TwoTower(nn.Module):
 
 def _jagged(features: dict[str, torch.Tensor]) -> KeyedJaggedTensor:
     """{name: (B, n) ids, 0 = none} -> a KeyedJaggedTensor with the non-zero ids of each row as one bag."""
+    from torchrec import KeyedJaggedTensor
+
     keys = list(features)
     dense = [features[k] for k in keys]
     lengths = torch.cat([(d != 0).sum(dim=1) for d in dense])

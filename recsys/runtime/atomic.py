@@ -1,8 +1,15 @@
-"""Atomic writes: a crash or an error never leaves a half-written file or directory behind."""
+"""Atomic writes: a crash or an error never leaves a half-written file or directory behind.
+
+A write goes to a temporary beside its target, named here and only here: `.NAME.XXXXXXXX.tmp` (`atomic_file`),
+`.NAME.tmp-XXXXXXXX` (`atomic_directory`) and `.NAME.old-XXXXXXXX` (the directory it replaces, while it is swapped
+out). An error removes them; a killed process cannot, so `remove_temporaries` finds what one left.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -10,6 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from recsys.errors import DataError
+
+# tempfile's names: the prefix and suffix given below around 8 characters of tempfile._RandomNameSequence
+_TEMPORARY = re.compile(r"\.(?P<target>.+)\.(?:(?:tmp|old)-[a-z0-9_]{8}|[a-z0-9_]{8}\.tmp)")
 
 
 @contextmanager
@@ -77,3 +87,25 @@ def _swap_in(tmp: Path, out_dir: Path) -> None:
         old.rename(out_dir)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_temporaries(directory: Path, target: str = "*") -> list[Path]:
+    """Remove the temporaries of atomic writes in `directory` whose target's name matches the glob `target`; returns
+    what it removed.
+
+    Outside a write, they are what a killed process left behind: call this only where no write can be under way
+    (e.g. holding the lock of the pipeline that owns the directory).
+    """
+    if not directory.is_dir():
+        return []
+    found = sorted(
+        path
+        for path in directory.iterdir()
+        if (match := _TEMPORARY.fullmatch(path.name)) and fnmatch.fnmatchcase(match["target"], target)
+    )
+    for path in found:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return found

@@ -1,21 +1,35 @@
 """Config dataclasses from user input (YAML, saved files): types checked, unknown keys refused, errors that name the
-dotted key and say how to fix it."""
+dotted key and say how to fix it.
+
+A config dataclass states its bounds on the field (`dim: PositiveInt = 64`, `dropout: Fraction = 0.5`) and checks
+across fields in `__post_init__`, raising a ValueError whose message starts with the field it is about
+("num_heads (3) should divide dim (64)"): `config_from` shows it after the key's prefix.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from recsys.errors import ConfigError
 
 T = TypeVar("T")
 
+Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]  # in [0, 1): a dropout rate, a decay
 
-def config_from(cls: type[T], fields: Mapping[str, Any], where: str) -> T:
+
+def config_from(cls: type[T], fields: Mapping[str, Any], where: str, filled: Mapping[str, Any] | None = None) -> T:
     """`cls` (a dataclass) from `fields`, validated; ConfigError naming each bad key as `where` + its name.
+
+    Args:
+        cls: the config dataclass.
+        fields: the user's keys and values.
+        where: the dotted prefix of the keys in the user's file, e.g. "model.params.".
+        filled: fields the program fills in (from the data, say), not the user: a key among them is unknown, and
+            these values stand in for them.
 
     Example:
         >>> from recsys.evaluation import EvalConfig
@@ -25,12 +39,13 @@ def config_from(cls: type[T], fields: Mapping[str, Any], where: str) -> T:
         Traceback (most recent call last):
         recsys.errors.ConfigError: eval.k: unknown key (known: ks, exclude_seen, batch_size)
     """
-    known = [field.name for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    filled = filled or {}
+    known = [field.name for field in dataclasses.fields(cls) if field.name not in filled]  # type: ignore[arg-type]
     unknown = [key for key in fields if key not in known]
     if unknown:
         raise ConfigError("; ".join(f"{where}{key}: unknown key (known: {', '.join(known)})" for key in unknown))
     try:
-        holder = _strict_input(cls).model_validate({"value": dict(fields)})
+        holder = _strict_input(cls).model_validate({"value": {**fields, **filled}})
     except ValidationError as err:
         raise ConfigError(_nested_problems(err, where)) from err
     value: T = holder.value  # type: ignore[attr-defined]
@@ -50,13 +65,16 @@ def _strict_input(cls: type) -> type[BaseModel]:
 
 
 def _nested_problems(err: ValidationError, where: str) -> str:
-    """`problems` of a `_strict_input` validation: the unknown keys of a nested section grouped under its key."""
+    """`problems` of a `_strict_input` validation: the unknown keys of a nested section grouped under its key, a
+    `__post_init__` check's message (it starts with its field) after the prefix of its dataclass."""
     unknown: dict[str, list[str]] = {}
     others = []
     for e in err.errors():
         loc = [str(part) for part in e["loc"][1:]]  # [0] is the holder's field
         if e["type"] == "unexpected_keyword_argument":
             unknown.setdefault(".".join(loc[:-1]), []).append(loc[-1])
+        elif e["type"] == "value_error":
+            others.append(f"{where}{''.join(part + '.' for part in loc)}{e['ctx']['error']}")
         else:
             others.append(f"{where}{'.'.join(loc)}: {e['msg']}")
     return "; ".join([*others, *(f"{where}{parent}: unknown keys {keys}" for parent, keys in unknown.items())])
@@ -65,3 +83,17 @@ def _nested_problems(err: ValidationError, where: str) -> str:
 def problems(err: ValidationError, where: str = "") -> str:
     """A pydantic error as '<where><dotted key>: <message>' per problem."""
     return "; ".join(f"{where}{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+
+
+def check_heads(num_heads: int, dim: int) -> None:
+    """A config's `__post_init__` check: attention splits `dim` into `num_heads` heads of equal size.
+
+    Example:
+        >>> check_heads(3, 64)
+        Traceback (most recent call last):
+        ValueError: num_heads: 3 does not divide dim (64) into equal attention heads; use a divisor of 64
+    """
+    if dim % num_heads:
+        raise ValueError(
+            f"num_heads: {num_heads} does not divide dim ({dim}) into equal attention heads; use a divisor of {dim}"
+        )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -30,6 +31,7 @@ from recsys.models import TrainingFamily
 from recsys.modules.moe import expert_load
 from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
 from recsys.runtime.device import resolve_device, use_bf16_autocast
+from recsys.runtime.validation import Fraction
 from recsys.training.averaging import WeightAverage
 from recsys.training.recipes import TRAINING_SETTINGS, Recipe, recipe_for
 
@@ -42,21 +44,22 @@ EpochCallback = Callable[[int, dict[str, float]], None]
 class TrainConfig:
     """How any model trains; what only one model family reads is its `model.training` (`recsys.training.recipes`)."""
 
-    epochs: int = 200
-    batch_size: int = 16  # next-item models: packed rows of their window (Beauty: ~40 targets each); others: pairs
-    lr: float = 1e-3
+    epochs: PositiveInt = 200
+    # next-item models: packed rows of their window (Beauty: ~40 targets each); others: (history, next item) pairs
+    batch_size: PositiveInt = 16
+    lr: PositiveFloat = 1e-3
     # "cosine": linear warm-up over `warmup_steps`, then cosine decay to 0 at the last planned epoch;
     # "constant": `lr` throughout (after the warm-up, if any).
     lr_schedule: Literal["constant", "cosine"] = "constant"
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
+    warmup_steps: NonNegativeInt = 0
+    weight_decay: NonNegativeFloat = 0.0
     # > 0: validate, checkpoint and save an exponential moving average of the weights (decay per step, e.g.
     # 0.999 averages over ~1,000 steps) instead of the last step's weights; 0 = off
-    ema_decay: float = 0.0
-    patience: int = 10  # epochs without a better validation metric before stopping
-    max_train_seconds: float | None = None  # stop after the first validated epoch past this wall time
+    ema_decay: Fraction = 0.0
+    patience: PositiveInt = 10  # epochs without a better validation metric before stopping
+    max_train_seconds: NonNegativeFloat | None = None  # stop after the first validated epoch past this wall time
     monitor: str = "ndcg@10"  # validation metric that picks the checkpoint
-    eval_every: int = 1
+    eval_every: PositiveInt = 1
     seed: int = 0
     device: str = "auto"  # "auto" = cuda when available, else cpu
     # "auto": bf16 autocast on CUDA and on CPUs with native bf16 matmuls (AVX512-BF16 / AMX), else fp32.

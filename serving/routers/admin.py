@@ -1,21 +1,36 @@
 """`POST /v1/admin/reload`: ask the registry for a new champion now and hot-swap to it (serving.reloader);
-`POST /v1/admin/adapters/{domain}`: hot-swap one domain's LoRA adapter of a domain-adapted bundle."""
+`POST /v1/admin/adapters/{domain}`: hot-swap one domain's LoRA adapter of a domain-adapted bundle.
+
+Mounted only with an admin token, behind it (serving.main, serving.security). Adapters are named, not located:
+`{"version": V}` reads `<adapter_root>/<domain>/<V>.pt` and nothing else, so a caller cannot make the server open
+(or probe for) any other file.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from pathlib import Path
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from serving.deps import RecommenderDep
+from serving.http import StrictJsonRoute
+from serving.reloader import ReloadError
 from serving.schemas import NOT_READY, UNPARSEABLE_BODY, error_responses
 
 logger = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+router = APIRouter(prefix="/v1/admin", tags=["admin"], route_class=StrictJsonRoute)
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # no separators, no leading dot: a name, never a path
+ADAPTER_SUFFIX = ".pt"
+MAX_ADAPTER_BYTES = 256 << 20
 
 
 class ReloadResponse(BaseModel):
@@ -24,42 +39,110 @@ class ReloadResponse(BaseModel):
     registry_version: str | None
 
 
-@router.post("/reload", responses=error_responses({409: "serving a fixed bundle, not a registered model"}))
+@router.post(
+    "/reload",
+    responses=error_responses(
+        {
+            409: "serving a fixed bundle, not a registered model",
+            429: "asked again sooner than RECSYS_RELOAD_MIN_INTERVAL_S after the previous reload",
+            503: "the registry's champion could not be loaded (the current model keeps serving)",
+        }
+    ),
+)
 def reload(request: Request) -> ReloadResponse:
     watcher = request.app.state.watcher
     if watcher is None:
         raise HTTPException(
             status_code=409, detail="serving a fixed bundle: start with a model name to follow its champion"
         )
-    reloaded = watcher.check()
-    return ReloadResponse(
-        reloaded=reloaded, model_version=request.app.state.recommender.version, registry_version=watcher.version
-    )
+    now = time.monotonic()
+    wait = request.app.state.settings.reload_min_interval_s - (now - getattr(request.app.state, "last_reload", -1e9))
+    if wait > 0:
+        raise HTTPException(
+            status_code=429,
+            detail=f"the champion was checked less than {request.app.state.settings.reload_min_interval_s:g} s ago. "
+            f"Fix: retry in {math.ceil(wait)} s",
+            headers={"Retry-After": str(math.ceil(wait))},
+        )
+    request.app.state.last_reload = now
+    try:
+        reloaded = watcher.check()
+    except ReloadError as err:
+        raise HTTPException(status_code=503, detail=f"{err}. Fix: register a loadable bundle as champion") from err
+    recommender = request.app.state.recommender
+    return ReloadResponse(reloaded=reloaded, model_version=recommender.version, registry_version=watcher.version)
 
 
 class AdapterRequest(BaseModel):
-    path: str = Field(min_length=1, description="an adapter file written by recsys.modules.lora.save_adapter")
+    model_config = ConfigDict(extra="forbid")  # an old client's `path` is refused, not ignored
+
+    version: str = Field(
+        pattern=NAME_PATTERN, description=f"the adapter file <adapter_root>/<domain>/<version>{ADAPTER_SUFFIX}"
+    )
 
 
 class AdapterResponse(BaseModel):
     domain: str
+    version: str
     model_version: str
 
 
 @router.post(
     "/adapters/{domain}",
     # 422s (unknown domain, unusable file) are FastAPI's validation list, documented by FastAPI itself
-    responses=error_responses({400: UNPARSEABLE_BODY, 409: "the bundle has no domain adapters", 503: NOT_READY}),
+    responses=error_responses(
+        {
+            400: UNPARSEABLE_BODY,
+            404: "no such adapter version under the adapter root",
+            409: "adapter swaps are off, the bundle has no domain adapters, or several workers serve",
+            503: NOT_READY,
+        }
+    ),
 )
-def swap_adapter(domain: str, body: AdapterRequest, request: Request, recommender: RecommenderDep) -> AdapterResponse:
-    """Load the file into a copy of the served model and swap it in; requests in flight finish on the old one.
+def swap_adapter(
+    domain: Annotated[str, PathParam(pattern=NAME_PATTERN)],
+    body: AdapterRequest,
+    request: Request,
+    recommender: RecommenderDep,
+) -> AdapterResponse:
+    """Load the adapter into a copy of the served model and swap it in; requests in flight finish on the old one.
     A later champion reload replaces it with the registered bundle's adapters."""
+    settings = request.app.state.settings
+    if settings.adapter_root is None:
+        raise HTTPException(status_code=409, detail="adapter swaps are off. Fix: set RECSYS_ADAPTER_ROOT")
+    if settings.workers > 1:
+        raise HTTPException(
+            status_code=409,
+            detail=f"an adapter swap would reach one of {settings.workers} workers. Fix: serve with --workers 1, or "
+            "register a bundle with the new adapter",
+        )
     if not recommender.domains:
         raise HTTPException(status_code=409, detail="this bundle has no domain adapters: nothing to swap")
     try:
-        swapped = recommender.with_adapter(domain, Path(body.path))
+        recommender.domain_index(domain)  # an unknown domain says so before any file is looked for
     except ValueError as err:
-        raise RequestValidationError([{"type": "value_error", "loc": ("body", "path"), "msg": str(err)}]) from err
+        raise RequestValidationError([{"type": "value_error", "loc": ("path", "domain"), "msg": str(err)}]) from err
+    try:
+        swapped = recommender.with_adapter(domain, _adapter_file(settings.adapter_root, domain, body.version))
+    except ValueError as err:
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "version"), "msg": str(err)}]) from err
     request.app.state.recommender = swapped
-    logger.info("adapter %s swapped in from %s: serving %s", domain, body.path, swapped.version)
-    return AdapterResponse(domain=domain, model_version=swapped.version)
+    logger.info("adapter %s version %s swapped in: serving %s", domain, body.version, swapped.version)
+    return AdapterResponse(domain=domain, version=body.version, model_version=swapped.version)
+
+
+def _adapter_file(root: Path, domain: str, version: str) -> Path:
+    """`<root>/<domain>/<version>.pt`, resolved (symlinks followed); 404, the same for a missing file and for one
+    that resolves outside the root, so an answer never says whether some other file exists."""
+    root = root.resolve()
+    path = (root / domain / f"{version}{ADAPTER_SUFFIX}").resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        raise HTTPException(
+            status_code=404,
+            detail=f"no adapter {version!r} for domain {domain!r} under the adapter root. Fix: write it with "
+            f"save_adapter to <adapter_root>/{domain}/{version}{ADAPTER_SUFFIX}",
+        )
+    if path.stat().st_size > MAX_ADAPTER_BYTES:
+        message = f"adapter {version!r} is larger than any adapter ({MAX_ADAPTER_BYTES >> 20} MiB): not one"
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "version"), "msg": message}])
+    return path

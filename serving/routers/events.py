@@ -8,9 +8,10 @@ from fastapi import APIRouter, HTTPException
 
 from serving.deps import HistoryStoreDep, RecommenderDep
 from serving.history import Event, HistoryUnavailableError
+from serving.http import StrictJsonRoute
 from serving.schemas import NOT_READY, UNPARSEABLE_BODY, EventsRequest, EventsResponse, error_responses
 
-router = APIRouter(prefix="/v1", tags=["events"])
+router = APIRouter(prefix="/v1", tags=["events"], route_class=StrictJsonRoute)
 
 
 @router.post(

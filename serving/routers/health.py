@@ -17,14 +17,25 @@ def healthz() -> Health:
 
 @router.get("/readyz", responses={503: {"model": Health, "description": "no model loaded yet"}})
 def readyz(request: Request, response: Response) -> Health:
-    """503 until a model is loaded; "degraded" (200) when only the online history store is down."""
+    """503 until a model is loaded; "degraded" (200) when the online history store is down or the registry's
+    champion cannot be loaded (`reload_error`: the previous model keeps serving)."""
+    watcher = request.app.state.watcher
+    reload_error = None if watcher is None or watcher.failure is None else watcher.failure.error
     recommender = getattr(request.app.state, "recommender", None)
     if recommender is None:
         response.status_code = 503
-        return Health(status="degraded", detail="no model loaded")
+        return Health(status="degraded", detail="no model loaded", reload_error=reload_error)
     store_name = type(request.app.state.history_store).__name__
     try:
         request.app.state.history_store.ping()
     except HistoryUnavailableError as err:
-        return Health(status="degraded", model_version=recommender.version, history_store=store_name, detail=str(err))
-    return Health(status="ok", model_version=recommender.version, history_store=store_name)
+        return Health(
+            status="degraded", model_version=recommender.version, history_store=store_name, detail=str(err),
+            reload_error=reload_error,
+        )  # fmt: skip
+    return Health(
+        status="ok" if reload_error is None else "degraded",
+        model_version=recommender.version,
+        history_store=store_name,
+        reload_error=reload_error,
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 
 from fastapi import APIRouter
@@ -11,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from serving.deps import BatcherDep, HistoryStoreDep, RecommenderDep
 from serving.history import Event, HistoryStore, HistoryUnavailableError
+from serving.http import StrictJsonRoute
 from serving.recommender import RecommendationQuery
 from serving.schemas import (
     NOT_READY,
@@ -21,8 +21,7 @@ from serving.schemas import (
     error_responses,
 )
 
-logger = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1", tags=["recommendations"])
+router = APIRouter(prefix="/v1", tags=["recommendations"], route_class=StrictJsonRoute)
 
 
 @router.post("/recommendations", responses=error_responses({400: UNPARSEABLE_BODY, 503: NOT_READY}))
@@ -49,8 +48,7 @@ async def recommendations(
         try:
             online, online_times, unknown = recommender.known_events(await _recent(store, body.user_id), now)
             history, timestamps = history + online, timestamps + online_times
-        except HistoryUnavailableError as err:
-            logger.warning("serving without online events: %s", err)
+        except HistoryUnavailableError:  # the store logs when it goes down and when it is back
             degraded = True
     history, timestamps = history[-recommender.max_history :], timestamps[-recommender.max_history :]
     query = RecommendationQuery(history, body.k, body.exclude_seen, timestamps, request_time=now, domain=domain)

@@ -1,5 +1,5 @@
-"""The serving load test, short, on the synthetic config made tiny: wrk against a real `recsys serve` process; the
-result reproduces from its config."""
+"""The serving load test, short, on the synthetic config made tiny: wrk against a real `recsys serve` of one and of
+two worker processes sharing a real Redis; the result reproduces from its config."""
 
 from __future__ import annotations
 
@@ -33,21 +33,29 @@ def test_short_load_test_writes_the_issue_fields(tmp_path: Path) -> None:
     sets = [arg for key, value in TINY.items() for arg in ("--set", f"{key}={value}")]
     args = ["--config", "configs/synthetic/sasrec.yaml", *sets, "--work-dir", str(tmp_path / "work"),
             "--duration", "2", "--connections", "2", "--model-calls", "20", "--freshness-trials", "10",
-            "--results-dir", str(tmp_path)]  # fmt: skip
+            "--workers", "1", "2", "--history-store", "redis", "--results-dir", str(tmp_path)]  # fmt: skip
     path = serving.main(args)
     result = json.loads(path.read_text())
-    assert path.name == "serving-synthetic.json" and result["name"] == "serving-synthetic"
-    assert result["requests"] > 0 and result["requests_per_second"] > 0 and result["errors"] == 0
-    assert 0 < result["latency_ms"]["p50"] <= result["latency_ms"]["p95"] <= result["latency_ms"]["p99"]
+    assert path.name == "serving-synthetic-redis.json" and result["name"] == "serving-synthetic-redis"
+    assert [run["workers"] for run in result["runs"]] == [1, 2]
+    for run in result["runs"]:
+        assert run["requests"] > 0 and run["requests_per_second"] > 0 and run["errors"] == 0
+        assert 0 < run["latency_ms"]["p50"] <= run["latency_ms"]["p95"] <= run["latency_ms"]["p99"]
+        swap = run["hot_swap"]  # the admin reload or a worker's own check (every second) swapped it in
+        assert swap["errors"] == 0 and swap["every_worker_serves_it"]
+    assert [run["hot_swap"]["promoted_version"] for run in result["runs"]] == ["2", "3"]
     assert 0 < result["model_call_ms"]["p50"] <= result["model_call_ms"]["p99"]
     assert 0 < result["freshness_ms"]["p50"] <= result["freshness_ms"]["p99"]
-    batching = result["server_batching"]  # every wrk request went through a model call (the mean has 4 digits)
-    assert batching["model_calls"] * batching["mean_requests_per_call"] >= result["requests"] * (1 - 5e-4)
+    one = result["runs"][0]
+    batching = one["server_batching"]  # every wrk request went through a model call (the mean has 4 digits)
+    assert batching["model_calls"] * batching["mean_requests_per_call"] >= one["requests"] * (1 - 5e-4)
     assert batching["mean_requests_per_call"] >= 1 and batching["mean_model_call_ms"] > 0
-    swap = result["hot_swap"]
-    assert swap["reloaded"] is True and swap["promoted_version"] == "2" and swap["errors"] == 0
-    assert {"concurrency", "duration_s", "machine", "command"} <= set(result)
-    assert result["load_test"] == {"duration_s": 2, "connections": 2, "model_calls": 20, "freshness_trials": 10}
+    assert "server_batching" not in result["runs"][1]  # each worker counts its own calls
+    assert {"concurrency", "machine", "command"} <= set(result)
+    assert result["load_test"] == {
+        "duration_s": 2, "connections": 2, "model_calls": 20, "freshness_trials": 10, "workers": [1, 2],
+        "history_store": "redis",
+    }  # fmt: skip
     assert result["bundle"]["index"] == "hnsw" and result["bundle"]["train_epochs"] == 1
     assert result["settings"]["model"]["params"]["dim"] == 32
 

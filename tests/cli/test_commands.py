@@ -54,7 +54,7 @@ def test_demo_runs_end_to_end(tmp_path: Path, tiny_config: Callable[..., Path]) 
     result = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo"), "--config", str(config)])
     assert result.exit_code == 0, result.output
     assert "popularity" in result.output and "sasrec" in result.output
-    assert "registered tiny-sasrec v1: first version: champion" in result.output
+    assert "registered tiny-sasrec v1: first champion: beats the popularity baseline: " in result.output
     assert "online API up on http://127.0.0.1:" in result.output
     assert result.output.count("POST /v1/recommendations user") == 3
     assert "(source: popularity)" in result.output and "after POST /v1/events" in result.output

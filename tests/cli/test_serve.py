@@ -3,9 +3,11 @@ as documented, by the RECSYS_* environment alone."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from cli import app
@@ -33,10 +35,15 @@ def test_recsys_serve_answers_http(registry: tuple[str, str, Path]) -> None:
 
 def test_the_environment_alone_configures_recsys_serve(registry: tuple[str, str, Path]) -> None:
     uri, name, _ = registry
-    env = {"RECSYS_TRACKING_URI": uri, "RECSYS_MODEL_NAME": name, "RECSYS_HISTORY_STORE": "memory"}
+    token = "t" * 32
+    env = {
+        "RECSYS_TRACKING_URI": uri, "RECSYS_MODEL_NAME": name, "RECSYS_HISTORY_STORE": "memory",
+        "RECSYS_ADMIN_TOKEN": token, "RECSYS_RELOAD_MIN_INTERVAL_S": "0",
+    }  # fmt: skip
     with recsys_serve(env={**env, "MLFLOW_TRACKING_URI": "sqlite:////nonexistent/other.db"}) as (base, server):
         ready = httpx.get(f"{base}/readyz", timeout=5).json()
-        reloaded = httpx.post(f"{base}/v1/admin/reload", timeout=10).json()
+        headers = {"Authorization": f"Bearer {token}"}
+        reloaded = httpx.post(f"{base}/v1/admin/reload", headers=headers, timeout=10).json()
         recommended = httpx.post(f"{base}/v1/recommendations", json={"user_id": "u00003", "k": 3}, timeout=10)
     champion = get_champion(name, uri)
     assert champion is not None
@@ -50,10 +57,47 @@ def test_nothing_to_serve_exits_2_with_the_fix() -> None:
     assert result.exit_code == 2 and "nothing to serve" in result.output and "RECSYS_MODEL_NAME" in result.output
 
 
-def test_every_serving_setting_is_an_option_that_names_its_variable() -> None:
+def test_every_serving_setting_but_secrets_is_an_option_that_names_its_variable() -> None:
+    from cli.serve import SECRET_SETTINGS
     from serving.settings import ServingSettings
 
     result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "400"})
-    for field in ServingSettings.model_fields:
+    assert "--admin-token " not in result.output  # a secret on the command line is visible in `ps`
+    for field in set(ServingSettings.model_fields) - set(SECRET_SETTINGS):
         assert f"--{field.replace('_', '-')}" in result.output, field
         assert f"RECSYS_{field.upper()}" in result.output, field
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--redis-url", "http://not-redis", "--history-store", "redis"], "redis_url"),
+        (["--tracking-uri", "sqlite:////nonexistent/mlflow.db"], "no MLflow store at /nonexistent/mlflow.db"),
+        (["--workers", "2"], "Fix: --history-store redis"),
+        (["--admin-token-file", "/nonexistent/token"], "admin_token_file"),
+    ],
+)
+def test_bad_serving_settings_exit_2_before_binding(
+    registry: tuple[str, str, Path], options: list[str], message: str
+) -> None:
+    uri, name, _ = registry
+    result = CliRunner().invoke(app, ["serve", "--model-name", name, "--tracking-uri", uri, *options])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_two_workers_share_the_redis_history(registry: tuple[str, str, Path]) -> None:
+    uri, name, data_dir = registry
+    redis_url = "redis://127.0.0.1:6379/14"
+    items = load_prepared(data_dir).items["item_id"].to_list()[:3]
+    user = f"workers-{uuid.uuid4().hex[:8]}"
+    options = ["--model-name", name, "--tracking-uri", uri, "--workers", "2", "--history-store", "redis"]
+    with recsys_serve(*options, "--redis-url", redis_url) as (base, server):
+        posted = httpx.post(f"{base}/v1/events", json={"user_id": user, "item_ids": items}, timeout=10)
+        lengths = {  # a new connection per request: both workers answer
+            httpx.post(f"{base}/v1/recommendations", json={"user_id": user}, timeout=10).json()["history_length"]
+            for _ in range(8)
+        }
+    assert posted.status_code == 200 and lengths == {3}
+    assert server.stdout is not None
+    log = server.stdout.read()
+    assert log.count("serving tiny-sasrec@") == 2  # each worker loaded the model

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from features.loaders import load_amazon_p5, load_amazon_raw, load_movielens
 from features.policies import Policies, PolicyOutcome, UnknownItems, apply_policies, parse_unknown_items
 from features.raw import RawDataset
+from features.sources import load_source
 from recsys.errors import ConfigError, DataError
 
 WriteFile = Callable[..., Path]
@@ -126,6 +128,61 @@ def test_item_twice_in_catalog_names_both(write: WriteFile) -> None:
 def test_corrupt_gzip(write: WriteFile) -> None:
     path = write("ratings.dat.gz", b"\x1f\x8b\x08\x00garbage")
     assert "corrupt gzip data" in str(_error(lambda: load_movielens(path)))
+
+
+def test_unbalanced_quote_in_catalog_names_the_line_where_it_opens(write: WriteFile) -> None:
+    write("items.csv", 'item_id,title\na,"Alpha\nb,Bravo\nc,Charlie\n')  # a's title would swallow b and c
+    path = write("user_sequence.txt", "u1 a b c\n")
+    err = _error(lambda: load_amazon_p5(path))
+    assert str(err).startswith(f"{path.parent / 'items.csv'}, line 2: unbalanced quotes")
+    assert 'Fix: close the quote on that line, and double a quote that is part of the text ("")' in str(err)
+
+
+def test_quoted_line_break_in_catalog_is_refused(write: WriteFile) -> None:
+    write("ml/ratings.csv", "userId,movieId,rating,timestamp\n1,10,3.5,100\n")
+    path = write("ml/movies.csv", 'movieId,title,genres\n10,"Heat\n(1995)",Action\n20,Up,Comedy\n')
+    err = _error(lambda: load_movielens(path.parent))
+    assert str(err).startswith(f"{path}, line 2: a quoted field runs on to line 3")
+    assert "write a line break inside a field as a space" in str(err)
+
+
+def test_quote_left_open_at_the_end_of_the_catalog(write: WriteFile) -> None:
+    write("items.csv", 'item_id,title\na,Alpha\nb,"Bravo')
+    path = write("user_sequence.txt", "u1 a b c\n")
+    assert str(_error(lambda: load_amazon_p5(path))).startswith(f"{path.parent / 'items.csv'}, line 3: unbalanced")
+
+
+def test_unreadable_catalog(write: WriteFile) -> None:
+    catalog = write("items.csv", "item_id,title\na,Alpha\n")
+    path = write("user_sequence.txt", "u1 a b c\n")
+    catalog.chmod(0)
+    if os.access(catalog, os.R_OK):
+        pytest.skip("this user (root) reads a file whatever its mode")
+    err = _error(lambda: load_amazon_p5(path))
+    assert str(err) == f"{catalog}: cannot read it: permission denied. Fix: make it readable (chmod a+r {catalog})"
+
+
+def test_catalog_that_is_a_directory(write: WriteFile, tmp_path: Path) -> None:
+    path = write("user_sequence.txt", "u1 a b c\n")
+    (tmp_path / "items.csv").mkdir()
+    err = _error(lambda: load_amazon_p5(path))
+    assert str(err).startswith(f"{tmp_path / 'items.csv'}: is a directory, expected a file. Fix:")
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "reads"),
+    [
+        ("amazon-p5", "items.csv", "user_sequence.txt (or that file itself)"),
+        ("movielens", "movies.csv", "ratings.dat or ratings.csv (or that file itself)"),
+        ("amazon-raw", "meta_Toys.json", "one reviews_*.json(.gz)"),
+        ("amazon-p5-domains", "user_sequence.txt", "one P5 folder per domain"),
+    ],
+)
+def test_an_input_file_the_source_does_not_read(write: WriteFile, source: str, name: str, reads: str) -> None:
+    path = write(name, "item_id,title\na,Alpha\n")
+    err = _error(lambda: load_source(source, path))
+    assert str(err).startswith(f"{path}: is a file; source {source} reads a directory holding {reads}")
+    assert str(err).endswith("Fix: pass the directory")
 
 
 # --- policies (applied after loading) ------------------------------------------------------------------

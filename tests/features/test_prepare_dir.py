@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -119,7 +120,7 @@ def test_failure_leaves_nothing_behind(p5_dir: Path, tmp_path: Path, monkeypatch
 
     monkeypatch.setattr(prepare_module, "write_tables", half_write)
     out = tmp_path / "prepared"
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(DataError, match=f"{out}: cannot write the prepared directory: disk full"):
         prepare(load_amazon_p5(p5_dir), out)
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["amazon-toys"]
@@ -147,3 +148,21 @@ def test_refuses_to_replace_an_unrelated_directory(p5_dir: Path, tmp_path: Path)
     with pytest.raises(DataError, match="is not an output of this tool"):
         prepare(load_amazon_p5(p5_dir), out)
     assert (out / "thesis.tex").read_text() == "do not delete"
+
+
+def test_an_output_under_a_file_names_that_file(p5_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("a file, not a directory")
+    out = tmp_path / "notes.txt" / "sub" / "prepared"
+    with pytest.raises(DataError) as info:
+        prepare(load_amazon_p5(p5_dir), out)
+    assert str(info.value).startswith(f"{out}: cannot write the prepared directory: {tmp_path / 'notes.txt'} is a file")
+    assert "Fix: choose an output whose parent is a writable directory" in str(info.value)
+
+
+def test_an_output_under_a_read_only_directory_is_a_data_error(p5_dir: Path, tmp_path: Path) -> None:
+    parent = tmp_path / "read-only"
+    parent.mkdir(mode=0o555)
+    if os.access(parent, os.W_OK):
+        pytest.skip("this user (root) may write to a read-only directory")
+    with pytest.raises(DataError, match=f"{parent / 'prepared'}: cannot write the prepared directory: permission"):
+        prepare(load_amazon_p5(p5_dir), parent / "prepared")

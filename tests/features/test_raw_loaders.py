@@ -44,12 +44,12 @@ def test_p5_accepts_the_file_gzip_and_no_catalog(write: WriteFile, p5_dir: Path)
     assert set(raw.interactions["domain"]) == {"games"}
 
 
-def test_p5_catalog_gzip_and_multiline_title(write: WriteFile, tmp_path: Path) -> None:
+def test_p5_catalog_gzip_with_quotes_and_an_empty_title(write: WriteFile, tmp_path: Path) -> None:
     write("d/user_sequence.txt", "u1 a b c\n")
-    write("d/items.csv.gz", 'item_id,title\na,"two\nlines"\nb,\nc,C\n', gz=True)
+    write("d/items.csv.gz", 'item_id,title\na,"two, ""quoted"" words"\nb,\nc,C\n', gz=True)
     raw = load_amazon_p5(tmp_path / "d")
     assert raw.items is not None
-    assert raw.items["title"].to_list() == ["two\nlines", "", "C"]
+    assert raw.items["title"].to_list() == ['two, "quoted" words', "", "C"]
 
 
 REVIEWS = "\n".join(

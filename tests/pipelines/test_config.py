@@ -90,8 +90,48 @@ def test_the_models_training_settings_are_its_familys(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="softmax_within_domain needs loss: full_softmax"):
         load_config(path)
     path.write_text("model:\n  name: sasrek\n")
-    with pytest.raises(ConfigError, match="unknown model 'sasrek'"):
+    with pytest.raises(ConfigError, match=r"x.yaml: model.name: unknown model 'sasrek'. Fix: use one of domain_"):
         load_config(path)
+
+
+def test_model_params_are_checked_when_the_config_is_loaded(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("model:\n  name: sasrec\n  params: {dim: 64, bogus: 1}\n")
+    with pytest.raises(ConfigError, match=r"x.yaml: model 'sasrec': model.params.bogus: unknown key \(known: max_hi"):
+        load_config(path)
+    path.write_text("model:\n  name: sasrec\n  params: {dim: 64}\n")
+    with pytest.raises(ConfigError, match=r"model.params.num_heads: 3 does not divide dim \(64\).* Fix: correct"):
+        load_config(path, {"model.params.num_heads": 3})  # --set is checked as well
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("train.epochs", -1, "Input should be greater than 0"),
+        ("train.batch_size", 0, "Input should be greater than 0"),
+        ("train.lr", 0.0, "Input should be greater than 0"),
+        ("train.patience", 0, "Input should be greater than 0"),
+        ("train.ema_decay", 1.0, "Input should be less than 1"),
+        ("eval.batch_size", 0, "Input should be greater than 0"),
+        ("model.training.num_negatives", 0, "Input should be greater than 0"),
+    ],
+)
+def test_impossible_values_name_the_key_and_the_fix(tmp_path: Path, key: str, value: object, problem: str) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("model:\n  name: sasrec\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {key: value})
+    assert f"x.yaml: {key}: {problem}" in str(info.value) and "Fix: " in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["", "# just a comment\n", "name: nothing\n", "{}\n"])
+def test_a_config_that_sets_nothing_is_an_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"empty.yaml: the config sets nothing .* Fix: state what to run"):
+        load_config(path)
+    (tmp_path / "sid.yaml").write_text("base: empty.yaml\nsid: {method: rqkmeans}\n")  # sets a section
+    assert load_config(tmp_path / "sid.yaml").sid is not None
 
 
 def test_a_variant_of_another_model_does_not_inherit_the_bases_model_settings(tmp_path: Path) -> None:

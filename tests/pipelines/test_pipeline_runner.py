@@ -1,5 +1,5 @@
 """`recsys pipeline run` against a real MLflow SQLite store and registry: steps, skips, resume, stopping after a
-step, the champion gate."""
+step (the champion gate: test_champion_gate.py; the lock and crash recovery: test_work_dir_lock.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pipelines.runner as runner
 from cli import app
 from pipelines.bundle import Bundle
 from pipelines.config import load_config
-from pipelines.registry import CHAMPION, register_bundle
+from pipelines.registry import CHAMPION
 from recsys.models.registry import load_model
 
 
@@ -91,33 +91,6 @@ def test_a_crashed_run_resumes_at_the_failed_step(
     changed = load_config(tiny_config(tmp_path, tracking={"enabled": False}, pipeline={"index": {"kind": "hnsw"}}))
     again = statuses(runner.run_pipeline(changed, tmp_path))
     assert again["train_retriever"] == "skipped" and again["build_index"] == "ran"
-
-
-def test_champion_gate_keeps_a_worse_version_out(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
-    config = load_config(tiny_config(tmp_path, pipeline={"index": {"kind": "flat"}}))
-    outputs, _ = runner.run_pipeline(config, tmp_path)
-    assert outputs.model is not None and outputs.registration is not None
-    model_dir = outputs.model.model_dir
-    uri, name = config.tracking.resolved_uri(), config.registered_model_name
-
-    def bundle_with_valid_ndcg(value: float) -> Bundle:
-        copy = tmp_path / f"model-{value}"
-        copy.mkdir()
-        for f in model_dir.iterdir():
-            (copy / f.name).write_bytes(f.read_bytes())
-        metrics = json.loads((copy / "metrics.json").read_text())
-        metrics["valid"]["ndcg@10"] = value
-        (copy / "metrics.json").write_text(json.dumps(metrics))
-        return Bundle.write(tmp_path / f"bundle-{value}", name=name, model_dir=copy)
-
-    champion_value = outputs.registration.decision.value
-    worse = register_bundle(bundle_with_valid_ndcg(champion_value - 0.02), name, uri, tolerance=0.01)
-    assert not worse.promoted and worse.champion_version == "1" and "kept the champion" in worse.reason
-    close = register_bundle(bundle_with_valid_ndcg(champion_value - 0.005), name, uri, tolerance=0.01)
-    assert close.promoted and close.champion_value == pytest.approx(champion_value)
-    client = MlflowClient(uri)
-    assert str(client.get_model_version_by_alias(name, CHAMPION).version) == close.version == "3"
-    assert client.get_model_version(name, "2").tags["gate.promoted"] == "False"
 
 
 def test_cli_prints_the_steps(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:

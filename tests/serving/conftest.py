@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,21 @@ from pipelines.bundle import Bundle
 from pipelines.config import ExperimentConfig
 from pipelines.registry import download_champion_bundle
 from serving.recommender import Recommender
+
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}  # the headers of an admin call
+
+
+def redis_or_skip(url: str) -> None:
+    """Skip without a Redis at `url`, except under CI=true (CI machines run one: its absence is a failure)."""
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.RedisError as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs Redis at {url} (CI machines run one): {err}")
+        pytest.skip(f"no Redis at {url}: {err}")
 
 
 def champion_bundle(config: ExperimentConfig) -> tuple[str, str, Bundle]:

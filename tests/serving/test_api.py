@@ -3,7 +3,6 @@ the in-process and the real Redis history stores."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from fastapi.testclient import TestClient
 from recsys.data.prepared import load_prepared
 from serving.main import create_app
 from serving.settings import ServingSettings
+from tests.serving.conftest import redis_or_skip
 
 
 @pytest.fixture(scope="module")
@@ -92,21 +92,10 @@ def test_invalid_requests_get_422_with_a_message(client: TestClient, body: dict,
     assert response.status_code == 422 and message in response.text
 
 
-def _redis_or_skip(url: str) -> None:
-    import redis
-
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
-    except redis.RedisError as err:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs Redis at {url} (CI machines run one): {err}")
-        pytest.skip(f"no Redis at {url}: {err}")
-
-
 def test_redis_store_and_degraded_mode(registry: tuple) -> None:
     uri, name, _ = registry
     url = "redis://127.0.0.1:6379/15"
-    _redis_or_skip(url)
+    redis_or_skip(url)
     data = load_prepared(registry[2])
     items = data.items["item_id"].to_list()[:2]
     user = f"redis-{uuid.uuid4().hex[:8]}"

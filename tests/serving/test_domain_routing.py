@@ -19,7 +19,7 @@ from recsys.modules.lora import lora_layers, save_adapter
 from serving.main import create_app
 from serving.recommender import Recommender
 from serving.settings import ServingSettings
-from tests.serving.conftest import champion_bundle
+from tests.serving.conftest import ADMIN, ADMIN_TOKEN, champion_bundle
 
 
 @pytest.fixture(scope="module")
@@ -85,24 +85,40 @@ def test_one_domains_adapter_is_hot_swapped_from_its_file(
             layer.adapter("sports").B.normal_()
         rows = retrained.items.domain_rows("sports")
         retrained.items.A[rows] = torch.randn(len(rows), 1)
-    save_adapter(retrained, "sports", tmp_path / "sports.pt")
-    (tmp_path / "junk.pt").write_text("not an adapter")
+    root = tmp_path / "adapters"
+    save_adapter(retrained, "sports", root / "sports" / "v2.pt")
+    (root / "sports" / "junk.pt").write_text("not an adapter")
+    (root / "toys").mkdir()
+    (tmp_path / "outside.pt").write_bytes((root / "sports" / "v2.pt").read_bytes())
+    (root / "sports" / "escape.pt").symlink_to(tmp_path / "outside.pt")  # a link out of the root
     sports = torch.nonzero(retrained.item_domain == 2).squeeze(1)[:3]
-    with TestClient(create_app(ServingSettings(model_name=name, tracking_uri=uri))) as client:
+    settings = ServingSettings(model_name=name, tracking_uri=uri, admin_token=ADMIN_TOKEN, adapter_root=root)
+    with TestClient(create_app(settings)) as client:
         item_ids = ["", *client.app.state.recommender.data.items["item_id"].to_list()]  # type: ignore[attr-defined]
         body = {"history": [item_ids[i] for i in sports.tolist()], "k": 10, "exclude_seen": False}
         before = client.post("/v1/recommendations", json=body).json()
-        swapped = client.post("/v1/admin/adapters/sports", json={"path": str(tmp_path / "sports.pt")})
+        anonymous = client.post("/v1/admin/adapters/sports", json={"version": "v2"})
+        swapped = client.post("/v1/admin/adapters/sports", json={"version": "v2"}, headers=ADMIN)
         after = client.post("/v1/recommendations", json=body).json()
-        junk = client.post("/v1/admin/adapters/sports", json={"path": str(tmp_path / "junk.pt")})
-        unknown = client.post("/v1/admin/adapters/toys", json={"path": str(tmp_path / "sports.pt")})
+        junk = client.post("/v1/admin/adapters/sports", json={"version": "junk"}, headers=ADMIN)
+        unknown = client.post("/v1/admin/adapters/toys", json={"version": "v2"}, headers=ADMIN)
+        escape = client.post("/v1/admin/adapters/sports", json={"version": "escape"}, headers=ADMIN)
+        missing = client.post("/v1/admin/adapters/sports", json={"version": "missing"}, headers=ADMIN)
+    assert anonymous.status_code == 401
     assert swapped.status_code == 200 and "+sports:" in swapped.json()["model_version"]
     assert after["model_version"] == swapped.json()["model_version"] != before["model_version"]
     expected = retrained.score(sports[None])[0].topk(10).indices.tolist()
     assert [i["item_id"] for i in after["items"]] == [item_ids[i] for i in expected]
-    assert junk.status_code == 422 and "not a readable adapter file" in junk.text
+    assert junk.status_code == 422 and "junk.pt: not an adapter file of this model" in junk.text
+    assert str(root) not in junk.text  # the server's directories stay its own
     assert unknown.status_code == 422 and "unknown domain 'toys'" in unknown.text
+    # outside the root is as absent as missing: an answer never tells whether some other file exists
+    assert escape.status_code == missing.status_code == 404
+    assert escape.json()["detail"].replace("escape", "V") == missing.json()["detail"].replace("missing", "V")
     single_uri, single_name, _ = registry
-    with TestClient(create_app(ServingSettings(model_name=single_name, tracking_uri=single_uri))) as client:
-        refused = client.post("/v1/admin/adapters/sports", json={"path": str(tmp_path / "sports.pt")})
+    single = ServingSettings(
+        model_name=single_name, tracking_uri=single_uri, admin_token=ADMIN_TOKEN, adapter_root=root
+    )
+    with TestClient(create_app(single)) as client:
+        refused = client.post("/v1/admin/adapters/sports", json={"version": "v2"}, headers=ADMIN)
     assert refused.status_code == 409 and "no domain adapters" in refused.text

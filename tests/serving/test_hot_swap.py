@@ -16,6 +16,7 @@ from pipelines.registry import register_bundle
 from pipelines.runner import run_pipeline
 from serving.main import create_app
 from serving.settings import ServingSettings
+from tests.serving.conftest import ADMIN, ADMIN_TOKEN
 
 
 def test_new_champion_is_swapped_in_under_load(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
@@ -23,12 +24,14 @@ def test_new_champion_is_swapped_in_under_load(tmp_path: Path, tiny_config: Call
     outputs, _ = run_pipeline(config, tmp_path)
     assert outputs.model is not None
     uri, name = config.tracking.resolved_uri(), config.registered_model_name
-    settings = ServingSettings(model_name=name, tracking_uri=uri, reload_interval_s=0)
+    settings = ServingSettings(
+        model_name=name, tracking_uri=uri, reload_interval_s=0, reload_min_interval_s=0, admin_token=ADMIN_TOKEN
+    )
 
     with TestClient(create_app(settings)) as client:
         app = client.app
         old = app.state.recommender  # type: ignore[attr-defined]
-        assert client.post("/v1/admin/reload").json() == {
+        assert client.post("/v1/admin/reload", headers=ADMIN).json() == {
             "reloaded": False, "model_version": old.version, "registry_version": "1",
         }  # fmt: skip
         statuses: list[int] = []
@@ -49,7 +52,7 @@ def test_new_champion_is_swapped_in_under_load(tmp_path: Path, tiny_config: Call
         (better / "metrics.json").write_text(json.dumps(metrics))
         bundle = Bundle.write(tmp_path / "bundle-v2", name=name, model_dir=better)
         assert register_bundle(bundle, name, uri).promoted
-        swap = client.post("/v1/admin/reload").json()
+        swap = client.post("/v1/admin/reload", headers=ADMIN).json()
         requests_before_stop = len(statuses)
         stop.set()
         for worker in workers:

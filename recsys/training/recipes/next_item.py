@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import torch
+from pydantic import NonNegativeInt, PositiveInt
 from torch import nn
 
 from recsys.data.batching import PackedBatch, packed_next_item_batches
@@ -22,13 +23,13 @@ class NextItemTraining:
     """`model.training` of next-item models."""
 
     loss: Literal["full_softmax", "sampled_softmax"] = "full_softmax"
-    num_negatives: int = 1024  # sampled_softmax: negatives per batch, drawn by training popularity
+    num_negatives: PositiveInt = 1024  # sampled_softmax: negatives per batch, drawn by training popularity
     # multi-domain data, full softmax: each target's softmax over its own domain's items only (those it is ranked
     # against), not the whole catalog
     softmax_within_domain: bool = False
     # > 0: train without each user's last `holdout_last` training items, for a ranker to learn on them (its
     # model.holdout_retriever_dir); validation and test are unchanged
-    holdout_last: int = 0
+    holdout_last: NonNegativeInt = 0
 
     def __post_init__(self) -> None:
         if self.softmax_within_domain and self.loss != "full_softmax":

@@ -11,10 +11,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import NonNegativeInt
 from torch import nn
 
 from recsys.data.batching import HistoryBatch, history_target_batches
 from recsys.data.prepared import SequenceData, TrainingRows
+from recsys.runtime.validation import Fraction
 from recsys.training.recipes.next_item import sampling_probs
 
 
@@ -22,14 +24,14 @@ from recsys.training.recipes.next_item import sampling_probs
 class GenerativeTraining:
     """`model.training` of the generative retriever."""
 
-    label_smoothing: float = 0.0  # smoothing of the cross-entropy on each semantic-ID level
+    label_smoothing: Fraction = 0.0  # smoothing of the cross-entropy on each semantic-ID level
 
 
 @dataclass(frozen=True)
 class TwoTowerTraining:
     """`model.training` of the two-tower model."""
 
-    num_negatives: int = 1024  # uniformly drawn items beside the batch's targets
+    num_negatives: NonNegativeInt = 1024  # uniformly drawn items beside the batch's targets
 
 
 def pair_batches(

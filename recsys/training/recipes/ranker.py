@@ -7,9 +7,10 @@ Dimension letters: B pairs in a batch, n pairs whose target the first stage foun
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import Field, PositiveInt
 from torch import nn
 
 from recsys.data.batching import HistoryBatch, held_out_batches, history_target_batches
@@ -23,9 +24,10 @@ from recsys.training.losses import candidate_softmax_loss, task_loss
 class RankerTraining:
     """`model.training` of the two-stage ranker."""
 
-    train_candidates: int | None = None  # softmax over the target and the hardest others, this many in all; None = C
+    # softmax over the target and the hardest others, this many in all; None = C
+    train_candidates: Annotated[int, Field(ge=2)] | None = None
     # with model.holdout_retriever_dir: the last training items per user that first stage did not see (its holdout_last)
-    holdout_items: int = 1
+    holdout_items: PositiveInt = 1
     task_weights: dict[str, float] = field(default_factory=dict)  # per task beside ranking; 1.0 where not named
 
 

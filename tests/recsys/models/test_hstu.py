@@ -9,6 +9,7 @@ import torch
 
 from recsys.data.prepared import load_prepared
 from recsys.data.times import HistoryTimes
+from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.registry import build_model, load_model, save_model
@@ -47,8 +48,8 @@ def test_registry_round_trip_keeps_the_scores(tmp_path: Path) -> None:
 
 
 def test_bad_temperature_is_refused() -> None:
-    with pytest.raises(ValueError, match="temperature must be > 0"):
-        HSTU(HSTUConfig(num_items=3, temperature=0.0))
+    with pytest.raises(ConfigError, match=r"model\.params\.temperature: Input should be greater than 0"):
+        build_model("hstu", {"temperature": 0.0}, num_items=3)
 
 
 def _timed_hstu() -> HSTU:

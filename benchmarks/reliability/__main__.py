@@ -1,0 +1,131 @@
+"""`python -m benchmarks.reliability`: run every group against real processes and write reliability.json."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import REPO, benchmark_parser, log_to_console, provenance, reproduce_of, write_result
+from benchmarks.reliability import Settings, api, crashes, inputs, load_settings
+from benchmarks.reliability import __doc__ as DOC
+from benchmarks.reliability.cases import Case
+from pipelines.bundle import Bundle
+from pipelines.model_dir import MODEL_FILE
+from pipelines.registry import register_bundle
+from pipelines.runner import run_pipeline
+from recsys.data.prepared import load_prepared
+
+# the Hardening issue's ten findings -> the cases that replay them (every one must be there)
+ISSUE_ITEMS = {
+    "1 admin without authentication, adapters from any path": ["reload without a token",
+                                                               "adapter: a path for a version",
+                                                               "reload without admin routes"],
+    "2 an untrained model registered as champion": ["config: train.epochs -1", "a first model worse than popularity"],
+    "3 no lock on a work directory, the gate's rounded log": ["two runs on one work dir",
+                                                              "two runs creating one fresh store"],
+    "4 unknown model params, impossible values, late name errors": ["config: unknown key under model.params",
+                                                                    "config: num_heads that does not divide dim",
+                                                                    "config: a model name typo"],
+    "5 a lone surrogate": ["lone surrogate user_id", "events: lone surrogate user"],
+    "6 a broken champion": ["reload of a broken champion", "readiness names the broken champion",
+                            "failed reloads counted", "reload flood"],
+    "7 an unbalanced quote swallowing rows": ["data: unbalanced quote in items.csv"],
+    "8 unbounded memory and echoes": ["a flood of new users", "user_id of 100 kB: no echo", "history id of 257 chars",
+                                      "timestamp 2^63"],
+    "9 raw tracebacks, stale temp dirs, RUNNING runs": ["data: items.csv that cannot be read",
+                                                        "data: --out whose parent is a file",
+                                                        "kill -9 mid-training, then the same command"],
+    "10 Redis down": ["one warning, not one per request", "metrics while Redis is down"],
+}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = benchmark_parser(DOC or "", "configs/benchmarks/reliability.yaml")
+    parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench-reliability"), help="emptied first")
+    args = parser.parse_args(argv)
+    log_to_console()
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request of the hundreds sent
+    reproduce = reproduce_of("benchmarks.reliability", args)
+    settings = load_settings(args.config, reproduce.overrides)
+    work = args.work_dir.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+
+    cases, fuzz, model_dir = _api_cases(settings, work / "api")
+    cases += inputs.data_cases(work / "inputs") + inputs.config_cases(work / "inputs", REPO / settings.experiment)
+    config = settings.experiment_config()
+    cases += [
+        crashes.killed_mid_training(config, work / "crashes", settings.crash_epochs),
+        crashes.two_runs_on_one_work_dir(config, work / "crashes"),
+        crashes.two_runs_on_a_fresh_store(config, work / "crashes"),
+        crashes.worse_than_popularity(model_dir, config.registered_model_name, work / "crashes"),
+    ]
+    names = {case.name for case in cases}
+    missing = {item: [n for n in replays if n not in names] for item, replays in ISSUE_ITEMS.items()}
+    assert not any(missing.values()), f"issue items without their cases: {missing}"
+    result = {
+        "cases": len(cases),
+        "api_inputs": sum(case.group.startswith("api") for case in cases),
+        "bad_files_and_configs": sum(case.group == "inputs" for case in cases),
+        "server_errors": sum(case.server_error for case in cases),
+        "tracebacks": sum(case.traceback for case in cases),
+        "unclear_messages": sum(not case.clear for case in cases),
+        "data_lost": sum(case.data_lost for case in cases),
+        "schemathesis": fuzz,
+        "issue_items": ISSUE_ITEMS,
+        "unclear": [
+            f"{c.group}: {c.name}: expected {c.expected}, got {c.outcome}: {c.message}" for c in cases if not c.clear
+        ],
+        "by_case": [case.record() for case in cases],
+        "settings": {"experiment": settings.experiment, "experiment_overrides": settings.experiment_overrides},
+        **provenance("fastapi", "uvicorn", "redis", "schemathesis"),
+    }
+    path = write_result("reliability", result, args.results_dir, reproduce)
+    keys = ("cases", "api_inputs", "bad_files_and_configs", "server_errors", "tracebacks", "unclear_messages",
+            "data_lost", "unclear")  # fmt: skip
+    print(json.dumps({k: result[k] for k in keys}, indent=1))
+    print(f"-> {path}")
+    return path
+
+
+def _api_cases(settings: Settings, work: Path) -> tuple[list[Case], dict[str, Any], Path]:
+    """The champion of the experiment (one pipeline run), then every server the API group needs; (cases, the
+    schemathesis run, the champion's model directory)."""
+    config = settings.experiment_config({"tracking.uri": f"sqlite:///{work / 'mlflow.db'}"})
+    outputs, _ = run_pipeline(config, work)
+    assert outputs.data is not None and outputs.model is not None
+    name, uri = config.registered_model_name, config.tracking.resolved_uri()
+    data = load_prepared(outputs.data.data_dir)
+    items, user = data.items["item_id"].to_list(), data.users["user_id"][0]
+    (work / "token").write_text(api.TOKEN)
+    token = ["--admin-token-file", str(work / "token")]
+    memory = [*token, "--max-users", str(settings.max_users)]
+    with api.served(name, uri, work, *memory) as server:
+        cases = api.hostile_requests(server, "api: in-process store", items, user)
+        cases.append(api.flood_of_new_users(server, "api: in-process store", items[0], settings.flood_users,
+                                            settings.max_users))  # fmt: skip
+    with api.served(name, uri, work, *token, "--history-store", "redis", "--redis-url", api.REDIS_URL) as server:
+        cases += api.hostile_requests(server, "api: Redis store", items, user)
+    with api.served(name, uri, work, *token, "--reload-min-interval-s", "0") as server:  # every reload exercised
+        fuzz = api.schemathesis(server, settings.fuzz_examples, work)
+    with api.served(name, uri, work) as server:
+        cases += api.no_admin_token(server)
+    with api.served(name, uri, work, "--history-store", "redis", "--redis-url", api.DOWN_URL) as server:
+        cases += api.redis_down(server, items[0])
+    with api.served(name, uri, work, *token) as server:
+        broken = work / "broken-model"  # a better validation score, weights that cannot be read
+        shutil.copytree(outputs.model.model_dir, broken)
+        metrics = json.loads((broken / "metrics.json").read_text())
+        metrics["valid"]["ndcg@10"] += 1.0
+        (broken / "metrics.json").write_text(json.dumps(metrics))
+        (broken / MODEL_FILE).write_bytes(b"not a model")
+        register_bundle(Bundle.write(work / "broken-bundle", name=name, model_dir=broken), name, uri)
+        cases += api.broken_champion(server, settings.reload_flood)
+    return cases, fuzz, outputs.model.model_dir
+
+
+if __name__ == "__main__":
+    main()

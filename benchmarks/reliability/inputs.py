@@ -1,0 +1,174 @@
+"""Bad data files through `recsys data prepare` and bad configs through `recsys train`: exit 2, a message naming the
+problem (file and line, or the dotted key), no traceback, nothing half-written, and config errors before any work.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from benchmarks.reliability.cases import TRACEBACK, Case, Finished, run_recsys, short
+
+SEQUENCES = "u1 a b c d\nu2 b c e\nu3 a c e f\n"
+ITEMS = 'item_id,title\na,Alpha\nb,"Bravo, the sequel"\nc,Charlie\nd,Delta\ne,Echo\nf,Foxtrot\n'
+CONFIG_SECONDS = 10.0  # a config error must come before any work (importing torch alone takes seconds here)
+# cases whose bad rows a lenient reader would drop: an exit 0 there is data lost
+ROW_LOSING = ("unbalanced quote", "bad timestamp", "not JSON", "no items")
+
+
+def _p5(root: Path, sequences: str | bytes = SEQUENCES, items: str | bytes | None = ITEMS) -> Path:
+    root.mkdir(parents=True)
+    (root / "user_sequence.txt").write_bytes(sequences.encode() if isinstance(sequences, str) else sequences)
+    if items is not None:
+        (root / "items.csv").write_bytes(items.encode() if isinstance(items, str) else items)
+    return root
+
+
+def data_cases(work: Path) -> list[Case]:
+    """Each case: a raw input built under `work`, the `recsys data prepare` options, and what the message must say."""
+    cases: list[tuple[str, Callable[[Path], list[str]], str]] = [
+        ("unbalanced quote in items.csv",
+         lambda d: ["--input", str(_p5(d, items='item_id,title\na,"Alpha\nb,Bravo\n'))], "line 2"),
+        ("items.csv that cannot be read", lambda d: ["--input", str(_unreadable_items(d))], "items.csv"),
+        ("--input naming items.csv, not the folder", lambda d: ["--input", str(_p5(d) / "items.csv")],
+         "pass the directory"),
+        ("--input that does not exist", lambda d: ["--input", str(d / "missing")], "no such file"),
+        ("empty user_sequence.txt", lambda d: ["--input", str(_p5(d, sequences=""))], "empty"),
+        ("a line with a user and no items", lambda d: ["--input", str(_p5(d, sequences="u1 a b c\nu2\n"))], "line 2"),
+        ("a user on two lines", lambda d: ["--input", str(_p5(d, sequences="u1 a b c\nu1 d e f\n"))], "line 2"),
+        ("binary garbage", lambda d: ["--input", str(_p5(d, sequences=bytes(range(256)) * 4))], "user_sequence.txt"),
+        ("not UTF-8", lambda d: ["--input", str(_p5(d, sequences="u1 caf\xe9 b c\n".encode("latin-1")))], "UTF-8"),
+        ("truncated gzip", lambda d: ["--input", str(_truncated_gzip(d))], "user_sequence.txt.gz"),
+        ("duplicate item id in items.csv", lambda d: ["--input", str(_p5(d, items=ITEMS + "a,Again\n"))], "'a'"),
+        ("items.csv without its title column", lambda d: ["--input", str(_p5(d, items="item_id\na\nb\n"))], "title"),
+        ("ratings.dat with a bad timestamp", lambda d: _movielens(d, "1::10::4::978300760\n1::11::4::later\n"),
+         "line 2"),
+        ("ratings.dat with another separator", lambda d: _movielens(d, "1,10,4,978300760\n"), "line 1"),
+        ("reviews with a line that is not JSON", lambda d: _amazon_raw(d, '{"reviewerID": "u", "asin": "a", '
+         '"unixReviewTime": 1}\n{not json\n'), "line 2"),
+        ("--out whose parent is a file", lambda d: ["--input", str(_p5(d)), "--out", str(_a_file(d) / "out")], "out"),
+        ("--out an unrelated folder", lambda d: ["--input", str(_p5(d)), "--out", str(_unrelated(d))],
+         "not an output of this tool"),
+        ("--min-interactions 0", lambda d: ["--input", str(_p5(d)), "--min-interactions", "0"],
+         "min_interactions must be >= 3"),
+        ("--cold-start-fraction 1.5", lambda d: ["--input", str(_p5(d)), "--cold-start-fraction", "1.5"],
+         "cold_start_fraction must be in [0, 1)"),
+        ("unknown source", lambda d: ["--input", str(_p5(d)), "--source", "myspace"], "myspace"),
+        ("every user filtered out", lambda d: ["--input", str(_p5(d, sequences="u1 a b\nu2 c d\n"))], "min"),
+    ]  # fmt: skip
+    out = []
+    for i, (name, build, says) in enumerate(cases):
+        root = work / f"data-{i}"
+        options = build(root / "raw")
+        if "--source" not in options:
+            options = ["--source", _source_of(options), *options]
+        if "--out" not in options:
+            options += ["--out", str(root / "prepared")]
+        out_dir = Path(options[options.index("--out") + 1])
+        before = sorted(out_dir.rglob("*")) if out_dir.exists() else None  # an existing folder must stay as it was
+        done = run_recsys("data", "prepare", *options)
+        after = sorted(out_dir.rglob("*")) if out_dir.exists() else None
+        case = _exit_2(f"data: {name}", "recsys data prepare " + " ".join(options[:2]), done, says, [out_dir],
+                       existed=before is not None)  # fmt: skip
+        swallowed = done.exit_code == 0 and any(marker in name for marker in ROW_LOSING)
+        lost = case.data_lost or swallowed or (before is not None and before != after)
+        out.append(Case(**{**case.record(), "data_lost": lost}))
+    return out
+
+
+def _source_of(options: list[str]) -> str:
+    path = options[options.index("--input") + 1]
+    return "movielens" if "ratings" in path else "amazon-raw" if "reviews" in path else "amazon-p5"
+
+
+def _movielens(root: Path, ratings: str) -> list[str]:
+    root.mkdir(parents=True)
+    (root / "ratings.dat").write_text(ratings)
+    return ["--input", str(root / "ratings.dat")]
+
+
+def _amazon_raw(root: Path, reviews: str) -> list[str]:
+    root.mkdir(parents=True)
+    (root / "reviews_Toys_5.json").write_text(reviews)
+    return ["--input", str(root / "reviews_Toys_5.json")]
+
+
+def _unreadable_items(root: Path) -> Path:
+    """items.csv that no one can read: a directory by that name (chmod cannot stop root, who runs CI)."""
+    folder = _p5(root, items=None)
+    (folder / "items.csv").mkdir()
+    return folder
+
+
+def _truncated_gzip(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "user_sequence.txt.gz").write_bytes(gzip.compress(SEQUENCES.encode() * 50)[:60])
+    return root
+
+
+def _a_file(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "a-file").write_text("x")
+    return root / "a-file"
+
+
+def _unrelated(root: Path) -> Path:
+    folder = root / "my-thesis"
+    folder.mkdir(parents=True)
+    (folder / "chapter1.tex").write_text("precious")
+    return folder
+
+
+def config_cases(work: Path, experiment: Path) -> list[Case]:
+    """`recsys train --config` of broken configs (written beside a copy of `experiment`): exit 2 before any work."""
+    base = {"base": str(experiment.resolve())}
+    cases: list[tuple[str, object, str]] = [
+        ("train.epochs -1", {**base, "train": {"epochs": -1}}, "train.epochs"),
+        ("unknown key under model.params", {**base, "model": {"name": "sasrec", "params": {"dimm": 64}}},
+         "model.params.dimm"),
+        ("num_heads that does not divide dim", {**base, "model": {"name": "sasrec", "params": {"dim": 64,
+         "num_heads": 3}}}, "num_heads"),
+        ("a model name typo", {**base, "model": {"name": "sasrc"}}, "sasrc"),
+        ("an empty config", None, "sets nothing"),
+        ("invalid YAML", "model: [unclosed\n", "YAML"),
+        ("a config that extends itself", {"base": "config.yaml"}, "extends itself"),
+        ("an unknown section", {**base, "trian": {"epochs": 3}}, "trian"),
+        ("a negative learning rate", {**base, "train": {"lr": -0.1}}, "train.lr"),
+        ("a string for an integer", {**base, "train": {"batch_size": "big"}}, "train.batch_size"),
+    ]  # fmt: skip
+    out = []
+    for i, (name, content, says) in enumerate(cases):
+        path = work / f"config-{i}" / "config.yaml"
+        path.parent.mkdir(parents=True)
+        path.write_text(content if isinstance(content, str) else "" if content is None else yaml.safe_dump(content))
+        done = run_recsys("train", "--config", str(path), "--work-dir", str(path.parent / "work"))
+        case = _exit_2(f"config: {name}", f"recsys train --config <{name}>", done, says, [path.parent / "work"])
+        fast = done.seconds < CONFIG_SECONDS
+        out.append(Case(**{**case.record(), "clear": case.clear and fast,
+                           "outcome": f"{case.outcome} after {done.seconds:.1f} s"}))  # fmt: skip
+    missing = run_recsys("train", "--config", str(work / "no-such.yaml"))
+    out.append(_exit_2("config: a config file that does not exist", "recsys train --config no-such.yaml", missing,
+                       "not found", []))  # fmt: skip
+    return out
+
+
+def _exit_2(name: str, command: str, done: Finished, says: str, outputs: list[Path], existed: bool = False) -> Case:
+    """Exit code 2 with `says` in the message, no traceback, and no output (unless it `existed` before) or temp
+    directory left behind."""
+    temps = [p for out in outputs for p in out.parent.glob(f".{out.name}.*")]
+    leftovers = temps + ([] if existed else [out for out in outputs if out.exists()])
+    return Case(
+        group="inputs",
+        name=name,
+        input=command,
+        expected=f"exit 2 saying {says!r}",
+        outcome=f"exit {done.exit_code}",
+        clear=done.exit_code == 2 and says.lower() in done.output.lower(),
+        server_error=False,
+        traceback=TRACEBACK in done.output,
+        data_lost=bool(leftovers),  # a half-written output
+        message=short(done.output.strip().splitlines()[-1] if done.output.strip() else ""),
+    )

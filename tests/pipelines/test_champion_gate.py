@@ -1,0 +1,159 @@
+"""The champion gate against a real MLflow SQLite registry: every promotion must beat the popularity baseline on
+the validation split (the first one included) and not fall below the champion by more than the tolerance; the
+decision gives the exact values."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from pipelines.bundle import Bundle
+from pipelines.config import ExperimentConfig, load_config
+from pipelines.dashboard import EVALUATION_FILE
+from pipelines.data import load_data
+from pipelines.registry import CHAMPION, get_champion, register_bundle
+from pipelines.runner import PipelineOutputs, run_pipeline
+from tests.conftest import popularity_valid_metric
+
+
+@pytest.fixture(scope="module")
+def pipeline(
+    tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]
+) -> tuple[ExperimentConfig, PipelineOutputs]:
+    work = tmp_path_factory.mktemp("gate")
+    config = load_config(tiny_config(work, pipeline={"index": {"kind": "flat"}}))
+    outputs, _ = run_pipeline(config, work)
+    return config, outputs
+
+
+@pytest.fixture
+def bundle_with(tmp_path: Path, pipeline: tuple[ExperimentConfig, PipelineOutputs]) -> Callable[..., Bundle]:
+    """`bundle_with(valid=v, popularity=p)`: a bundle of the pipeline's model whose metrics say so (popularity None:
+    a model trained before the baseline was measured)."""
+    outputs = pipeline[1]
+    assert outputs.model is not None
+
+    def write(valid: float, popularity: float | None) -> Bundle:
+        copy = tmp_path / f"model-{valid}-{popularity}"
+        shutil.copytree(outputs.model.model_dir, copy)  # type: ignore[union-attr]
+        metrics = json.loads((copy / "metrics.json").read_text())
+        metrics["valid"]["ndcg@10"] = valid
+        if popularity is None:
+            del metrics["popularity_valid"]
+        else:
+            metrics["popularity_valid"]["ndcg@10"] = popularity
+        (copy / "metrics.json").write_text(json.dumps(metrics))
+        return Bundle.write(tmp_path / f"bundle-{valid}-{popularity}", name="gate", model_dir=copy)
+
+    return write
+
+
+def test_the_first_champion_beats_the_popularity_baseline_measured_on_the_same_validation_split(
+    pipeline: tuple[ExperimentConfig, PipelineOutputs],
+) -> None:
+    config, outputs = pipeline
+    assert outputs.registration is not None and outputs.data is not None and outputs.model is not None
+    decision = outputs.registration.decision
+    expected = popularity_valid_metric(load_data(outputs.data.data_dir), config.eval)  # measured here, independently
+    assert decision.popularity_value == pytest.approx(expected) and decision.value > expected
+    assert decision.promoted and decision.reason.startswith("first champion: beats the popularity baseline: ")
+    assert repr(decision.value) in decision.reason and repr(decision.popularity_value) in decision.reason
+
+    client = MlflowClient(config.tracking.resolved_uri())
+    version = client.get_model_version(config.registered_model_name, decision.version)
+    assert float(version.tags["gate.popularity_value"]) == decision.popularity_value
+    register_run = client.get_run(version.run_id)
+    assert register_run.data.metrics["popularity_valid_ndcg_at_10"] == decision.popularity_value
+    assert (
+        register_run.data.tags["gate.promoted"] == "True" and register_run.data.tags["gate.reason"] == decision.reason
+    )
+    training_run = client.get_run(outputs.model.run_id)  # type: ignore[arg-type]
+    assert training_run.data.metrics["popularity_valid_ndcg_at_10"] == decision.popularity_value
+    assert outputs.evaluation is not None
+    report = json.loads((outputs.evaluation.evaluation_dir / EVALUATION_FILE).read_text())
+    assert report["training"]["metrics"]["popularity_valid"]["ndcg@10"] == decision.popularity_value
+
+
+def test_a_version_that_does_not_beat_popularity_is_registered_but_never_promoted(
+    pipeline: tuple[ExperimentConfig, PipelineOutputs],
+    bundle_with: Callable[..., Bundle],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = pipeline[0]
+    uri, name, popularity = config.tracking.resolved_uri(), "gate-popularity", 0.1
+    with caplog.at_level(logging.INFO, logger="pipelines.registry"):
+        untrained = register_bundle(bundle_with(valid=0.02, popularity=popularity), name, uri)
+    assert not untrained.promoted and untrained.version == "1" and get_champion(name, uri) is None
+    assert untrained.reason == (
+        "no champion yet: does not beat the popularity baseline: validation NDCG@10 0.02 vs popularity 0.1 "
+        "(difference -0.08)"
+    )
+    (record,) = [r for r in caplog.records if r.name == "pipelines.registry"]
+    assert record.levelno == logging.WARNING and untrained.reason in record.getMessage()
+
+    assert register_bundle(bundle_with(valid=0.3, popularity=popularity), name, uri).promoted  # v2, champion
+    tie = register_bundle(bundle_with(valid=popularity, popularity=popularity), name, uri, tolerance=1.0)
+    assert not tie.promoted and tie.reason.startswith("kept the champion: does not beat the popularity baseline")
+    client = MlflowClient(uri)
+    assert str(client.get_model_version_by_alias(name, CHAMPION).version) == "2"  # within tolerance, but no better
+    assert [client.get_model_version(name, v).tags["gate.promoted"] for v in ("1", "2", "3")] == [
+        "False",
+        "True",
+        "False",
+    ]
+
+
+def test_a_bundle_without_a_baseline_is_not_promoted(
+    pipeline: tuple[ExperimentConfig, PipelineOutputs], bundle_with: Callable[..., Bundle]
+) -> None:
+    uri = pipeline[0].tracking.resolved_uri()
+    decision = register_bundle(bundle_with(valid=0.5, popularity=None), "gate-no-baseline", uri)
+    assert not decision.promoted and decision.popularity_value is None
+    assert decision.reason.endswith("Fix: `recsys pipeline run --rerun train_retriever`")
+
+
+def test_the_gate_keeps_a_worse_version_out_and_promotes_one_within_tolerance(
+    pipeline: tuple[ExperimentConfig, PipelineOutputs], bundle_with: Callable[..., Bundle]
+) -> None:
+    uri, name = pipeline[0].tracking.resolved_uri(), "gate-tolerance"
+    assert register_bundle(bundle_with(valid=0.3, popularity=0.1), name, uri).promoted
+    worse = register_bundle(bundle_with(valid=0.28, popularity=0.1), name, uri, tolerance=0.01)
+    assert not worse.promoted and worse.champion_version == "1" and worse.reason.startswith("kept the champion: ")
+    close = register_bundle(bundle_with(valid=0.295, popularity=0.1), name, uri, tolerance=0.01)
+    assert close.promoted and close.champion_value == 0.3
+    client = MlflowClient(uri)
+    assert str(client.get_model_version_by_alias(name, CHAMPION).version) == close.version == "3"
+
+
+def test_the_gate_logs_exact_values_and_their_difference(
+    pipeline: tuple[ExperimentConfig, PipelineOutputs],
+    bundle_with: Callable[..., Bundle],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    uri, name = pipeline[0].tracking.resolved_uri(), "gate-exact"
+    assert register_bundle(bundle_with(valid=0.147198, popularity=0.1), name, uri).promoted
+    with caplog.at_level(logging.INFO, logger="pipelines.registry"):
+        kept = register_bundle(bundle_with(valid=0.147188, popularity=0.1), name, uri)
+    expected = (
+        "kept the champion: validation NDCG@10 0.147188 vs champion v1 0.147198 (difference -1e-05, tolerance 0.0); "
+        "popularity 0.1"
+    )
+    assert not kept.promoted and kept.reason == expected  # rounded to 4 digits, both read 0.1472
+    assert f"champion gate for {name} v2: {expected}" in caplog.text
+
+
+def test_a_popularity_model_is_the_bar_itself_so_it_is_never_promoted(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    config = load_config(tiny_config(tmp_path, name="tiny-popularity", model={"name": "popularity", "params": {}}))
+    outputs, _ = run_pipeline(config, tmp_path)
+    assert outputs.registration is not None
+    decision = outputs.registration.decision
+    assert decision.value == decision.popularity_value  # the same model under the same protocol
+    assert not decision.promoted and get_champion(config.registered_model_name, config.tracking.resolved_uri()) is None

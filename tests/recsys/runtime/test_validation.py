@@ -1,0 +1,32 @@
+"""config_from: unknown keys, bounds on fields, checks across fields and the fields the program fills in, each named
+by its dotted key."""
+
+from __future__ import annotations
+
+import pytest
+
+from recsys.errors import ConfigError
+from recsys.models.sasrec import SASRecConfig
+from recsys.runtime.validation import config_from
+from recsys.training.trainer import TrainConfig
+
+
+def test_a_bound_on_a_field_names_its_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from(TrainConfig, {"epochs": -1, "lr": 0.0}, "train.")
+    assert str(info.value) == "train.epochs: Input should be greater than 0; train.lr: Input should be greater than 0"
+
+
+def test_a_check_across_fields_names_its_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from(SASRecConfig, {"num_items": 5, "dim": 64, "num_heads": 3}, "model.params.")
+    assert str(info.value).startswith("model.params.num_heads: 3 does not divide dim (64) into equal attention heads")
+
+
+def test_filled_fields_stand_in_and_are_not_the_users_to_set() -> None:
+    config = config_from(SASRecConfig, {"dim": 32}, "model.params.", filled={"num_items": 1})
+    assert (config.num_items, config.dim) == (1, 32)
+    with pytest.raises(ConfigError) as info:
+        config_from(SASRecConfig, {"num_items": 7}, "model.params.", filled={"num_items": 1})
+    assert str(info.value).startswith("model.params.num_items: unknown key (known: max_history, dim,")
+    assert "num_items," not in str(info.value)
