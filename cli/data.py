@@ -18,9 +18,9 @@ from rich.table import Table
 
 from cli.common import handle_errors
 from features.policies import UnknownItems
-from features.prepare import PrepareSummary, build_prepared, prepare, summarize
-from features.raw import RawDataset
-from features.sources import SOURCES, get_source, load_source
+from features.prepare import DEFAULT_MEMORY_BUDGET_GB, PrepareSummary, dry_run, prepare
+from features.raw import RawDataset, RawStream
+from features.sources import SOURCES, get_source, open_source
 
 app = typer.Typer(help="Prepare and validate interaction data.", no_args_is_help=True)
 
@@ -40,6 +40,13 @@ ColdOpt = Annotated[
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the cold-item draw (and of the synthetic data).")]
 NumUsersOpt = Annotated[int | None, typer.Option("--num-users", help="synthetic only: number of users.")]
 NumItemsOpt = Annotated[int | None, typer.Option("--num-items", help="synthetic only: number of items.")]
+MemoryBudgetOpt = Annotated[
+    float,
+    typer.Option(
+        "--memory-budget-gb",
+        help="Memory the work may use (GiB): it sizes the batches large inputs are read in; the output is the same.",
+    ),
+]
 
 
 @app.command("prepare")
@@ -53,12 +60,13 @@ def prepare_command(
     seed: SeedOpt = 0,
     num_users: NumUsersOpt = None,
     num_items: NumItemsOpt = None,
+    memory_budget_gb: MemoryBudgetOpt = DEFAULT_MEMORY_BUDGET_GB,
 ) -> None:
     """Load a source, apply the policies, and write interactions/items/users parquet + meta.json."""
     with handle_errors():
         options = source_options(source, seed=seed, num_users=num_users, num_items=num_items)
-        raw = load_source(source, input_path, **options)
-        settings = PrepareSettings(min_interactions, unknown_items, cold_start_fraction, seed)
+        raw = open_source(source, input_path, **options)
+        settings = PrepareSettings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb)
         summary = prepare(raw, out, **settings.as_kwargs(), source_options=options)
     print_summary(summary, raw)
 
@@ -73,24 +81,26 @@ def validate_command(
     seed: SeedOpt = 0,
     num_users: NumUsersOpt = None,
     num_items: NumItemsOpt = None,
+    memory_budget_gb: MemoryBudgetOpt = DEFAULT_MEMORY_BUDGET_GB,
 ) -> None:
     """Load a source and apply the policies like `prepare`, but write nothing: report counts and policies."""
     with handle_errors():
         options = source_options(source, seed=seed, num_users=num_users, num_items=num_items)
-        raw = load_source(source, input_path, **options)
-        settings = PrepareSettings(min_interactions, unknown_items, cold_start_fraction, seed)
-        prepared = build_prepared(raw, **settings.as_kwargs())
-    print_summary(summarize(prepared, None), raw)
+        raw = open_source(source, input_path, **options)
+        settings = PrepareSettings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb)
+        summary = dry_run(raw, **settings.as_kwargs())
+    print_summary(summary, raw)
 
 
 @dataclass(frozen=True)
 class PrepareSettings:
-    """The policy settings `prepare` and `validate` share."""
+    """The settings `prepare` and `validate` share."""
 
     min_interactions: int
     unknown_items: UnknownItems
     cold_start_fraction: float
     seed: int
+    memory_budget_gb: float
 
     def as_kwargs(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,12 +121,12 @@ def source_options(source: str, *, seed: int, num_users: int | None, num_items: 
     return {key: value for key, value in options.items() if value is not None}
 
 
-def print_summary(summary: PrepareSummary, raw: RawDataset) -> None:
+def print_summary(summary: PrepareSummary, raw: RawDataset | RawStream) -> None:
     """Print counts and policies as two small tables.
 
     Args:
         summary: what prepare/validate produced.
-        raw: the loaded dataset (for the raw counts and input files).
+        raw: the loaded dataset (for the input files).
     """
     console = Console()
     console.print(f"[bold]{summary.source}[/bold] from {', '.join(str(p) for p in raw.files) or 'the generator'}")
@@ -124,10 +134,10 @@ def print_summary(summary: PrepareSummary, raw: RawDataset) -> None:
     counts.add_column("what")
     counts.add_column("loaded", justify="right")
     counts.add_column("kept", justify="right")
-    raw_items = raw.items.height if raw.items is not None else raw.interactions.get_column("item_id").n_unique()
-    counts.add_row("interactions", f"{raw.interactions.height:,}", f"{summary.num_interactions:,}")
-    counts.add_row("users", f"{raw.interactions.get_column('user_id').n_unique():,}", f"{summary.num_users:,}")
-    counts.add_row("items", f"{raw_items:,}", f"{summary.num_items:,}")
+    loaded = summary.loaded
+    counts.add_row("interactions", f"{loaded.interactions:,}", f"{summary.num_interactions:,}")
+    counts.add_row("users", f"{loaded.users:,}", f"{summary.num_users:,}")
+    counts.add_row("items", f"{loaded.items:,}", f"{summary.num_items:,}")
     for split, count in summary.split_counts.items():
         counts.add_row(f"  {split}", "", f"{count:,}")
     counts.add_row("cold items", "", f"{summary.num_cold_items:,}")

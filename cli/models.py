@@ -51,18 +51,51 @@ def evaluate_command(
     data_dir: DataDirOpt = None,
     split: Annotated[str, typer.Option("--split", help="valid or test.")] = "test",
     exclude_seen: Annotated[bool, typer.Option("--exclude-seen", help="Mask history items before ranking.")] = False,
+    users: Annotated[
+        int | None,
+        typer.Option(
+            "--users", min=1, help="Evaluate a seeded random sample of N users only: a quick look, labelled a sample."
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed of the --users sample: the same seed, the same users.")
+    ] = None,
+    item_block: Annotated[
+        int | None,
+        typer.Option(
+            "--item-block",
+            min=0,
+            help="Items scored at once per user batch by models with item vectors (bounds memory); 0 = the whole "
+            "catalogue; default: the protocol's (docs/training.md).",
+        ),
+    ] = None,
 ) -> None:
-    """Evaluate a trained model with the full-ranking leave-one-out protocol."""
+    """Evaluate a trained model with the full-ranking leave-one-out protocol (or, with --users, a sample of it)."""
+    from dataclasses import replace
+
     from pipelines.model_dir import load_model_dir
-    from recsys.evaluation import EvalConfig, evaluate
+    from recsys.evaluation import EvalConfig, UserSample, evaluate
 
     with handle_errors():
         if split not in ("valid", "test"):
             raise RecsysError(f"--split {split!r} is not valid. Fix: use --split valid or --split test")
+        if seed is not None and users is None:
+            raise RecsysError("--seed picks the users of a --users sample. Fix: add --users N, or drop --seed")
         trained = load_model_dir(model_dir, data_dir)
         config = EvalConfig(exclude_seen=exclude_seen)
-        result = evaluate(trained.model, trained.data.eval_split(split), trained.data.num_items, config)
-    print_tables(metrics_table(f"{model_dir} on {split}", {trained.name: result.metrics}))
+        config = config if item_block is None else replace(config, item_block=item_block)
+        sample = None
+        if users is not None:
+            sample = UserSample(users) if seed is None else UserSample(users, seed)
+        eval_split = trained.data.eval_split(split)
+        result = evaluate(trained.model, eval_split, trained.data.num_items, config, sample)
+    title = f"{model_dir} on {split}"
+    if result.sample is not None:
+        title += (
+            f": SAMPLE of {len(result.ranks)} of {len(eval_split.targets)} users (seed {result.sample.seed}), "
+            "not the full protocol"
+        )
+    print_tables(metrics_table(title, {trained.name: result.metrics}))
 
 
 def recommend_command(

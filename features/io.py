@@ -5,7 +5,9 @@ Every loader goes through the same steps, so the same problem gets the same mess
 1. `locate` / `locate_optional` find the input file (a file path, or a directory holding a known name);
    `not_read_by` is the error for an input file a source does not read.
 2. `read_text` reads the bytes (gzip by magic number), rejects missing, unreadable or empty files and
-   decodes UTF-8 once for the whole file; a bad byte is reported with its line number.
+   decodes UTF-8 once for the whole file; a bad byte is reported with its line number. `read_line_batches`
+   does the same batch by batch (gzip decoded on the fly) for files too large to hold: memory follows the
+   batch, and lines, byte offsets and messages are those of the whole-file reading.
 3. `text_lines` turns the text into a frame of (line, text), 1-based as an editor shows it; blank lines
    are skipped. `split_fields` / `read_csv_records` / `parse_records` turn lines into fields.
 4. `parse_numbers`, `require_values`, `require_unique` check the fields; `fail_on_first` is the
@@ -22,16 +24,17 @@ from __future__ import annotations
 
 import ast
 import csv
-import gzip
+import itertools
 import json
 import logging
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import polars as pl
 
+from features.progress import Progress
 from recsys.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -39,6 +42,8 @@ logger = logging.getLogger(__name__)
 LINE = "line"  # 1-based line number, carried by parsed frames until the loader has validated them
 TEXT = "text"
 GZIP_MAGIC = b"\x1f\x8b"
+GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib reads the gzip header and checks the trailer
+READ_BLOCK_BYTES = 16 * 2**20  # a whole file is read in blocks of this size (gunzipped ones too)
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -94,8 +99,22 @@ def read_bytes(path: Path) -> bytes:
     Args:
         path: the file to read.
     """
+    return b"".join(chunk for chunk, _ in read_chunks(path, READ_BLOCK_BYTES))
+
+
+def read_chunks(path: Path, size: int) -> Iterator[tuple[bytes, int]]:
+    """The file's bytes in chunks of at most `size`, gunzipped on the fly when the file starts with the gzip magic
+    number, each with how many bytes of the file on disk were read so far (for progress).
+
+    Args:
+        path: the file to read.
+        size: the largest chunk (>= 1).
+
+    Raises:
+        DataError: the file is missing, a directory, unreadable, or corrupt or truncated gzip.
+    """
     try:
-        data = path.read_bytes()
+        file = path.open("rb")
     except FileNotFoundError as err:
         raise DataError(path, "file not found", "check the --input path") from err
     except IsADirectoryError as err:
@@ -104,12 +123,61 @@ def read_bytes(path: Path) -> bytes:
         ) from err
     except PermissionError as err:
         raise DataError(path, "cannot read it: permission denied", f"make it readable (chmod a+r {path})") from err
-    if data.startswith(GZIP_MAGIC):
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as err:
-            raise DataError(path, f"corrupt gzip data ({err})", "re-download or re-compress the file") from err
-    return data
+    with file:
+        gzipped = file.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+        file.seek(0)
+        chunks = _gunzipped(file, size, path) if gzipped else iter(lambda: file.read(size), b"")
+        for chunk in chunks:
+            yield chunk, file.tell()
+
+
+def _gunzipped(file: BinaryIO, size: int, path: Path) -> Iterator[bytes]:
+    """The decompressed bytes of a gzip file (its members one after another), at most `size` at a time.
+
+    zlib rather than `gzip.GzipFile`, which returns a stream cut inside its trailer without a word: here the file
+    must end where a member ends, and every member's CRC and size are checked (a truncated download is an error).
+    """
+    decompressor, pending, in_member = zlib.decompressobj(GZIP_WBITS), b"", False
+    try:
+        while True:
+            if not pending:
+                pending = file.read(size)
+                if not pending:
+                    break
+            in_member = True
+            chunk = decompressor.decompress(pending, size)
+            pending = decompressor.unconsumed_tail
+            while not pending and not decompressor.eof and len(chunk) == size:  # output held back by the limit
+                yield chunk
+                chunk = decompressor.decompress(b"", size)
+            if decompressor.eof:  # a member ends here; another may follow
+                pending, in_member = decompressor.unused_data, False
+                decompressor = zlib.decompressobj(GZIP_WBITS)
+            if chunk:
+                yield chunk
+    except zlib.error as err:
+        raise _corrupt_gzip(path, str(err)) from err
+    if in_member:
+        raise _corrupt_gzip(path, "the file ends inside the compressed data: truncated?")
+
+
+def _corrupt_gzip(path: Path, why: str) -> DataError:
+    return DataError(path, f"corrupt gzip data ({why})", "re-download or re-compress the file")
+
+
+def input_size(path: Path) -> int:
+    """How many bytes reading `path` yields: its size, or for gzip the size its trailer records (modulo 4 GiB, so at
+    least the compressed size is assumed). Known before reading: it sizes the work (and the prepared parts).
+
+    Args:
+        path: an existing file.
+    """
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        if file.read(len(GZIP_MAGIC)) != GZIP_MAGIC or size < 4:
+            return size
+        file.seek(-4, 2)
+        return max(int.from_bytes(file.read(4), "little"), size)
 
 
 def read_text(path: Path, *, fallback_encoding: str | None = None) -> str:
@@ -125,40 +193,101 @@ def read_text(path: Path, *, fallback_encoding: str | None = None) -> str:
     """
     data = read_bytes(path)
     if not data.strip():
-        raise DataError(path, "file is empty", "pass a file with data, or check that the download finished")
-    data = data.removeprefix(UTF8_BOM)
+        raise _empty(path)
+    return decode_utf8(data.removeprefix(UTF8_BOM), path, fallback_encoding=fallback_encoding)
+
+
+def read_line_batches(path: Path, batch_bytes: int) -> Iterator[pl.DataFrame]:
+    """The non-blank lines of a text file as `text_lines` frames, read, gunzipped and decoded about `batch_bytes` at
+    a time, so that memory follows the batch and not the file.
+
+    A batch ends at a line end (a line longer than `batch_bytes` makes a longer batch). Line numbers, byte offsets
+    and errors are those of `text_lines(read_text(path))`, except that a problem is found when its batch is read:
+    the batches before it have been yielded. Progress (MB read, lines/s, ETA) is logged.
+
+    Args:
+        path: the file to read.
+        batch_bytes: about how many decoded bytes each batch holds (>= 1).
+
+    Raises:
+        DataError: the file is missing, unreadable, corrupt gzip, has no non-blank line, or is not valid UTF-8.
+    """
+    total_mb = path.stat().st_size / 2**20 if path.is_file() else None
+    progress = Progress(logger, f"reading {path}", total=total_mb, unit="MB", rows_are="lines")
+    line, offset, rest, at_start, empty, position = 1, 0, b"", True, True, 0
+    for chunk, read in itertools.chain(read_chunks(path, batch_bytes), [(b"", None)]):  # b"": the end
+        position = read if read is not None else position
+        data = rest + chunk
+        if at_start:  # a BOM is not part of the first line (and may come in chunks of 1 byte)
+            if chunk and len(data) < len(UTF8_BOM):
+                rest = data
+                continue
+            data, at_start = data.removeprefix(UTF8_BOM), False
+        end = data.rfind(b"\n") + 1 if chunk else len(data)  # the end keeps a last line without "\n"
+        data, rest = data[:end], data[end:]
+        if not data:
+            continue
+        lines = text_lines(decode_utf8(data, path, offset=offset, line=line), first_line=line)
+        line += data.count(b"\n")
+        offset += len(data)
+        progress.update(done=position / 2**20, rows=lines.height)
+        if lines.height:
+            empty = False
+            yield lines
+    if empty:
+        raise _empty(path)
+    progress.finish()
+
+
+def _empty(path: Path) -> DataError:
+    return DataError(path, "file is empty", "pass a file with data, or check that the download finished")
+
+
+def decode_utf8(
+    data: bytes, path: Path, *, offset: int = 0, line: int = 1, fallback_encoding: str | None = None
+) -> str:
+    """Decode `data` as UTF-8; a bad byte is a `DataError` naming its line and byte offset in the file.
+
+    Args:
+        data: whole lines of the file (after a leading BOM).
+        path: the file, for errors.
+        offset: the byte offset of `data` in the file (after the BOM).
+        line: the line number `data` starts on.
+        fallback_encoding: if given, decode with this when UTF-8 fails (logged) instead of raising.
+    """
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
+        bad_line = line + data.count(b"\n", 0, err.start)
         if fallback_encoding is not None:
             logger.warning(
                 "%s is not UTF-8 (first bad byte on line %d); decoding it as %s",
                 path,
-                line,
+                bad_line,
                 fallback_encoding,
             )
             return data.decode(fallback_encoding)
         bad = data[err.start : err.end].hex(" ")
         raise DataError(
             path,
-            f"bytes {bad} at byte offset {err.start} are not valid UTF-8",
+            f"bytes {bad} at byte offset {offset + err.start} are not valid UTF-8",
             "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 FILE > FILE.utf8`",
-            line=line,
+            line=bad_line,
         ) from err
 
 
-def text_lines(text: str) -> pl.DataFrame:
+def text_lines(text: str, *, first_line: int = 1) -> pl.DataFrame:
     """Split text into non-blank lines: columns `line` (1-based, u32) and `text` (no trailing CR).
 
     Args:
-        text: the decoded file contents.
+        text: the decoded file contents (or whole lines of it).
+        first_line: the line number of the first line of `text`.
     """
     frame = (
         pl.DataFrame({TEXT: [text]})
         .select(pl.col(TEXT).str.split("\n"))
         .explode(TEXT)
-        .with_row_index(LINE, offset=1)
+        .with_row_index(LINE, offset=first_line)
         .with_columns(pl.col(TEXT).str.strip_chars_end("\r"))
     )
     return frame.filter(pl.col(TEXT).str.strip_chars() != "")
@@ -413,7 +542,8 @@ def _not_a_number(name: str, dtype: pl.DataType) -> Callable[[dict[str, Any]], s
 
 
 def require_unique(frame: pl.DataFrame, path: Path, column: str, what: str) -> None:
-    """No value of `column` may appear twice; the error names both lines.
+    """No value of `column` may appear twice; the error names the first line that repeats an earlier one, and that
+    earlier line (what a reader going down the file meets first).
 
     Args:
         frame: rows with a `line` column, in file order.
@@ -421,10 +551,10 @@ def require_unique(frame: pl.DataFrame, path: Path, column: str, what: str) -> N
         column: the key that must be unique.
         what: how to call the key in the message, e.g. "user id".
     """
-    repeated = frame.filter(pl.col(column).is_duplicated())
-    if repeated.height:
-        key = repeated.item(0, column)
-        first, second = repeated.filter(pl.col(column) == key).get_column(LINE).head(2).to_list()
+    repeats = frame.filter(~pl.col(column).is_first_distinct())
+    if repeats.height:
+        key, second = repeats.item(0, column), repeats.item(0, LINE)
+        first = frame.filter(pl.col(column) == key).item(0, LINE)
         raise DataError(
             path,
             f"{what} {key!r} appears on line {first} and again on line {second}",

@@ -10,6 +10,16 @@ Conventions (also recorded in meta.json):
 - files are written into a temp directory beside `out_dir` and renamed into place; a rerun on the
   same input gives byte-identical files (meta.json holds no timestamps).
 
+Inputs of any size: the work runs in passes, so that memory follows a batch or a part, not the input.
+1. `features.partitions.split_into_parts` reads the raw stream in batches (`memory_budget_gb` sizes them), turns
+   item ids into codes and writes each row to the part of its user, in a scratch directory.
+2. Each part, in turn: the loader's per-user check, the per-user policies (`features.policies`); the kept rows
+   go back to the scratch directory.
+3. Once: the item policies, the users and items with their dense ids, the cold marks, meta.json.
+4. Each part, when written: dense ids, sorted by user then time. A small input is one part, written as
+   `interactions.parquet`; a large one (`num_parts_for`) is written as `interactions/part-*.parquet`. The parts
+   split the users, not the content: the same rows in the same order, whatever the number of parts.
+
 Example:
     >>> import tempfile
     >>> rows = {"user_id": ["u"] * 4, "item_id": ["a", "b", "c", "d"], "ts": [1, 2, 3, 4]}
@@ -23,24 +33,32 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+import math
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from features.io import LINE
+from features.partitions import ITEM_CODE, PART, ROW, Parts, split_into_parts
 from features.policies import (
-    CleanDataset,
     Policies,
     PolicyOutcome,
     UnknownItems,
-    apply_policies,
+    UserPolicyCounts,
+    apply_item_policies,
+    apply_user_policies,
     parse_unknown_items,
 )
-from features.raw import RawDataset
+from features.progress import Progress
+from features.raw import RawDataset, RawStream, as_stream, interactions_file
 from recsys.data.schema import (
+    INTERACTIONS_DIR,
     INTERACTIONS_FILE,
     IS_COLD,
     ITEM_ID,
@@ -54,31 +72,112 @@ from recsys.data.schema import (
     USER_ID,
     USER_IDX,
     USERS_FILE,
+    part_file_name,
 )
-from recsys.data.splits import RULE, split_counts
+from recsys.data.splits import MIN_INTERACTIONS, RULE, split_counts
 from recsys.errors import ConfigError, DataError
 from recsys.runtime.atomic import atomic_directory
 
 logger = logging.getLogger(__name__)
 
 ID_ORDER = "user_idx and item_idx are 1-based in sorted user_id / item_id order; 0 is padding"
+DEFAULT_MEMORY_BUDGET_GB = 4.0
+# A batch of P5 text peaks at about 25x its size while it is decoded, split into rows and coded (measured): a batch
+# of 1/64 of the budget leaves the rest for the item codes, the users' ids and the parts.
+BATCH_SHARE_OF_BUDGET = 1 / 64
+MAX_BATCH_BYTES = 256 * 2**20  # larger batches read no faster
+# Input bytes per part: a part's policies and sort then peak under ~0.5 GB, whatever the budget. The number of parts
+# follows the input alone (not the budget), so the same input gives the same files on any machine.
+PART_INPUT_BYTES = 16 * 2**20
+SCRATCH_DIR = ".scratch"  # inside the temp directory of the atomic write: a killed prepare leaves it nowhere else
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to prepare: the policies, the cold-start draw and how the work is cut.
+
+    Args:
+        min_interactions: users with fewer interactions are dropped (>= 3).
+        unknown_items: "drop" | "keep" | "error" for items absent from the catalog.
+        cold_start_fraction: fraction of items marked cold, in [0, 1).
+        seed: seed of the cold-item draw.
+        memory_budget_gb: the memory the work may use, in GiB (> 0): it sizes the batches the input is read in.
+            It changes no output byte.
+        partitions: the number of parts the interactions are written in; None: `num_parts_for` the input.
+    """
+
+    min_interactions: int = MIN_INTERACTIONS
+    unknown_items: UnknownItems | str = UnknownItems.DROP
+    cold_start_fraction: float = 0.0
+    seed: int = 0
+    memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB
+    partitions: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.cold_start_fraction < 1.0:
+            raise ConfigError(f"cold_start_fraction must be in [0, 1), got {self.cold_start_fraction}")
+        if not self.memory_budget_gb > 0:
+            raise ConfigError(f"memory_budget_gb must be > 0, got {self.memory_budget_gb}")
+        if self.partitions is not None and self.partitions < 1:
+            raise ConfigError(f"partitions must be >= 1, got {self.partitions}")
+        self.policies  # noqa: B018 - checks the policy settings now, before any work
+
+    @property
+    def policies(self) -> Policies:
+        return Policies(min_interactions=self.min_interactions, unknown_items=parse_unknown_items(self.unknown_items))
+
+    @property
+    def batch_bytes(self) -> int:
+        """How many bytes of input a batch reads."""
+        return int(min(MAX_BATCH_BYTES, max(1.0, self.memory_budget_gb * 2**30 * BATCH_SHARE_OF_BUDGET)))
+
+
+def num_parts_for(stream: RawStream) -> int:
+    """How many parts the interactions of `stream` are written in: one per `PART_INPUT_BYTES` of input, one for an
+    input of unknown size (an in-memory `RawDataset`)."""
+    if stream.size_bytes is None:
+        return 1
+    return max(1, math.ceil(stream.size_bytes / PART_INPUT_BYTES))
+
+
+@dataclass(frozen=True)
+class LoadedCounts:
+    """What the loader gave, before the policies.
+
+    Args:
+        interactions: rows.
+        users: distinct users.
+        items: catalog items, or distinct items of the interactions without a catalog.
+    """
+
+    interactions: int
+    users: int
+    items: int
 
 
 @dataclass(frozen=True)
 class PreparedData:
-    """The four tables of a prepared directory, in memory.
+    """The tables of a prepared directory: users, items and meta in memory, the interactions in parts.
 
     Args:
-        interactions: user_idx, item_idx, ts + optional columns; sorted by user_idx then ts.
+        parts: each part's interactions (user_idx, item_idx, ts + optional columns; sorted by user_idx then ts),
+            computed when collected; every row of a user is in one part.
         items: item_idx, item_id, title, is_cold + optional columns; sorted by item_idx.
         users: user_idx, user_id; sorted by user_idx.
         meta: the contents of meta.json.
+        loaded: what the loader gave, before the policies.
     """
 
-    interactions: pl.DataFrame
+    parts: tuple[pl.LazyFrame, ...]
     items: pl.DataFrame
     users: pl.DataFrame
     meta: dict[str, Any]
+    loaded: LoadedCounts
+
+    @property
+    def interactions(self) -> pl.DataFrame:
+        """Every part in one frame, sorted by user_idx then ts: the whole table (for small data)."""
+        return pl.concat([part.collect() for part in self.parts]).sort(USER_IDX, maintain_order=True)
 
 
 @dataclass(frozen=True)
@@ -93,6 +192,7 @@ class PrepareSummary:
         num_interactions: interactions kept.
         num_cold_items: items marked cold.
         policies: the policies applied, with their counts.
+        loaded: what the loader gave, before the policies.
     """
 
     out_dir: Path | None
@@ -102,6 +202,7 @@ class PrepareSummary:
     num_interactions: int
     num_cold_items: int
     policies: tuple[PolicyOutcome, ...]
+    loaded: LoadedCounts
 
     @property
     def split_counts(self) -> dict[str, int]:
@@ -110,104 +211,228 @@ class PrepareSummary:
 
 
 def prepare(
-    raw: RawDataset,
+    raw: RawDataset | RawStream,
     out_dir: Path,
     *,
-    min_interactions: int = 3,
+    min_interactions: int = MIN_INTERACTIONS,
     unknown_items: UnknownItems | str = UnknownItems.DROP,
     cold_start_fraction: float = 0.0,
     seed: int = 0,
     source_options: Mapping[str, Any] | None = None,
+    memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB,
+    partitions: int | None = None,
 ) -> PrepareSummary:
     """Apply the policies, map ids, order, mark cold items and write `out_dir` atomically.
 
     Args:
-        raw: a loader's output.
+        raw: a loader's output (a stream for inputs of any size).
         out_dir: the prepared directory; an existing prepared directory there is replaced.
         min_interactions: users with fewer interactions are dropped (>= 3).
         unknown_items: "drop" | "keep" | "error" for items absent from the catalog.
         cold_start_fraction: fraction of items marked cold, in [0, 1).
         seed: seed of the cold-item draw.
         source_options: the loader options, recorded in meta.json for provenance.
+        memory_budget_gb: the memory the work may use (GiB); it sizes the batches, not the output.
+        partitions: the number of parts of the interactions; None: `num_parts_for` the input.
 
     Raises:
         ConfigError: invalid settings.
         DataError: the data cannot be prepared (see `features.policies`); nothing is written.
     """
-    prepared = build_prepared(
-        raw,
-        min_interactions=min_interactions,
-        unknown_items=unknown_items,
-        cold_start_fraction=cold_start_fraction,
-        seed=seed,
-        source_options=source_options,
-    )
-    write_prepared(prepared, out_dir)
+    settings = Settings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, partitions)
+    try:
+        with atomic_directory(out_dir, marker=META_FILE) as tmp:
+            prepared = plan_prepared(raw, tmp / SCRATCH_DIR, settings, source_options or {})
+            write_tables(prepared, tmp)
+            shutil.rmtree(tmp / SCRATCH_DIR)
+    except OSError as err:
+        raise DataError(
+            out_dir,
+            f"cannot write the prepared directory: {_why_unwritable(out_dir, err)}",
+            "choose an output whose parent is a writable directory (`--out`, or the pipeline's --work-dir)",
+        ) from err
     logger.info("wrote %s", out_dir)
     return summarize(prepared, out_dir)
 
 
 def build_prepared(
-    raw: RawDataset,
+    raw: RawDataset | RawStream,
     *,
-    min_interactions: int = 3,
+    min_interactions: int = MIN_INTERACTIONS,
     unknown_items: UnknownItems | str = UnknownItems.DROP,
     cold_start_fraction: float = 0.0,
     seed: int = 0,
     source_options: Mapping[str, Any] | None = None,
+    memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB,
+    partitions: int | None = None,
 ) -> PreparedData:
-    """Everything `prepare` does except writing (also the dry run of `recsys data validate`).
+    """Everything `prepare` does except writing, with the tables in memory (for small data; `dry_run` for any size).
+
+    Args: as `prepare`.
+    """
+    settings = Settings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, partitions)
+    with tempfile.TemporaryDirectory(prefix="recsys-prepare-") as scratch:
+        prepared = plan_prepared(raw, Path(scratch) / SCRATCH_DIR, settings, source_options or {})
+        return replace(prepared, parts=tuple(part.collect().lazy() for part in prepared.parts))
+
+
+def dry_run(
+    raw: RawDataset | RawStream,
+    *,
+    min_interactions: int = MIN_INTERACTIONS,
+    unknown_items: UnknownItems | str = UnknownItems.DROP,
+    cold_start_fraction: float = 0.0,
+    seed: int = 0,
+    memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB,
+) -> PrepareSummary:
+    """What `prepare` would write, without writing it (`recsys data validate`): loader, policies, ids and splits
+    run, the interactions are not indexed. The intermediate files go to the system's temp directory.
+
+    Args: as `prepare`.
+    """
+    settings = Settings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb)
+    with tempfile.TemporaryDirectory(prefix="recsys-prepare-") as scratch:
+        return summarize(plan_prepared(raw, Path(scratch) / SCRATCH_DIR, settings, {}), None)
+
+
+def plan_prepared(
+    raw: RawDataset | RawStream, scratch: Path, settings: Settings, source_options: Mapping[str, Any]
+) -> PreparedData:
+    """Passes 1-3 (see the module docstring): the prepared tables, the interactions' parts read from `scratch`.
 
     Args:
         raw: a loader's output.
-        min_interactions: users with fewer interactions are dropped (>= 3).
-        unknown_items: "drop" | "keep" | "error".
-        cold_start_fraction: fraction of items marked cold, in [0, 1).
-        seed: seed of the cold-item draw.
+        scratch: a new directory for the intermediate files; the parts read from it until it is removed.
+        settings: how to prepare.
         source_options: the loader options, recorded in meta.json.
+
+    Raises:
+        DataError: the data cannot be prepared; the first problem of the input in file order.
     """
-    if not 0.0 <= cold_start_fraction < 1.0:
-        raise ConfigError(f"cold_start_fraction must be in [0, 1), got {cold_start_fraction}")
-    policies = Policies(min_interactions=min_interactions, unknown_items=parse_unknown_items(unknown_items))
-    clean = apply_policies(raw, policies)
-    users, items = id_maps(clean)
-    items = mark_cold(items, cold_start_fraction, seed)
-    interactions = index_interactions(clean.interactions, users, items)
-    meta = build_meta(raw, clean, interactions, items, cold_start_fraction, seed, source_options or {})
-    return PreparedData(interactions=interactions, items=items, users=users, meta=meta)
+    stream = as_stream(raw)
+    policies = settings.policies
+    num_parts = settings.partitions or num_parts_for(stream)
+    parts = split_into_parts(stream, scratch / "parts", num_parts, settings.batch_bytes)
+    clean = clean_parts(parts, stream, policies, scratch / "clean")
+    used = pl.concat(clean.used_items)
+    coded_items, outcomes = apply_item_policies(
+        stream.items, parts.items, used, clean.counts, policies, interactions_file(stream)
+    )
+    users = number_users(clean.users)
+    items = number_items(coded_items)
+    item_idx_of_code = pl.repeat(None, len(parts.items), dtype=pl.Int32, eager=True).scatter(
+        items[ITEM_CODE], items[ITEM_IDX]
+    )
+    items = mark_cold(items.drop(ITEM_CODE), settings.cold_start_fraction, settings.seed)
+    indexed = tuple(
+        index_interactions(path, users.filter(pl.col(PART) == index), item_idx_of_code)
+        for index, path in enumerate(clean.files)
+    )
+    num_interactions = sum(count.kept_rows for count in clean.counts)
+    meta = build_meta(stream, outcomes, users.height, num_interactions, items, settings, source_options)
+    loaded = LoadedCounts(
+        interactions=parts.rows,
+        users=sum(count.loaded_users for count in clean.counts),
+        items=stream.items.height if stream.items is not None else len(parts.items),
+    )
+    return PreparedData(parts=indexed, items=items, users=users.drop(PART), meta=meta, loaded=loaded)
 
 
-def id_maps(clean: CleanDataset) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Dense 1-based ids in sorted id order: users (user_idx, user_id) and the catalog with item_idx first.
+@dataclass(frozen=True)
+class CleanParts:
+    """The parts after the per-user policies.
 
     Args:
-        clean: the dataset after the policies.
+        files: each part's kept rows (user_id, item_code, ts + optional columns), in file order.
+        counts: what the policies did to each part.
+        users: each part's kept user ids, once each.
+        used_items: each part's kept item codes, once each.
     """
-    users = clean.interactions.select(pl.col(USER_ID).unique().sort())
-    users = users.select(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).alias(USER_IDX), USER_ID)
-    items = clean.items.sort(ITEM_ID)
-    items = items.select(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).alias(ITEM_IDX), pl.all())
-    return users, items
+
+    files: tuple[Path, ...]
+    counts: tuple[UserPolicyCounts, ...]
+    users: tuple[pl.Series, ...]
+    used_items: tuple[pl.Series, ...]
 
 
-def index_interactions(interactions: pl.DataFrame, users: pl.DataFrame, items: pl.DataFrame) -> pl.DataFrame:
-    """Replace user_id / item_id by their dense ids and sort by user then time (stable).
+def clean_parts(parts: Parts, stream: RawStream, policies: Policies, directory: Path) -> CleanParts:
+    """Pass 2: each part through the loader's per-user check and the per-user policies, the kept rows to `directory`.
 
     Args:
-        interactions: clean interactions in file order.
-        users: user_idx, user_id.
-        items: item_idx, item_id, ...
+        parts: the interactions split by user.
+        stream: the raw stream (its `check_users`, its catalog).
+        policies: the settings.
+        directory: a new directory for the kept rows.
+
+    Raises:
+        DataError: the loader's check failed: of the parts' problems, the one on the earliest line.
     """
-    optional = [
-        pl.col(name).cast(dtype) for name, dtype in OPTIONAL_INTERACTION_COLUMNS.items() if name in interactions
-    ]
-    extra = [name for name in interactions.columns if name not in (USER_ID, ITEM_ID, TS, *OPTIONAL_INTERACTION_COLUMNS)]
-    indexed = interactions.select(
-        pl.col(USER_ID).replace_strict(users[USER_ID], users[USER_IDX], return_dtype=pl.Int32).alias(USER_IDX),
-        pl.col(ITEM_ID).replace_strict(items[ITEM_ID], items[ITEM_IDX], return_dtype=pl.Int32).alias(ITEM_IDX),
-        pl.col(TS).cast(pl.Int64),
-        *optional,
-        *extra,
+    directory.mkdir()
+    catalog_size = None if stream.items is None else parts.items.num_catalog
+    files, counts, users, used_items, problems = [], [], [], [], []
+    progress = Progress(logger, "applying the policies", total=len(parts), unit="parts", rows_are="interactions")
+    for index in range(len(parts)):
+        rows = parts.read(index)
+        if stream.check_users is not None:
+            try:
+                stream.check_users(rows)
+            except DataError as problem:
+                problems.append(problem)
+        if problems:  # only the check runs on, to find the earliest problem
+            continue
+        kept, count = apply_user_policies(rows, catalog_size, policies)
+        path = directory / f"part-{index:05d}.arrow"
+        kept.drop(ROW, LINE, strict=False).write_ipc(path, compression="lz4")
+        files.append(path)
+        counts.append(count)
+        users.append(kept.get_column(USER_ID).unique())
+        used_items.append(kept.get_column(ITEM_CODE).unique())
+        progress.update(done=index + 1, rows=rows.height)
+    if problems:
+        raise min(problems, key=lambda problem: problem.line or 0)
+    progress.finish()
+    return CleanParts(tuple(files), tuple(counts), tuple(users), tuple(used_items))
+
+
+def number_users(part_users: Sequence[pl.Series]) -> pl.DataFrame:
+    """user_idx 1..U in sorted user_id order, with the part of each user.
+
+    Args:
+        part_users: each part's user ids, once each.
+    """
+    users = pl.concat(
+        pl.DataFrame({USER_ID: ids}).with_columns(pl.lit(index, dtype=pl.UInt32).alias(PART))
+        for index, ids in enumerate(part_users)
+    ).sort(USER_ID)
+    return users.select(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).alias(USER_IDX), USER_ID, PART)
+
+
+def number_items(items: pl.DataFrame) -> pl.DataFrame:
+    """The items with item_idx 1..N first, in sorted item_id order.
+
+    Args:
+        items: the items table of the policies (item_code + catalog columns).
+    """
+    items = items.sort(ITEM_ID)
+    return items.select(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).alias(ITEM_IDX), pl.all())
+
+
+def index_interactions(path: Path, users: pl.DataFrame, item_idx_of_code: pl.Series) -> pl.LazyFrame:
+    """Pass 4 of one part: user_id / item_code replaced by their dense ids, sorted by user then time (stable).
+
+    Args:
+        path: the part's kept rows, in file order.
+        users: user_idx, user_id of (at least) the part's users.
+        item_idx_of_code: the item_idx of every item code (null for the items dropped).
+    """
+    rows = pl.scan_ipc(path)
+    names = rows.collect_schema().names()
+    optional = [pl.col(name).cast(dtype) for name, dtype in OPTIONAL_INTERACTION_COLUMNS.items() if name in names]
+    extra = [name for name in names if name not in (USER_ID, ITEM_CODE, TS, *OPTIONAL_INTERACTION_COLUMNS)]
+    user_idx = pl.col(USER_ID).replace_strict(users[USER_ID], users[USER_IDX], return_dtype=pl.Int32)
+    item_idx = pl.lit(item_idx_of_code).gather(pl.col(ITEM_CODE))  # codes are dense: a lookup, no hashing
+    indexed = rows.select(
+        user_idx.alias(USER_IDX), item_idx.alias(ITEM_IDX), pl.col(TS).cast(pl.Int64), *optional, *extra
     )
     return indexed.sort([USER_IDX, TS], maintain_order=True)
 
@@ -228,65 +453,43 @@ def mark_cold(items: pl.DataFrame, fraction: float, seed: int) -> pl.DataFrame:
 
 
 def build_meta(
-    raw: RawDataset,
-    clean: CleanDataset,
-    interactions: pl.DataFrame,
+    stream: RawStream,
+    outcomes: tuple[PolicyOutcome, ...],
+    num_users: int,
+    num_interactions: int,
     items: pl.DataFrame,
-    cold_start_fraction: float,
-    seed: int,
+    settings: Settings,
     source_options: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The contents of meta.json (deterministic: no timestamps, no host names).
+    """The contents of meta.json (deterministic: no timestamps, no host names, nothing of the memory budget).
 
     Args:
-        raw: the loader's output (source and input files).
-        clean: the policy outcomes.
-        interactions: the indexed interactions.
+        stream: the loader's output (source and input files).
+        outcomes: the policies applied.
+        num_users: users kept.
+        num_interactions: interactions kept.
         items: the catalog with is_cold.
-        cold_start_fraction: the cold-start setting.
-        seed: the cold-start seed.
+        settings: the cold-start settings.
         source_options: the loader options.
     """
     num_cold = int(items.get_column(IS_COLD).sum())
-    num_users = int(interactions.get_column(USER_IDX).n_unique())
     return {
         "schema_version": SCHEMA_VERSION,
-        "source": raw.source,
-        "inputs": [path.as_posix() for path in raw.files],
+        "source": stream.source,
+        "inputs": [path.as_posix() for path in stream.files],
         "source_options": {key: _jsonable(value) for key, value in sorted(source_options.items())},
         "counts": {
             "users": num_users,
             "items": items.height,
-            "interactions": interactions.height,
-            **split_counts(interactions.height, num_users),
+            "interactions": num_interactions,
+            **split_counts(num_interactions, num_users),
             "cold_items": num_cold,
         },
-        "policies": [outcome.to_dict() for outcome in clean.outcomes],
-        "cold_start": {"fraction": cold_start_fraction, "seed": seed, "items": num_cold},
+        "policies": [outcome.to_dict() for outcome in outcomes],
+        "cold_start": {"fraction": settings.cold_start_fraction, "seed": settings.seed, "items": num_cold},
         "ids": ID_ORDER,
         "splits": RULE,
     }
-
-
-def write_prepared(prepared: PreparedData, out_dir: Path) -> None:
-    """Write the four files into a temp directory beside `out_dir`, then rename it into place.
-
-    Args:
-        prepared: the tables and meta.
-        out_dir: the final directory (replaced if it is an earlier prepared directory).
-
-    Raises:
-        DataError: `out_dir` cannot be written (its parent is a file, or not writable, or the disk is full).
-    """
-    try:
-        with atomic_directory(out_dir, marker=META_FILE) as tmp:
-            write_tables(prepared, tmp)
-    except OSError as err:
-        raise DataError(
-            out_dir,
-            f"cannot write the prepared directory: {_why_unwritable(out_dir, err)}",
-            "choose an output whose parent is a writable directory (`--out`, or the pipeline's --work-dir)",
-        ) from err
 
 
 def _why_unwritable(out_dir: Path, err: OSError) -> str:
@@ -298,21 +501,34 @@ def _why_unwritable(out_dir: Path, err: OSError) -> str:
 
 
 def write_tables(prepared: PreparedData, directory: Path) -> None:
-    """Write interactions/items/users parquet and meta.json into `directory` (deterministic bytes).
+    """Write the interactions (one file, or one per part), items/users parquet and meta.json into `directory`
+    (deterministic bytes).
 
     Args:
         prepared: the tables and meta.
-        directory: an existing, empty directory.
+        directory: an existing directory, without the files.
     """
-    tables = {
-        INTERACTIONS_FILE: prepared.interactions,
-        ITEMS_FILE: prepared.items,
-        USERS_FILE: prepared.users,
-    }
-    for name, table in tables.items():
-        table.write_parquet(directory / name, compression="zstd", statistics=True)
+    if len(prepared.parts) == 1:
+        _write_parquet(prepared.parts[0].collect(), directory / INTERACTIONS_FILE)
+    else:
+        (directory / INTERACTIONS_DIR).mkdir()
+        progress = Progress(
+            logger, "writing the interactions", total=len(prepared.parts), unit="parts", rows_are="interactions"
+        )
+        for index, part in enumerate(prepared.parts):
+            rows = part.collect()
+            _write_parquet(rows, directory / INTERACTIONS_DIR / part_file_name(index))
+            progress.update(done=index + 1, rows=rows.height)
+        progress.finish()
+    _write_parquet(prepared.items, directory / ITEMS_FILE)
+    _write_parquet(prepared.users, directory / USERS_FILE)
     text = json.dumps(prepared.meta, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     (directory / META_FILE).write_text(text, encoding="utf-8")
+
+
+def _write_parquet(table: pl.DataFrame, path: Path) -> None:
+    # one chunk: polars cuts row groups at chunk ends, so the bytes would follow how the frame was computed
+    table.rechunk().write_parquet(path, compression="zstd", statistics=True)
 
 
 def summarize(prepared: PreparedData, out_dir: Path | None) -> PrepareSummary:
@@ -331,6 +547,7 @@ def summarize(prepared: PreparedData, out_dir: Path | None) -> PrepareSummary:
         num_interactions=counts["interactions"],
         num_cold_items=counts["cold_items"],
         policies=tuple(PolicyOutcome(**policy) for policy in prepared.meta["policies"]),
+        loaded=prepared.loaded,
     )
 
 

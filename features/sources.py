@@ -11,11 +11,20 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from features.loaders import load_amazon_p5, load_amazon_p5_domains, load_amazon_raw, load_movielens
-from features.raw import RawDataset
+from features.loaders import load_amazon_p5, load_amazon_p5_domains, load_amazon_raw, load_movielens, open_amazon_p5
+from features.raw import RawDataset, RawStream
 from recsys.errors import ConfigError
+
+if TYPE_CHECKING:
+    from features.synthetic import SyntheticConfig
+
+Loaded = TypeVar("Loaded")
+
+
+# bytes of raw input a synthetic user stands for (~17 interactions): sizes the stream's chunks and the prepared parts
+SYNTHETIC_BYTES_PER_USER = 600
 
 
 def load_synthetic(
@@ -34,16 +43,38 @@ def load_synthetic(
         session_reset_prob: P(a new session switches the user's focus and breaks the follow-up chain), which makes
             time gaps informative; None keeps the generator's default (0: time does not shape the items).
     """
-    from features.synthetic import SyntheticConfig, generate_synthetic  # lazy: the generator is optional here
+    from features.synthetic import generate_synthetic  # lazy: the generator is optional here
 
-    config = SyntheticConfig(seed=seed)
-    if num_users is not None:
-        config = replace(config, num_users=num_users)
-    if num_items is not None:
-        config = replace(config, num_items=num_items)
-    if session_reset_prob is not None:
-        config = replace(config, session_reset_prob=session_reset_prob)
-    return generate_synthetic(config)
+    return generate_synthetic(_synthetic_config(num_users, num_items, seed, session_reset_prob))
+
+
+def open_synthetic(
+    *,
+    num_users: int | None = None,
+    num_items: int | None = None,
+    seed: int = 0,
+    session_reset_prob: float | None = None,
+) -> RawStream:
+    """The synthetic data set as a stream of user chunks (`features.synthetic.iter_synthetic`): the same rows as
+    `load_synthetic`, in memory that does not grow with the number of users."""
+    from features.synthetic import iter_synthetic, synthetic_items
+
+    config = _synthetic_config(num_users, num_items, seed, session_reset_prob)
+    return RawStream(
+        batches=lambda batch_bytes: iter_synthetic(config, max(1, batch_bytes // SYNTHETIC_BYTES_PER_USER)),
+        items=synthetic_items(config),
+        source="synthetic",
+        size_bytes=config.num_users * SYNTHETIC_BYTES_PER_USER,
+    )
+
+
+def _synthetic_config(
+    num_users: int | None, num_items: int | None, seed: int, session_reset_prob: float | None
+) -> SyntheticConfig:
+    from features.synthetic import SyntheticConfig
+
+    given: dict[str, Any] = {"num_users": num_users, "num_items": num_items, "session_reset_prob": session_reset_prob}
+    return replace(SyntheticConfig(seed=seed), **{key: value for key, value in given.items() if value is not None})
 
 
 @dataclass(frozen=True)
@@ -54,11 +85,14 @@ class Source:
         load: the loader; file sources take the input path first, then keyword options.
         needs_input: whether the source reads files (`--input`).
         description: one line for help texts.
+        stream: the loader that reads the interactions batch by batch (same arguments as `load`), for inputs of any
+            size; None: the source is read in one frame.
     """
 
     load: Callable[..., RawDataset]
     needs_input: bool
     description: str
+    stream: Callable[..., RawStream] | None = None
 
     def options(self) -> tuple[str, ...]:
         """The keyword options the loader accepts."""
@@ -67,8 +101,12 @@ class Source:
 
 
 SOURCES: dict[str, Source] = {
-    "synthetic": Source(load_synthetic, False, "generated catalog and users, deterministic by seed"),
-    "amazon-p5": Source(load_amazon_p5, True, "user_sequence.txt (+ items.csv), the P5/TIGER form"),
+    "synthetic": Source(
+        load_synthetic, False, "generated catalog and users, deterministic by seed", stream=open_synthetic
+    ),
+    "amazon-p5": Source(
+        load_amazon_p5, True, "user_sequence.txt (+ items.csv), the P5/TIGER form", stream=open_amazon_p5
+    ),
     "amazon-p5-domains": Source(
         load_amazon_p5_domains, True, "several P5 folders as the domains of one dataset (ids get a domain prefix)"
     ),
@@ -92,7 +130,7 @@ def get_source(name: str) -> Source:
 
 
 def load_source(name: str, input_path: Path | None, **options: Any) -> RawDataset:
-    """Load a registered source.
+    """Load a registered source into one frame.
 
     Args:
         name: a key of `SOURCES`, e.g. "amazon-p5".
@@ -104,6 +142,22 @@ def load_source(name: str, input_path: Path | None, **options: Any) -> RawDatase
         DataError: the input is missing or malformed.
     """
     source = get_source(name)
+    return _call(name, source, source.load, input_path, options)
+
+
+def open_source(name: str, input_path: Path | None, **options: Any) -> RawDataset | RawStream:
+    """A registered source as `features.prepare` takes it: a stream where the source can be read batch by batch (its
+    interactions are read when prepared), else loaded into one frame. Arguments and errors as `load_source`.
+    """
+    source = get_source(name)
+    loader: Callable[..., RawDataset | RawStream] = source.stream or source.load
+    return _call(name, source, loader, input_path, options)
+
+
+def _call(
+    name: str, source: Source, loader: Callable[..., Loaded], input_path: Path | None, options: dict[str, Any]
+) -> Loaded:
+    """`loader(input_path, **options)` of `source` called `name`, once the path and options are checked."""
     given = {key: value for key, value in options.items() if value is not None}
     unknown = sorted(set(given) - set(source.options()))
     if unknown:
@@ -112,7 +166,7 @@ def load_source(name: str, input_path: Path | None, **options: Any) -> RawDatase
     if not source.needs_input:
         if input_path is not None:
             raise ConfigError(f"source {name!r} generates its data and takes no input path (got {input_path})")
-        return source.load(**given)
+        return loader(**given)
     if input_path is None:
         raise ConfigError(f"source {name!r} needs an input path (--input FILE_OR_DIR)")
-    return source.load(input_path, **given)
+    return loader(input_path, **given)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from features.prepare import DEFAULT_MEMORY_BUDGET_GB
 from pipelines.tracking import resolve_tracking_uri
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
@@ -49,6 +50,8 @@ class DataSection(Section):
     unknown_items: Literal["drop", "keep", "error"] = "drop"
     cold_start_fraction: float = 0.0
     seed: int = 0
+    # the memory the prepare may use (GiB): it sizes the batches large inputs are read in, not what is prepared
+    memory_budget_gb: float = Field(default=DEFAULT_MEMORY_BUDGET_GB, gt=0)
     # multi-domain data: train and evaluate on this domain's users and items only (the catalog's indices stay)
     domain: str | None = None
 

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from features.prepare import prepare
-from features.sources import load_source
+from features.sources import open_source
 from pipelines.config import DataSection
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.data.schema import META_FILE
@@ -32,7 +32,7 @@ def prepare_step(section: DataSection, out_dir: Path) -> Path:
     if (out_dir / META_FILE).is_file() and stored.is_file() and json.loads(stored.read_text()) == fingerprint:
         logger.info("data in %s is up to date; skipping prepare", out_dir)
         return out_dir
-    raw = load_source(section.source, section.path, **section.options)
+    raw = open_source(section.source, section.path, **section.options)
     prepare(
         raw,
         out_dir,
@@ -41,6 +41,7 @@ def prepare_step(section: DataSection, out_dir: Path) -> Path:
         cold_start_fraction=section.cold_start_fraction,
         seed=section.seed,
         source_options=section.options,
+        memory_budget_gb=section.memory_budget_gb,
     )
     with atomic_file(stored) as tmp:
         tmp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
@@ -54,9 +55,15 @@ def data_fingerprint(section: DataSection) -> dict[str, str]:
         files = sorted(p for p in section.path.rglob("*") if p.is_file()) if section.path.is_dir() else [section.path]
         for file in files:
             digest.update(file.name.encode())
-            digest.update(file.read_bytes() if file.exists() else b"<missing>")
-    # the domain selects what trains, not what is prepared
-    return {"settings": section.model_dump_json(exclude={"domain"}), "inputs_sha256": digest.hexdigest()}
+            if not file.exists():
+                digest.update(b"<missing>")
+                continue
+            with file.open("rb") as f:  # in blocks: an input may not fit in memory
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+    # the domain selects what trains, the memory budget how the work is cut: neither changes what is prepared
+    settings = section.model_dump_json(exclude={"domain", "memory_budget_gb"})
+    return {"settings": settings, "inputs_sha256": digest.hexdigest()}
 
 
 def load_data(data_dir: Path, domain: str | None = None) -> SequenceData:

@@ -1,7 +1,10 @@
 """What every model is to evaluation, recommendation and serving: the `Scorer` protocol and its capabilities
 (`VectorScorer`, `MultiTaskScorer`, `DomainScorer`), masking and top-k.
 
-Dimension letters: B users, L history length, V+1 items (0 = padding).
+Top-k lists order equal scores by item id, lowest first, wherever they are made (`top_k` on whole rows, `merge_topk`
+over item blocks), so which of several tied items makes a list does not depend on the device or on blocking.
+
+Dimension letters: B users, L history length, V+1 items (0 = padding), n items of a block, k list length.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from recsys.data.jagged import Jagged
+from recsys.data.schema import PADDING_IDX
 from recsys.data.tasks import Task
 from recsys.data.times import HistoryTimes
 
@@ -38,7 +42,8 @@ class Scorer(Protocol):
 @runtime_checkable
 class VectorScorer(Scorer, Protocol):
     """A scorer whose scores rank like a dot product of a user vector and the item vectors, so that an index of its
-    item vectors (FAISS) can serve it."""
+    item vectors (FAISS) can serve it, and evaluation can rank a large catalogue a block of item vectors at a time
+    (`recsys.evaluation.EvalConfig.item_block`)."""
 
     def encode_queries(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
@@ -86,18 +91,113 @@ class DomainScorer(Scorer, Protocol):
         ...
 
 
-def mask_unrankable(scores: torch.Tensor, seen: Jagged | None) -> torch.Tensor:
-    """In place: padding is never a candidate; with `seen`, neither are the items of each history row.
+def mask_unrankable(
+    scores: torch.Tensor, seen: Jagged | None, first_item: int = 0, candidates: torch.Tensor | None = None
+) -> torch.Tensor:
+    """In place: padding is never a candidate; with `seen`, neither are the items of each history row; with
+    `candidates`, neither are the items outside it.
 
     Args:
-        scores: (B, V+1) float.
+        scores: (B, n) float, the scores of items `first_item` .. `first_item` + n - 1 (all V+1 items by default).
         seen: (B,) rows of item_idx to exclude, or None.
+        first_item: the item_idx of column 0: a block of the catalogue starts elsewhere.
+        candidates: (V+1,) bool, the items that may be ranked; None = every item.
     """
-    scores[:, 0] = float("-inf")
+    if first_item == PADDING_IDX:
+        scores[:, 0] = float("-inf")
     if seen is not None:
-        rows = torch.repeat_interleave(torch.arange(len(seen)), seen.lengths()).to(scores.device)
-        scores[rows, seen.values.to(scores.device)] = float("-inf")
+        rows = torch.repeat_interleave(torch.arange(len(seen)), seen.lengths())
+        columns = seen.values - first_item
+        inside = (columns >= 0) & (columns < scores.shape[1])
+        scores[rows[inside].to(scores.device), columns[inside].to(scores.device)] = float("-inf")
+    if candidates is not None:
+        outside = ~candidates[first_item : first_item + scores.shape[1]].to(scores.device)
+        scores.masked_fill_(outside[None, :], float("-inf"))
     return scores
+
+
+def is_rankable(items: torch.Tensor, seen: Jagged | None, candidates: torch.Tensor | None = None) -> torch.Tensor:
+    """(B,) one item_idx per row -> (B,) bool: False where `mask_unrankable` masks that row's item.
+
+    Example:
+        >>> is_rankable(torch.tensor([2, 2, 0]), Jagged.from_lists([[1], [2, 3], []])).tolist()
+        [True, False, False]
+    """
+    rankable = items != PADDING_IDX
+    if seen is not None:
+        rows = torch.repeat_interleave(torch.arange(len(seen)), seen.lengths())
+        hit_rows = rows[seen.values == items.cpu()[rows]]
+        rankable &= ~torch.zeros_like(rankable).index_fill_(0, hit_rows.to(items.device), True)
+    if candidates is not None:
+        rankable &= candidates.to(items.device)[items]
+    return rankable
+
+
+def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best columns of every row, best first; among equal scores the lower column first.
+
+    `torch.topk` leaves ties unspecified (CPU and CUDA differ), which decides which of several tied items makes a
+    list; rows where it had to choose among items tied at the k-th score are chosen again here, lowest columns first.
+
+    Args:
+        scores: (B, n) float.
+        k: list length (at most n is returned).
+
+    Returns:
+        (values (B, min(k, n)), columns (B, min(k, n))).
+
+    Example:
+        >>> top_k(torch.tensor([[0.5, 0.9, 0.5, 0.5]]), 2)[1].tolist()
+        [[1, 0]]
+    """
+    k = min(k, scores.shape[1])
+    values, columns = scores.topk(k, dim=1)
+    kth = values[:, -1:]  # (B, 1)
+    # int32: a CUDA sum first converts the whole (B, n) mask to the sum's type, 8 bytes a score with the default int64
+    tied_with_kth = (scores == kth).sum(dim=1, dtype=torch.int32)
+    chose_among_ties = tied_with_kth > (values == kth).sum(dim=1)
+    if bool(chose_among_ties.any()):
+        rows = chose_among_ties.nonzero().squeeze(1)
+        tied_rows, row_kth = scores[rows], kth[rows]
+        above, tied = tied_rows > row_kth, tied_rows == row_kth
+        wanted = k - above.sum(dim=1, keepdim=True, dtype=torch.int32)  # all scores above the k-th are in: add ties
+        chosen = above | (tied & (tied.cumsum(dim=1, dtype=torch.int32) <= wanted))
+        columns[rows] = chosen.nonzero()[:, 1].view(-1, k)  # k per row, in column order
+        values[rows] = tied_rows.gather(1, columns[rows])
+    return _best_first(values, columns, k)
+
+
+def merge_topk(
+    best_scores: torch.Tensor, best_ids: torch.Tensor, block_scores: torch.Tensor, block_ids: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A running top-k over blocks of items: the k best of the lists so far and of one more block.
+
+    Merging every block of a row in turn gives what `top_k` gives on the whole row (ties: lower item id first).
+
+    Args:
+        best_scores, best_ids: (B, k') the lists so far, best first (k' = 0 before the first block).
+        block_scores: (B, n) the scores of the block's items.
+        block_ids: (n,) the item ids of the block's columns.
+        k: list length.
+
+    Returns:
+        (scores (B, min(k, k' + n)), item ids (B, min(k, k' + n))), best first.
+
+    Example:
+        >>> none = torch.empty(1, 0), torch.empty(1, 0, dtype=torch.int64)
+        >>> scores, ids = merge_topk(*none, torch.tensor([[0.2, 0.7]]), torch.tensor([1, 2]), k=2)
+        >>> merge_topk(scores, ids, torch.tensor([[0.7, 0.1]]), torch.tensor([3, 4]), k=2)[1].tolist()
+        [[2, 3]]
+    """
+    values, columns = top_k(block_scores, k)
+    return _best_first(torch.cat([best_scores, values], dim=1), torch.cat([best_ids, block_ids[columns]], dim=1), k)
+
+
+def _best_first(scores: torch.Tensor, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first k of each row ordered by score, highest first, then by id, lowest first (ids distinct per row)."""
+    ids, by_id = ids.sort(dim=1)
+    scores, by_score = scores.gather(1, by_id).sort(dim=1, descending=True, stable=True)
+    return scores[:, :k], ids.gather(1, by_score)[:, :k]
 
 
 @torch.no_grad()
@@ -124,7 +224,7 @@ def recommend(
         request_times: (B,) unix seconds of the requests (with `timestamps`).
 
     Returns:
-        (scores (B, k), item_idx (B, k)), best first.
+        (scores (B, k), item_idx (B, k)), best first (equal scores: lower item_idx first).
     """
     times = None
     if timestamps is not None:
@@ -133,9 +233,8 @@ def recommend(
         times = HistoryTimes(timestamps.to_padded(scorer.max_history), request_times)
     scores = scorer.score(histories.to_padded(scorer.max_history), users, times).float()
     scores = mask_unrankable(scores, _rows_to_exclude(histories, exclude_seen))
-    k = min(k, scores.shape[1] - 1)
-    top = scores.topk(k, dim=1)
-    return top.values.cpu(), top.indices.cpu()
+    values, items = top_k(scores, min(k, scores.shape[1] - 1))
+    return values.cpu(), items.cpu()
 
 
 def _rows_to_exclude(histories: Jagged, exclude_seen: bool | torch.Tensor) -> Jagged | None:

@@ -105,7 +105,8 @@ def _unreadable_items(root: Path) -> Path:
 
 def _truncated_gzip(root: Path) -> Path:
     root.mkdir(parents=True)
-    (root / "user_sequence.txt.gz").write_bytes(gzip.compress(SEQUENCES.encode() * 50)[:60])
+    whole = gzip.compress(SEQUENCES.encode() * 50)
+    (root / "user_sequence.txt.gz").write_bytes(whole[: len(whole) // 2])  # cut mid-stream, as a broken download
     return root
 
 

@@ -4,6 +4,9 @@
 order; there are no timestamps, so `ts` is the position in the user's sequence (0, 1, ...).
 `items.csv` is a quoted CSV with header `item_id,title`.
 
+`open_amazon_p5` reads the sequences batch by batch (what `recsys data prepare` uses, for files of any size);
+`load_amazon_p5` reads them into one frame.
+
 Example:
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -15,6 +18,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -23,15 +28,15 @@ from features.io import (
     LINE,
     TEXT,
     fail_on_first,
+    input_size,
     locate,
     locate_optional,
     not_read_by,
     read_csv_catalog,
-    read_text,
+    read_line_batches,
     require_unique,
-    text_lines,
 )
-from features.raw import RawDataset
+from features.raw import RawDataset, RawStream
 from recsys.data.schema import DOMAIN, ITEM_ID, TITLE, TS, USER_ID
 from recsys.errors import DataError
 
@@ -39,10 +44,48 @@ SOURCE = "amazon-p5"
 DOMAINS_SOURCE = "amazon-p5-domains"
 SEQUENCE_FILE = "user_sequence.txt"
 ITEMS_FILE = "items.csv"
+LOAD_BATCH_BYTES = 64 * 2**20  # `load_amazon_p5` holds every row anyway; batches only bound the parsing's copies
+
+
+def open_amazon_p5(path: Path, *, domain: str | None = None) -> RawStream:
+    """Open a P5-form directory (or its `user_sequence.txt`): the catalog is read now, the sequences batch by batch.
+
+    Args:
+        path: the directory holding `user_sequence.txt` (and maybe `items.csv`), or the sequence file.
+        domain: the `domain` value of every row; default: the directory name without an "amazon-"
+            prefix (`amazon-beauty` -> "beauty").
+
+    Raises:
+        DataError: a missing or unreadable file, a file other than `user_sequence.txt`, or a malformed
+            `items.csv`; the sequences' problems (see `load_amazon_p5`) are raised as the batches are read, a user
+            id on two lines by `check_users`.
+    """
+    sequences = locate(path, [SEQUENCE_FILE], SOURCE)
+    folder = sequences.parent
+    domain = domain if domain is not None else folder.resolve().name.removeprefix("amazon-")
+    catalog_file = locate_optional(folder, [ITEMS_FILE])
+    items = None
+    if catalog_file is not None:
+        items = read_csv_catalog(catalog_file, {ITEM_ID: ITEM_ID, TITLE: TITLE})
+        items = items.with_columns(pl.lit(domain).alias(DOMAIN))
+    files = (sequences,) if catalog_file is None else (sequences, catalog_file)
+
+    def batches(batch_bytes: int) -> Iterator[pl.DataFrame]:
+        for lines in read_line_batches(sequences, batch_bytes):
+            yield parse_sequences(lines, sequences).with_columns(pl.lit(domain).alias(DOMAIN))
+
+    return RawStream(
+        batches,
+        items,
+        SOURCE,
+        files,
+        size_bytes=input_size(sequences),
+        check_users=partial(require_one_line_per_user, path=sequences),
+    )
 
 
 def load_amazon_p5(path: Path, *, domain: str | None = None) -> RawDataset:
-    """Load a P5-form directory (or its `user_sequence.txt`) into the canonical schema.
+    """Load a P5-form directory (or its `user_sequence.txt`) into the canonical schema, in one frame.
 
     Args:
         path: the directory holding `user_sequence.txt` (and maybe `items.csv`), or the sequence file.
@@ -53,26 +96,24 @@ def load_amazon_p5(path: Path, *, domain: str | None = None) -> RawDataset:
         DataError: missing/unreadable/empty/non-UTF-8 file, a file other than `user_sequence.txt`, a line with
             only a user id, a user id on two lines, or a malformed `items.csv`.
     """
-    sequences = locate(path, [SEQUENCE_FILE], SOURCE)
-    folder = sequences.parent
-    domain = domain if domain is not None else folder.resolve().name.removeprefix("amazon-")
-    interactions = read_sequences(sequences).with_columns(pl.lit(domain).alias(DOMAIN))
-    catalog_file = locate_optional(folder, [ITEMS_FILE])
-    items = None
-    if catalog_file is not None:
-        items = read_csv_catalog(catalog_file, {ITEM_ID: ITEM_ID, TITLE: TITLE})
-        items = items.with_columns(pl.lit(domain).alias(DOMAIN))
-    files = (sequences,) if catalog_file is None else (sequences, catalog_file)
-    return RawDataset(interactions=interactions, items=items, source=SOURCE, files=files)
+    stream = open_amazon_p5(path, domain=domain)
+    sequences = stream.files[0]
+    rows = pl.concat(stream.batches(LOAD_BATCH_BYTES))
+    require_one_line_per_user(rows, sequences)
+    return RawDataset(interactions=rows.drop(LINE), items=stream.items, source=SOURCE, files=stream.files)
 
 
-def read_sequences(path: Path) -> pl.DataFrame:
-    """Read `USER_ID ITEM_ID ...` lines into (user_id, item_id, ts = position) rows, in file order.
+def parse_sequences(lines: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """`USER_ID ITEM_ID ...` lines into (line, user_id, item_id, ts = position) rows, in file order.
 
     Args:
-        path: the sequence file.
+        lines: `text_lines` of the sequence file (or a batch of them).
+        path: the sequence file, for errors.
+
+    Raises:
+        DataError: a line with only a user id.
     """
-    rows = text_lines(read_text(path)).select(LINE, pl.col(TEXT).str.extract_all(r"\S+").alias("_fields"))
+    rows = lines.select(LINE, pl.col(TEXT).str.extract_all(r"\S+").alias("_fields"))
     fail_on_first(
         rows,
         pl.col("_fields").list.len() < 2,
@@ -80,17 +121,23 @@ def read_sequences(path: Path) -> pl.DataFrame:
         lambda row: f"user {row['_fields'][0]!r} has no items (expected 'USER_ID ITEM_ID ITEM_ID ...')",
         "add the user's items to the line, or remove the line",
     )
-    users = rows.select(LINE, pl.col("_fields").list.first().alias(USER_ID))
-    require_unique(users, path, USER_ID, "user id")
-    return (
-        rows.select(
-            LINE,
-            pl.col("_fields").list.first().alias(USER_ID),
-            pl.col("_fields").list.slice(1).alias(ITEM_ID),
-        )
-        .explode(ITEM_ID)
-        .select(USER_ID, ITEM_ID, pl.int_range(pl.len(), dtype=pl.Int64).over(LINE).alias(TS))
-    )
+    items = pl.col("_fields").list.slice(1)
+    return rows.select(
+        LINE,
+        pl.col("_fields").list.first().alias(USER_ID),
+        items.alias(ITEM_ID),
+        pl.int_ranges(items.list.len(), dtype=pl.Int64).alias(TS),
+    ).explode(ITEM_ID, TS)
+
+
+def require_one_line_per_user(rows: pl.DataFrame, path: Path) -> None:
+    """Each user id on one line only (`require_unique`: the error names the first line that repeats a user).
+
+    Args:
+        rows: `parse_sequences` rows of whole lines (all the lines of the users they hold, in file order).
+        path: the sequence file, for errors.
+    """
+    require_unique(rows.filter(pl.col(TS) == 0).select(LINE, USER_ID), path, USER_ID, "user id")
 
 
 def load_amazon_p5_domains(path: Path, *, domains: list[str] | None = None) -> RawDataset:

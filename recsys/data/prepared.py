@@ -251,9 +251,10 @@ def _keep_values(rows: Jagged, keep: torch.Tensor) -> Jagged:
 
 
 def load_prepared(data_dir: Path) -> SequenceData:
-    """Load a prepared directory; `DataError` naming the missing file or broken invariant."""
+    """Load a prepared directory (interactions in one file or in parts); `DataError` naming the missing file or broken
+    invariant."""
     data_dir = Path(data_dir)
-    for name in (schema.INTERACTIONS_FILE, schema.ITEMS_FILE, schema.USERS_FILE, schema.META_FILE):
+    for name in (schema.ITEMS_FILE, schema.USERS_FILE, schema.META_FILE):
         if not (data_dir / name).is_file():
             raise DataError(data_dir / name, "prepared data file not found", _PREPARE_HINT)
     meta = json.loads((data_dir / schema.META_FILE).read_text())
@@ -265,17 +266,12 @@ def load_prepared(data_dir: Path) -> SequenceData:
         )
     items = pl.read_parquet(data_dir / schema.ITEMS_FILE).sort(schema.ITEM_IDX)
     users = pl.read_parquet(data_dir / schema.USERS_FILE).sort(schema.USER_IDX)
-    path = data_dir / schema.INTERACTIONS_FILE
-    label_columns = [c for c in (schema.EVENT, schema.VALUE) if c in pl.read_parquet_schema(path)]
-    inter = pl.read_parquet(path, columns=[schema.USER_IDX, schema.ITEM_IDX, schema.TS, *label_columns])
-    if not inter[schema.USER_IDX].is_sorted():
-        raise DataError(
-            data_dir / schema.INTERACTIONS_FILE, "rows are not sorted by user_idx", "prepare the data again"
-        )
+    files = _interaction_files(data_dir)
+    inter = _read_interactions(files)
     lengths = inter.group_by(schema.USER_IDX, maintain_order=True).len()["len"].to_torch().long()
     if len(lengths) == 0 or len(lengths) != users.height or int(lengths.min()) < MIN_INTERACTIONS:
         raise DataError(
-            data_dir / schema.INTERACTIONS_FILE,
+            files[0] if len(files) == 1 else data_dir / schema.INTERACTIONS_DIR,
             f"every user needs at least {MIN_INTERACTIONS} interactions (train, valid, test) and one row in "
             "users.parquet",
             f"prepare the data again (`recsys data prepare` drops users with fewer than {MIN_INTERACTIONS})",
@@ -286,3 +282,30 @@ def load_prepared(data_dir: Path) -> SequenceData:
         task: Jagged.from_lengths(values, lengths) for task, values in task_labels(inter, tasks_in(inter)).items()
     }
     return SequenceData(sequences, timestamps, items, users, meta, labels=labels)
+
+
+def _interaction_files(data_dir: Path) -> list[Path]:
+    """`interactions.parquet`, or the parts in `interactions/` (a prepare of a large input), in part order."""
+    single = data_dir / schema.INTERACTIONS_FILE
+    if single.is_file():
+        return [single]
+    parts = sorted((data_dir / schema.INTERACTIONS_DIR).glob(schema.PART_FILES))
+    if not parts:
+        where = f"{schema.INTERACTIONS_DIR}/{schema.PART_FILES}"
+        raise DataError(single, f"prepared data file not found (nor its parts, {where})", _PREPARE_HINT)
+    return parts
+
+
+def _read_interactions(files: list[Path]) -> pl.DataFrame:
+    """The interactions of `files` (each sorted by user_idx, each user in one of them) in one frame sorted by user_idx,
+    each user's rows in their order: the columns the data layer reads."""
+    label_columns = [c for c in (schema.EVENT, schema.VALUE) if c in pl.read_parquet_schema(files[0])]
+    parts = []
+    for path in files:
+        part = pl.read_parquet(path, columns=[schema.USER_IDX, schema.ITEM_IDX, schema.TS, *label_columns])
+        if not part[schema.USER_IDX].is_sorted():
+            raise DataError(path, "rows are not sorted by user_idx", "prepare the data again")
+        parts.append(part)
+    if len(parts) == 1:
+        return parts[0]
+    return pl.concat(parts).sort(schema.USER_IDX, maintain_order=True)  # parts split the users: merge them

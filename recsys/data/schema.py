@@ -8,6 +8,9 @@ Raw items: item_id: str, title: str, optional domain and text fields (category, 
 A prepared directory (written by `recsys data prepare`, read by `recsys.data.prepared`):
     interactions.parquet  user_idx int32, item_idx int32, ts int64, + the optional columns; sorted by user_idx
                           then time (the leave-one-out split is by position: `recsys.data.splits`).
+    interactions/         instead of interactions.parquet, for a large input: part-00000.parquet ... part-<P-1>,
+                          the same columns; each user's rows are all in one part (users are split by a hash of
+                          their id), each part sorted by user_idx then time.
     items.parquet         item_idx int32 (1..N), item_id str, title str, is_cold bool, + optional columns.
     users.parquet         user_idx int32 (1..U), user_id str.
     meta.json             source, inputs, counts, the policies applied with their counts, cold-start settings.
@@ -40,7 +43,21 @@ OPTIONAL_INTERACTION_COLUMNS: dict[str, pl.DataType] = {
 ITEM_COLUMNS: dict[str, pl.DataType] = {ITEM_ID: pl.String(), TITLE: pl.String()}
 
 INTERACTIONS_FILE = "interactions.parquet"
+INTERACTIONS_DIR = "interactions"  # the parts, when the interactions are split (see the module docstring)
 ITEMS_FILE = "items.parquet"
 USERS_FILE = "users.parquet"
 META_FILE = "meta.json"
 SCHEMA_VERSION = 1
+
+
+def part_file_name(index: int) -> str:
+    """The file name of part `index` (0-based) in `INTERACTIONS_DIR`; names sort in part order.
+
+    Example:
+        >>> part_file_name(3)
+        'part-00003.parquet'
+    """
+    return f"part-{index:05d}.parquet"
+
+
+PART_FILES = "part-*.parquet"  # the glob of `part_file_name`'s names

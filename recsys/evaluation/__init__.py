@@ -1,7 +1,7 @@
 """Evaluation protocols, metrics, slices and the tasks beside ranking."""
 
 from recsys.evaluation.metrics import catalog_coverage, ranking_metrics, target_ranks
-from recsys.evaluation.protocol import DEFAULT_KS, EvalConfig, EvalResult, evaluate
+from recsys.evaluation.protocol import DEFAULT_KS, EvalConfig, EvalResult, UserSample, evaluate
 from recsys.evaluation.tasks import evaluate_tasks
 from recsys.inference import Scorer
 
@@ -10,6 +10,7 @@ __all__ = [
     "EvalConfig",
     "EvalResult",
     "Scorer",
+    "UserSample",
     "catalog_coverage",
     "evaluate",
     "evaluate_tasks",

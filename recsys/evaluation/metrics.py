@@ -27,9 +27,21 @@ def target_ranks(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         >>> target_ranks(s, torch.tensor([2])).tolist()  # 0.9 above, one tie counted above
         [2]
     """
-    target_scores = scores.gather(1, targets[:, None])  # (B, 1)
-    # Higher scores plus ties, minus the target itself: one comparison pass over (B, V+1).
-    return torch.count_nonzero(scores >= target_scores, dim=1) - 1
+    target_scores = scores.gather(1, targets[:, None]).squeeze(1)  # (B,)
+    return scored_at_or_above(scores, target_scores) - 1  # minus the target itself
+
+
+def scored_at_or_above(scores: torch.Tensor, target_scores: torch.Tensor) -> torch.Tensor:
+    """(B,) how many columns of `scores` (B, n) score at least each row's target score (B,): the tie rule of
+    `target_ranks`, which sums it over the whole catalogue, as ranking in item blocks sums it over the blocks.
+
+    Example:
+        >>> scored_at_or_above(torch.tensor([[0.9, 0.5, 0.5, 0.1]]), torch.tensor([0.5])).tolist()
+        [3]
+    """
+    # One comparison pass over (B, n): a 1-byte mask, summed as int32 because a CUDA sum first converts the whole mask
+    # to the sum's type (int64 by default: 8 bytes a score)
+    return (scores >= target_scores[:, None]).sum(dim=1, dtype=torch.int32).long()
 
 
 def ranking_metrics(ranks: torch.Tensor, ks: tuple[int, ...]) -> dict[str, float]:

@@ -1,20 +1,24 @@
 """The evaluation protocol (docs/training.md): leave-one-out, ranking over all items, batched.
 
-Dimension letters: B users in a batch, L history length, V+1 items (0 = padding).
+Dimension letters: B users in a batch, L history length, V+1 items (0 = padding), U users of the split.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
-from pydantic import PositiveInt
+from pydantic import NonNegativeInt, PositiveInt
 
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit
+from recsys.evaluation.item_blocks import rank_in_item_blocks
 from recsys.evaluation.metrics import catalog_coverage, ranking_metrics, target_ranks
-from recsys.inference import Scorer, mask_unrankable
+from recsys.inference import Scorer, VectorScorer, mask_unrankable, top_k
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_KS = (5, 10, 50)
 
@@ -28,51 +32,118 @@ class EvalConfig:
     # every item, and a target that repeats a history item then counts as a miss.
     exclude_seen: bool = False
     batch_size: PositiveInt = 1024
+    # Items scored at once for a user batch of a model with item vectors (`VectorScorer`): memory follows
+    # batch_size x item_block instead of batch_size x V (about 9 bytes a pair: 0.6 GB at the defaults, whatever V).
+    # A catalogue of at most item_block items is scored whole, as other models' always are; 0 = always whole.
+    item_block: NonNegativeInt = 65_536
+
+
+@dataclass(frozen=True)
+class UserSample:
+    """A seeded random sample of a split's users, for a quick look: its metrics are not the protocol's (which ranks
+    every user's target), so `EvalResult.sample` says they come from it."""
+
+    users: PositiveInt  # how many (every user when the split has fewer)
+    seed: int = 0
+
+    def rows(self, num_users: int) -> torch.Tensor:
+        """The sampled rows of a split of `num_users` users, ascending; the same for the same seed.
+
+        Example:
+            >>> UserSample(users=3, seed=1).rows(10).tolist() == UserSample(users=3, seed=1).rows(10).tolist()
+            True
+        """
+        generator = torch.Generator().manual_seed(self.seed)
+        return torch.randperm(num_users, generator=generator)[: self.users].sort().values
 
 
 @dataclass(frozen=True)
 class EvalResult:
-    """Metrics averaged over users plus each user's target rank (for slices)."""
+    """Metrics averaged over the evaluated users plus each one's target rank (for slices)."""
 
     metrics: dict[str, float]
-    ranks: torch.Tensor  # (U,) 0-based rank of each user's target, in the split's user order
+    # (U,) 0-based rank of each user's target, in the split's user order; with a sample, of the sampled users only,
+    # in the order of `sample.rows(U)`
+    ranks: torch.Tensor
     config: EvalConfig = field(default_factory=EvalConfig)
+    sample: UserSample | None = None  # set: the metrics are over this sample of len(ranks) users, not the protocol's
 
 
 @torch.no_grad()
-def evaluate(scorer: Scorer, split: EvalSplit, num_items: int, config: EvalConfig | None = None) -> EvalResult:
+def evaluate(
+    scorer: Scorer, split: EvalSplit, num_items: int, config: EvalConfig | None = None, sample: UserSample | None = None
+) -> EvalResult:
     """Rank every user's target among all V items and average the metrics.
 
     Users are batched by history length so each batch is padded only to its own longest history (at most the
-    `scorer.max_history` items the model reads).
+    `scorer.max_history` items the model reads). A model with item vectors ranks a catalogue larger than
+    `config.item_block` a block of items at a time (`rank_in_item_blocks`); the others score it whole.
 
     Args:
         scorer: model with `score(histories, users, times) -> (B, V+1)`.
         split: histories and targets (e.g. `SequenceData.eval_split("test")`).
         num_items: V.
         config: ks, exclusion and batching; defaults to the platform's protocol.
+        sample: evaluate only this sample of the users (a quick look, labelled as such in the result).
     """
     config = config or EvalConfig()
-    num_users = len(split.targets)
-    ranks = torch.empty(num_users, dtype=torch.int64)
-    tops = torch.empty(num_users, max(config.ks), dtype=torch.int64)
-    for rows, histories, width in history_batches(split, scorer.max_history, config.batch_size):
-        times = split.times(rows, width)  # None without timestamps
-        scores = scorer.score(histories.to_padded(width), split.user_idx[rows], times).float()  # (B, V+1)
-        scores = mask_unrankable(scores, histories if config.exclude_seen else None)
-        if split.candidates is not None:  # e.g. the users' domain: other items are not ranked
-            scores[:, ~split.candidates.to(scores.device)] = float("-inf")
-        ranks[rows] = target_ranks(scores, split.targets[rows].to(scores.device)).cpu()
-        tops[rows] = scores.topk(max(config.ks), dim=1).indices.cpu()
+    list_length = max(config.ks)
+    users = torch.arange(len(split.targets)) if sample is None else sample.rows(len(split.targets))
+    blocks = _vectors_for_item_blocks(scorer, num_items, config.item_block)
+    ranks = torch.empty(len(users), dtype=torch.int64)
+    tops = torch.empty(len(users), list_length, dtype=torch.int64)
+    for rows, histories, width in history_batches(split, scorer.max_history, config.batch_size, users):
+        padded, times, targets = histories.to_padded(width), split.times(rows, width), split.targets[rows]
+        seen = histories if config.exclude_seen else None
+        if blocks is None:
+            scores = scorer.score(padded, split.user_idx[rows], times).float()  # (B, V+1)
+            scores = mask_unrankable(scores, seen, candidates=split.candidates)
+            batch_ranks, batch_tops = target_ranks(scores, targets.to(scores.device)), top_k(scores, list_length)[1]
+        else:
+            vector_scorer, item_vectors = blocks
+            batch_ranks, batch_tops = rank_in_item_blocks(
+                vector_scorer.encode_queries(padded, split.user_idx[rows], times),
+                item_vectors,
+                targets,
+                seen,
+                split.candidates,
+                list_length,
+                config.item_block,
+            )
+        slots = torch.searchsorted(users, rows)  # `users` is ascending: where each row's results go
+        ranks[slots], tops[slots] = batch_ranks.cpu(), batch_tops.cpu()
     metrics = ranking_metrics(ranks, config.ks)
     for k in config.ks:
         metrics[f"coverage@{k}"] = catalog_coverage(tops[:, :k], num_items)
-    return EvalResult(metrics=metrics, ranks=ranks, config=config)
+    return EvalResult(metrics=metrics, ranks=ranks, config=config, sample=sample)
 
 
-def history_batches(split: EvalSplit, max_history: int, batch_size: int) -> Iterator[tuple[torch.Tensor, Jagged, int]]:
-    """`split`'s users in batches of similar history length: (rows, their histories, the padded width), so each batch
-    is padded only to its own longest history (at most the `max_history` items the model reads)."""
-    lengths = split.histories.lengths().clamp(max=max_history)
-    for rows in torch.split(torch.argsort(lengths, stable=True), batch_size):
-        yield rows, split.histories.select(rows), max(1, int(lengths[rows].max()))
+def _vectors_for_item_blocks(
+    scorer: Scorer, num_items: int, item_block: int
+) -> tuple[VectorScorer, torch.Tensor] | None:
+    """The scorer and its (V+1, D) item vectors when the catalogue is to be ranked in blocks of `item_block` items;
+    None when it is scored whole: it fits in one block, or the model has no item vectors."""
+    if not item_block or num_items <= item_block:
+        return None
+    if not isinstance(scorer, VectorScorer):
+        logger.info(
+            "%s has no item vectors: scoring all %d items at once per user batch (item_block %d applies to models "
+            "with item vectors)",
+            type(scorer).__name__,
+            num_items,
+            item_block,
+        )
+        return None
+    return scorer, scorer.item_embeddings()
+
+
+def history_batches(
+    split: EvalSplit, max_history: int, batch_size: int, rows: torch.Tensor | None = None
+) -> Iterator[tuple[torch.Tensor, Jagged, int]]:
+    """`split`'s users (or those of `rows`) in batches of similar history length: (rows, their histories, the padded
+    width), so each batch is padded only to its own longest history (at most the `max_history` items the model
+    reads)."""
+    rows = torch.arange(len(split.targets)) if rows is None else rows
+    lengths = split.histories.lengths()[rows].clamp(max=max_history)
+    for batch in torch.split(torch.argsort(lengths, stable=True), batch_size):
+        yield rows[batch], split.histories.select(rows[batch]), max(1, int(lengths[batch].max()))

@@ -168,6 +168,15 @@ class HSTU(nn.Module):
     def max_history(self) -> int:
         return self.config.max_history
 
+    def use_sparse_item_gradients(self) -> bool:
+        """Make the ID table's gradient row-sparse (its rows read by a step; SparseAdam then updates those alone)."""
+        self.item_emb.sparse = True
+        return True
+
+    def item_rows(self, items: torch.Tensor) -> torch.Tensor:
+        """(..., D) the vectors of `items`, as `item_embeddings()[items]`, normalised row by row."""
+        return F.normalize(self.item_emb(items), dim=-1)
+
     def item_embeddings(self) -> torch.Tensor:
         """(V+1, D) L2-normalised item vectors (output side; the input reads the raw embeddings)."""
         return F.normalize(self.item_emb.weight, dim=-1)

@@ -107,8 +107,11 @@ class SASRec(nn.Module):
             item_ids, segments, positions = left_padded_layout(item_ids, self.config.max_history)
         elif positions is None:
             raise ValueError("packed rows need `positions` with `segments`")
-        items = self.item_embeddings() if items is None else items
-        x = items[item_ids] * math.sqrt(self.config.dim) + self.pos_emb(positions)  # (B, L, D)
+        if items is None and self._sparse_rows:
+            embedded = self.item_rows(item_ids)  # the table's gradient: the rows read, not all of it
+        else:
+            embedded = (self.item_embeddings() if items is None else items)[item_ids]
+        x = embedded * math.sqrt(self.config.dim) + self.pos_emb(positions)  # (B, L, D)
         x = self.emb_dropout(x) * (segments != 0)[..., None]
         mask = causal_segment_mask(segments)
         for block in self.blocks:
@@ -118,6 +121,24 @@ class SASRec(nn.Module):
     @property
     def max_history(self) -> int:
         return self.config.max_history
+
+    @property
+    def _sparse_rows(self) -> bool:
+        return self.item_emb is not None and self.item_emb.sparse
+
+    def use_sparse_item_gradients(self) -> bool:
+        """Make the ID table's gradient row-sparse (its rows read by a step; SparseAdam then updates those alone).
+        False when the item vectors are built from semantic IDs, which every lookup reads whole."""
+        if self.item_emb is None or self.sid_emb is not None:
+            return False
+        self.item_emb.sparse = True
+        return True
+
+    def item_rows(self, items: torch.Tensor) -> torch.Tensor:
+        """(..., D) the vectors of `items`, as `item_embeddings()[items]`, read row by row where the table allows."""
+        if self.item_emb is not None and self.sid_emb is None:
+            return self.item_emb(items)
+        return self.item_embeddings()[items]
 
     def item_embeddings(self) -> torch.Tensor:
         """(V+1, D) item vectors, shared by the input and the output: ID embedding + semantic-ID prefixes."""

@@ -37,7 +37,7 @@ def config_from(cls: type[T], fields: Mapping[str, Any], where: str, filled: Map
         (10,)
         >>> config_from(EvalConfig, {"k": [10]}, "eval.")
         Traceback (most recent call last):
-        recsys.errors.ConfigError: eval.k: unknown key (known: ks, exclude_seen, batch_size)
+        recsys.errors.ConfigError: eval.k: unknown key (known: ks, exclude_seen, batch_size, item_block)
     """
     filled = filled or {}
     known = [field.name for field in dataclasses.fields(cls) if field.name not in filled]  # type: ignore[arg-type]

@@ -31,30 +31,33 @@ def full_softmax_loss(
     return F.cross_entropy(logits, targets - 1)
 
 
+def draw_negatives(sampling_probs: torch.Tensor, num_negatives: int, generator: torch.Generator | None) -> torch.Tensor:
+    """(S,) item_idx drawn with replacement from `sampling_probs`, shared by every row of a batch."""
+    return torch.multinomial(sampling_probs, num_negatives, replacement=True, generator=generator)
+
+
 def sampled_softmax_loss(
     hidden: torch.Tensor,
-    item_emb: torch.Tensor,
+    target_vectors: torch.Tensor,
+    negative_vectors: torch.Tensor,
     targets: torch.Tensor,
+    negatives: torch.Tensor,
     sampling_probs: torch.Tensor,
-    num_negatives: int,
-    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Softmax over the target and S shared negatives, with logQ correction.
+    """Softmax over the target and S shared negatives (`draw_negatives`), with logQ correction.
 
-    Negatives are drawn with replacement from `sampling_probs`; subtracting log(S * q) from every
-    logit makes the sampled softmax an unbiased-in-the-limit estimate of the full one (Bengio &
-    Senecal 2008; Yi et al. 2019). A negative equal to the row's target is masked out.
+    Subtracting log(S * q) from every logit makes the sampled softmax an unbiased-in-the-limit estimate of the full
+    one (Bengio & Senecal 2008; Yi et al. 2019). A negative equal to the row's target is masked out. The item vectors
+    come in as rows (not the whole table), so a table with row-sparse gradients is touched only where a step reads it.
 
     Args:
-        hidden: (N, D); item_emb: (V+1, D); targets: (N,) item_idx >= 1.
-        sampling_probs: (V+1,) sampling distribution, 0 at the padding index.
-        num_negatives: S.
+        hidden: (N, D); target_vectors: (N, D) and negative_vectors: (S, D), the output vectors of
+        targets: (N,) item_idx >= 1 and negatives: (S,) item_idx.
+        sampling_probs: (V+1,) the distribution the negatives were drawn from, 0 at the padding index.
     """
-    negatives = torch.multinomial(sampling_probs, num_negatives, replacement=True, generator=generator)
-    negatives = negatives.to(hidden.device)
-    log_q = torch.log(sampling_probs.to(hidden.device) * num_negatives)
-    pos_logits = (hidden * item_emb[targets]).sum(-1, keepdim=True) - log_q[targets][:, None]  # (N, 1)
-    neg_logits = hidden @ item_emb[negatives].T - log_q[negatives][None, :]  # (N, S)
+    log_q = torch.log(sampling_probs.to(hidden.device) * negatives.numel())
+    pos_logits = (hidden * target_vectors).sum(-1, keepdim=True) - log_q[targets][:, None]  # (N, 1)
+    neg_logits = hidden @ negative_vectors.T - log_q[negatives][None, :]  # (N, S)
     neg_logits = neg_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
     logits = torch.cat([pos_logits, neg_logits], dim=1).float()
     return F.cross_entropy(logits, torch.zeros_like(targets))

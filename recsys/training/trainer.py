@@ -11,7 +11,6 @@ import copy
 import dataclasses
 import hashlib
 import logging
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,14 +24,15 @@ from tqdm.auto import tqdm
 
 from recsys.data.prepared import SequenceData
 from recsys.errors import ConfigError
-from recsys.evaluation import EvalConfig, evaluate
+from recsys.evaluation import EvalConfig, UserSample, evaluate
 from recsys.inference import Scorer
 from recsys.models import TrainingFamily
 from recsys.modules.moe import expert_load
 from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
-from recsys.runtime.device import resolve_device, use_bf16_autocast
+from recsys.runtime.device import apply_cpu_threads, resolve_device, use_bf16_autocast
 from recsys.runtime.validation import Fraction
 from recsys.training.averaging import WeightAverage
+from recsys.training.optimization import Optimization, build_optimization
 from recsys.training.recipes import TRAINING_SETTINGS, Recipe, recipe_for
 
 logger = logging.getLogger(__name__)
@@ -62,9 +62,14 @@ class TrainConfig:
     eval_every: PositiveInt = 1
     seed: int = 0
     device: str = "auto"  # "auto" = cuda when available, else cpu
-    # "auto": bf16 autocast on CUDA and on CPUs with native bf16 matmuls (AVX512-BF16 / AMX), else fp32.
+    # "auto": bf16 autocast on CUDA and on CPUs with native bf16 matmuls (the AVX512-BF16 / AMX flags), else fp32.
     # Embedding tables, optimizer state and the softmax stay fp32 either way.
     precision: Literal["auto", "bf16", "fp32"] = "auto"
+    threads: PositiveInt | None = None  # CPU training: torch threads; None = torch's default (one per core)
+    # validate each epoch on a seeded sample of this many users (a large catalogue's full pass costs as much as
+    # training); the chosen checkpoint is then validated once on every user, and that is the run's valid metric.
+    # None = every user every epoch
+    valid_users: PositiveInt | None = None
     progress: bool = True
     compile: bool = False  # torch.compile the training forward (fewer kernel launches; first epoch pays compiling)
 
@@ -133,7 +138,7 @@ def fit(
             run.save(state_path)
         if run.should_stop(epoch):
             break
-    return run.finish()
+    return run.finish(eval_config)
 
 
 class _TrainingRun:
@@ -144,20 +149,27 @@ class _TrainingRun:
         self.device = resolve_device(config.device)
         self.run_key = _run_key(model, data, config, recipe)  # before the move: the digest reads host memory
         self.model = model.to(self.device)
+        if self.device.type == "cpu":
+            apply_cpu_threads(config.threads)
         self.use_bf16 = use_bf16_autocast(config.precision, self.device)
         logger.info("training on %s, bf16 autocast %s", self.device, self.use_bf16)
         torch.manual_seed(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
-        # fused Adam: one kernel for the whole update instead of several per parameter (CUDA only)
-        self.optimizer = torch.optim.Adam(
-            model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=self.device.type == "cuda"
-        )
         self.rows, self.valid = data.training_rows(), data.eval_split("valid")
         # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
         cosine = config.lr_schedule == "cosine"
         steps_per_epoch = len(recipe.batches(self.rows, torch.Generator())) if cosine else 0
-        self.scheduler = _lr_scheduler(self.optimizer, config, steps_per_epoch)
+        self.optimization = build_optimization(
+            model, lr=config.lr, weight_decay=config.weight_decay, schedule=config.lr_schedule,
+            warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch,
+            fused=self.device.type == "cuda",  # one kernel for the whole update instead of several per parameter
+        )  # fmt: skip
         self.average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
+        self.valid_sample = None if config.valid_users is None else UserSample(config.valid_users, config.seed)
+        if self.valid_sample is not None:
+            users = len(self.valid.targets)
+            logger.info("validating each epoch on %d of %d users (seed %d); the chosen checkpoint on all of them",
+                        min(self.valid_sample.users, users), users, config.seed)  # fmt: skip
         self.epoch, self.early_stopped = 0, False
         self.best_score = float("-inf")
         self.best_weights: dict[str, Any] | None = None
@@ -178,8 +190,8 @@ class _TrainingRun:
         expert_load(self.model)  # count this epoch's routing only (validation routes examples too)
         batches = self.recipe.batches(self.rows, self.generator)
         loss = train_one_epoch(
-            self.model, self.recipe, batches, self.optimizer, self.scheduler, self.use_bf16, self.config.progress,
-            self.generator, self.average,
+            self.model, self.recipe, batches, self.optimization, self.use_bf16, self.config.progress, self.generator,
+            self.average,
         )  # fmt: skip
         self.result.epoch_seconds.append(time.perf_counter() - start)
         return loss
@@ -192,12 +204,15 @@ class _TrainingRun:
         start = time.perf_counter()
         with self.average.applied() if self.average is not None else contextlib.nullcontext():
             scorer: Scorer = self.model  # type: ignore[assignment]
-            metrics = {"loss": loss, **evaluate(scorer, self.valid, self.data.num_items, eval_config).metrics}
+            ranked = evaluate(scorer, self.valid, self.data.num_items, eval_config, self.valid_sample)
+            metrics = {"loss": loss, **ranked.metrics}
             improved = metrics[self.config.monitor] > self.best_score
             if improved:
                 self.best_weights = copy.deepcopy(self.model.state_dict())
         self.result.valid_seconds.append(time.perf_counter() - start)
         metrics["epoch_seconds"] = self.result.epoch_seconds[-1]
+        if self.valid_sample is not None:
+            metrics["valid_sample_users"] = float(len(ranked.ranks))
         if load is not None:
             metrics["expert_load_max_over_mean"] = float(load["max_over_mean"])  # type: ignore[arg-type]
             self.result.expert_load.append({"epoch": epoch, **load})
@@ -227,12 +242,21 @@ class _TrainingRun:
             return True
         return False
 
-    def finish(self) -> FitResult:
-        """The best weights back in the model (eval mode), and the run's report."""
+    def finish(self, eval_config: EvalConfig) -> FitResult:
+        """The best weights back in the model (eval mode), and the run's report: with a validation sample, the chosen
+        checkpoint's metrics on every user."""
         self.result.train_seconds = time.perf_counter() - self.started
         if self.best_weights is not None:
             self.model.load_state_dict(self.best_weights)
         self.model.eval()
+        if self.valid_sample is not None and self.result.best_valid:
+            scorer: Scorer = self.model  # type: ignore[assignment]
+            full = evaluate(scorer, self.valid, self.data.num_items, eval_config).metrics
+            sampled = {k: v for k, v in self.result.best_valid.items() if k in full}
+            logger.info("epoch %d on every user: valid %s %.4f (%.4f on the sample)", self.result.best_epoch,
+                        self.config.monitor, full[self.config.monitor], sampled[self.config.monitor])  # fmt: skip
+            kept = {k: v for k, v in self.result.best_valid.items() if k != "valid_sample_users"}  # loss, timings
+            self.result.best_valid = {**kept, **full}
         return self.result
 
     def save(self, path: Path) -> None:
@@ -243,7 +267,7 @@ class _TrainingRun:
                 "run_key": self.run_key, "epoch": self.epoch, "early_stopped": self.early_stopped,
                 "best_score": self.best_score, "best_weights": self.best_weights,
                 "result": dataclasses.asdict(self.result), "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "optimization": self.optimization.state_dict(),
                 "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
                 "average": None if self.average is None else self.average.state_dict(),
             },
@@ -257,9 +281,11 @@ class _TrainingRun:
         if saved.get("run_key") != self.run_key:
             logger.warning("%s was written for another model or settings; starting from epoch 1", path)
             return
+        if "optimization" not in saved:
+            logger.warning("%s was written by an earlier version of the trainer; starting from epoch 1", path)
+            return
         self.model.load_state_dict(saved["model"])
-        self.optimizer.load_state_dict(saved["optimizer"])
-        self.scheduler.load_state_dict(saved["scheduler"])
+        self.optimization.load_state_dict(saved["optimization"])
         self.generator.set_state(saved["generator"])
         if self.average is not None:
             self.average.load_state_dict(saved["average"])
@@ -317,8 +343,7 @@ def train_one_epoch(
     model: nn.Module,
     recipe: Recipe,
     batches: Sequence[Any],
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    optimization: Optimization,
     use_bf16: bool,
     progress: bool,
     generator: torch.Generator,
@@ -333,32 +358,14 @@ def train_one_epoch(
     for batch in tqdm(batches, desc="train", leave=False, disable=None if progress else True, unit="batch"):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             loss, n = recipe.loss(model, batch.to(device), generator)
-        optimizer.zero_grad(set_to_none=True)
+        optimization.zero_grad()
         loss.backward()
-        optimizer.step()
-        scheduler.step()
+        optimization.step()
         if average is not None:
             average.update()
         total += loss.detach().float() * n
         count += n
     return float(total) / max(count, 1)
-
-
-def _lr_scheduler(
-    optimizer: torch.optim.Optimizer, config: TrainConfig, steps_per_epoch: int
-) -> torch.optim.lr_scheduler.LRScheduler:
-    """Per-step multiplier of `config.lr`: linear warm-up, then constant or cosine decay over the planned epochs."""
-    warmup, total = config.warmup_steps, max(1, config.epochs * steps_per_epoch)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        if config.lr_schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def _check_monitor(monitor: str, eval_config: EvalConfig) -> None:

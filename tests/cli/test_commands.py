@@ -29,6 +29,24 @@ def test_evaluate_prints_the_metrics_table(trained_dir: Path) -> None:
     assert "R@10" in result.output
 
 
+def test_evaluate_in_item_blocks_prints_the_whole_catalogue_numbers(trained_dir: Path) -> None:
+    whole = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--item-block", "0"])
+    blocked = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--item-block", "7"])
+    assert whole.exit_code == 0 and blocked.exit_code == 0, whole.output + blocked.output
+    assert blocked.output == whole.output
+
+
+def test_evaluate_a_user_sample_labels_it(trained_dir: Path) -> None:
+    result = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--users", "20", "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # the long title may wrap
+    assert "SAMPLE of 20 of 300 users (seed 3), not the full protocol" in text and "R@10" in text
+    again = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--users", "20", "--seed", "3"])
+    assert again.output == result.output
+    result = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--seed", "3"])
+    assert result.exit_code == 2 and "Fix: add --users N" in result.output
+
+
 def test_recommend_shows_titles_for_a_known_user(trained_dir: Path) -> None:
     result = runner.invoke(app, ["recommend", "--model-dir", str(trained_dir), "--user", "u00001", "--k", "5"])
     assert result.exit_code == 0, result.output

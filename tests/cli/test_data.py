@@ -61,3 +61,12 @@ def test_prepare_synthetic(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     meta = (out / schema.META_FILE).read_text()
     assert '"num_users": 40' in meta and '"seed": 2' in meta
+
+
+def test_memory_budget_is_an_option_and_is_checked(p5_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["prepare", "--source", "amazon-p5", "--input", str(p5_dir), "--out", str(out)]
+    assert runner.invoke(app, [*args, "--memory-budget-gb", "0.5"]).exit_code == 0
+    result = runner.invoke(app, [*args, "--memory-budget-gb", "0"])
+    assert result.exit_code == 2
+    assert "memory_budget_gb must be > 0" in result.stderr

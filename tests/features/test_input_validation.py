@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 from collections.abc import Callable
@@ -10,8 +11,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from features.loaders import load_amazon_p5, load_amazon_raw, load_movielens
+from features.loaders import load_amazon_p5, load_amazon_raw, load_movielens, open_amazon_p5
 from features.policies import Policies, PolicyOutcome, UnknownItems, apply_policies, parse_unknown_items
+from features.prepare import BATCH_SHARE_OF_BUDGET, prepare
 from features.raw import RawDataset
 from features.sources import load_source
 from recsys.errors import ConfigError, DataError
@@ -116,6 +118,57 @@ def test_user_on_two_lines_names_both(write: WriteFile) -> None:
     path = write("user_sequence.txt", "u1 a b c\nu2 a b c\nu1 d e f\n")
     err = _error(lambda: load_amazon_p5(path))
     assert str(err).startswith(f"{path}, line 3: user id 'u1' appears on line 1 and again on line 3")
+
+
+# --- the same errors when the sequences are read batch by batch (`recsys data prepare`) ----------------
+
+
+def _prepare_stream(path: Path, tmp_path: Path, **options: object) -> DataError:
+    """The `DataError` of preparing `path` read 1-7 bytes at a time (a tiny memory budget), in 3 parts."""
+    budget = 7 / 2**30 / BATCH_SHARE_OF_BUDGET
+    return _error(lambda: prepare(open_amazon_p5(path), tmp_path / "out", memory_budget_gb=budget, partitions=3,
+                                  **options))  # fmt: skip
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 2, 7, 1 << 20])
+def test_stream_errors_keep_their_lines_across_batches(write: WriteFile, batch_bytes: int) -> None:
+    no_items = write("a/user_sequence.txt", "u1 a b c\n\nu2\n")
+    err = _error(lambda: list(open_amazon_p5(no_items).batches(batch_bytes)))
+    assert str(err).startswith(f"{no_items}, line 3: user 'u2' has no items")
+    for gz in (False, True):
+        bad = write("b/user_sequence.txt" + (".gz" if gz else ""), b"u1 a b c\nu2 b c d\nu3 \xff b c\n", gz=gz)
+        err = _error(lambda: list(open_amazon_p5(bad).batches(batch_bytes)))  # noqa: B023 - called at once
+        assert str(err).startswith(f"{bad}, line 3: bytes ff at byte offset 21 are not valid UTF-8")
+    empty = write("c/user_sequence.txt", "\n  \n")
+    assert str(_error(lambda: list(open_amazon_p5(empty).batches(batch_bytes)))).startswith(f"{empty}: file is empty")
+
+
+@pytest.mark.parametrize("cut", [4, 20])  # inside the trailer (CRC, size) or inside the data
+def test_truncated_gzip_is_corrupt_read_whole_or_in_batches(write: WriteFile, cut: int) -> None:
+    data = gzip.compress(b"u1 a b c\nu2 b c d\nu3 a c d\n" * 50)
+    path = write("user_sequence.txt.gz", data[:-cut])
+    for read in (lambda: load_amazon_p5(path), lambda: list(open_amazon_p5(path).batches(8))):
+        assert str(_error(read)).startswith(f"{path}: corrupt gzip data")
+
+
+def test_gzip_of_several_members_is_read_to_the_end(write: WriteFile) -> None:
+    path = write("user_sequence.txt.gz", gzip.compress(b"u1 a b c\n") + gzip.compress(b"u2 b c d\n"))
+    assert load_amazon_p5(path).interactions["user_id"].to_list() == ["u1"] * 3 + ["u2"] * 3
+
+
+def test_stream_user_on_two_lines_in_any_part(write: WriteFile, tmp_path: Path) -> None:
+    path = write("user_sequence.txt", "u1 a b c\nu2 a b c\nu3 a b c\nu2 d e f\nu1 d e f\n")
+    expected = f"{path}, line 4: user id 'u2' appears on line 2 and again on line 4"  # the first repeat in the file
+    assert str(_error(lambda: load_amazon_p5(path))).startswith(expected)
+    assert str(_prepare_stream(path, tmp_path)).startswith(expected)
+    assert not (tmp_path / "out").exists()
+
+
+def test_stream_unknown_item_error_names_its_line(write: WriteFile, tmp_path: Path) -> None:
+    write("items.csv", "item_id,title\na,A\nb,B\nc,C\n")
+    path = write("user_sequence.txt", "u1 a b c\nu2 a a b c\nu3 a b x c\n")
+    err = _prepare_stream(path, tmp_path, unknown_items="error")
+    assert str(err).startswith(f"{path}, line 3: item 'x' of user 'u3' (interaction 10) is not in the item catalog")
 
 
 def test_item_twice_in_catalog_names_both(write: WriteFile) -> None:

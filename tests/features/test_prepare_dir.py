@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -12,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import features.prepare as prepare_module
-from features.loaders import load_amazon_p5
-from features.prepare import build_prepared, prepare
-from features.raw import RawDataset
+from features.loaders import load_amazon_p5, open_amazon_p5
+from features.prepare import build_prepared, num_parts_for, prepare
+from features.raw import RawDataset, as_stream
 from recsys.data import schema
 from recsys.errors import ConfigError, DataError
 
@@ -166,3 +168,76 @@ def test_an_output_under_a_read_only_directory_is_a_data_error(p5_dir: Path, tmp
         pytest.skip("this user (root) may write to a read-only directory")
     with pytest.raises(DataError, match=f"{parent / 'prepared'}: cannot write the prepared directory: permission"):
         prepare(load_amazon_p5(p5_dir), parent / "prepared")
+
+
+# --- inputs of any size: read in batches, written in parts ---------------------------------------------
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _skewed_sequences(write: Callable[..., Path]) -> Path:
+    """30 users, duplicates, short users, an item outside the catalog and catalog items nobody names."""
+    lines = [f"user{u} " + " ".join(f"i{(u * 7 + k) % 23}" for k in range(3 + u % 5)) for u in range(30)]
+    lines[4] += " i1 i1 x9"  # a duplicate position is not an exact duplicate: "i1" twice at different ts
+    lines[7] = "user7 i2 i3"  # too short
+    write("big/items.csv", "item_id,title\n" + "".join(f"i{i},Item {i}\n" for i in range(25)))
+    return write("big/user_sequence.txt", "\n".join(lines) + "\n")
+
+
+def test_batch_size_changes_no_byte(write: Callable[..., Path], tmp_path: Path) -> None:
+    path = _skewed_sequences(write)
+    prepare(open_amazon_p5(path), tmp_path / "whole", cold_start_fraction=0.2)
+    tiny_batches = 16 / 2**30 / prepare_module.BATCH_SHARE_OF_BUDGET
+    prepare(open_amazon_p5(path), tmp_path / "batches", cold_start_fraction=0.2, memory_budget_gb=tiny_batches)
+    assert _files(tmp_path / "whole") == _files(tmp_path / "batches")
+    assert _files(tmp_path / "whole") == _files_of_eager(path, tmp_path / "eager")
+
+
+def _files_of_eager(path: Path, out: Path) -> dict[str, bytes]:
+    prepare(load_amazon_p5(path), out, cold_start_fraction=0.2)
+    return _files(out)
+
+
+@pytest.mark.parametrize("unknown_items", ["drop", "keep"])
+def test_parts_hold_the_same_content(write: Callable[..., Path], tmp_path: Path, unknown_items: str) -> None:
+    path = _skewed_sequences(write)
+    whole, parted = tmp_path / "whole", tmp_path / "parted"
+    one = prepare(open_amazon_p5(path), whole, unknown_items=unknown_items, cold_start_fraction=0.2)
+    four = prepare(open_amazon_p5(path), parted, unknown_items=unknown_items, cold_start_fraction=0.2, partitions=4)
+    assert one == replace(four, out_dir=whole)
+    parts = sorted((parted / schema.INTERACTIONS_DIR).iterdir())
+    assert [p.name for p in parts] == [schema.part_file_name(i) for i in range(4)]
+    assert not (parted / schema.INTERACTIONS_FILE).exists()
+    tables = [pl.read_parquet(p) for p in parts]
+    users_per_part = [set(table["user_idx"]) for table in tables]
+    assert sum(map(len, users_per_part)) == len(set().union(*users_per_part)) == one.num_users  # a user in one part
+    assert all(table["user_idx"].is_sorted() for table in tables)
+    merged = pl.concat(tables).sort("user_idx", maintain_order=True)
+    assert merged.equals(pl.read_parquet(whole / schema.INTERACTIONS_FILE))
+    for name in (schema.ITEMS_FILE, schema.USERS_FILE, schema.META_FILE):
+        assert (parted / name).read_bytes() == (whole / name).read_bytes(), name
+
+
+def test_parted_rerun_is_byte_identical(write: Callable[..., Path], tmp_path: Path) -> None:
+    path = _skewed_sequences(write)
+    out = tmp_path / "parted"
+    prepare(open_amazon_p5(path), out, partitions=3)
+    first = _files(out)
+    prepare(open_amazon_p5(path), out, partitions=3, memory_budget_gb=1e-6)  # replaces in place, other batches
+    assert _files(out) == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big", "parted"]  # no temp or scratch directory left
+
+
+def test_the_number_of_parts_follows_the_input_size(p5_dir: Path) -> None:
+    stream = open_amazon_p5(p5_dir)
+    assert num_parts_for(stream) == 1
+    assert num_parts_for(replace(stream, size_bytes=3 * prepare_module.PART_INPUT_BYTES + 1)) == 4
+    assert num_parts_for(as_stream(load_amazon_p5(p5_dir))) == 1  # in memory: one part
+
+
+@pytest.mark.parametrize(("setting", "value"), [("memory_budget_gb", 0.0), ("partitions", 0)])
+def test_scale_settings_are_checked(p5_dir: Path, setting: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=f"{setting} must be"):
+        build_prepared(load_amazon_p5(p5_dir), **{setting: value})

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from features.loaders import load_amazon_p5, load_amazon_raw, load_movielens
+from features.loaders import load_amazon_p5, load_amazon_raw, load_movielens, open_amazon_p5
 from recsys.data.schema import INTERACTION_COLUMNS
 from recsys.errors import DataError
 
@@ -126,3 +126,39 @@ def test_p5_items_header_is_checked(write: WriteFile, tmp_path: Path) -> None:
     write("d/items.csv", "item_id,name\na,Alpha\n")
     with pytest.raises(DataError, match=r"items.csv, line 1: header .* lacks column\(s\) \['title'\]"):
         load_amazon_p5(tmp_path / "d")
+
+
+# --- the P5 sequences read batch by batch ---------------------------------------------------------------
+
+
+def _streamed(path: Path, batch_bytes: int) -> pl.DataFrame:
+    return pl.concat(open_amazon_p5(path).batches(batch_bytes)).drop("line")
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 5, 13, 1 << 20])
+def test_p5_stream_equals_the_eager_load_whatever_the_batch(p5_dir: Path, batch_bytes: int) -> None:
+    eager = load_amazon_p5(p5_dir).interactions
+    assert eager.select("user_id", "item_id", "ts").rows() == [
+        ("u1", "a", 0), ("u1", "b", 1), ("u1", "c", 2), ("u1", "d", 3),
+        ("u2", "b", 0), ("u2", "c", 1), ("u2", "e", 2),
+        ("u3", "a", 0), ("u3", "c", 1), ("u3", "e", 2), ("u3", "f", 3),
+    ]  # fmt: skip
+    assert _streamed(p5_dir, batch_bytes).equals(eager)
+
+
+def test_p5_stream_of_gzip_crlf_bom_and_blank_lines(write: WriteFile) -> None:
+    text = "\ufeffu1 a  b\tc\r\n\r\n\nu2 b c e\r\nu3 a c e f"  # no final line break
+    path = write("seq/user_sequence.txt.gz", text, gz=True)
+    batches = list(open_amazon_p5(path).batches(4))
+    rows = pl.concat(batches)
+    assert len(batches) > 1
+    assert rows.filter(pl.col("ts") == 0).select("line", "user_id").rows() == [(1, "u1"), (4, "u2"), (5, "u3")]
+    assert rows.filter(pl.col("user_id") == "u1")["item_id"].to_list() == ["a", "b", "c"]
+    assert rows.drop("line").equals(load_amazon_p5(path).interactions)
+
+
+def test_p5_stream_reads_the_catalog_when_opened(p5_dir: Path) -> None:
+    stream = open_amazon_p5(p5_dir)
+    assert stream.items is not None and stream.items.height == 6
+    assert stream.size_bytes == (p5_dir / "user_sequence.txt").stat().st_size
+    assert [p.name for p in stream.files] == ["user_sequence.txt", "items.csv"]

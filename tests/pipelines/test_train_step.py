@@ -69,6 +69,8 @@ def test_prepare_step_skips_unchanged_inputs_and_redoes_changed_ones(
     first = (out / "interactions.parquet").stat().st_mtime_ns
     prepare_step(config.data, out)
     assert (out / "interactions.parquet").stat().st_mtime_ns == first, "an up-to-date step ran again"
+    prepare_step(config.data.model_copy(update={"memory_budget_gb": 1.0}), out)  # how the work is cut, not what
+    assert (out / "interactions.parquet").stat().st_mtime_ns == first, "a new memory budget prepared again"
     changed = config.data.model_copy(update={"seed": 1})
     prepare_step(changed, out)
     assert (out / "interactions.parquet").stat().st_mtime_ns != first

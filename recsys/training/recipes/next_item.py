@@ -15,7 +15,8 @@ from torch import nn
 
 from recsys.data.batching import PackedBatch, packed_next_item_batches
 from recsys.data.prepared import SequenceData, TrainingRows
-from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
+from recsys.errors import ConfigError
+from recsys.training.losses import draw_negatives, full_softmax_loss, sampled_softmax_loss
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,18 @@ class NextItemTraining:
     # > 0: train without each user's last `holdout_last` training items, for a ranker to learn on them (its
     # model.holdout_retriever_dir); validation and test are unchanged
     holdout_last: NonNegativeInt = 0
+    # sampled_softmax: the item table's gradient holds the rows a step read (inputs, targets, negatives) and
+    # SparseAdam updates only those (lazy Adam: a row's moments advance when it is read), so a step costs what the
+    # batch reads, not the catalogue. Models with an ID table alone (SASRec without semantic IDs, HSTU)
+    sparse_item_gradients: bool = False
 
     def __post_init__(self) -> None:
         if self.softmax_within_domain and self.loss != "full_softmax":
             raise ValueError("softmax_within_domain needs loss: full_softmax (or set it to false)")
+        if self.sparse_item_gradients and self.loss != "sampled_softmax":
+            raise ValueError(
+                "sparse_item_gradients needs loss: sampled_softmax (the full softmax reads every row each step)"
+            )
 
 
 class NextItemModel(Protocol):
@@ -71,6 +80,13 @@ class NextItemRecipe:
 
     @staticmethod
     def create(model: nn.Module, data: SequenceData, rows_per_batch: int, settings: NextItemTraining) -> NextItemRecipe:
+        if settings.sparse_item_gradients:
+            sparse = getattr(model, "use_sparse_item_gradients", None)
+            if sparse is None or not sparse():
+                raise ConfigError(
+                    f"model.training.sparse_item_gradients: the {type(model).__name__} model has no ID table a step "
+                    "can read row by row (SASRec with semantic IDs reads them all). Fix: set it to false"
+                )
         mask = data.training_excluded()
         return NextItemRecipe(
             max_history=model.max_history,  # type: ignore[arg-type]
@@ -94,8 +110,10 @@ class NextItemRecipe:
         hidden = model(batch.inputs, batch.segments, batch.positions, *times)[real]  # (N, D)
         targets = batch.targets[real]
         if self.sampling_probs is not None:
+            negatives = draw_negatives(self.sampling_probs, self.num_negatives, generator).to(hidden.device)
+            vectors = _item_rows(model, torch.cat([targets, negatives]))  # one lookup: one sparse gradient
             loss = sampled_softmax_loss(
-                hidden, model.item_embeddings(), targets, self.sampling_probs, self.num_negatives, generator
+                hidden, vectors[: targets.numel()], vectors[targets.numel() :], targets, negatives, self.sampling_probs
             )
             return loss, targets.numel()
         excluded = None if self.excluded is None else self.excluded.to(hidden.device)
@@ -104,6 +122,13 @@ class NextItemRecipe:
             other = domains[None, :] != domains[targets][:, None]
             excluded = other if excluded is None else other | excluded[None, :]
         return full_softmax_loss(hidden, model.item_embeddings(), targets, excluded), targets.numel()
+
+
+def _item_rows(model: NextItemModel, items: torch.Tensor) -> torch.Tensor:
+    """The output vectors of `items`: looked up alone by models that can (their item table's gradient then touches
+    those rows only, `sparse_item_gradients`), else rows of the whole table."""
+    rows = getattr(model, "item_rows", None)
+    return rows(items) if rows is not None else model.item_embeddings()[items]
 
 
 def sampling_probs(data: SequenceData) -> torch.Tensor:

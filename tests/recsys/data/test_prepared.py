@@ -77,3 +77,25 @@ def test_task_labels_travel_with_the_interactions(tiny_data_dir: Path) -> None:
     assert data.training_rows().labels["event:purchase"].row(0).tolist() == purchases[:-2]
     domain = data.for_domain(data.domains[0])
     assert len(domain.labels["value"].values) == len(domain.sequences.values)  # filtered with the items
+
+
+def test_interactions_in_parts_read_as_one_file(tmp_path: Path) -> None:
+    raw = load_source("synthetic", None, num_users=60, num_items=40)
+    prepare(raw, tmp_path / "whole", cold_start_fraction=0.1)
+    prepare(raw, tmp_path / "parted", cold_start_fraction=0.1, partitions=5)
+    assert not (tmp_path / "parted" / "interactions.parquet").exists()
+    whole, parted = load_prepared(tmp_path / "whole"), load_prepared(tmp_path / "parted")
+    assert torch.equal(parted.sequences.values, whole.sequences.values)
+    assert torch.equal(parted.sequences.lengths(), whole.sequences.lengths())
+    assert torch.equal(parted.timestamps.values, whole.timestamps.values)
+    assert parted.labels.keys() == whole.labels.keys()
+    assert all(torch.equal(parted.labels[task].values, whole.labels[task].values) for task in whole.labels)
+    assert parted.users.equals(whole.users) and parted.items.equals(whole.items)
+
+
+def test_missing_interactions_name_the_file(tiny_data_dir: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_data_dir, broken)
+    (broken / "interactions.parquet").unlink()
+    with pytest.raises(DataError, match=r"interactions.parquet: prepared data file not found \(nor its parts"):
+        load_prepared(broken)

@@ -8,7 +8,7 @@ import torch
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit
 from recsys.data.times import HistoryTimes
-from recsys.evaluation import EvalConfig, evaluate
+from recsys.evaluation import EvalConfig, UserSample, evaluate
 
 
 class FixedScorer:
@@ -77,3 +77,25 @@ def test_empty_history_is_scored() -> None:
     scorer = FixedScorer([0.0, 1.0, 2.0])
     result = evaluate(scorer, split([[]], targets=[2]), num_items=2, config=EvalConfig(ks=(1,)))
     assert result.ranks.tolist() == [0]
+
+
+def test_a_user_sample_is_labelled_and_ranks_its_users_as_the_full_protocol_does() -> None:
+    scorer = FixedScorer([0.0, *range(30, 0, -1)])  # item i scores 31 - i
+    generator = torch.Generator().manual_seed(0)
+    targets = torch.randint(1, 31, (40,), generator=generator).tolist()
+    s = split([[1] * (user % 7) for user in range(40)], targets)  # batched by length: not in row order
+    full = evaluate(scorer, s, num_items=30, config=EvalConfig(ks=(5,)))
+    sample = UserSample(users=12, seed=7)
+    sampled = evaluate(scorer, s, num_items=30, config=EvalConfig(ks=(5,), batch_size=5), sample=sample)
+    assert full.sample is None
+    assert sampled.sample == sample and len(sampled.ranks) == 12
+    assert torch.equal(sampled.ranks, full.ranks[sample.rows(40)])
+    assert sampled.metrics["mrr"] == pytest.approx((1.0 / (sampled.ranks + 1.0)).mean().item())
+
+
+def test_a_user_sample_is_the_same_for_the_same_seed_only() -> None:
+    assert torch.equal(UserSample(users=10, seed=3).rows(1000), UserSample(users=10, seed=3).rows(1000))
+    assert not torch.equal(UserSample(users=10, seed=3).rows(1000), UserSample(users=10, seed=4).rows(1000))
+    rows = UserSample(users=10, seed=3).rows(1000)
+    assert len(set(rows.tolist())) == 10 and bool((rows.diff() > 0).all())
+    assert UserSample(users=50).rows(20).tolist() == list(range(20))  # more than the split has: every user

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from recsys.training.losses import full_softmax_loss, sampled_softmax_loss
+from recsys.training.losses import draw_negatives, full_softmax_loss, sampled_softmax_loss
 
 
 def test_full_softmax_loss_is_cross_entropy_without_the_padding_row() -> None:
@@ -19,9 +19,9 @@ def test_sampled_softmax_with_uniform_q_matches_the_manual_formula() -> None:
     torch.manual_seed(0)
     hidden, emb, targets = torch.randn(4, 8), torch.randn(6, 8), torch.tensor([1, 2, 3, 5])
     probs = torch.tensor([0.0, 0.2, 0.2, 0.2, 0.2, 0.2])
-    gen = torch.Generator().manual_seed(1)
-    loss = sampled_softmax_loss(hidden, emb, targets, probs, num_negatives=3, generator=gen)
-    negatives = torch.multinomial(probs, 3, replacement=True, generator=torch.Generator().manual_seed(1))
+    negatives = draw_negatives(probs, 3, torch.Generator().manual_seed(1))
+    assert negatives.tolist() == torch.multinomial(probs, 3, True, generator=torch.Generator().manual_seed(1)).tolist()
+    loss = sampled_softmax_loss(hidden, emb[targets], emb[negatives], targets, negatives, probs)
     log_q = torch.log(torch.tensor(0.2 * 3))
     pos = (hidden * emb[targets]).sum(-1, keepdim=True) - log_q
     neg = (hidden @ emb[negatives].T - log_q).masked_fill(negatives[None] == targets[:, None], float("-inf"))

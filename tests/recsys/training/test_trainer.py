@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from pathlib import Path
 
 import pytest
@@ -25,13 +24,16 @@ def small_sasrec(num_items: int) -> SASRec:
     return SASRec(SASRecConfig(num_items=num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.1))
 
 
-@pytest.mark.parametrize("loss", ["full_softmax", "sampled_softmax"])
-def test_sasrec_beats_popularity_and_restores_its_best_epoch(tiny_data_dir: Path, loss: str) -> None:
+@pytest.mark.parametrize(
+    ("loss", "sparse"), [("full_softmax", False), ("sampled_softmax", False), ("sampled_softmax", True)]
+)
+def test_sasrec_beats_popularity_and_restores_its_best_epoch(tiny_data_dir: Path, loss: str, sparse: bool) -> None:
     data = load_prepared(tiny_data_dir)
     model = small_sasrec(data.num_items)
     seen: list[int] = []
     config = TrainConfig(epochs=8, batch_size=4, lr=3e-3, progress=False)
-    recipe = recipe_for(model, data, config.batch_size, NextItemTraining(loss=loss, num_negatives=64))  # type: ignore[arg-type]
+    settings = NextItemTraining(loss=loss, num_negatives=64, sparse_item_gradients=sparse)  # type: ignore[arg-type]
+    recipe = recipe_for(model, data, config.batch_size, settings)
     result = fit(model, data, config, EVAL, recipe, on_epoch_end=lambda epoch, _: seen.append(epoch))
 
     assert seen == list(range(1, len(seen) + 1))
@@ -50,15 +52,6 @@ def test_early_stopping_after_patience(tiny_data_dir: Path) -> None:
     assert result.best_epoch == 1
     assert len(result.epoch_seconds) == 3
     assert result.seconds_per_epoch > 0
-
-
-def test_precision_choice() -> None:
-    from recsys.runtime.device import use_bf16_autocast
-
-    cpu = torch.device("cpu")
-    assert use_bf16_autocast("fp32", cpu) is False
-    assert use_bf16_autocast("bf16", cpu) is True
-    assert use_bf16_autocast("auto", cpu) == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def test_unknown_monitor_fails_before_training(tiny_data_dir: Path) -> None:
@@ -112,21 +105,6 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tiny_data_dir: Path, tmp
     assert epochs_trained(small_sasrec(data.num_items), other) == [1, 2, 3]
 
 
-def test_cosine_schedule_warms_up_then_decays_to_zero() -> None:
-    from recsys.training.trainer import _lr_scheduler
-
-    config = TrainConfig(epochs=2, lr=1.0, lr_schedule="cosine", warmup_steps=4)
-    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=config.lr)
-    scheduler = _lr_scheduler(optimizer, config, steps_per_epoch=10)
-    lrs = []
-    for _ in range(20):
-        lrs.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
-    assert all(a >= b for a, b in itertools.pairwise(lrs[3:])) and lrs[-1] < 0.01
-
-
 def test_weight_average_tracks_an_exponential_average_and_swaps_it_in_only_inside_the_block() -> None:
     from recsys.training.averaging import WeightAverage
 
@@ -156,3 +134,19 @@ def test_with_ema_the_validated_and_restored_weights_are_the_average(tiny_data_d
     last = small_sasrec(data.num_items)
     fit(last, data, dataclasses.replace(config, ema_decay=0.0), EVAL)
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), last.parameters(), strict=True))
+
+
+def test_a_validation_sample_picks_the_epoch_and_the_checkpoint_is_validated_on_everyone(
+    tiny_data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    seen: list[dict[str, float]] = []
+    config = TrainConfig(epochs=3, batch_size=8, lr=3e-3, progress=False, valid_users=50)
+    model = small_sasrec(data.num_items)
+    with caplog.at_level("INFO", logger="recsys.training.trainer"):
+        result = fit(model, data, config, EVAL, on_epoch_end=lambda _, m: seen.append(m))
+    assert all(m["valid_sample_users"] == 50 for m in seen)  # every epoch says it was a sample
+    assert "validating each epoch on 50 of 300 users" in caplog.text
+    full = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
+    assert result.best_valid["ndcg@10"] == pytest.approx(full) and "valid_sample_users" not in result.best_valid
+    assert full != seen[result.best_epoch - 1]["ndcg@10"]  # 50 users and 300 rank differently

@@ -1,0 +1,80 @@
+"""The optimizers and learning-rate schedules of one training run.
+
+Dense parameters go to Adam. An embedding table whose gradient is row-sparse (`nn.Embedding(sparse=True)`, e.g. an
+item table under `sparse_item_gradients`) goes to SparseAdam, which updates only the rows a step read: dense Adam
+would touch every row of a 10^6-item table on every step. Both follow one schedule (linear warm-up, then constant
+or cosine decay).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from recsys.errors import ConfigError
+
+
+@dataclass
+class Optimization:
+    optimizers: list[torch.optim.Optimizer]
+    schedulers: list[torch.optim.lr_scheduler.LRScheduler]
+
+    def zero_grad(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        """One optimizer step and one schedule step."""
+        for optimizer in self.optimizers:
+            optimizer.step()
+        for scheduler in self.schedulers:
+            scheduler.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "optimizers": [o.state_dict() for o in self.optimizers],
+            "schedulers": [s.state_dict() for s in self.schedulers],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
+            optimizer.load_state_dict(saved)
+        for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
+            scheduler.load_state_dict(saved)
+
+
+def build_optimization(
+    model: nn.Module,
+    *,
+    lr: float,
+    weight_decay: float,
+    schedule: str,
+    warmup_steps: int,
+    total_steps: int,
+    fused: bool,
+) -> Optimization:
+    """Adam over the dense parameters, SparseAdam over tables with row-sparse gradients, one schedule for both."""
+    sparse = [m.weight for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse]
+    dense = [p for p in model.parameters() if all(p is not s for s in sparse)]
+    if sparse and weight_decay:
+        raise ConfigError(
+            "train.weight_decay with sparse_item_gradients: SparseAdam has no weight decay (it would have to touch "
+            "every row). Fix: set train.weight_decay to 0, or model.training.sparse_item_gradients to false"
+        )
+    optimizers: list[torch.optim.Optimizer] = [torch.optim.Adam(dense, lr=lr, weight_decay=weight_decay, fused=fused)]
+    if sparse:
+        optimizers.append(torch.optim.SparseAdam(sparse, lr=lr))
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return Optimization(optimizers, [torch.optim.lr_scheduler.LambdaLR(o, factor) for o in optimizers])
