@@ -66,7 +66,8 @@ class ChampionWatcher:
             self.state.recommender, previous, self.version = recommender, self.version, current.version
             self.failure = None
         self.metrics.reloads.inc()
-        logger.info("serving champion v%s of %s (was v%s)", current.version, self.settings.model_name, previous)
+        was = f"was v{previous}" if previous is not None else "the first load"
+        logger.info("serving champion v%s of %s (%s)", current.version, self.settings.model_name, was)
         return True
 
     def _failed(self, version: str | None, err: Exception) -> ReloadError:
