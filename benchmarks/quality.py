@@ -26,28 +26,45 @@ from pipelines.config import ExperimentConfig, load_config
 from pipelines.runner import ExperimentPaths, run_pipeline
 from recsys.runtime.device import resolve_device, use_bf16_autocast
 from recsys.semantic_ids.codes import read_semantic_ids
+from recsys.training.recipes import NextItemTraining
 
 # what the benchmark sets for itself (where it tracks, no progress bars): not part of what a result reproduces
 UNRECORDED = ("tracking", "train.progress")
+LOSS_KEY, AUTO_LOSS = "model.training.loss", "auto"
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> ExperimentConfig:
     return load_config(config, overrides)
 
 
-def settings_record(config: ExperimentConfig) -> dict[str, Any]:
-    """What a result records of its config: every section but tracking, the model's training settings resolved."""
+def settings_record(config: ExperimentConfig, num_items: int | None = None) -> dict[str, Any]:
+    """What a result records of its config: every section but tracking, the model's training settings resolved (with
+    `num_items`, the loss `auto` trains on that catalogue)."""
     record = config.model_dump(mode="json", exclude={"tracking"})
     record["model"]["training"] = asdict(config.model.training_settings())
+    if num_items is not None and record["model"]["training"].get("loss") == AUTO_LOSS:
+        record["model"]["training"]["loss"] = _trained_loss(config, num_items)
     return record
 
 
-def recorded_mismatches(result: dict[str, Any], config: ExperimentConfig) -> Iterator[str]:
-    """The settings the result records (`settings`, by section) that differ from `config`'s."""
-    expected = settings_record(config)
+def _trained_loss(config: ExperimentConfig, num_items: int) -> str:
+    training = config.model.training_settings()
+    assert isinstance(training, NextItemTraining)  # the one family with a loss setting
+    return training.resolved_loss(num_items)
+
+
+def recorded_mismatches(
+    result: dict[str, Any], config: ExperimentConfig, num_items: int | None = None
+) -> Iterator[str]:
+    """The settings the result records (`settings`, by section) that differ from `config`'s; a loss is compared as
+    trained (`auto` decided for the catalogue: `num_items`, else the result's dataset's)."""
+    items = num_items if num_items is not None else result.get("dataset", {}).get("items")
+    expected = settings_record(config, items)
     for dotted, value in _leaves(result.get("settings", {})):
         if dotted.startswith(UNRECORDED):
             continue
+        if dotted == LOSS_KEY and value == AUTO_LOSS and items is not None:
+            value = _trained_loss(config, items)
         actual = _lookup(expected, dotted)
         if actual != value:
             yield f"settings {dotted}: the result has {value!r}, the config {actual!r}"
@@ -92,7 +109,7 @@ def main(argv: list[str] | None = None) -> Path:
             "checkpoint": f"best validation {config.train.monitor}",
             "ks": list(config.eval.ks),
         },
-        "settings": settings_record(config),
+        "settings": settings_record(config, meta.get("counts", {}).get("items")),
         "resumed": args.resume,
         "metrics": {split: m[split] for split in ("valid", "test", "test_warm", "test_cold") if split in m},
         "train_seconds": round(m["train_seconds"], 1),

@@ -12,9 +12,11 @@ large clusters: IVF cells then hold whole top-100 lists) nor uniform on the sphe
 noise=1` comes close); the queries are drawn the same way, independently of the items. Every index of `indexes` is
 built with `recsys.retrieval.build_index` (which logs its own recall check) and searched with the same queries in one
 batch; QPS = queries / median wall time of `search` over `repeats` runs, exact search (`ExactTopK`, torch matmul +
-topk) timed the same way in the same run. The search-time knob of each index (IVF nprobe, HNSW efSearch) is swept;
+topk) timed the same way in the same run. A search-time knob of each index (IVF nprobe, HNSW efSearch, a refined
+IVF-PQ's refine_k_factor) is swept; sweeps of one index that differ only in search-time knobs share one build.
 `chosen` is the fastest setting that reaches `target_recall`. Writes benchmarks/results/retrieval-faiss-<size>.json
 (`-smoke` appended for a `smoke: true` config), with the settings and how to reproduce it.
+`benchmarks.retrieval_trained` measures the same over a trained model's item vectors and user queries.
 """
 
 from __future__ import annotations
@@ -31,33 +33,50 @@ import torch
 
 from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from benchmarks.reproduce import jsonable, mismatches
+from recsys.errors import ConfigError
 from recsys.retrieval import ExactTopK, IndexConfig, recall_at_k
 from recsys.retrieval.faiss_index import FaissTopK, build_index
+from recsys.runtime.validation import config_from
 
 logger = logging.getLogger("benchmarks.retrieval")
-KNOB_OF = {"ivf_flat": "nprobe", "ivf_pq": "nprobe", "hnsw": "ef_search"}  # each kind's search-time knob
+Knob = Literal["nprobe", "ef_search", "refine_k_factor"]
+KIND_KNOB: dict[str, Knob] = {"ivf_flat": "nprobe", "ivf_pq": "nprobe", "hnsw": "ef_search"}  # each kind's own
+INTEGER_KNOBS = ("nprobe", "ef_search")
+
+
+def knobs_of(config: IndexConfig) -> tuple[Knob, ...]:
+    """The search-time knobs of an index: IVF nprobe, HNSW ef_search, and refine_k_factor when it re-ranks."""
+    own = [KIND_KNOB[config.kind]] if config.kind in KIND_KNOB else []
+    refine: list[Knob] = ["refine_k_factor"] if config.refine_k_factor is not None else []
+    return (*own, *refine)
 
 
 @dataclass(frozen=True)
 class IndexSweep:
-    """One index, built once, and the values of its search-time knob, each searched and timed."""
+    """One index and the values of one of its search-time knobs, each searched and timed."""
 
     index: IndexConfig  # `recsys.retrieval.IndexConfig` fields
-    knob: Literal["nprobe", "ef_search"]  # the kind's search-time knob: nprobe (IVF) or ef_search (HNSW)
-    values: tuple[int, ...]
+    knob: Knob  # nprobe (IVF), ef_search (HNSW) or refine_k_factor (IVF-PQ with refine_k_factor set)
+    values: tuple[int | float, ...]
 
     def __post_init__(self) -> None:
-        if KNOB_OF.get(self.index.kind) != self.knob:
+        if self.knob not in knobs_of(self.index):
             raise ValueError(
                 f"a {self.index.kind} index has no search-time knob {self.knob!r} (ivf_flat and ivf_pq sweep nprobe, "
-                "hnsw sweeps ef_search)"
+                "hnsw sweeps ef_search, an ivf_pq index with refine_k_factor set may sweep that)"
             )
+        if self.knob in INTEGER_KNOBS and not all(isinstance(value, int) for value in self.values):
+            raise ValueError(f"{self.knob} values must be integers, got {list(self.values)}")
 
     def runs(self) -> list[IndexConfig]:
         """The index's config at each swept value."""
-        if self.knob == "nprobe":
-            return [replace(self.index, nprobe=value) for value in self.values]
-        return [replace(self.index, ef_search=value) for value in self.values]
+        return [replace(self.index, **{self.knob: value}) for value in self.values]  # type: ignore[arg-type]
+
+
+def build_key(config: IndexConfig) -> IndexConfig:
+    """What decides how an index is built: its config with the search-time knobs at fixed values."""
+    refine = None if config.refine_k_factor is None else 1.0
+    return replace(config, nprobe=1, ef_search=1, refine_k_factor=refine)
 
 
 @dataclass(frozen=True)
@@ -96,6 +115,69 @@ def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
+@dataclass(frozen=True)
+class Measured:
+    """Exact search's queries/s, one record per index setting (`_run`), and the fastest reaching the target."""
+
+    exact_queries_per_second: float
+    runs: list[dict[str, Any]]
+    chosen: dict[str, Any] | None
+
+
+def measure(
+    items: torch.Tensor,
+    ids: torch.Tensor | None,
+    queries: torch.Tensor,
+    k: int,
+    sweeps: tuple[IndexSweep, ...],
+    repeats: int,
+    target_recall: float,
+) -> Measured:
+    """Time exact search and every swept index setting over (V, D) `items` with (B, D) `queries`, in this process.
+
+    Each index is built with `build_index` (its recall check on `queries`); consecutive sweeps that build the same
+    index (`build_key`) share one build.
+    """
+    num_queries = len(queries)
+    exact = ExactTopK(items, ids)
+    exact_ids = exact.search(queries, k)[1]
+    exact_s = median_seconds(lambda: exact.search(queries, k), repeats)
+    logger.info("exact: %.1f queries/s", num_queries / exact_s)
+
+    runs: list[dict[str, Any]] = []
+    index: FaissTopK | None = None
+    for sweep in sweeps:
+        if index is None or build_key(index.config) != build_key(sweep.index):
+            index = None  # the previous index is freed before the next one is built
+            index = build_index(items, ids, sweep.index, eval_queries=queries, eval_k=k)
+        for config in sweep.runs():
+            index.set_search_params(nprobe=config.nprobe, ef_search=config.ef_search,
+                                    refine_k_factor=config.refine_k_factor)  # fmt: skip
+            recall = recall_at_k(index.search(queries, k)[1], exact_ids)
+            seconds = median_seconds(lambda index=index: index.search(queries, k), repeats)  # type: ignore[misc]
+            value = getattr(config, sweep.knob)
+            runs.append(_run(index, sweep.knob, value, recall, seconds, num_queries, exact_s))
+            logger.info("%s %s=%g: recall@%d %.4f, %.1f queries/s", config.kind, sweep.knob, value, k, recall,
+                        num_queries / seconds)  # fmt: skip
+    reaching = [r for r in runs if r["recall"] >= target_recall]
+    chosen = max(reaching, key=lambda r: r["queries_per_second"]) if reaching else None
+    return Measured(num_queries / exact_s, runs, chosen)
+
+
+def print_table(measured: Measured, k: int, path: Path) -> None:
+    print(f"exact: {measured.exact_queries_per_second:,.0f} queries/s")
+    for r in measured.runs:
+        print(f"{r['kind']:<9} {r['knob']}={r['value']:<5} recall@{k} {r['recall']:.4f}  "
+              f"{r['queries_per_second']:>9,.0f} q/s  x{r['speedup_vs_exact']:.1f} exact")  # fmt: skip
+    chosen = measured.chosen
+    print(f"chosen: {chosen and (chosen['kind'], chosen['knob'], chosen['value'])} -> {path}")
+
+
+def size_label(n: int) -> str:
+    """A catalogue size as result names give it: 1000000 -> "1m", 20000 -> "20k", 150 -> "150"."""
+    return f"{n // 1_000_000}m" if n >= 1_000_000 else f"{n // 1_000}k" if n >= 1_000 else str(n)
+
+
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "configs/benchmarks/retrieval-faiss.yaml")
     args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
@@ -104,24 +186,7 @@ def main(argv: list[str] | None = None) -> Path:
     centres = torch.randn(s.centres, s.dim, generator=gen)
     items = clustered(s.items, centres, s.noise, gen)
     queries = clustered(s.queries, centres, s.noise, gen)
-    exact = ExactTopK(items)
-    exact_ids = exact.search(queries, s.k)[1]
-    exact_s = median_seconds(lambda: exact.search(queries, s.k), s.repeats)
-    logger.info("exact: %.1f queries/s", s.queries / exact_s)
-
-    runs = []
-    for sweep in s.indexes:
-        index = build_index(items, config=sweep.index, eval_queries=queries, eval_k=s.k)
-        assert index.report is not None
-        for value in sweep.values:
-            index.set_search_params(**{sweep.knob: value})
-            recall = recall_at_k(index.search(queries, s.k)[1], exact_ids)
-            seconds = median_seconds(lambda index=index: index.search(queries, s.k), s.repeats)  # type: ignore[misc]
-            runs.append(_run(index, sweep.knob, value, recall, seconds, s.queries, exact_s))
-            logger.info("%s %s=%d: recall@%d %.4f, %.1f queries/s", sweep.index.kind, sweep.knob, value, s.k, recall,
-                        s.queries / seconds)  # fmt: skip
-    reaching = [r for r in runs if r["recall"] >= s.target_recall]
-    chosen = max(reaching, key=lambda r: r["queries_per_second"]) if reaching else None
+    measured = measure(items, None, queries, s.k, s.indexes, s.repeats, s.target_recall)
     name = result_name(s)
     result = {
         "data": {
@@ -135,25 +200,30 @@ def main(argv: list[str] | None = None) -> Path:
         },
         "k": s.k,
         "target_recall": s.target_recall,
-        "exact": {"queries_per_second": significant(s.queries / exact_s), "impl": "ExactTopK (torch matmul + topk)"},
-        "chosen": chosen,
-        "runs": runs,
-        "timer": _timer(s.repeats),
+        **measured_record(measured, s.repeats),
         "settings": jsonable(asdict(s)),
         **provenance("faiss-cpu"),
     }
     path = write_result(name, result, args.results_dir, reproduce)
-    print(f"exact: {s.queries / exact_s:,.0f} queries/s")
-    for r in runs:
-        print(f"{r['kind']:<9} {r['knob']}={r['value']:<5} recall@{s.k} {r['recall']:.4f}  "
-              f"{r['queries_per_second']:>9,.0f} q/s  x{r['speedup_vs_exact']:.1f} exact")  # fmt: skip
-    print(f"chosen: {chosen and (chosen['kind'], chosen['knob'], chosen['value'])} -> {path}")
+    print_table(measured, s.k, path)
     return path
 
 
+def measured_record(measured: Measured, repeats: int) -> dict[str, Any]:
+    """What a result records of a measurement: exact search, the chosen setting, every run and the timer."""
+    return {
+        "exact": {
+            "queries_per_second": significant(measured.exact_queries_per_second),
+            "impl": "ExactTopK (torch matmul + topk)",
+        },
+        "chosen": measured.chosen,
+        "runs": measured.runs,
+        "timer": timer_record(repeats),
+    }
+
+
 def result_name(s: Settings) -> str:
-    size = f"{s.items // 1_000_000}m" if s.items >= 1_000_000 else f"{s.items // 1_000}k"
-    return f"retrieval-faiss-{size}" + ("-smoke" if s.smoke else "")
+    return f"retrieval-faiss-{size_label(s.items)}" + ("-smoke" if s.smoke else "")
 
 
 def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[str]:
@@ -170,7 +240,7 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
         "k": result.get("k"),
         "target_recall": result.get("target_recall"),
         "timer": result.get("timer"),
-        "runs": [[r.get("kind"), r.get("knob"), r.get("value"), r.get("config")] for r in result.get("runs", [])],
+        "runs": recorded_runs(result),
     }
     expected: dict[str, Any] = {
         "name": result_name(settings),
@@ -181,20 +251,51 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
         "data.noise_sigma": settings.noise,
         "k": settings.k,
         "target_recall": settings.target_recall,
-        "timer": _timer(settings.repeats),
-        "runs": [
-            [config.kind, sweep.knob, getattr(config, sweep.knob), jsonable(asdict(config))]
-            for sweep in settings.indexes
-            for config in sweep.runs()
-        ],
+        "timer": timer_record(settings.repeats),
+        "runs": expected_runs(settings.indexes),
     }
     if "settings" in result:
-        recorded |= {f"settings.{key}": value for key, value in result["settings"].items()}
+        recorded |= recorded_settings(result, Settings)
         expected |= {f"settings.{key}": value for key, value in jsonable(asdict(settings)).items()}
     yield from mismatches(recorded, expected)
 
 
-def _timer(repeats: int) -> str:
+def recorded_runs(result: dict[str, Any]) -> list[list[Any]]:
+    """[kind, knob, value, config] of every run of a result, its config read as today's `IndexConfig` (the fields
+    added since it was written take their defaults)."""
+    return [
+        [r.get("kind"), r.get("knob"), r.get("value"), _as_index_config(r.get("config"))]
+        for r in result.get("runs", [])
+    ]
+
+
+def expected_runs(sweeps: tuple[IndexSweep, ...]) -> list[list[Any]]:
+    """[kind, knob, value, config] of every run the sweeps make."""
+    return [
+        [config.kind, sweep.knob, getattr(config, sweep.knob), jsonable(asdict(config))]
+        for sweep in sweeps
+        for config in sweep.runs()
+    ]
+
+
+def recorded_settings(result: dict[str, Any], settings_cls: type[Any]) -> dict[str, Any]:
+    """The `settings` a result records, by `settings.<key>`, read as today's `settings_cls` (defaults filled in)."""
+    try:
+        settings = jsonable(asdict(config_from(settings_cls, result["settings"], "settings.")))
+    except ConfigError:  # a record today's settings refuse is compared as it is: the difference shows
+        settings = result["settings"]
+    return {f"settings.{key}": value for key, value in settings.items()}
+
+
+def _as_index_config(recorded: Any) -> Any:
+    """A run's recorded config as today's `IndexConfig` records it; as it is when that refuses it."""
+    try:
+        return jsonable(asdict(IndexConfig(**recorded)))
+    except (TypeError, ValueError):
+        return recorded
+
+
+def timer_record(repeats: int) -> str:
     return f"median wall time of {repeats} batched searches of all queries, after one warm-up"
 
 

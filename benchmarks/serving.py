@@ -8,6 +8,9 @@ Usage:
 
     .venv/bin/python -m benchmarks.serving --epochs 3 --history-store redis --workers 1 2   # 1 vs 2 workers
 
+    .venv/bin/python -m benchmarks.serving --config configs/synthetic/sasrec.yaml --set ... \
+        --model-dir /work/scale/models/sasrec-1m --set pipeline.index.kind=ivf_pq ...   # a trained model, at scale
+
 `--config` is an experiment config in the repo (default configs/beauty/sasrec.yaml); `--set KEY=VALUE`, `--epochs N`
 (= `--set train.epochs=N`: serving cost depends on the model's shape, not its training) and `--data-dir` (=
 `--set data.path=DIR`) override it, and the index served is HNSW unless `--set pipeline.index.kind=...` says
@@ -32,53 +35,67 @@ Needs `wrk` (apt-get install -y wrk). Steps, in one run:
       and loaded (`POST /v1/admin/reload` reaches one worker, the others follow at their next check); its errors
       must be 0, and afterwards every answer must come from the new champion.
 Writes benchmarks/results/serving-<config name without -sasrec>[-redis].json.
+
+With `--model-dir DIR` (a model directory `recsys train` wrote with --config and the same --set: checked), the
+pipeline is not run: the model's FAISS index is built with `pipeline.index` (kept in --work-dir across runs while
+the model and the index config are the same), its bundle registered in a fresh MLflow store under --work-dir, and for
+each of --workers `recsys serve` is started and measured: its start-up time (process start -> /readyz ready), its
+resident memory (server and workers) once ready and at its peak under load, and wrk, as in 3a, on
+`POST /v1/recommendations` and then on `GET /v1/similar-items/{item_id}?k=10` (items drawn at random from the
+catalogue). No model-call, freshness or hot-swap timing (the steps above that need the pipeline). Writes
+benchmarks/results/serving-<config name without -sasrec>-<items>[-redis].json.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
-import secrets
 import shutil
-import socket
-import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
+import yaml
 
 import benchmarks.quality as quality
-from benchmarks.common import benchmark_parser, provenance, reproduce_of, significant, wait_until_ok, write_result
+from benchmarks.common import (
+    Reproduce,
+    benchmark_parser,
+    log_to_console,
+    provenance,
+    reproduce_of,
+    significant,
+    write_result,
+)
+from benchmarks.retrieval import size_label
+from benchmarks.serving_load import (
+    ADMIN_TOKEN,
+    RECOMMENDATIONS,
+    SIMILAR_ITEMS,
+    PeakRss,
+    percentiles,
+    rss_mib,
+    serve,
+    wrk,
+)
 from pipelines.bundle import Bundle
 from pipelines.config import ExperimentConfig, load_config
+from pipelines.index import build_index_step
+from pipelines.model_dir import CONFIG_FILE
 from pipelines.registry import register_bundle
 from pipelines.runner import PipelineOutputs, run_pipeline
+from pipelines.tracking import start_tracking
 from recsys.data.prepared import load_prepared
+from recsys.retrieval.faiss_index import FaissTopK
 
-WRK_SCRIPT = """
-local users = {%s}
-math.randomseed(%d)
-request = function()
-  local body = '{"user_id": "' .. users[math.random(#users)] .. '", "k": 10}'
-  return wrk.format("POST", "/v1/recommendations", {["Content-Type"] = "application/json"}, body)
-end
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format('WRK_JSON {"requests": %%d, "duration_us": %%d, "connect": %%d, "read": %%d, ' ..
-    '"write": %%d, "status": %%d, "timeout": %%d, "p50_us": %%d, "p95_us": %%d, "p99_us": %%d}\\n',
-    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
-    latency:percentile(50), latency:percentile(95), latency:percentile(99)))
-end
-"""
 # what the benchmark sets on every config, recorded as overrides (its own default: `--set` changes it)
 DEFAULTS = {"pipeline.index.kind": "hnsw"}
+MODEL_DIR = "model dir"  # a --model-dir result's train_epochs: the model directory's own training
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> ExperimentConfig:
@@ -89,20 +106,24 @@ def recorded_mismatches(result: dict[str, Any], config: ExperimentConfig) -> Ite
     """The served model, index, training epochs and settings the result records that differ from `config`'s."""
     bundle = result.get("bundle", {})
     expected: dict[str, Any] = {"model": config.model.name, "index": config.pipeline.index.kind}
-    if bundle.get("train_epochs") != "config":  # "config": the config's own epochs (not overridden)
+    if bundle.get("train_epochs") not in ("config", MODEL_DIR):  # the config's own epochs, or a model dir's
         expected["train_epochs"] = config.train.epochs
     for key, value in expected.items():
         if bundle.get(key) != value:
             yield f"bundle.{key}: the result has {bundle.get(key)!r}, the config {value!r}"
-    name = result_name(config, result.get("load_test", {}).get("history_store", "memory"))
+    items = bundle.get("items") if "model_dir" in bundle else None  # a --model-dir run names its catalogue size
+    name = result_name(config, result.get("load_test", {}).get("history_store", "memory"), items)
     if result.get("name") != name:
         yield f"name: the result has {result.get('name')!r}, the config gives {name!r}"
     if "settings" in result:  # results before 2026-11-22 recorded the served model in `bundle` only
-        yield from quality.recorded_mismatches(result, config)
+        yield from quality.recorded_mismatches(result, config, bundle.get("items"))
 
 
-def result_name(config: ExperimentConfig, history_store: str = "memory") -> str:
-    return f"serving-{config.name.removesuffix('-sasrec')}" + ("" if history_store == "memory" else f"-{history_store}")
+def result_name(config: ExperimentConfig, history_store: str = "memory", items: int | None = None) -> str:
+    """serving-<config name without -sasrec>[-<items> of a --model-dir run][-<history store but memory>]."""
+    size = "" if items is None else f"-{size_label(items)}"
+    store = "" if history_store == "memory" else f"-{history_store}"
+    return f"serving-{config.name.removesuffix('-sasrec')}{size}{store}"
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -119,11 +140,21 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--workers", type=int, nargs="+", default=[1], help="server processes, one run each")
     parser.add_argument("--history-store", choices=["memory", "redis"], default="memory")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/13", help="the redis store's server")
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        help="serve this model directory (trained with --config and its --set) instead of running the pipeline: "
+        "start-up time, memory, recommendations and similar items under load",
+    )
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
     if args.history_store == "memory" and max(args.workers) > 1:
         raise SystemExit("--workers above 1 share users' events through Redis: add --history-store redis")
+    if args.model_dir is not None and (args.data_dir is not None or args.epochs is not None):
+        raise SystemExit(
+            "--model-dir serves a model already trained: --data-dir and --epochs do not apply. Fix: drop them"
+        )
 
     overrides: dict[str, Any] = dict(DEFAULTS)
     if args.data_dir is not None:
@@ -133,6 +164,8 @@ def main(argv: list[str] | None = None) -> Path:
     reproduce = reproduce_of(__name__, args, overrides)
     overrides = reproduce.overrides
     work = args.work_dir.resolve()
+    if args.model_dir is not None:
+        return _model_dir_run(args, reproduce, work)
     uri = f"sqlite:///{work / 'mlflow.db'}"
     # the registry the server reads, no progress bars: not part of what a result reproduces
     config = load_config(
@@ -147,8 +180,9 @@ def main(argv: list[str] | None = None) -> Path:
     model_call_ms = _model_call_ms(Bundle(outputs.registration.bundle_dir), users, args.model_calls)
     runs, freshness = [], None
     for workers in args.workers:
-        with _server(name, uri, workers, args) as base:
-            load = _wrk(base, users, args.duration, args.connections, seed=0)
+        with serve(name, uri, workers, args.history_store, args.redis_url) as server:
+            base = server.base
+            load = wrk(base, RECOMMENDATIONS, users, args.duration, args.connections, seed=0)
             run: dict[str, Any] = {"workers": workers, **load}
             if workers == 1:  # each worker counts its own model calls: one worker's /metrics is the whole server's
                 run["server_batching"] = _server_batching(base)
@@ -167,10 +201,9 @@ def main(argv: list[str] | None = None) -> Path:
             "index": config.pipeline.index.kind,
             "train_epochs": config.train.epochs if "train.epochs" in overrides else "config",
         },
-        "endpoint": "POST /v1/recommendations {user_id, k: 10}, users drawn uniformly from the data",
-        "server": f"recsys serve --workers N: micro-batching (max 64), {args.history_store} history store, admin "
-        "token, champion checks every second, same 2-core machine as wrk",
-        "load_generator": f"wrk, 1 thread, {args.connections} connections, {args.duration} s",
+        "endpoint": f"{RECOMMENDATIONS.endpoint}, users drawn uniformly from the data",
+        "server": _server_description(args),
+        "load_generator": _load_generator(args),
         "load_test": {
             "duration_s": args.duration,
             "connections": args.connections,
@@ -183,7 +216,7 @@ def main(argv: list[str] | None = None) -> Path:
         "runs": runs,
         "model_call_ms": model_call_ms,
         "freshness_ms": freshness,
-        "settings": quality.settings_record(config),
+        "settings": quality.settings_record(config, data.num_items),
         **provenance("fastapi", "uvicorn", "faiss-cpu", "redis"),
     }
     path = write_result(result_name(config, args.history_store), result, args.results_dir, reproduce)
@@ -192,31 +225,114 @@ def main(argv: list[str] | None = None) -> Path:
     return path
 
 
-ADMIN_TOKEN = secrets.token_hex(32)
+def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -> Path:
+    """--model-dir: index, bundle and register the trained model, then for each worker count serve it and measure
+    start-up, memory, and both routes under wrk."""
+    log_to_console()  # a 10^6-item index build takes minutes: its progress lines show
+    registry = work / "model-dir-registry"
+    shutil.rmtree(registry, ignore_errors=True)  # a fresh store: the model becomes version 1, the champion
+    uri = f"sqlite:///{registry / 'mlflow.db'}"
+    config = load_config(args.config, {**reproduce.overrides, "tracking.enabled": True, "tracking.uri": uri})
+    model_dir = args.model_dir.resolve()
+    _check_trained_with(model_dir, config, args.config)
+    bundle = _register_model_dir(model_dir, config, work)
+    assert bundle.data_dir is not None and bundle.index_dir is not None  # Bundle.write copies both
+    data = load_prepared(bundle.data_dir)
+    users = data.users["user_id"].to_list()
+    items = [quote(item, safe="") for item in data.items["item_id"].to_list()]  # path segments
+    runs = []
+    for workers in args.workers:
+        with serve(config.registered_model_name, uri, workers, args.history_store, args.redis_url) as server:
+            ready_mib = rss_mib(server.pid)
+            with PeakRss(server.pid) as peak:
+                recommendations = wrk(server.base, RECOMMENDATIONS, users, args.duration, args.connections, seed=0)
+                similar = wrk(server.base, SIMILAR_ITEMS, items, args.duration, args.connections, seed=0)
+        runs.append({
+            "workers": workers, "startup_s": server.startup_seconds,
+            "rss_mib": {"ready": ready_mib, "peak_under_load": peak.mib},
+            "recommendations": recommendations, "similar_items": similar,
+        })  # fmt: skip
+    report = FaissTopK.read_report(bundle.index_dir)
+    result = {
+        "bundle": {
+            "config": str(args.config),
+            "overrides": args.set,
+            "model": config.model.name,
+            "model_dir": str(model_dir),
+            "items": data.num_items,
+            "users": data.num_users,
+            "index": config.pipeline.index.kind,
+            "index_build": report and dataclasses.asdict(report),
+            "train_epochs": MODEL_DIR,
+        },
+        "endpoints": {
+            "recommendations": f"{RECOMMENDATIONS.endpoint}, users drawn uniformly from the data",
+            "similar_items": f"{SIMILAR_ITEMS.endpoint}, items drawn uniformly from the catalogue",
+        },
+        "startup": "seconds from starting `recsys serve` to /readyz answering 200 (the champion's bundle loaded)",
+        "memory": "resident set of the server and its workers (MiB): once ready, and the peak sampled every 0.5 s "
+        "under both wrk runs",
+        "server": _server_description(args),
+        "load_generator": _load_generator(args),
+        "load_test": {
+            "duration_s": args.duration,
+            "connections": args.connections,
+            "workers": args.workers,
+            "history_store": args.history_store,
+        },
+        "concurrency": args.connections,
+        "runs": runs,
+        "settings": quality.settings_record(config, data.num_items),
+        **provenance("fastapi", "uvicorn", "faiss-cpu", "redis"),
+    }
+    path = write_result(result_name(config, args.history_store, data.num_items), result, args.results_dir, reproduce)
+    print(json.dumps(runs, indent=1))
+    print(f"-> {path}")
+    return path
 
 
-@contextmanager
-def _server(name: str, uri: str, workers: int, args: argparse.Namespace) -> Iterator[str]:
-    """`recsys serve` of the champion with `workers` processes on a free loopback port, until the block ends."""
-    port = _free_port()
-    with tempfile.TemporaryDirectory() as secrets_dir:
-        token_file = Path(secrets_dir) / "admin-token"
-        token_file.write_text(ADMIN_TOKEN)
-        store = ["--history-store", args.history_store, "--redis-url", args.redis_url]
-        server = subprocess.Popen(
-            [str(Path(sys.executable).with_name("recsys")), "serve", "--model-name", name, "--tracking-uri", uri,
-             "--port", str(port), "--workers", str(workers), *store, "--admin-token-file", str(token_file),
-             "--reload-interval-s", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        base = f"http://127.0.0.1:{port}"
-        try:
-            if not wait_until_ok(f"{base}/readyz", 120, alive=lambda: server.poll() is None):
-                raise SystemExit(f"the API at {base} did not become ready in 120 s")
-            yield base
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
+def _check_trained_with(model_dir: Path, config: ExperimentConfig, config_path: Path) -> None:
+    """Refuse a model directory trained with another name or model than `config`: the result's `reproduce` (the
+    config and its --set) must be what made the model."""
+    trained = yaml.safe_load((model_dir / CONFIG_FILE).read_text())
+    ours = config.model_dump(mode="json")
+    differing = [key for key in ("name", "model.name", "model.params", "model.training")
+                 if _at(trained, key) != _at(ours, key)]  # fmt: skip
+    if differing:
+        raise SystemExit(
+            f"{model_dir} was trained with another {', '.join(differing)} than --config {config_path} with its --set "
+            "gives. Fix: pass the --config and --set the model was trained with"
+        )
+
+
+def _at(tree: Any, dotted: str) -> Any:
+    for key in dotted.split("."):
+        tree = tree.get(key) if isinstance(tree, dict) else None
+    return tree
+
+
+def _register_model_dir(model_dir: Path, config: ExperimentConfig, work: Path) -> Bundle:
+    """The model's index (`pipeline.index`, kept while up to date) and bundle under `work`, registered as the
+    champion of `config`'s registered model."""
+    name = config.registered_model_name
+    index_dir = build_index_step(model_dir, work / "indexes" / name, config.pipeline.index)
+    bundle = Bundle.write(work / "bundles" / name, name=name, model_dir=model_dir, index_dir=index_dir)
+    with start_tracking(config.tracking, config.experiment_name, f"serving benchmark: register {model_dir}"):
+        decision = register_bundle(bundle, name, config.tracking.resolved_uri())
+    if not decision.promoted:
+        raise SystemExit(f"{model_dir} did not become the champion, so there is nothing to serve: {decision.reason}")
+    return bundle
+
+
+def _server_description(args: argparse.Namespace) -> str:
+    return (
+        f"recsys serve --workers N: micro-batching (max 64), {args.history_store} history store, admin token, "
+        "champion checks every second, same 2-core machine as wrk"
+    )
+
+
+def _load_generator(args: argparse.Namespace) -> str:
+    return f"wrk, 1 thread, {args.connections} connections, {args.duration} s"
 
 
 def _model_call_ms(bundle: Bundle, users: list[str], calls: int) -> dict[str, float]:
@@ -231,29 +347,7 @@ def _model_call_ms(bundle: Bundle, users: list[str], calls: int) -> dict[str, fl
         start = time.perf_counter()
         recommender.recommend(history[-recommender.max_history :], 10, True)
         times.append((time.perf_counter() - start) * 1e3)
-    return _percentiles(times, (50, 99))
-
-
-def _wrk(base: str, users: list[str], duration: int, connections: int, seed: int) -> dict[str, Any]:
-    sample = random.Random(seed).sample(users, min(len(users), 2_000))
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(WRK_SCRIPT % (", ".join(json.dumps(u) for u in sample), seed))
-    out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--timeout", "5s", "-s", script.name, base],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    Path(script.name).unlink()
-    stats = json.loads(next(line for line in out.splitlines() if line.startswith("WRK_JSON"))[len("WRK_JSON ") :])
-    seconds = stats["duration_us"] / 1e6
-    errors = {k: stats[k] for k in ("connect", "read", "write", "status", "timeout")}
-    return {
-        "duration_s": significant(seconds),
-        "requests": stats["requests"],
-        "requests_per_second": significant(stats["requests"] / seconds),
-        "latency_ms": {p: significant(stats[f"{p}_us"] / 1e3) for p in ("p50", "p95", "p99")},
-        "errors": sum(errors.values()),
-        "errors_by_kind": errors,
-    }
+    return percentiles(times, (50, 99))
 
 
 def _server_batching(base: str) -> dict[str, float]:
@@ -284,7 +378,7 @@ def _freshness_ms(base: str, item_ids: list[str], trials: int) -> dict[str, floa
             while http.post("/v1/recommendations", json={"user_id": user}).json()["history_length"] < 1:
                 pass
             times.append((time.perf_counter() - start) * 1e3)
-    return _percentiles(times, (50, 99))
+    return percentiles(times, (50, 99))
 
 
 def _hot_swap_under_load(
@@ -294,7 +388,9 @@ def _hot_swap_under_load(
     import threading
 
     result: dict[str, Any] = {}
-    runner = threading.Thread(target=lambda: result.update(_wrk(base, users, args.duration, args.connections, 1)))
+    runner = threading.Thread(
+        target=lambda: result.update(wrk(base, RECOMMENDATIONS, users, args.duration, args.connections, 1))
+    )
     runner.start()
     time.sleep(args.duration / 3)
     model = work / "swap-model"
@@ -340,12 +436,5 @@ def _seconds_until_every_worker_serves(base: str, user: str, version: str, timeo
     return None
 
 
-def _percentiles(times: list[float], ps: tuple[int, ...]) -> dict[str, float]:
-    q = statistics.quantiles(times, n=100, method="inclusive")
-    return {f"p{p}": significant(q[p - 1]) for p in ps}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+if __name__ == "__main__":
+    main()

@@ -44,7 +44,14 @@ MemoryBudgetOpt = Annotated[
     float,
     typer.Option(
         "--memory-budget-gb",
-        help="Memory the work may use (GiB): it sizes the batches large inputs are read in; the output is the same.",
+        help="Memory the work may use (GiB): it sizes the batches large inputs are read in, and the process stops "
+        "with an error when its resident memory grows past it; the output is the same.",
+    ),
+]
+MaxSecondsOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-seconds", help="Stop with an error when the work runs longer (wall seconds); default: no bound."
     ),
 ]
 
@@ -61,12 +68,15 @@ def prepare_command(
     num_users: NumUsersOpt = None,
     num_items: NumItemsOpt = None,
     memory_budget_gb: MemoryBudgetOpt = DEFAULT_MEMORY_BUDGET_GB,
+    max_seconds: MaxSecondsOpt = None,
 ) -> None:
     """Load a source, apply the policies, and write interactions/items/users parquet + meta.json."""
     with handle_errors():
         options = source_options(source, seed=seed, num_users=num_users, num_items=num_items)
         raw = open_source(source, input_path, **options)
-        settings = PrepareSettings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb)
+        settings = PrepareSettings(
+            min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, max_seconds
+        )
         summary = prepare(raw, out, **settings.as_kwargs(), source_options=options)
     print_summary(summary, raw)
 
@@ -82,12 +92,15 @@ def validate_command(
     num_users: NumUsersOpt = None,
     num_items: NumItemsOpt = None,
     memory_budget_gb: MemoryBudgetOpt = DEFAULT_MEMORY_BUDGET_GB,
+    max_seconds: MaxSecondsOpt = None,
 ) -> None:
     """Load a source and apply the policies like `prepare`, but write nothing: report counts and policies."""
     with handle_errors():
         options = source_options(source, seed=seed, num_users=num_users, num_items=num_items)
         raw = open_source(source, input_path, **options)
-        settings = PrepareSettings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb)
+        settings = PrepareSettings(
+            min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, max_seconds
+        )
         summary = dry_run(raw, **settings.as_kwargs())
     print_summary(summary, raw)
 
@@ -101,6 +114,7 @@ class PrepareSettings:
     cold_start_fraction: float
     seed: int
     memory_budget_gb: float
+    max_seconds: float | None
 
     def as_kwargs(self) -> dict[str, Any]:
         return asdict(self)

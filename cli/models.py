@@ -69,6 +69,16 @@ def evaluate_command(
             "catalogue; default: the protocol's (docs/training.md).",
         ),
     ] = None,
+    max_seconds: Annotated[
+        float | None,
+        typer.Option("--max-seconds", help="Stop with an error when the evaluation runs longer (wall seconds)."),
+    ] = None,
+    max_memory_gb: Annotated[
+        float | None,
+        typer.Option(
+            "--max-memory-gb", help="Stop with an error when the process's resident memory grows past this (GiB)."
+        ),
+    ] = None,
 ) -> None:
     """Evaluate a trained model with the full-ranking leave-one-out protocol (or, with --users, a sample of it)."""
     from dataclasses import replace
@@ -82,7 +92,7 @@ def evaluate_command(
         if seed is not None and users is None:
             raise RecsysError("--seed picks the users of a --users sample. Fix: add --users N, or drop --seed")
         trained = load_model_dir(model_dir, data_dir)
-        config = EvalConfig(exclude_seen=exclude_seen)
+        config = EvalConfig(exclude_seen=exclude_seen, max_seconds=max_seconds, max_memory_gb=max_memory_gb)
         config = config if item_block is None else replace(config, item_block=item_block)
         sample = None
         if users is not None:

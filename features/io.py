@@ -34,8 +34,8 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
-from features.progress import Progress
 from recsys.errors import DataError
+from recsys.runtime.progress import Progress
 
 logger = logging.getLogger(__name__)
 

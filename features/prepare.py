@@ -20,6 +20,10 @@ Inputs of any size: the work runs in passes, so that memory follows a batch or a
    `interactions.parquet`; a large one (`num_parts_for`) is written as `interactions/part-*.parquet`. The parts
    split the users, not the content: the same rows in the same order, whatever the number of parts.
 
+Budgets: after every batch of pass 1 (for the synthetic source, every chunk generated) and every part of passes 2
+and 4, the process's resident memory is checked against `memory_budget_gb` and the time since the start against
+`max_seconds` (`recsys.runtime.budget`): running out is a `BudgetExceeded` naming the knob, and nothing is written.
+
 Example:
     >>> import tempfile
     >>> rows = {"user_id": ["u"] * 4, "item_id": ["a", "b", "c", "d"], "ts": [1, 2, 3, 4]}
@@ -36,7 +40,7 @@ import logging
 import math
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -55,7 +59,6 @@ from features.policies import (
     apply_user_policies,
     parse_unknown_items,
 )
-from features.progress import Progress
 from features.raw import RawDataset, RawStream, as_stream, interactions_file
 from recsys.data.schema import (
     INTERACTIONS_DIR,
@@ -77,6 +80,8 @@ from recsys.data.schema import (
 from recsys.data.splits import MIN_INTERACTIONS, RULE, split_counts
 from recsys.errors import ConfigError, DataError
 from recsys.runtime.atomic import atomic_directory
+from recsys.runtime.budget import Budget, BudgetGuard, Limit, limit
+from recsys.runtime.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +94,9 @@ MAX_BATCH_BYTES = 256 * 2**20  # larger batches read no faster
 # Input bytes per part: a part's policies and sort then peak under ~0.5 GB, whatever the budget. The number of parts
 # follows the input alone (not the budget), so the same input gives the same files on any machine.
 PART_INPUT_BYTES = 16 * 2**20
+# what raises each budget, as the error names it
+MEMORY_KNOB = "--memory-budget-gb (data.memory_budget_gb in a config)"
+SECONDS_KNOB = "--max-seconds"
 SCRATCH_DIR = ".scratch"  # inside the temp directory of the atomic write: a killed prepare leaves it nowhere else
 
 
@@ -101,9 +109,10 @@ class Settings:
         unknown_items: "drop" | "keep" | "error" for items absent from the catalog.
         cold_start_fraction: fraction of items marked cold, in [0, 1).
         seed: seed of the cold-item draw.
-        memory_budget_gb: the memory the work may use, in GiB (> 0): it sizes the batches the input is read in.
-            It changes no output byte.
+        memory_budget_gb: the memory the work may use, in GiB (> 0): it sizes the batches the input is read in, and
+            the process's resident memory is checked against it between batches and parts. It changes no output byte.
         partitions: the number of parts the interactions are written in; None: `num_parts_for` the input.
+        max_seconds: the wall seconds the work may take (> 0), checked like the memory; None: no bound.
     """
 
     min_interactions: int = MIN_INTERACTIONS
@@ -112,6 +121,7 @@ class Settings:
     seed: int = 0
     memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB
     partitions: int | None = None
+    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.cold_start_fraction < 1.0:
@@ -121,6 +131,7 @@ class Settings:
         if self.partitions is not None and self.partitions < 1:
             raise ConfigError(f"partitions must be >= 1, got {self.partitions}")
         self.policies  # noqa: B018 - checks the policy settings now, before any work
+        self.budget()  # checks max_seconds now
 
     @property
     def policies(self) -> Policies:
@@ -130,6 +141,14 @@ class Settings:
     def batch_bytes(self) -> int:
         """How many bytes of input a batch reads."""
         return int(min(MAX_BATCH_BYTES, max(1.0, self.memory_budget_gb * 2**30 * BATCH_SHARE_OF_BUDGET)))
+
+    def budget(self) -> Budget:
+        """The budget the passes check: the memory budget against the resident memory, and the time budget."""
+        return Budget(
+            "the prepare",
+            seconds=limit(self.max_seconds, SECONDS_KNOB),
+            memory_gb=Limit(self.memory_budget_gb, MEMORY_KNOB),
+        )
 
 
 def num_parts_for(stream: RawStream) -> int:
@@ -221,6 +240,7 @@ def prepare(
     source_options: Mapping[str, Any] | None = None,
     memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB,
     partitions: int | None = None,
+    max_seconds: float | None = None,
 ) -> PrepareSummary:
     """Apply the policies, map ids, order, mark cold items and write `out_dir` atomically.
 
@@ -232,18 +252,23 @@ def prepare(
         cold_start_fraction: fraction of items marked cold, in [0, 1).
         seed: seed of the cold-item draw.
         source_options: the loader options, recorded in meta.json for provenance.
-        memory_budget_gb: the memory the work may use (GiB); it sizes the batches, not the output.
+        memory_budget_gb: the memory the work may use (GiB): it sizes the batches, and bounds the resident memory.
         partitions: the number of parts of the interactions; None: `num_parts_for` the input.
+        max_seconds: the wall seconds the work may take; None: no bound.
 
     Raises:
         ConfigError: invalid settings.
         DataError: the data cannot be prepared (see `features.policies`); nothing is written.
+        BudgetExceeded: the work ran past `max_seconds` or `memory_budget_gb`; nothing is written.
     """
-    settings = Settings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, partitions)
+    settings = Settings(
+        min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, partitions, max_seconds
+    )
+    guard = settings.budget().start()
     try:
         with atomic_directory(out_dir, marker=META_FILE) as tmp:
-            prepared = plan_prepared(raw, tmp / SCRATCH_DIR, settings, source_options or {})
-            write_tables(prepared, tmp)
+            prepared = plan_prepared(raw, tmp / SCRATCH_DIR, settings, source_options or {}, guard)
+            write_tables(prepared, tmp, guard)
             shutil.rmtree(tmp / SCRATCH_DIR)
     except OSError as err:
         raise DataError(
@@ -265,14 +290,18 @@ def build_prepared(
     source_options: Mapping[str, Any] | None = None,
     memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB,
     partitions: int | None = None,
+    max_seconds: float | None = None,
 ) -> PreparedData:
     """Everything `prepare` does except writing, with the tables in memory (for small data; `dry_run` for any size).
 
     Args: as `prepare`.
     """
-    settings = Settings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, partitions)
+    settings = Settings(
+        min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, partitions, max_seconds
+    )
     with tempfile.TemporaryDirectory(prefix="recsys-prepare-") as scratch:
-        prepared = plan_prepared(raw, Path(scratch) / SCRATCH_DIR, settings, source_options or {})
+        guard = settings.budget().start()
+        prepared = plan_prepared(raw, Path(scratch) / SCRATCH_DIR, settings, source_options or {}, guard)
         return replace(prepared, parts=tuple(part.collect().lazy() for part in prepared.parts))
 
 
@@ -284,19 +313,25 @@ def dry_run(
     cold_start_fraction: float = 0.0,
     seed: int = 0,
     memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB,
+    max_seconds: float | None = None,
 ) -> PrepareSummary:
     """What `prepare` would write, without writing it (`recsys data validate`): loader, policies, ids and splits
     run, the interactions are not indexed. The intermediate files go to the system's temp directory.
 
     Args: as `prepare`.
     """
-    settings = Settings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb)
+    settings = Settings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, None, max_seconds)
     with tempfile.TemporaryDirectory(prefix="recsys-prepare-") as scratch:
-        return summarize(plan_prepared(raw, Path(scratch) / SCRATCH_DIR, settings, {}), None)
+        guard = settings.budget().start()
+        return summarize(plan_prepared(raw, Path(scratch) / SCRATCH_DIR, settings, {}, guard), None)
 
 
 def plan_prepared(
-    raw: RawDataset | RawStream, scratch: Path, settings: Settings, source_options: Mapping[str, Any]
+    raw: RawDataset | RawStream,
+    scratch: Path,
+    settings: Settings,
+    source_options: Mapping[str, Any],
+    guard: BudgetGuard,
 ) -> PreparedData:
     """Passes 1-3 (see the module docstring): the prepared tables, the interactions' parts read from `scratch`.
 
@@ -305,15 +340,17 @@ def plan_prepared(
         scratch: a new directory for the intermediate files; the parts read from it until it is removed.
         settings: how to prepare.
         source_options: the loader options, recorded in meta.json.
+        guard: the started budget, checked after each batch and part.
 
     Raises:
         DataError: the data cannot be prepared; the first problem of the input in file order.
+        BudgetExceeded: the budget ran out.
     """
     stream = as_stream(raw)
     policies = settings.policies
     num_parts = settings.partitions or num_parts_for(stream)
-    parts = split_into_parts(stream, scratch / "parts", num_parts, settings.batch_bytes)
-    clean = clean_parts(parts, stream, policies, scratch / "clean")
+    parts = split_into_parts(checked_batches(stream, guard), scratch / "parts", num_parts, settings.batch_bytes)
+    clean = clean_parts(parts, stream, policies, scratch / "clean", guard)
     used = pl.concat(clean.used_items)
     coded_items, outcomes = apply_item_policies(
         stream.items, parts.items, used, clean.counts, policies, interactions_file(stream)
@@ -338,6 +375,17 @@ def plan_prepared(
     return PreparedData(parts=indexed, items=items, users=users.drop(PART), meta=meta, loaded=loaded)
 
 
+def checked_batches(stream: RawStream, guard: BudgetGuard) -> RawStream:
+    """`stream` whose every batch, once read (or generated), is followed by a check of the budget."""
+
+    def batches(batch_bytes: int) -> Iterator[pl.DataFrame]:
+        for index, batch in enumerate(stream.batches(batch_bytes), start=1):
+            guard.check(f"reading the input, after {index:,} batch(es) of about {batch_bytes / 2**20:,.1f} MB")
+            yield batch
+
+    return replace(stream, batches=batches)
+
+
 @dataclass(frozen=True)
 class CleanParts:
     """The parts after the per-user policies.
@@ -355,7 +403,7 @@ class CleanParts:
     used_items: tuple[pl.Series, ...]
 
 
-def clean_parts(parts: Parts, stream: RawStream, policies: Policies, directory: Path) -> CleanParts:
+def clean_parts(parts: Parts, stream: RawStream, policies: Policies, directory: Path, guard: BudgetGuard) -> CleanParts:
     """Pass 2: each part through the loader's per-user check and the per-user policies, the kept rows to `directory`.
 
     Args:
@@ -363,9 +411,11 @@ def clean_parts(parts: Parts, stream: RawStream, policies: Policies, directory: 
         stream: the raw stream (its `check_users`, its catalog).
         policies: the settings.
         directory: a new directory for the kept rows.
+        guard: the started budget, checked as each part is read.
 
     Raises:
         DataError: the loader's check failed: of the parts' problems, the one on the earliest line.
+        BudgetExceeded: the budget ran out.
     """
     directory.mkdir()
     catalog_size = None if stream.items is None else parts.items.num_catalog
@@ -373,6 +423,7 @@ def clean_parts(parts: Parts, stream: RawStream, policies: Policies, directory: 
     progress = Progress(logger, "applying the policies", total=len(parts), unit="parts", rows_are="interactions")
     for index in range(len(parts)):
         rows = parts.read(index)
+        guard.check(f"applying the policies, at part {index + 1:,} of {len(parts):,}")
         if stream.check_users is not None:
             try:
                 stream.check_users(rows)
@@ -500,16 +551,18 @@ def _why_unwritable(out_dir: Path, err: OSError) -> str:
     return f"{err.strerror.lower()} ({err.filename})" if err.strerror and err.filename else str(err)
 
 
-def write_tables(prepared: PreparedData, directory: Path) -> None:
+def write_tables(prepared: PreparedData, directory: Path, guard: BudgetGuard) -> None:
     """Write the interactions (one file, or one per part), items/users parquet and meta.json into `directory`
     (deterministic bytes).
 
     Args:
         prepared: the tables and meta.
         directory: an existing directory, without the files.
+        guard: the started budget, checked after each part.
     """
     if len(prepared.parts) == 1:
         _write_parquet(prepared.parts[0].collect(), directory / INTERACTIONS_FILE)
+        guard.check("writing the interactions")
     else:
         (directory / INTERACTIONS_DIR).mkdir()
         progress = Progress(
@@ -519,6 +572,7 @@ def write_tables(prepared: PreparedData, directory: Path) -> None:
             rows = part.collect()
             _write_parquet(rows, directory / INTERACTIONS_DIR / part_file_name(index))
             progress.update(done=index + 1, rows=rows.height)
+            guard.check(f"writing the interactions, after {index + 1:,} of {len(prepared.parts):,} parts")
         progress.finish()
     _write_parquet(prepared.items, directory / ITEMS_FILE)
     _write_parquet(prepared.users, directory / USERS_FILE)

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from features.progress import Progress
 from features.raw import RawDataset
 from recsys.data.schema import DOMAIN, EVENT, ITEM_ID, TITLE, TS, USER_ID, VALUE
 from recsys.errors import ConfigError
+from recsys.runtime.progress import Progress
 
 logger = logging.getLogger(__name__)
 

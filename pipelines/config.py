@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from features.prepare import DEFAULT_MEMORY_BUDGET_GB
 from pipelines.tracking import resolve_tracking_uri
@@ -54,6 +54,9 @@ class DataSection(Section):
     memory_budget_gb: float = Field(default=DEFAULT_MEMORY_BUDGET_GB, gt=0)
     # multi-domain data: train and evaluate on this domain's users and items only (the catalog's indices stay)
     domain: str | None = None
+    # next-item models: training reads the prepared parts this many at a time (its shuffle buffer) instead of every
+    # sequence at once (`recsys.data.prepared.PreparedParts`); None = all in memory. Evaluation reads the data whole.
+    stream_parts: PositiveInt | None = None
 
 
 class ModelSection(Section):

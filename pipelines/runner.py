@@ -382,11 +382,16 @@ def _sids(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutput
     return SemanticIds(build_semantic_ids_step(config.sid, done.data.data_dir, done.content.path, paths.sid_dir))
 
 
+# budgets bound a run, not its result: changing one does not make a finished step stale
+BUDGETS = {"train": {"max_memory_gb"}, "eval": {"max_seconds", "max_memory_gb"}}
+
+
 def _train_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any]:
-    sections = config.model_dump(mode="json", include={"model", "train", "eval"})
+    sections = config.model_dump(mode="json", include={"model", "train", "eval"}, exclude=BUDGETS)
     upstream = {role: model_sha256(path, _config_key(role)) for role, path in config.model.upstream_dirs().items()}
     features = {"sids": _json(done.semantic_ids), "content": _json(done.content)}
-    return {**sections, "domain": config.data.domain, "data": _json(done.data), **features, "upstream": upstream}
+    data = {"domain": config.data.domain, "stream_parts": config.data.stream_parts, "data": _json(done.data)}
+    return {**sections, **data, **features, "upstream": upstream}
 
 
 def _config_key(role: str) -> str:
@@ -418,7 +423,7 @@ def _index(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutpu
 
 def _evaluate_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any]:
     assert done.model is not None
-    eval_section = config.model_dump(mode="json", include={"eval"})["eval"]
+    eval_section = config.model_dump(mode="json", include={"eval"}, exclude=BUDGETS)["eval"]
     return {"eval": eval_section, "model_sha256": done.model.model_sha256, "sids": _json(done.semantic_ids)}
 
 

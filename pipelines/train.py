@@ -15,7 +15,7 @@ from pipelines.config import ExperimentConfig
 from pipelines.data import load_data
 from pipelines.model_dir import POPULARITY_VALID, load_trained_model, model_sha256, write_model_dir
 from pipelines.tracking import Tracker, start_tracking
-from recsys.data.prepared import SequenceData
+from recsys.data.prepared import PreparedParts, SequenceData, TrainingData
 from recsys.data.splits import TEST, VALID
 from recsys.errors import ConfigError
 from recsys.evaluation import evaluate
@@ -69,7 +69,7 @@ def train_step(
     with start_tracking(config.tracking, config.experiment_name, config.name) as tracker:
         tracker.log_params({**_logged_config(config), "data_dir": str(data_dir)})
         start = time.perf_counter()
-        fitted = _train(model, data, config, tracker, training_state_path(out_dir))
+        fitted = _train(model, data, config, tracker, training_state_path(out_dir), data_dir)
         metrics: dict[str, Any] = {
             VALID: evaluate(model, data.eval_split(VALID), data.num_items, config.eval).metrics,
             POPULARITY_VALID: _popularity_valid_metrics(data, config),
@@ -132,9 +132,10 @@ def training_state_path(out_dir: Path) -> Path:
 
 
 def _train(
-    model: Model, data: SequenceData, config: ExperimentConfig, tracker: Tracker, state: Path
+    model: Model, data: SequenceData, config: ExperimentConfig, tracker: Tracker, state: Path, data_dir: Path
 ) -> FitResult | None:
-    """Train `model` as its family trains; None for the families without an epoch loop."""
+    """Train `model` as its family trains (streaming `data_dir`'s parts with `data.stream_parts`); None for the
+    families without an epoch loop."""
     if model.training_family == "counts":
         assert isinstance(model, Popularity)  # the one model trained from item counts
         model.fit(data.item_counts())
@@ -147,10 +148,19 @@ def _train(
     def on_epoch_end(epoch: int, metrics: dict[str, float]) -> None:
         tracker.log_metrics(metrics, prefix="epoch_valid_", step=epoch)
 
-    return fit(model, data, config.train, config.eval, _recipe(model, data, config), on_epoch_end, state)
+    training: TrainingData = data
+    if config.data.stream_parts is not None:
+        if model.training_family != "next_item" or config.data.domain is not None:
+            raise ConfigError(
+                f"data.stream_parts streams the training rows of next-item models on a whole dataset; "
+                f"{config.model.name!r}{' on one domain' if config.data.domain else ''} trains in memory. "
+                "Fix: remove data.stream_parts"
+            )
+        training = PreparedParts.open(data_dir, config.data.stream_parts)
+    return fit(model, training, config.train, config.eval, _recipe(model, training, config), on_epoch_end, state)
 
 
-def _recipe(model: Model, data: SequenceData, config: ExperimentConfig) -> Recipe:
+def _recipe(model: Model, data: TrainingData, config: ExperimentConfig) -> Recipe:
     holdout_dir = config.model.holdout_retriever_dir
     holdout = None if holdout_dir is None else load_trained_model(holdout_dir, "model.holdout_retriever_dir")
     return recipe_for(model, data, config.train.batch_size, config.model.training_settings(), holdout)

@@ -31,3 +31,22 @@ class DataError(RecsysError):
         self.fix = fix
         where = f"{path}, line {line}" if line is not None else f"{path}"
         super().__init__(f"{where}: {problem}. Fix: {fix}")
+
+
+class BudgetExceeded(RecsysError):
+    """A step ran past its time or memory budget (`recsys.runtime.budget`): stopped by its own check between
+    batches, before the kernel kills the process or the run outlives its slot.
+
+    The message names the step, what was measured against the budget, how far the step got, and the fix: the knob
+    that raises the budget, or how to make the work smaller.
+
+    Example:
+        >>> str(BudgetExceeded("evaluation", "ran 12.0 s, over its budget of 10.0 s", "raise --max-seconds"))
+        'evaluation: ran 12.0 s, over its budget of 10.0 s. Fix: raise --max-seconds'
+    """
+
+    def __init__(self, step: str, problem: str, fix: str) -> None:
+        self.step = step
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{step}: {problem}. Fix: {fix}")

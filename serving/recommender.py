@@ -24,6 +24,7 @@ from recsys.retrieval.faiss_index import FaissTopK
 from serving.history import Event
 
 logger = logging.getLogger(__name__)
+ANN_ABOVE_ITEMS = 100_000  # recommendations rank every item up to this catalogue size, through the index above it
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,13 @@ class Recommender:
         self._counts = self.data.item_counts()  # (V+1,) once: the popularity fallback reads it per request
         self._popular = torch.argsort(self._counts[1:], descending=True, stable=True) + 1  # (V,)
         self._similar = self._similar_items_index(bundle.index_dir)
+        # above ANN_ABOVE_ITEMS items a request's full ranking costs tens of ms (a 10^6 x 64 matmul per history):
+        # the bundle's index then serves recommendations too, approximately (its build report has its recall)
+        one_domain = not isinstance(self.model, DomainScorer)
+        self._ranks_by_index = bundle.index_dir is not None and self.num_items > ANN_ABOVE_ITEMS and one_domain
+        if self._ranks_by_index:
+            logger.info("recommendations come from the index (%s items > %s): approximate, as similar items",
+                        f"{self.num_items:,}", f"{ANN_ABOVE_ITEMS:,}")  # fmt: skip
 
     @property
     def num_items(self) -> int:
@@ -144,12 +152,34 @@ class Recommender:
             exclude = torch.tensor([queries[i].exclude_seen for i in scored])
             k = max(queries[i].k for i in scored)
             times, requests = self._times([queries[i] for i in scored]) if self._reads_timestamps else (None, None)
-            scorer = self._scorer([queries[i].domain for i in scored])
-            scores, items = recommend(scorer, histories, k, exclude, None, times, requests)
-            for row, i in enumerate(scored):
+            if self._ranks_by_index:
+                found = self._index_top_k(histories, exclude, k, times, requests)
+            else:
+                scorer = self._scorer([queries[i].domain for i in scored])
+                scores, items = recommend(scorer, histories, k, exclude, None, times, requests)
+                found = [(items[row].tolist(), scores[row].tolist()) for row in range(len(scored))]
+            for (row_items, row_scores), i in zip(found, scored, strict=True):
                 top = queries[i].k
-                ranked[i] = self._describe(items[row, :top].tolist(), scores[row, :top].tolist())
+                ranked[i] = self._describe(row_items[:top], row_scores[:top])
         return [ranked[i] if i in ranked else self._popularity(q.k, set(), q.domain) for i, q in enumerate(queries)]
+
+    def _index_top_k(
+        self, histories: Jagged, exclude: torch.Tensor, k: int, times: Jagged | None, requests: torch.Tensor | None
+    ) -> list[tuple[list[int], list[float]]]:
+        """(items, scores) of each history's top k from the index: its user vector's nearest item vectors, with the
+        history's own items dropped where `exclude` says (the search asks for that many more)."""
+        assert isinstance(self.model, VectorScorer) and self._similar is not None
+        padded = histories.to_padded(self.max_history)
+        when = None if times is None or requests is None else HistoryTimes(times.to_padded(self.max_history), requests)
+        queries = self.model.encode_queries(padded, None, when).float()
+        extra = int(histories.lengths().max()) if bool(exclude.any()) else 0
+        scores, ids = self._similar.search(queries, min(k + extra, self.num_items))
+        found = []
+        for row in range(len(histories)):
+            seen = set(histories.row(row).tolist()) if bool(exclude[row]) else set()
+            kept = [(int(i), float(v)) for i, v in zip(ids[row], scores[row], strict=True) if int(i) not in seen | {-1}]
+            found.append(([i for i, _ in kept[:k]], [v for _, v in kept[:k]]))
+        return found
 
     def _scorer(self, domains: list[int]) -> Scorer:
         """The model, or for requests naming a domain, the model scoring in those domains."""

@@ -104,14 +104,15 @@ def packed_next_item_batches(
 
 def _next_fit(lengths: torch.Tensor, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Row and starting column of every run when runs are laid out in order, a new row when one is full."""
-    rows, cols = torch.empty_like(lengths), torch.empty_like(lengths)
+    rows, cols = [], []  # plain lists: item assignment into tensors costs ~20x more per run
     row, col = 0, 0
-    for i, n in enumerate(lengths.tolist()):
+    for n in lengths.tolist():
         if col + n > capacity:
             row, col = row + 1, 0
-        rows[i], cols[i] = row, col
+        rows.append(row)
+        cols.append(col)
         col += n
-    return rows, cols
+    return torch.tensor(rows, dtype=lengths.dtype), torch.tensor(cols, dtype=lengths.dtype)
 
 
 def _segment_numbers(row: torch.Tensor) -> torch.Tensor:

@@ -6,11 +6,11 @@ Dimension letters: U users, N interactions, V items (+1 for padding index 0).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 import torch
@@ -21,8 +21,6 @@ from recsys.data.splits import MIN_INTERACTIONS, VALID, held_out
 from recsys.data.tasks import task_labels, tasks_in
 from recsys.data.times import HistoryTimes
 from recsys.errors import DataError
-
-_PREPARE_HINT = "prepare it with `recsys data prepare --source ... --out DIR`"
 
 
 @dataclass(frozen=True)
@@ -188,6 +186,10 @@ class SequenceData:
 
         return warm
 
+    @cached_property
+    def _training_rows(self) -> TrainingRows:
+        return self.training_rows()
+
     def training_rows(self) -> TrainingRows:
         """Every sequence without its validation and test targets (and without cold items), with times and labels."""
         warm = self._warm(held_out(VALID))
@@ -217,6 +219,32 @@ class SequenceData:
         """(V+1,) how often each item occurs in the training sequences (index 0 stays 0)."""
         return torch.bincount(self.training_sequences().values, minlength=self.num_items + 1)
 
+    def training_epoch(self, generator: torch.Generator) -> Iterator[TrainingRows]:
+        """One epoch's training rows: here all of them at once (`PreparedParts` yields a shuffle buffer at a time);
+        `generator` is not drawn from, so the batches' shuffle is the same as from `training_rows()`."""
+        del generator
+        yield self._training_rows
+
+    def select_users(self, rows: torch.Tensor) -> SequenceData:
+        """The users at `rows` (ascending row indices) with everything aligned to them."""
+        return SequenceData(
+            sequences=self.sequences.select(rows),
+            timestamps=self.timestamps.select(rows),
+            items=self.items,
+            users=self.users[rows.tolist()],
+            meta=self.meta,
+            candidates=self.candidates,
+            labels={task: labels.select(rows) for task, labels in self.labels.items()},
+        )
+
+    def fingerprint(self, digest: Any) -> None:
+        """Feed what training learns from (the sequences, candidates and task labels) to `digest` (a hashlib one)."""
+        tensors = [self.sequences.values, self.sequences.offsets]
+        tensors += [] if self.candidates is None else [self.candidates]
+        tensors += [labels.values for _, labels in sorted(self.labels.items())]
+        for tensor in tensors:
+            digest.update(tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+
     def user_row(self, user_id: str) -> int:
         """Row of `user_id` in `sequences` (user_idx - 1 for a whole dataset); KeyError with a hint if unknown."""
         hit = self.users.with_row_index("row").filter(pl.col(schema.USER_ID) == user_id)
@@ -243,6 +271,32 @@ class SequenceData:
         return [self._display_titles[int(i) - 1] for i in item_idx]
 
 
+class TrainingData(Protocol):
+    """What training reads from a dataset: a `SequenceData` in memory, or `PreparedParts` streamed from disk."""
+
+    @property
+    def num_items(self) -> int: ...
+
+    @property
+    def num_users(self) -> int: ...
+
+    def training_excluded(self) -> torch.Tensor: ...
+
+    def item_domains(self) -> torch.Tensor: ...
+
+    def item_counts(self) -> torch.Tensor: ...
+
+    def training_epoch(self, generator: torch.Generator) -> Iterator[TrainingRows]:
+        """One epoch's training rows, in one or several pieces."""
+        ...
+
+    def select_users(self, rows: torch.Tensor) -> SequenceData: ...
+
+    def eval_split(self, split: str) -> EvalSplit: ...
+
+    def fingerprint(self, digest: Any) -> None: ...
+
+
 def _keep_values(rows: Jagged, keep: torch.Tensor) -> Jagged:
     """The rows with only the values where `keep` (N,) is True, in order."""
     row_of_value = torch.repeat_interleave(torch.arange(len(rows)), rows.lengths())
@@ -254,9 +308,20 @@ def load_prepared(data_dir: Path) -> SequenceData:
     """Load a prepared directory (interactions in one file or in parts); `DataError` naming the missing file or broken
     invariant."""
     data_dir = Path(data_dir)
+    items, meta = _read_catalog(data_dir)
+    users = pl.read_parquet(data_dir / schema.USERS_FILE).sort(schema.USER_IDX)
+    files = schema.interaction_files(data_dir)
+    where = files[0] if len(files) == 1 else data_dir / schema.INTERACTIONS_DIR
+    if users.height == 0:
+        raise DataError(where, "the prepared data has no users", "prepare the data again from a non-empty input")
+    return _sequence_data(_read_interactions(files), items, users, meta, where)
+
+
+def _read_catalog(data_dir: Path) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """items.parquet (sorted by item_idx) and meta.json, after checking the directory's files and schema version."""
     for name in (schema.ITEMS_FILE, schema.USERS_FILE, schema.META_FILE):
         if not (data_dir / name).is_file():
-            raise DataError(data_dir / name, "prepared data file not found", _PREPARE_HINT)
+            raise DataError(data_dir / name, "prepared data file not found", schema.PREPARE_HINT)
     meta = json.loads((data_dir / schema.META_FILE).read_text())
     if meta.get("schema_version") != schema.SCHEMA_VERSION:
         raise DataError(
@@ -264,14 +329,17 @@ def load_prepared(data_dir: Path) -> SequenceData:
             f"schema_version {meta.get('schema_version')} is not {schema.SCHEMA_VERSION}",
             "prepare the data again with this version of recsys",
         )
-    items = pl.read_parquet(data_dir / schema.ITEMS_FILE).sort(schema.ITEM_IDX)
-    users = pl.read_parquet(data_dir / schema.USERS_FILE).sort(schema.USER_IDX)
-    files = _interaction_files(data_dir)
-    inter = _read_interactions(files)
+    return pl.read_parquet(data_dir / schema.ITEMS_FILE).sort(schema.ITEM_IDX), meta
+
+
+def _sequence_data(
+    inter: pl.DataFrame, items: pl.DataFrame, users: pl.DataFrame, meta: dict[str, Any], where: Path
+) -> SequenceData:
+    """The sequences of `inter` (sorted by user_idx, each user's rows in order), one per row of `users`."""
     lengths = inter.group_by(schema.USER_IDX, maintain_order=True).len()["len"].to_torch().long()
-    if len(lengths) == 0 or len(lengths) != users.height or int(lengths.min()) < MIN_INTERACTIONS:
+    if len(lengths) != users.height or (len(lengths) and int(lengths.min()) < MIN_INTERACTIONS):
         raise DataError(
-            files[0] if len(files) == 1 else data_dir / schema.INTERACTIONS_DIR,
+            where,
             f"every user needs at least {MIN_INTERACTIONS} interactions (train, valid, test) and one row in "
             "users.parquet",
             f"prepare the data again (`recsys data prepare` drops users with fewer than {MIN_INTERACTIONS})",
@@ -284,27 +352,98 @@ def load_prepared(data_dir: Path) -> SequenceData:
     return SequenceData(sequences, timestamps, items, users, meta, labels=labels)
 
 
-def _interaction_files(data_dir: Path) -> list[Path]:
-    """`interactions.parquet`, or the parts in `interactions/` (a prepare of a large input), in part order."""
-    single = data_dir / schema.INTERACTIONS_FILE
-    if single.is_file():
-        return [single]
-    parts = sorted((data_dir / schema.INTERACTIONS_DIR).glob(schema.PART_FILES))
-    if not parts:
-        where = f"{schema.INTERACTIONS_DIR}/{schema.PART_FILES}"
-        raise DataError(single, f"prepared data file not found (nor its parts, {where})", _PREPARE_HINT)
-    return parts
+@dataclass(frozen=True)
+class PreparedParts:
+    """A prepared directory read a few parts of its users at a time (`recsys data prepare` writes a large input as
+    parts by user hash), so that training holds one shuffle buffer of users, not every sequence.
+
+    An epoch (`training_epoch`) visits the parts in an order drawn from the trainer's generator (deterministic by seed
+    and epoch), `buffer_parts` parts at a time: their users' training rows are shuffled and packed together. The
+    sequences read this way carry user_idx only (user ids are not read: training does not need them).
+
+    Args:
+        data_dir: the prepared directory.
+        files: its interaction files (parts), in part order.
+        catalog: the items and meta of the directory, as a dataset without users (item-side facts: cold items,
+            domains, the number of items).
+        num_users: users in users.parquet.
+        buffer_parts: parts per shuffle buffer (more parts: a better mix, more memory).
+    """
+
+    data_dir: Path
+    files: tuple[Path, ...]
+    catalog: SequenceData
+    num_users: int
+    buffer_parts: int = 1
+
+    @staticmethod
+    def open(data_dir: Path, buffer_parts: int = 1) -> PreparedParts:
+        """The parts of `data_dir` (one file is one part); `DataError` as `load_prepared` for a broken directory."""
+        data_dir = Path(data_dir)
+        items, meta = _read_catalog(data_dir)
+        user_idx = pl.scan_parquet(data_dir / schema.USERS_FILE).select(schema.USER_IDX)
+        num_users = int(user_idx.select(pl.len()).collect().item())
+        no_users = Jagged.from_lengths(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64))
+        catalog = SequenceData(no_users, no_users, items, pl.DataFrame(schema={schema.USER_IDX: pl.Int64}), meta)
+        return PreparedParts(data_dir, tuple(schema.interaction_files(data_dir)), catalog, num_users, buffer_parts)
+
+    @property
+    def num_items(self) -> int:
+        return self.catalog.num_items
+
+    def training_excluded(self) -> torch.Tensor:
+        return self.catalog.training_excluded()
+
+    def item_domains(self) -> torch.Tensor:
+        return self.catalog.item_domains()
+
+    def read(self, files: Sequence[Path], user_idx: torch.Tensor | None = None) -> SequenceData:
+        """The users of `files` (or, of them, those in `user_idx`), sorted by user_idx."""
+        inter = _read_interactions(list(files), user_idx)
+        users = inter.select(pl.col(schema.USER_IDX).unique(maintain_order=True).cast(pl.Int64))
+        return _sequence_data(inter, self.catalog.items, users, self.catalog.meta, self.data_dir)
+
+    def item_counts(self) -> torch.Tensor:
+        """(V+1,) training interactions per item, counted one part at a time."""
+        counts = torch.zeros(self.num_items + 1, dtype=torch.int64)
+        for path in self.files:
+            counts += self.read([path]).item_counts()
+        return counts
+
+    def training_epoch(self, generator: torch.Generator) -> Iterator[TrainingRows]:
+        """One epoch's training rows, a shuffle buffer of parts at a time, in an order drawn from `generator`."""
+        order = torch.randperm(len(self.files), generator=generator)
+        for buffer in torch.split(order, self.buffer_parts):
+            yield self.read([self.files[i] for i in buffer.tolist()]).training_rows()
+
+    def select_users(self, rows: torch.Tensor) -> SequenceData:
+        """The users at `rows` (ascending row indices of users.parquet, i.e. user_idx - 1), read part by part."""
+        return self.read(self.files, rows + 1)
+
+    def eval_split(self, split: str) -> EvalSplit:
+        """Every user's split: this reads every part (a full validation pass needs every user)."""
+        return self.read(self.files).eval_split(split)
+
+    def fingerprint(self, digest: Any) -> None:
+        """Feed the bytes of the interaction files (what training learns from) to `digest`."""
+        for path in self.files:
+            with path.open("rb") as stream:
+                while chunk := stream.read(1 << 24):
+                    digest.update(chunk)
 
 
-def _read_interactions(files: list[Path]) -> pl.DataFrame:
+def _read_interactions(files: list[Path], user_idx: torch.Tensor | None = None) -> pl.DataFrame:
     """The interactions of `files` (each sorted by user_idx, each user in one of them) in one frame sorted by user_idx,
-    each user's rows in their order: the columns the data layer reads."""
+    each user's rows in their order: the columns the data layer reads; only the users in `user_idx` when given."""
     label_columns = [c for c in (schema.EVENT, schema.VALUE) if c in pl.read_parquet_schema(files[0])]
+    wanted = None if user_idx is None else pl.Series(user_idx.tolist(), dtype=pl.Int64)
     parts = []
     for path in files:
         part = pl.read_parquet(path, columns=[schema.USER_IDX, schema.ITEM_IDX, schema.TS, *label_columns])
         if not part[schema.USER_IDX].is_sorted():
             raise DataError(path, "rows are not sorted by user_idx", "prepare the data again")
+        if wanted is not None:
+            part = part.filter(pl.col(schema.USER_IDX).cast(pl.Int64).is_in(wanted.implode()))
         parts.append(part)
     if len(parts) == 1:
         return parts[0]

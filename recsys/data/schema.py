@@ -19,7 +19,11 @@ Internal ids are dense and start at 1: index 0 is reserved for padding in every 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
+
+from recsys.errors import DataError
 
 USER_ID = "user_id"
 ITEM_ID = "item_id"
@@ -61,3 +65,17 @@ def part_file_name(index: int) -> str:
 
 
 PART_FILES = "part-*.parquet"  # the glob of `part_file_name`'s names
+PREPARE_HINT = "prepare it with `recsys data prepare --source ... --out DIR`"
+
+
+def interaction_files(data_dir: Path) -> list[Path]:
+    """`interactions.parquet`, or the parts in `interactions/` (a prepare of a large input), in part order;
+    `DataError` when there are neither."""
+    single = data_dir / INTERACTIONS_FILE
+    if single.is_file():
+        return [single]
+    parts = sorted((data_dir / INTERACTIONS_DIR).glob(PART_FILES))
+    if not parts:
+        where = f"{INTERACTIONS_DIR}/{PART_FILES}"
+        raise DataError(single, f"prepared data file not found (nor its parts, {where})", PREPARE_HINT)
+    return parts

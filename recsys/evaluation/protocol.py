@@ -10,13 +10,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
-from pydantic import NonNegativeInt, PositiveInt
+from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
 
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit
 from recsys.evaluation.item_blocks import rank_in_item_blocks
 from recsys.evaluation.metrics import catalog_coverage, ranking_metrics, target_ranks
 from recsys.inference import Scorer, VectorScorer, mask_unrankable, top_k
+from recsys.runtime.budget import Budget, limit
+from recsys.runtime.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,26 @@ class EvalConfig:
     # batch_size x item_block instead of batch_size x V (about 9 bytes a pair: 0.6 GB at the defaults, whatever V).
     # A catalogue of at most item_block items is scored whole, as other models' always are; 0 = always whole.
     item_block: NonNegativeInt = 65_536
+    # Budgets of one evaluation, checked between user batches: past either, a `BudgetExceeded` that names the knob
+    # instead of a kernel OOM kill (docs/scale.md). They bound the run, not its result; None: unbounded.
+    max_seconds: PositiveFloat | None = None
+    max_memory_gb: PositiveFloat | None = None  # the process's resident memory (not the GPU's), GiB
+
+    def budget(self) -> Budget:
+        """The budget of one `evaluate` call, with the knobs that raise it and the ways to shrink the work."""
+        return Budget(
+            "evaluation",
+            seconds=limit(
+                self.max_seconds,
+                "--max-seconds (eval.max_seconds in a config)",
+                "evaluate a sample of the users (recsys evaluate --users N)",
+            ),
+            memory_gb=limit(
+                self.max_memory_gb,
+                "--max-memory-gb (eval.max_memory_gb in a config)",
+                "lower eval.batch_size or eval.item_block (--item-block N)",
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -77,7 +99,8 @@ def evaluate(
 
     Users are batched by history length so each batch is padded only to its own longest history (at most the
     `scorer.max_history` items the model reads). A model with item vectors ranks a catalogue larger than
-    `config.item_block` a block of items at a time (`rank_in_item_blocks`); the others score it whole.
+    `config.item_block` a block of items at a time (`rank_in_item_blocks`); the others score it whole. Progress
+    (users/s, ETA) is logged every few seconds; `config.max_seconds` / `max_memory_gb` are checked after each batch.
 
     Args:
         scorer: model with `score(histories, users, times) -> (B, V+1)`.
@@ -85,6 +108,9 @@ def evaluate(
         num_items: V.
         config: ks, exclusion and batching; defaults to the platform's protocol.
         sample: evaluate only this sample of the users (a quick look, labelled as such in the result).
+
+    Raises:
+        BudgetExceeded: the evaluation ran past `config.max_seconds` or held more than `config.max_memory_gb`.
     """
     config = config or EvalConfig()
     list_length = max(config.ks)
@@ -92,6 +118,8 @@ def evaluate(
     blocks = _vectors_for_item_blocks(scorer, num_items, config.item_block)
     ranks = torch.empty(len(users), dtype=torch.int64)
     tops = torch.empty(len(users), list_length, dtype=torch.int64)
+    guard = config.budget().start()
+    progress = Progress(logger, "evaluation", total=len(users), unit="users", rows_are="users")
     for rows, histories, width in history_batches(split, scorer.max_history, config.batch_size, users):
         padded, times, targets = histories.to_padded(width), split.times(rows, width), split.targets[rows]
         seen = histories if config.exclude_seen else None
@@ -112,6 +140,9 @@ def evaluate(
             )
         slots = torch.searchsorted(users, rows)  # `users` is ascending: where each row's results go
         ranks[slots], tops[slots] = batch_ranks.cpu(), batch_tops.cpu()
+        progress.update(done=progress.rows + len(rows), rows=len(rows))
+        guard.check(f"after {progress.rows:,} of {len(users):,} users")
+    progress.finish()
     metrics = ranking_metrics(ranks, config.ks)
     for k in config.ks:
         metrics[f"coverage@{k}"] = catalog_coverage(tops[:, :k], num_items)

@@ -1,9 +1,11 @@
-"""FAISS indexes behind the `TopK` interface: Flat, IVF-Flat, HNSW and IVF-PQ, with their knobs.
+"""FAISS indexes behind the `TopK` interface: Flat, IVF-Flat, HNSW and IVF-PQ (8-bit, or 4-bit fast-scan codes,
+optionally re-ranked by exact scores), with their knobs.
 
-`build_index` trains and fills an index, then measures its recall@k against exact search on a sample of
-queries and logs it (and keeps it in `FaissTopK.report`), so an index is never used without knowing how
-much it loses. On a faiss build with GPUs, `device: auto` moves IVF / Flat indexes to the GPU (FAISS has
-no GPU HNSW: it stays on CPU, logged). Saved as a directory (index.faiss, ids.npy, index.json), atomically.
+`build_index` trains an index on a sample of the vectors, adds them in chunks within a time budget, then measures
+its recall@k against exact search on a sample of queries and logs it (and keeps it in `FaissTopK.report`), so an
+index is never used without knowing how much it loses. On a faiss build with GPUs, `device: auto` moves IVF / Flat
+indexes to the GPU (FAISS has no GPU HNSW, fast-scan or refine index: those stay on CPU, logged). Saved as a
+directory (index.faiss, ids.npy, index.json), atomically.
 
 Dimension letters: B queries, D vector dim, V items, k results per query.
 """
@@ -28,8 +30,13 @@ from recsys.retrieval.config import IndexConfig
 from recsys.retrieval.exact import ExactTopK
 from recsys.retrieval.recall import recall_at_k
 from recsys.runtime.atomic import atomic_directory
+from recsys.runtime.budget import Budget, limit
+from recsys.runtime.progress import Progress
 
 INDEX_FILE = "index.faiss"
+ADD_CHUNK = 65_536  # vectors per `index.add` call: the build budget is checked (and progress logged) between chunks
+BUDGET_KNOB = "max_build_seconds (pipeline.index.max_build_seconds in an experiment config)"
+CHEAPER = "build a cheaper index (a smaller train_size, hnsw_m or ef_construction; kind ivf_pq with fast_scan)"
 logger = logging.getLogger(__name__)
 
 _METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
@@ -48,14 +55,23 @@ class BuildReport:
     k: int
     eval_queries: int
     recall: float
+    train_vectors: int | None = None  # the training sample (0: the kind needs none; None: built before it was kept)
 
 
 class FaissTopK:
     """A built FAISS index and the ids of its vectors; `search` follows the `TopK` interface."""
 
-    def __init__(self, index: Any, ids: torch.Tensor, config: IndexConfig, report: BuildReport | None = None) -> None:
-        self.index, self.ids, self.config, self.report = index, ids, config, report
-        self.set_search_params(nprobe=config.nprobe, ef_search=config.ef_search)
+    def __init__(
+        self,
+        index: Any,
+        ids: torch.Tensor,
+        config: IndexConfig,
+        report: BuildReport | None = None,
+        norm_bound: float | None = None,
+    ) -> None:
+        """`norm_bound`: with `config.mips_to_l2`, the M of the vectors' extra coordinate sqrt(M^2 - |x|^2)."""
+        self.index, self.ids, self.config, self.report, self.norm_bound = index, ids, config, report, norm_bound
+        self.set_search_params(nprobe=config.nprobe, ef_search=config.ef_search, refine_k_factor=config.refine_k_factor)
 
     @property
     def num_items(self) -> int:
@@ -63,26 +79,37 @@ class FaissTopK:
 
     @property
     def dim(self) -> int:
-        return int(self.index.d)
+        """The dimension of the vectors searched for (the index holds one more with `mips_to_l2`)."""
+        return int(self.index.d) - (self.norm_bound is not None)
 
-    def set_search_params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
-        """Change the search-time knobs (IVF `nprobe`, HNSW `ef_search`) of the built index."""
+    def set_search_params(
+        self, *, nprobe: int | None = None, ef_search: int | None = None, refine_k_factor: float | None = None
+    ) -> None:
+        """Change the search-time knobs (IVF `nprobe`, HNSW `ef_search`, a refined index's `refine_k_factor`) of the
+        built index; a knob the index does not have is left alone."""
         if nprobe is not None and self.config.kind in ("ivf_flat", "ivf_pq"):
             faiss.ParameterSpace().set_index_parameter(self.index, "nprobe", nprobe)
             self.config = dataclasses.replace(self.config, nprobe=nprobe)
         if ef_search is not None and self.config.kind == "hnsw":
             faiss.ParameterSpace().set_index_parameter(self.index, "efSearch", ef_search)
             self.config = dataclasses.replace(self.config, ef_search=ef_search)
+        if refine_k_factor is not None and self.config.refine_k_factor is not None:
+            faiss.ParameterSpace().set_index_parameter(self.index, "k_factor_rf", refine_k_factor)
+            self.config = dataclasses.replace(self.config, refine_k_factor=refine_k_factor)
 
     def search(self, queries: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         check_queries(queries, k, self.dim, self.num_items)
         if self.config.kind == "hnsw" and self.config.ef_search < k:  # HNSW cannot return more than efSearch
             faiss.ParameterSpace().set_index_parameter(self.index, "efSearch", k)
         x = np.ascontiguousarray(queries.detach().cpu().numpy(), dtype=np.float32)
+        if self.norm_bound is not None:  # |q - [x, e]|^2 = |q|^2 + M^2 - 2 q.x: back to inner products below
+            x = np.hstack([x, np.zeros((len(x), 1), dtype=np.float32)])
         distances, positions = self.index.search(x, k)
         positions_t = torch.from_numpy(positions)
         found = positions_t >= 0
         ids = torch.where(found, self.ids[positions_t.clamp(min=0)], torch.full_like(positions_t, -1))
+        if self.norm_bound is not None:
+            distances = ((x * x).sum(1, keepdims=True) + self.norm_bound**2 - distances) / 2
         scores = torch.from_numpy(distances if self.config.metric == "ip" else -distances)
         scores = torch.where(found, scores, torch.full_like(scores, -math.inf))
         if self.config.kind == "hnsw" and self.config.ef_search < k:
@@ -103,6 +130,7 @@ class FaissTopK:
             meta = {
                 "config": dataclasses.asdict(self.config),
                 "report": self.report and dataclasses.asdict(self.report),
+                "norm_bound": self.norm_bound,
                 "source": source or {},
             }
             (tmp / _MARKER).write_text(json.dumps(meta, indent=2) + "\n")
@@ -129,7 +157,8 @@ class FaissTopK:
         config = IndexConfig(**meta["config"])
         index = _to_device(faiss.read_index(str(index_dir / INDEX_FILE)), config)
         report = BuildReport(**meta["report"]) if meta["report"] else None
-        return cls(index, torch.from_numpy(np.load(index_dir / "ids.npy")), config, report)
+        ids = torch.from_numpy(np.load(index_dir / "ids.npy"))
+        return cls(index, ids, config, report, meta.get("norm_bound"))
 
 
 def build_index(
@@ -143,6 +172,10 @@ def build_index(
 ) -> FaissTopK:
     """Train and fill a FAISS index over (V, D) `vectors`, then measure and log its recall@k against exact search.
 
+    The index is trained on `config.train_size` sampled vectors, then filled `ADD_CHUNK` vectors at a time; when
+    `config.max_build_seconds` passes (checked after training and after each chunk) the build stops with
+    `recsys.errors.BudgetExceeded` naming that knob: no partial index is returned.
+
     Args:
         vectors: (V, D) item vectors.
         ids: (V,) int64 item ids; None = 0..V-1.
@@ -155,16 +188,29 @@ def build_index(
     ids = check_item_vectors(vectors, ids)
     x = np.ascontiguousarray(vectors.detach().cpu().numpy(), dtype=np.float32)
     num_items, dim = x.shape
+    what = f"building the {_describe(config)} index of {num_items:,} vectors"
+    budget = Budget(what, seconds=limit(config.max_build_seconds, BUDGET_KNOB, CHEAPER)).start()
     start = time.perf_counter()
+    held, norm_bound = (x, None) if not config.mips_to_l2 else _with_norm_coordinate(x)
+    metric = faiss.METRIC_L2 if config.mips_to_l2 else _METRICS[config.metric]
     index = _to_device(
-        faiss.index_factory(dim, _factory_string(config, num_items, dim), _METRICS[config.metric]), config
+        faiss.index_factory(held.shape[1], _factory_string(config, num_items, held.shape[1]), metric), config
     )
     if config.kind == "hnsw":
         faiss.downcast_index(index).hnsw.efConstruction = config.ef_construction  # type: ignore[attr-defined]
+    train_vectors = 0
     if not index.is_trained:
-        index.train(_training_sample(x, config, num_items))
-    index.add(x)
-    built = FaissTopK(index, ids, config)
+        sample = _training_sample(held, config, num_items)
+        index.train(sample)
+        train_vectors = len(sample)
+        budget.check(f"after training on {train_vectors:,} sampled vectors")
+    progress = Progress(logger, what, total=num_items, unit="vectors", rows_are="vectors")
+    for first in range(0, num_items, ADD_CHUNK):
+        chunk = held[first : first + ADD_CHUNK]
+        index.add(chunk)
+        progress.update(done=first + len(chunk), rows=len(chunk))
+        budget.check(f"after adding {first + len(chunk):,} of {num_items:,} vectors")
+    built = FaissTopK(index, ids, config, norm_bound=norm_bound)
     build_seconds = time.perf_counter() - start
 
     rng = np.random.default_rng(config.seed)
@@ -175,13 +221,21 @@ def build_index(
     recall = recall_at_k(built.search(eval_queries, k)[1], exact_ids)
     device = "gpu" if _on_gpu(index) else "cpu"
     built.report = BuildReport(
-        config.kind, num_items, dim, device, round(build_seconds, 3), k, len(eval_queries), recall
+        config.kind, num_items, dim, device, round(build_seconds, 3), k, len(eval_queries), recall, train_vectors
     )
     logger.info(
-        "FAISS %s over %d items (D=%d, %s): recall@%d %.4f vs exact on %d queries; built in %.1f s",
-        config.kind, num_items, dim, device, k, recall, len(eval_queries), build_seconds,
+        "FAISS %s over %d items (D=%d, %s): recall@%d %.4f vs exact on %d queries; built in %.1f s (trained on %d)",
+        _describe(config), num_items, dim, device, k, recall, len(eval_queries), build_seconds, train_vectors,
     )  # fmt: skip
     return built
+
+
+def _with_norm_coordinate(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """(V, D+1): every vector with sqrt(M^2 - |x|^2) appended (M the largest norm), and M (`IndexConfig.mips_to_l2`)."""
+    squared = (x.astype(np.float64) ** 2).sum(1)
+    bound = float(np.sqrt(squared.max()))
+    extra = np.sqrt(np.maximum(bound**2 - squared, 0.0)).astype(np.float32)
+    return np.ascontiguousarray(np.hstack([x, extra[:, None]])), bound
 
 
 def _read_meta(index_dir: Path) -> dict[str, Any] | None:
@@ -199,7 +253,8 @@ def _factory_string(config: IndexConfig, num_items: int, dim: int) -> str:
         return f"IVF{nlist},Flat"
     if dim % config.pq_m:
         raise ValueError(f"pq_m={config.pq_m} must divide the vector dim {dim}: pick a divisor of {dim}")
-    return f"IVF{nlist},PQ{config.pq_m}x{config.pq_nbits}"
+    refine = "" if config.refine_k_factor is None else ",RFlat"
+    return f"IVF{nlist},PQ{config.pq_m}x{config.pq_nbits}{'fs' if config.fast_scan else ''}{refine}"
 
 
 def _nlist(config: IndexConfig, num_items: int) -> int:
@@ -225,14 +280,21 @@ def _to_device(index: Any, config: IndexConfig) -> Any:
     gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
     if config.device == "gpu" and gpus == 0:
         raise ValueError("device: gpu, but the installed faiss has no GPUs: install faiss-gpu, or use device: cpu")
-    if config.device == "gpu" and config.kind == "hnsw":
-        raise ValueError("FAISS has no GPU HNSW: use kind ivf_flat / ivf_pq / flat on the GPU, or device: cpu")
+    if config.device == "gpu" and not config.on_gpu_possible:
+        raise ValueError(
+            "FAISS has no GPU HNSW, fast-scan or refine index: on the GPU use kind flat, ivf_flat or ivf_pq without "
+            "fast_scan and refine_k_factor, or use device: cpu"
+        )
     if config.device == "cpu" or gpus == 0:
         return index
-    if config.kind == "hnsw":
-        logger.info("FAISS HNSW stays on CPU (FAISS has no GPU HNSW)")
+    if not config.on_gpu_possible:
+        logger.info("FAISS %s stays on CPU (FAISS has no GPU HNSW, fast-scan or refine index)", _describe(config))
         return index
     return faiss.index_cpu_to_all_gpus(index)
+
+
+def _describe(config: IndexConfig) -> str:
+    return config.kind + (" fast-scan" if config.fast_scan else "") + (" + refine" if config.refine_k_factor else "")
 
 
 def _on_gpu(index: Any) -> bool:

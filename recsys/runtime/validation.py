@@ -35,9 +35,9 @@ def config_from(cls: type[T], fields: Mapping[str, Any], where: str, filled: Map
         >>> from recsys.evaluation import EvalConfig
         >>> config_from(EvalConfig, {"ks": [10]}, "eval.").ks
         (10,)
-        >>> config_from(EvalConfig, {"k": [10]}, "eval.")
+        >>> config_from(EvalConfig, {"k": [10]}, "eval.")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        recsys.errors.ConfigError: eval.k: unknown key (known: ks, exclude_seen, batch_size, item_block)
+        recsys.errors.ConfigError: eval.k: unknown key (known: ks, exclude_seen, batch_size, item_block, ...)
     """
     filled = filled or {}
     known = [field.name for field in dataclasses.fields(cls) if field.name not in filled]  # type: ignore[arg-type]

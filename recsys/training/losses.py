@@ -44,11 +44,14 @@ def sampled_softmax_loss(
     negatives: torch.Tensor,
     sampling_probs: torch.Tensor,
 ) -> torch.Tensor:
-    """Softmax over the target and S shared negatives (`draw_negatives`), with logQ correction.
+    """Softmax over the target and S shared negatives, with logQ correction.
 
-    Subtracting log(S * q) from every logit makes the sampled softmax an unbiased-in-the-limit estimate of the full
-    one (Bengio & Senecal 2008; Yi et al. 2019). A negative equal to the row's target is masked out. The item vectors
-    come in as rows (not the whole table), so a table with row-sparse gradients is touched only where a step reads it.
+    The negatives are drawn by `sampling_probs` (`draw_negatives`) and, for mixed negatives, include the batch's
+    targets, which the data draws by its own popularity (what `sampling_probs` estimates). Subtracting the log of each
+    item's expected count among the S negatives, log(S * q), from every logit makes the sampled softmax an
+    unbiased-in-the-limit estimate of the full one (Bengio & Senecal 2008; Yi et al. 2019). A negative equal to the
+    row's target (its own in-batch copy included) is masked out. The item vectors come in as rows (not the whole
+    table), so a table with row-sparse gradients is touched only where a step reads it.
 
     Args:
         hidden: (N, D); target_vectors: (N, D) and negative_vectors: (S, D), the output vectors of

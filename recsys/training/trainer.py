@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,14 +22,16 @@ from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveIn
 from torch import nn
 from tqdm.auto import tqdm
 
-from recsys.data.prepared import SequenceData
+from recsys.data.prepared import TrainingData
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, UserSample, evaluate
 from recsys.inference import Scorer
 from recsys.models import TrainingFamily
 from recsys.modules.moe import expert_load
+from recsys.runtime.budget import Budget, limit
 from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
 from recsys.runtime.device import apply_cpu_threads, resolve_device, use_bf16_autocast
+from recsys.runtime.progress import Progress
 from recsys.runtime.validation import Fraction
 from recsys.training.averaging import WeightAverage
 from recsys.training.optimization import Optimization, build_optimization
@@ -58,6 +60,9 @@ class TrainConfig:
     ema_decay: Fraction = 0.0
     patience: PositiveInt = 10  # epochs without a better validation metric before stopping
     max_train_seconds: NonNegativeFloat | None = None  # stop after the first validated epoch past this wall time
+    # the training process's resident memory (GiB), checked every step: past it, training stops with an error that
+    # names this knob (the last validated epoch's state stays resumable) instead of the kernel's OOM kill
+    max_memory_gb: PositiveFloat | None = None
     monitor: str = "ndcg@10"  # validation metric that picks the checkpoint
     eval_every: PositiveInt = 1
     seed: int = 0
@@ -101,7 +106,7 @@ def _median(values: list[float]) -> float:
 
 def fit(
     model: nn.Module,
-    data: SequenceData,
+    data: TrainingData,
     config: TrainConfig,
     eval_config: EvalConfig,
     recipe: Recipe | None = None,
@@ -112,7 +117,9 @@ def fit(
 
     Args:
         model: the model (moved to the configured device).
-        data: prepared dataset; trains on `training_rows()`, validates on `eval_split("valid")`.
+        data: prepared dataset, in memory (`SequenceData`) or read a shuffle buffer of parts at a time
+            (`PreparedParts`); trains on `training_epoch()`, validates on `eval_split("valid")` (or on its seeded
+            `train.valid_users` sample, then once on every user).
         config: optimisation and early-stopping settings.
         eval_config: how validation is ranked (ks, exclusion, batch size).
         recipe: batches and loss (`recsys.training.recipes.recipe_for`); None = the model family's defaults.
@@ -144,7 +151,7 @@ def fit(
 class _TrainingRun:
     """One model's training: what it needs to run an epoch, and what is saved to continue after a validated one."""
 
-    def __init__(self, model: nn.Module, data: SequenceData, config: TrainConfig, recipe: Recipe) -> None:
+    def __init__(self, model: nn.Module, data: TrainingData, config: TrainConfig, recipe: Recipe) -> None:
         self.config, self.recipe, self.data = config, recipe, data
         self.device = resolve_device(config.device)
         self.run_key = _run_key(model, data, config, recipe)  # before the move: the digest reads host memory
@@ -155,21 +162,23 @@ class _TrainingRun:
         logger.info("training on %s, bf16 autocast %s", self.device, self.use_bf16)
         torch.manual_seed(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
-        self.rows, self.valid = data.training_rows(), data.eval_split("valid")
         # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
-        cosine = config.lr_schedule == "cosine"
-        steps_per_epoch = len(recipe.batches(self.rows, torch.Generator())) if cosine else 0
+        steps_per_epoch = _steps_per_epoch(data, recipe) if config.lr_schedule == "cosine" else 0
         self.optimization = build_optimization(
             model, lr=config.lr, weight_decay=config.weight_decay, schedule=config.lr_schedule,
             warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch,
             fused=self.device.type == "cuda",  # one kernel for the whole update instead of several per parameter
         )  # fmt: skip
         self.average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
+        shrink = "lower train.batch_size (or data.stream_parts, for a partitioned dataset)"
+        self.budget = Budget("training", memory_gb=limit(config.max_memory_gb, "train.max_memory_gb", shrink))
         self.valid_sample = None if config.valid_users is None else UserSample(config.valid_users, config.seed)
-        if self.valid_sample is not None:
-            users = len(self.valid.targets)
+        if self.valid_sample is None:
+            self.valid = data.eval_split("valid")
+        else:  # only the sampled users are read: a partitioned dataset is not loaded whole for it
+            self.valid = data.select_users(self.valid_sample.rows(data.num_users)).eval_split("valid")
             logger.info("validating each epoch on %d of %d users (seed %d); the chosen checkpoint on all of them",
-                        min(self.valid_sample.users, users), users, config.seed)  # fmt: skip
+                        len(self.valid.targets), data.num_users, config.seed)  # fmt: skip
         self.epoch, self.early_stopped = 0, False
         self.best_score = float("-inf")
         self.best_weights: dict[str, Any] | None = None
@@ -188,10 +197,11 @@ class _TrainingRun:
         """One epoch of the recipe's batches; the epoch's wall time is recorded; returns the mean loss per target."""
         start = time.perf_counter()
         expert_load(self.model)  # count this epoch's routing only (validation routes examples too)
-        batches = self.recipe.batches(self.rows, self.generator)
+        pieces = self.data.training_epoch(self.generator)
+        batches = (batch for rows in pieces for batch in self.recipe.batches(rows, self.generator))
         loss = train_one_epoch(
             self.model, self.recipe, batches, self.optimization, self.use_bf16, self.config.progress, self.generator,
-            self.average,
+            self.average, self.budget,
         )  # fmt: skip
         self.result.epoch_seconds.append(time.perf_counter() - start)
         return loss
@@ -204,7 +214,7 @@ class _TrainingRun:
         start = time.perf_counter()
         with self.average.applied() if self.average is not None else contextlib.nullcontext():
             scorer: Scorer = self.model  # type: ignore[assignment]
-            ranked = evaluate(scorer, self.valid, self.data.num_items, eval_config, self.valid_sample)
+            ranked = evaluate(scorer, self.valid, self.data.num_items, eval_config)
             metrics = {"loss": loss, **ranked.metrics}
             improved = metrics[self.config.monitor] > self.best_score
             if improved:
@@ -251,7 +261,7 @@ class _TrainingRun:
         self.model.eval()
         if self.valid_sample is not None and self.result.best_valid:
             scorer: Scorer = self.model  # type: ignore[assignment]
-            full = evaluate(scorer, self.valid, self.data.num_items, eval_config).metrics
+            full = evaluate(scorer, self.data.eval_split("valid"), self.data.num_items, eval_config).metrics
             sampled = {k: v for k, v in self.result.best_valid.items() if k in full}
             logger.info("epoch %d on every user: valid %s %.4f (%.4f on the sample)", self.result.best_epoch,
                         self.config.monitor, full[self.config.monitor], sampled[self.config.monitor])  # fmt: skip
@@ -296,7 +306,7 @@ class _TrainingRun:
         logger.info("resumed from %s after epoch %d (%.0f s trained)", path, self.epoch, self.result.train_seconds)
 
 
-def _run_key(model: nn.Module, data: SequenceData, config: TrainConfig, recipe: Recipe) -> str:
+def _run_key(model: nn.Module, data: TrainingData, config: TrainConfig, recipe: Recipe) -> str:
     """What must match for a saved state to be resumed: the inputs (the data and what the model holds without
     training it), the model's settings, the recipe's and the optimisation's. So new data of the same shape (the next
     day's) or a retrained first stage under a ranker trains afresh rather than resuming a finished run.
@@ -304,7 +314,7 @@ def _run_key(model: nn.Module, data: SequenceData, config: TrainConfig, recipe: 
     The time budget, patience, progress bar and compilation may change between attempts, and so may the
     epoch count under a constant learning rate (a cosine schedule is planned over it, so there it must not).
     """
-    resumable = {"max_train_seconds", "patience", "progress", "compile"}
+    resumable = {"max_train_seconds", "max_memory_gb", "patience", "progress", "compile"}
     if config.lr_schedule == "constant":
         resumable.add("epochs")
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in resumable}
@@ -312,20 +322,18 @@ def _run_key(model: nn.Module, data: SequenceData, config: TrainConfig, recipe: 
     return f"{_inputs_digest(model, data, recipe)}|{model_key}|{settings!r}|{_recipe_key(recipe)}"
 
 
-def _inputs_digest(model: nn.Module, data: SequenceData, recipe: Recipe) -> str:
-    """A digest of what the run learns from: the sequences, candidates and task labels, the tensors the model holds
+def _inputs_digest(model: nn.Module, data: TrainingData, recipe: Recipe) -> str:
+    """A digest of what the run learns from: the data (`TrainingData.fingerprint`), the tensors the model holds
     but does not train (a frozen first stage or base model, semantic IDs, content embeddings), taken before training
     moves any buffer, and the models the recipe reads (a ranker's held-out first stage)."""
-    tensors = [data.sequences.values, data.sequences.offsets]
-    tensors += [] if data.candidates is None else [data.candidates]
-    tensors += [labels.values for _, labels in sorted(data.labels.items())]
-    tensors += [p for _, p in sorted(model.named_parameters()) if not p.requires_grad]
+    tensors: list[torch.Tensor] = [p for _, p in sorted(model.named_parameters()) if not p.requires_grad]
     tensors += [b for _, b in sorted(model.named_buffers())]
     for recipe_field in dataclasses.fields(recipe):  # type: ignore[arg-type]
         value = getattr(recipe, recipe_field.name)
         if isinstance(value, nn.Module):
             tensors += [t for _, t in sorted(value.state_dict().items())]
     digest = hashlib.blake2b(digest_size=16)
+    data.fingerprint(digest)
     for tensor in tensors:
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
@@ -342,20 +350,25 @@ def _recipe_key(recipe: Recipe) -> str:
 def train_one_epoch(
     model: nn.Module,
     recipe: Recipe,
-    batches: Sequence[Any],
+    batches: Iterable[Any],
     optimization: Optimization,
     use_bf16: bool,
     progress: bool,
     generator: torch.Generator,
     average: WeightAverage | None = None,
+    budget: Budget | None = None,
 ) -> float:
-    """One pass over `batches` (one scheduler step, and `average` update, per batch); returns the mean loss per
-    target."""
+    """One pass over `batches` (one scheduler step, and `average` update, per batch), its progress logged (targets/s)
+    and `budget` checked after every step; returns the mean loss per target."""
     model.train()
     device = next(model.parameters()).device
     total, count = torch.zeros((), device=device), 0  # summed on the device: no host sync per step
+    guard = (budget or Budget("training")).start()
+    logged = Progress(logger, "training epoch", total=None, unit="steps", rows_are="targets")
     # disable=None: a bar on terminals only, so logs and CI output stay clean
-    for batch in tqdm(batches, desc="train", leave=False, disable=None if progress else True, unit="batch"):
+    for step, batch in enumerate(
+        tqdm(batches, desc="train", leave=False, disable=None if progress else True, unit="batch"), start=1
+    ):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             loss, n = recipe.loss(model, batch.to(device), generator)
         optimization.zero_grad()
@@ -365,7 +378,15 @@ def train_one_epoch(
             average.update()
         total += loss.detach().float() * n
         count += n
+        logged.update(done=step, rows=n)
+        guard.check(f"after {step:,} steps of the epoch")
     return float(total) / max(count, 1)
+
+
+def _steps_per_epoch(data: TrainingData, recipe: Recipe) -> int:
+    """How many batches an epoch has (packing them once with a throw-away generator)."""
+    generator = torch.Generator()
+    return sum(len(recipe.batches(rows, generator)) for rows in data.training_epoch(generator))
 
 
 def _check_monitor(monitor: str, eval_config: EvalConfig) -> None:

@@ -50,3 +50,9 @@ def test_index_sweeps_refuse_unknown_keys_and_knobs() -> None:
     sweep = {"index": {"kind": "hnsw"}, "knob": "nprobe", "values": [4]}
     with pytest.raises(ConfigError, match="has no search-time knob 'nprobe'"):
         retrieval.load_settings(REPO / SMOKE, {"indexes": [sweep]})
+    sweep = {"index": {"kind": "ivf_pq", "pq_m": 8}, "knob": "refine_k_factor", "values": [4]}
+    with pytest.raises(ConfigError, match="has no search-time knob 'refine_k_factor'"):  # it re-ranks nothing
+        retrieval.load_settings(REPO / SMOKE, {"indexes": [sweep]})
+    sweep = {"index": {"kind": "ivf_flat"}, "knob": "nprobe", "values": [4, 8.5]}
+    with pytest.raises(ConfigError, match=r"nprobe values must be integers, got \[4, 8.5\]"):
+        retrieval.load_settings(REPO / SMOKE, {"indexes": [sweep]})

@@ -1,5 +1,6 @@
 """The serving load test, short, on the synthetic config made tiny: wrk against a real `recsys serve` of one and of
-two worker processes sharing a real Redis; the result reproduces from its config."""
+two worker processes sharing a real Redis, and of a trained model directory (--model-dir); the results reproduce from
+their config."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ import pytest
 
 import benchmarks.serving as serving
 from benchmarks.reproduce import problems_of
+from pipelines.config import load_config
+from tests.conftest import train_experiment
+
+CONFIG = "configs/synthetic/sasrec.yaml"
 
 TINY = {
     "data.options.num_users": 300,
@@ -24,12 +29,15 @@ TINY = {
 }
 
 
-def test_short_load_test_writes_the_issue_fields(tmp_path: Path) -> None:
+def need_wrk() -> None:
     if shutil.which("wrk") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI needs wrk (.ci/run installs it)")
         pytest.skip("wrk is not installed (apt-get install -y wrk)")
 
+
+def test_short_load_test_writes_the_issue_fields(tmp_path: Path) -> None:
+    need_wrk()
     sets = [arg for key, value in TINY.items() for arg in ("--set", f"{key}={value}")]
     args = ["--config", "configs/synthetic/sasrec.yaml", *sets, "--work-dir", str(tmp_path / "work"),
             "--duration", "2", "--connections", "2", "--model-calls", "20", "--freshness-trials", "10",
@@ -66,3 +74,40 @@ def test_short_load_test_writes_the_issue_fields(tmp_path: Path) -> None:
         "overrides": {"pipeline.index.kind": "hnsw", **TINY},
     }
     assert problems_of(path) == []
+
+
+# the served index: IVF-PQ with fast-scan codes and an exact re-rank, 4 cells
+FAST_SCAN = {
+    "pipeline.index.kind": "ivf_pq", "pipeline.index.nlist": 4, "pipeline.index.pq_m": 8, "pipeline.index.pq_nbits": 4,
+    "pipeline.index.fast_scan": True, "pipeline.index.refine_k_factor": 2,
+}  # fmt: skip
+
+
+def test_model_dir_run_reports_startup_memory_and_both_routes(tmp_path: Path) -> None:
+    need_wrk()
+    config = load_config(Path(CONFIG), {**TINY, "tracking.enabled": False, "train.progress": False})
+    model_dir = train_experiment(config, tmp_path / "train").model_dir
+    overrides = {**TINY, **FAST_SCAN}
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={str(value).lower()}")]
+    args = ["--config", CONFIG, *sets, "--model-dir", str(model_dir), "--work-dir", str(tmp_path / "work"),
+            "--duration", "1", "--connections", "2", "--results-dir", str(tmp_path)]  # fmt: skip
+    path = serving.main(args)
+    result = json.loads(path.read_text())
+    bundle = result["bundle"]
+    assert path.name == f"serving-synthetic-{bundle['items']}.json" and bundle["model_dir"] == str(model_dir)
+    assert bundle["index"] == bundle["index_build"]["kind"] == "ivf_pq" and bundle["train_epochs"] == "model dir"
+    assert 0 < bundle["index_build"]["recall"] <= 1 and bundle["index_build"]["k"] == 100
+    (run,) = result["runs"]
+    assert run["workers"] == 1 and run["startup_s"] > 0
+    assert 100 < run["rss_mib"]["ready"] <= run["rss_mib"]["peak_under_load"] * 1.05  # a Python server with torch
+    for route in ("recommendations", "similar_items"):
+        load = run[route]
+        assert load["requests"] > 0 and load["errors"] == 0, route  # non-2xx answers count as errors
+        assert 0 < load["latency_ms"]["p50"] <= load["latency_ms"]["p99"]
+    assert result["reproduce"] == {"benchmark": "benchmarks.serving", "config": CONFIG,
+                                   "overrides": {"pipeline.index.kind": "hnsw", **overrides}}  # fmt: skip
+    assert problems_of(path) == []
+
+    other_model = [*args, "--set", "model.params.dim=16"]  # not what the model directory was trained with
+    with pytest.raises(SystemExit, match=r"was trained with another model\.params"):
+        serving.main(other_model)

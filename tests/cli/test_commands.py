@@ -33,7 +33,7 @@ def test_evaluate_in_item_blocks_prints_the_whole_catalogue_numbers(trained_dir:
     whole = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--item-block", "0"])
     blocked = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--item-block", "7"])
     assert whole.exit_code == 0 and blocked.exit_code == 0, whole.output + blocked.output
-    assert blocked.output == whole.output
+    assert blocked.stdout == whole.stdout  # the tables; the log (stderr) has timings
 
 
 def test_evaluate_a_user_sample_labels_it(trained_dir: Path) -> None:
@@ -42,9 +42,21 @@ def test_evaluate_a_user_sample_labels_it(trained_dir: Path) -> None:
     text = " ".join(result.output.split())  # the long title may wrap
     assert "SAMPLE of 20 of 300 users (seed 3), not the full protocol" in text and "R@10" in text
     again = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--users", "20", "--seed", "3"])
-    assert again.output == result.output
+    assert again.stdout == result.stdout
     result = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--seed", "3"])
     assert result.exit_code == 2 and "Fix: add --users N" in result.output
+
+
+def test_evaluate_past_its_budget_exits_2_naming_the_knob(trained_dir: Path) -> None:
+    memory = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--max-memory-gb", "0.01"])
+    assert memory.exit_code == 2
+    assert memory.stderr.startswith("error: evaluation: holds ")
+    assert "Fix: raise --max-memory-gb (eval.max_memory_gb in a config), or lower eval.batch_size" in memory.stderr
+    time = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--max-seconds", "1e-9"])
+    assert time.exit_code == 2
+    assert "over its time budget of 1e-09 s" in time.stderr and "Fix: raise --max-seconds" in time.stderr
+    within = ["--max-seconds", "600", "--max-memory-gb", "1000"]
+    assert runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), *within]).exit_code == 0
 
 
 def test_recommend_shows_titles_for_a_known_user(trained_dir: Path) -> None:

@@ -66,7 +66,19 @@ def test_prepare_synthetic(tmp_path: Path) -> None:
 def test_memory_budget_is_an_option_and_is_checked(p5_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = ["prepare", "--source", "amazon-p5", "--input", str(p5_dir), "--out", str(out)]
-    assert runner.invoke(app, [*args, "--memory-budget-gb", "0.5"]).exit_code == 0
+    assert runner.invoke(app, [*args, "--memory-budget-gb", "8"]).exit_code == 0
     result = runner.invoke(app, [*args, "--memory-budget-gb", "0"])
     assert result.exit_code == 2
     assert "memory_budget_gb must be > 0" in result.stderr
+
+
+def test_running_out_of_a_budget_exits_2_naming_the_knob(tmp_path: Path) -> None:
+    args = ["prepare", "--source", "synthetic", "--num-users", "40", "--num-items", "72", "--out", str(tmp_path / "o")]
+    memory = runner.invoke(app, [*args, "--memory-budget-gb", "0.01"])
+    assert memory.exit_code == 2
+    assert memory.stderr.startswith("error: the prepare: holds ")
+    assert "Fix: raise --memory-budget-gb" in memory.stderr
+    time = runner.invoke(app, ["validate", "--source", "synthetic", "--num-users", "40", "--max-seconds", "1e-9"])
+    assert time.exit_code == 2
+    assert "over its time budget of 1e-09 s" in time.stderr and "Fix: raise --max-seconds" in time.stderr
+    assert not (tmp_path / "o").exists()

@@ -11,9 +11,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+import features.prepare as prepare_module
 from features.loaders import load_amazon_p5, load_amazon_raw, load_movielens, open_amazon_p5
 from features.policies import Policies, PolicyOutcome, UnknownItems, apply_policies, parse_unknown_items
-from features.prepare import BATCH_SHARE_OF_BUDGET, prepare
+from features.prepare import prepare
 from features.raw import RawDataset
 from features.sources import load_source
 from recsys.errors import ConfigError, DataError
@@ -123,11 +124,15 @@ def test_user_on_two_lines_names_both(write: WriteFile) -> None:
 # --- the same errors when the sequences are read batch by batch (`recsys data prepare`) ----------------
 
 
+@pytest.fixture
+def seven_byte_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prepare reads its input 1-7 bytes at a time (a tiny memory budget would also trip the memory check)."""
+    monkeypatch.setattr(prepare_module, "MAX_BATCH_BYTES", 7)
+
+
 def _prepare_stream(path: Path, tmp_path: Path, **options: object) -> DataError:
-    """The `DataError` of preparing `path` read 1-7 bytes at a time (a tiny memory budget), in 3 parts."""
-    budget = 7 / 2**30 / BATCH_SHARE_OF_BUDGET
-    return _error(lambda: prepare(open_amazon_p5(path), tmp_path / "out", memory_budget_gb=budget, partitions=3,
-                                  **options))  # fmt: skip
+    """The `DataError` of preparing `path` (in batches of `seven_byte_batches`), in 3 parts."""
+    return _error(lambda: prepare(open_amazon_p5(path), tmp_path / "out", partitions=3, **options))
 
 
 @pytest.mark.parametrize("batch_bytes", [1, 2, 7, 1 << 20])
@@ -156,6 +161,7 @@ def test_gzip_of_several_members_is_read_to_the_end(write: WriteFile) -> None:
     assert load_amazon_p5(path).interactions["user_id"].to_list() == ["u1"] * 3 + ["u2"] * 3
 
 
+@pytest.mark.usefixtures("seven_byte_batches")
 def test_stream_user_on_two_lines_in_any_part(write: WriteFile, tmp_path: Path) -> None:
     path = write("user_sequence.txt", "u1 a b c\nu2 a b c\nu3 a b c\nu2 d e f\nu1 d e f\n")
     expected = f"{path}, line 4: user id 'u2' appears on line 2 and again on line 4"  # the first repeat in the file
@@ -164,6 +170,7 @@ def test_stream_user_on_two_lines_in_any_part(write: WriteFile, tmp_path: Path) 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.usefixtures("seven_byte_batches")
 def test_stream_unknown_item_error_names_its_line(write: WriteFile, tmp_path: Path) -> None:
     write("items.csv", "item_id,title\na,A\nb,B\nc,C\n")
     path = write("user_sequence.txt", "u1 a b c\nu2 a a b c\nu3 a b x c\n")

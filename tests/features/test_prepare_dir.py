@@ -116,7 +116,7 @@ def test_rerun_is_byte_identical(p5_dir: Path, tmp_path: Path) -> None:
 
 
 def test_failure_leaves_nothing_behind(p5_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def half_write(prepared: prepare_module.PreparedData, directory: Path) -> None:
+    def half_write(prepared: prepare_module.PreparedData, directory: Path, *_: object) -> None:
         prepared.users.write_parquet(directory / schema.USERS_FILE)
         raise OSError("disk full")
 
@@ -133,7 +133,7 @@ def test_failure_keeps_the_previous_output(p5_dir: Path, tmp_path: Path, monkeyp
     prepare(load_amazon_p5(p5_dir), out)
     before = {name: (out / name).read_bytes() for name in PREPARED_FILES}
 
-    def broken(prepared: prepare_module.PreparedData, directory: Path) -> None:
+    def broken(prepared: prepare_module.PreparedData, directory: Path, *_: object) -> None:
         raise RuntimeError("step failed")
 
     monkeypatch.setattr(prepare_module, "write_tables", broken)
@@ -186,11 +186,13 @@ def _skewed_sequences(write: Callable[..., Path]) -> Path:
     return write("big/user_sequence.txt", "\n".join(lines) + "\n")
 
 
-def test_batch_size_changes_no_byte(write: Callable[..., Path], tmp_path: Path) -> None:
+def test_batch_size_changes_no_byte(
+    write: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = _skewed_sequences(write)
     prepare(open_amazon_p5(path), tmp_path / "whole", cold_start_fraction=0.2)
-    tiny_batches = 16 / 2**30 / prepare_module.BATCH_SHARE_OF_BUDGET
-    prepare(open_amazon_p5(path), tmp_path / "batches", cold_start_fraction=0.2, memory_budget_gb=tiny_batches)
+    monkeypatch.setattr(prepare_module, "MAX_BATCH_BYTES", 16)  # tiny batches (a tiny budget trips the memory check)
+    prepare(open_amazon_p5(path), tmp_path / "batches", cold_start_fraction=0.2)
     assert _files(tmp_path / "whole") == _files(tmp_path / "batches")
     assert _files(tmp_path / "whole") == _files_of_eager(path, tmp_path / "eager")
 
@@ -220,12 +222,15 @@ def test_parts_hold_the_same_content(write: Callable[..., Path], tmp_path: Path,
         assert (parted / name).read_bytes() == (whole / name).read_bytes(), name
 
 
-def test_parted_rerun_is_byte_identical(write: Callable[..., Path], tmp_path: Path) -> None:
+def test_parted_rerun_is_byte_identical(
+    write: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = _skewed_sequences(write)
     out = tmp_path / "parted"
     prepare(open_amazon_p5(path), out, partitions=3)
     first = _files(out)
-    prepare(open_amazon_p5(path), out, partitions=3, memory_budget_gb=1e-6)  # replaces in place, other batches
+    monkeypatch.setattr(prepare_module, "MAX_BATCH_BYTES", 1)
+    prepare(open_amazon_p5(path), out, partitions=3)  # replaces in place, other batches
     assert _files(out) == first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big", "parted"]  # no temp or scratch directory left
 

@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from pipelines.bundle import Bundle
 from pipelines.registry import download_champion_bundle
 from serving.recommender import Recommender
@@ -25,3 +27,22 @@ def test_a_bundle_needs_nothing_outside_itself(recommender: Recommender, registr
     assert [r.item_id for r in elsewhere.recommend([1, 2], 5, True)] == [
         r.item_id for r in recommender.recommend([1, 2], 5, True)
     ]
+
+
+def test_above_the_catalogue_threshold_recommendations_come_from_the_index(
+    recommender: Recommender, registry: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, name, _ = registry
+    bundle = download_champion_bundle(name, uri)
+    assert bundle is not None and bundle.index_dir is not None
+    monkeypatch.setattr("serving.recommender.ANN_ABOVE_ITEMS", 0)  # every catalogue counts as large
+    by_index = Recommender(bundle)
+    history = recommender.training_history(recommender.data.users["user_id"][0])
+    assert history is not None
+    items = history[0]
+    exact = [r.item_id for r in recommender.recommend(items, 10, True)]
+    approximate = by_index.recommend(items, 10, True)
+    assert len(approximate) == 10
+    seen = {recommender.data.items["item_id"][i - 1] for i in items}
+    assert not seen & {r.item_id for r in approximate}  # the history's items are still left out
+    assert len(set(exact) & {r.item_id for r in approximate}) >= 8  # the index finds (nearly) the same items

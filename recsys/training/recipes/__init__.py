@@ -14,7 +14,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from recsys.data.prepared import SequenceData, TrainingRows
+from recsys.data.prepared import SequenceData, TrainingData, TrainingRows
+from recsys.errors import ConfigError
 from recsys.inference import Scorer
 from recsys.models import TrainingFamily
 from recsys.training.recipes.next_item import NextItemRecipe, NextItemTraining
@@ -40,7 +41,7 @@ TRAINING_SETTINGS: dict[TrainingFamily, type[TrainingSettings]] = {
 
 class Recipe(Protocol):
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[Any]:
-        """One epoch of batches (each with a `.to(device)`)."""
+        """Shuffled batches of `rows` (each with a `.to(device)`): one epoch's, or one shuffle buffer's of it."""
         ...
 
     def loss(self, model: Any, batch: Any, generator: torch.Generator) -> tuple[torch.Tensor, int]:
@@ -50,7 +51,7 @@ class Recipe(Protocol):
 
 def recipe_for(
     model: nn.Module,
-    data: SequenceData,
+    data: TrainingData,
     batch_size: int,
     settings: TrainingSettings,
     holdout_retriever: Scorer | None = None,
@@ -66,6 +67,8 @@ def recipe_for(
         case TwoTowerTraining():
             return TwoTowerRecipe.create(model, data, batch_size, settings)
         case RankerTraining():
+            if not isinstance(data, SequenceData):
+                raise ConfigError("a ranker trains on data in memory (its labels). Fix: remove data.stream_parts")
             return RankerRecipe.create(model, data, batch_size, settings, holdout_retriever)
     raise TypeError(f"{type(model).__name__} is not trained by a recipe ({type(settings).__name__})")
 

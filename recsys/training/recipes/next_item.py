@@ -1,11 +1,13 @@
 """Next-item models (SASRec, HSTU, domain adapters): packed sequences, the hidden state at every position predicts
-the next item, over the whole catalog (full softmax) or a sample of it (sampled softmax with logQ correction).
+the next item, over the whole catalog (full softmax) or a sample of it (sampled softmax with logQ correction: shared
+negatives drawn by popularity, mixed with the batch's other targets).
 
 Dimension letters: B rows, L row width (the model's history window), N real positions, D dim, V+1 items.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -14,17 +16,30 @@ from pydantic import NonNegativeInt, PositiveInt
 from torch import nn
 
 from recsys.data.batching import PackedBatch, packed_next_item_batches
-from recsys.data.prepared import SequenceData, TrainingRows
+from recsys.data.prepared import TrainingData, TrainingRows
 from recsys.errors import ConfigError
 from recsys.training.losses import draw_negatives, full_softmax_loss, sampled_softmax_loss
+
+logger = logging.getLogger(__name__)
+
+# `loss: auto` trains catalogues above this many items with the sampled softmax: the full softmax's logits of one step
+# (targets x items floats, and as many gradients) pass ~0.5 GB there at Beauty's ~700 targets a step and grow with the
+# catalogue, while a sampled step's cost follows num_negatives. Below it the full softmax is exact and cheap enough.
+SAMPLED_SOFTMAX_ABOVE_ITEMS = 100_000
+
+Loss = Literal["full_softmax", "sampled_softmax"]
 
 
 @dataclass(frozen=True)
 class NextItemTraining:
     """`model.training` of next-item models."""
 
-    loss: Literal["full_softmax", "sampled_softmax"] = "full_softmax"
+    # "auto": the full softmax up to SAMPLED_SOFTMAX_ABOVE_ITEMS items, the sampled softmax above
+    loss: Literal["auto", "full_softmax", "sampled_softmax"] = "auto"
     num_negatives: PositiveInt = 1024  # sampled_softmax: negatives per batch, drawn by training popularity
+    # sampled_softmax: the batch's other targets are negatives too (mixed negatives: free, and drawn by the data's
+    # own popularity), each corrected by its expected count in the sample
+    in_batch_negatives: bool = True
     # multi-domain data, full softmax: each target's softmax over its own domain's items only (those it is ranked
     # against), not the whole catalog
     softmax_within_domain: bool = False
@@ -37,12 +52,35 @@ class NextItemTraining:
     sparse_item_gradients: bool = False
 
     def __post_init__(self) -> None:
-        if self.softmax_within_domain and self.loss != "full_softmax":
+        if self.softmax_within_domain and self.loss == "sampled_softmax":
             raise ValueError("softmax_within_domain needs loss: full_softmax (or set it to false)")
-        if self.sparse_item_gradients and self.loss != "sampled_softmax":
+        if self.sparse_item_gradients and self.loss == "full_softmax":
             raise ValueError(
                 "sparse_item_gradients needs loss: sampled_softmax (the full softmax reads every row each step)"
             )
+
+    def resolved_loss(self, num_items: int) -> Loss:
+        """The loss trained on a catalogue of `num_items` items (`auto` decided); ConfigError when the settings that
+        need one loss meet the other."""
+        loss: Loss = self.loss if self.loss != "auto" else _auto_loss(num_items)
+        if self.softmax_within_domain and loss == "sampled_softmax":
+            raise ConfigError(
+                f"model.training.softmax_within_domain needs the full softmax, and loss: auto picks the sampled one "
+                f"for {num_items:,} items (> {SAMPLED_SOFTMAX_ABOVE_ITEMS:,}). Fix: set loss: full_softmax"
+            )
+        if self.sparse_item_gradients and loss == "full_softmax":
+            raise ConfigError(
+                f"model.training.sparse_item_gradients needs the sampled softmax, and loss: auto picks the full one "
+                f"for {num_items:,} items (<= {SAMPLED_SOFTMAX_ABOVE_ITEMS:,}). Fix: set loss: sampled_softmax"
+            )
+        return loss
+
+
+def _auto_loss(num_items: int) -> Loss:
+    loss: Loss = "sampled_softmax" if num_items > SAMPLED_SOFTMAX_ABOVE_ITEMS else "full_softmax"
+    logger.info("model.training.loss auto: %s for %s items (sampled above %s)", loss, f"{num_items:,}",
+                f"{SAMPLED_SOFTMAX_ABOVE_ITEMS:,}")  # fmt: skip
+    return loss
 
 
 class NextItemModel(Protocol):
@@ -64,6 +102,7 @@ class NextItemRecipe:
         excluded: (V+1,) bool, items that are never candidates in training (cold-start items), or None.
         sampling_probs: (V+1,) negative-sampling distribution for sampled softmax; None = full softmax.
         num_negatives: negatives per batch (sampled softmax only).
+        in_batch_negatives: the batch's other targets are negatives too (sampled softmax only).
         item_domains: (V+1,) every item's domain index: each target's full softmax covers its domain's items only.
         reads_timestamps: pack the inputs' and targets' times beside them (time-aware models).
         holdout_last: training rows lose their last this-many items.
@@ -74,12 +113,14 @@ class NextItemRecipe:
     excluded: torch.Tensor | None = None
     sampling_probs: torch.Tensor | None = None
     num_negatives: int = 0
+    in_batch_negatives: bool = False
     item_domains: torch.Tensor | None = None
     reads_timestamps: bool = False
     holdout_last: int = 0
 
     @staticmethod
-    def create(model: nn.Module, data: SequenceData, rows_per_batch: int, settings: NextItemTraining) -> NextItemRecipe:
+    def create(model: nn.Module, data: TrainingData, rows_per_batch: int, settings: NextItemTraining) -> NextItemRecipe:
+        sampled = settings.resolved_loss(data.num_items) == "sampled_softmax"
         if settings.sparse_item_gradients:
             sparse = getattr(model, "use_sparse_item_gradients", None)
             if sparse is None or not sparse():
@@ -92,8 +133,9 @@ class NextItemRecipe:
             max_history=model.max_history,  # type: ignore[arg-type]
             rows_per_batch=rows_per_batch,
             excluded=mask if bool(mask.any()) else None,
-            sampling_probs=sampling_probs(data) if settings.loss == "sampled_softmax" else None,
+            sampling_probs=sampling_probs(data) if sampled else None,
             num_negatives=settings.num_negatives,
+            in_batch_negatives=sampled and settings.in_batch_negatives,
             item_domains=data.item_domains() if settings.softmax_within_domain else None,
             reads_timestamps=bool(getattr(model, "reads_timestamps", False)),
             holdout_last=settings.holdout_last,
@@ -110,11 +152,12 @@ class NextItemRecipe:
         hidden = model(batch.inputs, batch.segments, batch.positions, *times)[real]  # (N, D)
         targets = batch.targets[real]
         if self.sampling_probs is not None:
-            negatives = draw_negatives(self.sampling_probs, self.num_negatives, generator).to(hidden.device)
-            vectors = _item_rows(model, torch.cat([targets, negatives]))  # one lookup: one sparse gradient
-            loss = sampled_softmax_loss(
-                hidden, vectors[: targets.numel()], vectors[targets.numel() :], targets, negatives, self.sampling_probs
-            )
+            drawn = draw_negatives(self.sampling_probs, self.num_negatives, generator).to(hidden.device)
+            vectors = _item_rows(model, torch.cat([targets, drawn]))  # one lookup: one sparse gradient
+            positives, negatives, negative_vectors = vectors[: targets.numel()], drawn, vectors[targets.numel() :]
+            if self.in_batch_negatives:
+                negatives, negative_vectors = torch.cat([drawn, targets]), torch.cat([negative_vectors, positives])
+            loss = sampled_softmax_loss(hidden, positives, negative_vectors, targets, negatives, self.sampling_probs)
             return loss, targets.numel()
         excluded = None if self.excluded is None else self.excluded.to(hidden.device)
         if self.item_domains is not None:  # (N, V+1): other domains' items are out of each target's softmax
@@ -131,7 +174,7 @@ def _item_rows(model: NextItemModel, items: torch.Tensor) -> torch.Tensor:
     return rows(items) if rows is not None else model.item_embeddings()[items]
 
 
-def sampling_probs(data: SequenceData) -> torch.Tensor:
+def sampling_probs(data: TrainingData) -> torch.Tensor:
     """Training popularity (+1 smoothing so every item can be drawn), 0 at the padding index."""
     counts = data.item_counts().double() + 1.0
     counts[0] = 0.0

@@ -15,7 +15,7 @@ from pydantic import NonNegativeInt
 from torch import nn
 
 from recsys.data.batching import HistoryBatch, history_target_batches
-from recsys.data.prepared import SequenceData, TrainingRows
+from recsys.data.prepared import TrainingData, TrainingRows
 from recsys.runtime.validation import Fraction
 from recsys.training.recipes.next_item import sampling_probs
 
@@ -76,7 +76,7 @@ class TwoTowerRecipe:
     num_negatives: int
 
     @staticmethod
-    def create(model: nn.Module, data: SequenceData, batch_size: int, settings: TwoTowerTraining) -> TwoTowerRecipe:
+    def create(model: nn.Module, data: TrainingData, batch_size: int, settings: TwoTowerTraining) -> TwoTowerRecipe:
         log_probs = sampling_probs(data).clamp(min=1e-12).log()
         return TwoTowerRecipe(model.max_history, batch_size, log_probs, settings.num_negatives)  # type: ignore[arg-type]
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit
 from recsys.data.times import HistoryTimes
+from recsys.errors import BudgetExceeded
 from recsys.evaluation import EvalConfig, UserSample, evaluate
+from recsys.runtime import progress
 
 
 class FixedScorer:
@@ -99,3 +103,36 @@ def test_a_user_sample_is_the_same_for_the_same_seed_only() -> None:
     rows = UserSample(users=10, seed=3).rows(1000)
     assert len(set(rows.tolist())) == 10 and bool((rows.diff() > 0).all())
     assert UserSample(users=50).rows(20).tolist() == list(range(20))  # more than the split has: every user
+
+
+def test_progress_is_logged_per_user_batch_with_a_rate_and_an_eta(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(progress, "EVERY_SECONDS", 0.0)  # a line per batch, not one every few seconds
+    s = split([[1], [2, 3, 4], [4, 1]], targets=[1, 3, 4])
+    with caplog.at_level(logging.INFO, logger="recsys.evaluation"):
+        evaluate(FixedScorer([0.0, 4.0, 3.0, 2.0, 1.0]), s, num_items=4, config=EvalConfig(ks=(1,), batch_size=2))
+    first, second, done = caplog.messages
+    assert first.startswith("evaluation: 2 of 3 users (67%), ") and "users/s, ETA " in first
+    assert second.startswith("evaluation: 3 of 3 users (100%), ") and second.endswith("ETA 0 s")
+    assert done.startswith("evaluation: done, 3 users in ")
+
+
+@pytest.mark.parametrize(
+    ("budget", "expected"),
+    [
+        ({"max_memory_gb": 0.001}, r"over its budget of 0\.001 GiB \(after 2 of 3 users\)\. Fix: raise --max-memory-gb "
+         r"\(eval\.max_memory_gb in a config\), or lower eval\.batch_size or eval\.item_block"),
+        ({"max_seconds": 1e-9}, r"over its time budget of 1e-09 s \(after 2 of 3 users\)\. Fix: raise --max-seconds "
+         r"\(eval\.max_seconds in a config\), or evaluate a sample of the users"),
+    ],
+)  # fmt: skip
+def test_a_budget_too_small_stops_the_evaluation_after_a_batch_naming_the_knob(
+    budget: dict[str, float], expected: str
+) -> None:
+    s = split([[1], [2, 3, 4], [4, 1]], targets=[1, 3, 4])
+    scorer = FixedScorer([0.0, 4.0, 3.0, 2.0, 1.0])
+    with pytest.raises(BudgetExceeded, match=f"^evaluation: .*{expected}"):
+        evaluate(scorer, s, num_items=4, config=EvalConfig(ks=(1,), batch_size=2, **budget))  # type: ignore[arg-type]
+    assert len(scorer.widths) == 1  # stopped after the first batch, not at the end
+    evaluate(scorer, s, num_items=4, config=EvalConfig(ks=(1,), max_seconds=600.0, max_memory_gb=1000.0))

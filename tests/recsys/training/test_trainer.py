@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from features.prepare import prepare
+from features.sources import load_source
 from recsys.data.jagged import Jagged
-from recsys.data.prepared import load_prepared
+from recsys.data.prepared import PreparedParts, load_prepared
+from recsys.errors import BudgetExceeded, ConfigError
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.training.recipes import NextItemTraining, recipe_for
@@ -25,14 +28,27 @@ def small_sasrec(num_items: int) -> SASRec:
 
 
 @pytest.mark.parametrize(
-    ("loss", "sparse"), [("full_softmax", False), ("sampled_softmax", False), ("sampled_softmax", True)]
+    ("loss", "sparse", "in_batch"),
+    [
+        ("full_softmax", False, False),
+        ("sampled_softmax", False, False),
+        ("sampled_softmax", False, True),
+        ("sampled_softmax", True, True),
+    ],
 )
-def test_sasrec_beats_popularity_and_restores_its_best_epoch(tiny_data_dir: Path, loss: str, sparse: bool) -> None:
+def test_sasrec_beats_popularity_and_restores_its_best_epoch(
+    tiny_data_dir: Path, loss: str, sparse: bool, in_batch: bool
+) -> None:
     data = load_prepared(tiny_data_dir)
     model = small_sasrec(data.num_items)
     seen: list[int] = []
     config = TrainConfig(epochs=8, batch_size=4, lr=3e-3, progress=False)
-    settings = NextItemTraining(loss=loss, num_negatives=64, sparse_item_gradients=sparse)  # type: ignore[arg-type]
+    settings = NextItemTraining(
+        loss=loss,  # type: ignore[arg-type]
+        num_negatives=64,
+        sparse_item_gradients=sparse,
+        in_batch_negatives=in_batch,
+    )
     recipe = recipe_for(model, data, config.batch_size, settings)
     result = fit(model, data, config, EVAL, recipe, on_epoch_end=lambda epoch, _: seen.append(epoch))
 
@@ -150,3 +166,65 @@ def test_a_validation_sample_picks_the_epoch_and_the_checkpoint_is_validated_on_
     full = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
     assert result.best_valid["ndcg@10"] == pytest.approx(full) and "valid_sample_users" not in result.best_valid
     assert full != seen[result.best_epoch - 1]["ndcg@10"]  # 50 users and 300 rank differently
+
+
+def test_streamed_parts_train_deterministically_and_resume(tmp_path: Path) -> None:
+    data_dir = tmp_path / "parted"
+    prepare(load_source("synthetic", None, num_users=300, num_items=150), data_dir, partitions=4)
+    config = TrainConfig(epochs=3, batch_size=8, lr=3e-3, progress=False, valid_users=60)
+    parts = PreparedParts.open(data_dir, buffer_parts=2)
+
+    def trained(state: Path | None = None, epochs: int = 3) -> tuple[SASRec, float]:
+        model = small_sasrec(parts.num_items)
+        result = fit(model, parts, dataclasses.replace(config, epochs=epochs), EVAL, state_path=state)
+        return model, result.best_valid["ndcg@10"]
+
+    first, valid = trained()
+    second, _ = trained()
+    assert all(torch.equal(a, b) for a, b in zip(first.parameters(), second.parameters(), strict=True))
+    whole = load_prepared(data_dir)
+    assert valid == pytest.approx(evaluate(first, whole.eval_split("valid"), whole.num_items, EVAL).metrics["ndcg@10"])
+    assert valid > 1.5 * popularity_valid_metric(whole, EVAL) > 0
+    state = tmp_path / "state.pt"
+    trained(state, epochs=1)  # stops after epoch 1; the rerun resumes there
+    resumed, _ = trained(state)
+    assert all(torch.equal(a, b) for a, b in zip(first.parameters(), resumed.parameters(), strict=True))
+
+
+def test_auto_loss_follows_the_catalogue_size() -> None:
+    settings = NextItemTraining()
+    assert settings.resolved_loss(12_101) == "full_softmax"
+    assert settings.resolved_loss(1_000_000) == "sampled_softmax"
+    with pytest.raises(ConfigError, match=r"needs the sampled softmax.*Fix: set loss: sampled_softmax"):
+        NextItemTraining(sparse_item_gradients=True).resolved_loss(12_101)
+    with pytest.raises(ConfigError, match=r"needs the full softmax.*Fix: set loss: full_softmax"):
+        NextItemTraining(softmax_within_domain=True).resolved_loss(1_000_000)
+
+
+def test_a_memory_budget_stops_training_with_the_knob_named_and_progress_is_logged(
+    tiny_data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    monkeypatch.setattr("recsys.runtime.progress.EVERY_SECONDS", 0.0)
+    with caplog.at_level("INFO", logger="recsys.training.trainer"):
+        fit(small_sasrec(data.num_items), data, TrainConfig(epochs=1, batch_size=8, progress=False), EVAL)
+    assert "training epoch:" in caplog.text and "targets/s" in caplog.text
+    config = TrainConfig(epochs=1, batch_size=8, progress=False, max_memory_gb=0.01)
+    with pytest.raises(
+        BudgetExceeded, match=r"training: holds .* GiB .*after 1 steps.*Fix: raise train\.max_memory_gb"
+    ):
+        fit(small_sasrec(data.num_items), data, config, EVAL)
+
+
+def test_one_cpu_thread_trains_bit_for_bit_the_same(tiny_data_dir: Path) -> None:
+    """Two threads split reductions in an order that varies from run to run; one thread reproduces a run exactly."""
+    data = load_prepared(tiny_data_dir)
+    config = TrainConfig(epochs=2, batch_size=8, progress=False, device="cpu", threads=1)
+    first, second = small_sasrec(data.num_items), small_sasrec(data.num_items)
+    threads = torch.get_num_threads()
+    try:
+        fit(first, data, config, EVAL)
+        fit(second, data, config, EVAL)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(first.parameters(), second.parameters(), strict=True))

@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from features.progress import Progress
+from recsys.runtime import progress as progress_module
+from recsys.runtime.progress import Progress
 
 logger = logging.getLogger("tests.progress")
 
@@ -31,3 +32,15 @@ def test_progress_without_a_total_and_between_intervals(caplog: pytest.LogCaptur
     assert caplog.messages == [caplog.messages[0]]
     assert caplog.messages[0].startswith("policies: 3 parts, 30 rows, ")
     assert quiet.rows == 10
+
+
+def test_rows_that_are_the_unit_are_counted_once_and_the_interval_is_read_when_made(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(progress_module, "EVERY_SECONDS", 0.0)
+    with caplog.at_level(logging.INFO, logger="tests.progress"):
+        progress = Progress(logger, "evaluation", total=10, unit="users", rows_are="users")
+        progress.update(done=4, rows=4)
+    (line,) = caplog.messages
+    assert line.startswith("evaluation: 4 of 10 users (40%), ")
+    assert line.count("users") == 2 and "users/s, ETA " in line  # "4 of 10 users", "N users/s": no "4 users" again

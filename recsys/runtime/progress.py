@@ -1,7 +1,8 @@
-"""Progress of long data work in the log: how far, how fast (rows/s) and, where the total is known, the ETA.
+"""Progress of a long step in the log: how far, how fast (rows/s) and, where the total is known, the ETA.
 
-A prepare of 10^8 interactions runs for minutes; one line every few seconds says it is alive and when it will end,
-without flooding the log of a small prepare (which finishes before the first line is due).
+A prepare of 10^8 interactions or an evaluation of 10^6 users runs for minutes; one line every few seconds says it is
+alive and when it will end, without flooding the log of a small run (which finishes before the first line is due).
+Terminals may show a tqdm bar as well; this is what a log reader (a pipeline's, a service's) sees.
 
 Example:
     >>> progress = Progress(logging.getLogger("demo"), "reading", total=100.0, unit="MB")
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 
-EVERY_SECONDS = 5.0
+EVERY_SECONDS = 5.0  # read when a `Progress` is made, so a test may shorten it
 
 
 class Progress:
@@ -26,8 +27,8 @@ class Progress:
         what: what is under way, e.g. "reading user_sequence.txt".
         total: the amount of work in `unit`s (bytes, parts), or None when it is not known in advance.
         unit: the unit of `done` and `total`, e.g. "MB" or "parts".
-        rows_are: what a row is, e.g. "lines".
-        every: seconds between two lines.
+        rows_are: what a row is, e.g. "lines"; when it is `unit` (users done, users counted), the count is said once.
+        every: seconds between two lines; None: `EVERY_SECONDS`.
     """
 
     def __init__(
@@ -38,14 +39,14 @@ class Progress:
         total: float | None,
         unit: str,
         rows_are: str = "rows",
-        every: float = EVERY_SECONDS,
+        every: float | None = None,
     ):
         self.logger = logger
         self.what = what
         self.total = total
         self.unit = unit
         self.rows_are = rows_are
-        self.every = every
+        self.every = EVERY_SECONDS if every is None else every
         self.rows = 0
         self._start = time.monotonic()
         self._last_log = self._start
@@ -57,8 +58,9 @@ class Progress:
         if now - self._last_log < self.every:
             return
         self._last_log = now
-        elapsed = now - self._start
-        counted = f"{self.rows:,} {self.rows_are}, {self.rows / elapsed:,.0f} {self.rows_are}/s"
+        elapsed = max(now - self._start, 1e-9)
+        rate = f"{self.rows / elapsed:,.0f} {self.rows_are}/s"
+        counted = rate if self.rows_are == self.unit else f"{self.rows:,} {self.rows_are}, {rate}"
         if self.total:
             eta = elapsed * (self.total - done) / done if done else float("nan")
             share = f"{done:,.0f} of {self.total:,.0f} {self.unit} ({done / self.total:.0%})"

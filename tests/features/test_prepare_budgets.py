@@ -1,0 +1,49 @@
+"""The prepare's budgets: the memory budget is checked against the resident memory, the time budget against the
+clock, between batches (the synthetic generator's chunks included) and parts; running out names the knob."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from features.loaders import open_amazon_p5
+from features.prepare import dry_run, prepare
+from features.sources import open_source
+from recsys.errors import BudgetExceeded, ConfigError
+from recsys.runtime import progress
+
+
+def test_a_memory_budget_below_the_resident_memory_stops_the_generator_and_writes_nothing(tmp_path: Path) -> None:
+    raw = open_source("synthetic", None, num_users=300, num_items=100)
+    out = tmp_path / "out"
+    with pytest.raises(BudgetExceeded) as caught:
+        prepare(raw, out, memory_budget_gb=0.01)  # the imports alone hold ~0.3 GiB
+    message = str(caught.value)
+    assert message.startswith("the prepare: holds ")
+    assert "over its budget of 0.01 GiB (reading the input, after 1 batch(es) of about 0.2 MB)" in message
+    assert message.endswith("Fix: raise --memory-budget-gb (data.memory_budget_gb in a config)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no output, no temporary directory
+
+
+def test_a_time_budget_stops_the_prepare_and_the_dry_run(p5_dir: Path, tmp_path: Path) -> None:
+    for run in (lambda: prepare(open_amazon_p5(p5_dir), tmp_path / "out", max_seconds=1e-9),
+                lambda: dry_run(open_amazon_p5(p5_dir), max_seconds=1e-9)):  # fmt: skip
+        with pytest.raises(BudgetExceeded, match=r"^the prepare: ran .* over its time budget of 1e-09 s \(reading"):
+            run()
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="--max-seconds must be > 0"):
+        dry_run(open_amazon_p5(p5_dir), max_seconds=0.0)
+
+
+def test_within_its_budgets_the_prepare_logs_its_progress(
+    p5_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(progress, "EVERY_SECONDS", 0.0)  # a line per part, not one every few seconds
+    with caplog.at_level(logging.INFO, logger="features"):
+        summary = prepare(open_amazon_p5(p5_dir), tmp_path / "out", partitions=2, max_seconds=600.0)
+    assert summary.num_interactions == 11
+    lines = [line for line in caplog.messages if line.startswith("applying the policies: ")]
+    assert lines[0].startswith("applying the policies: 1 of 2 parts (50%), ")
+    assert "interactions/s, ETA " in lines[0]
