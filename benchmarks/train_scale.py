@@ -47,7 +47,7 @@ from recsys.training.recipes import NextItemRecipe, NextItemTraining, recipe_for
 from recsys.training.trainer import train_one_epoch
 
 logger = logging.getLogger("benchmarks.train_scale")
-EXPERIMENT = "configs/scale/sasrec-synthetic.yaml"  # the model and its training; the settings below override it
+EXPERIMENT = "configs/train-scale/sasrec.yaml"  # the model and its training; the settings below override it
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ def train_step(
         features: the catalog's semantic IDs and content embeddings, for the models that read them.
     """
     data = load_data(data_dir, config.data.domain)
+    torch.manual_seed(config.train.seed)  # the initial weights follow train.seed, not what ran before in the process
     model = build_model(config.model.name, config.model.params, data.num_items, model_inputs(config, data, features))
     with start_tracking(config.tracking, config.experiment_name, config.name) as tracker:
         tracker.log_params({**_logged_config(config), "data_dir": str(data_dir)})
@@ -175,8 +176,8 @@ def _train_per_domain(
     assert isinstance(model, DomainScorer)
     settings = config.model.training_settings()
     embedding_rank = getattr(model.config, "embedding_rank", 0)
-    if embedding_rank and (not isinstance(settings, NextItemTraining) or settings.loss != "full_softmax"
-                           or config.train.weight_decay):  # fmt: skip
+    full_softmax = isinstance(settings, NextItemTraining) and settings.resolved_loss(data.num_items) == "full_softmax"
+    if embedding_rank and (not full_softmax or config.train.weight_decay):
         raise ConfigError(
             f"item adapters (model.params.embedding_rank={embedding_rank}) share one table of item rows across "
             "domains: training a domain must leave the others' rows alone, which needs model.training.loss: "

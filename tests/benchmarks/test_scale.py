@@ -41,7 +41,9 @@ def test_smoke_run_measures_every_step_and_the_p5_text_reads_back(
             assert 0 < run["cpu_s"] and 0 < run["wall_s"] < 60 and 0 < run["disk_gib"]
             assert 0.005 < run["peak_rss_gib"] < 2  # its own peak, not the parent's (torch imported: ~0.25 GiB)
         assert all(value is not None for value in result["steps"][name]["exponents"].values())
-    for name in ("train_epoch", "evaluate", "serving_p99"):  # no command yet, or needing a step without one
+    for name in ("train_epoch", "evaluate"):  # the library's own steps, run at every size up to their max_users
+        assert {run["status"] for run in result["steps"][name]["runs"]} == {"ok"}
+    for name in ("index_build", "bundle_load", "serving_p99"):  # measured at 10^6 items by their own benchmarks
         assert {run["status"] for run in result["steps"][name]["runs"]} == {"skipped"}
         assert all(run["note"] and run["wall_s"] is None for run in result["steps"][name]["runs"])
     # the P5 text form of each size, prepared again, holds the interactions the synthetic prepare kept

@@ -106,3 +106,22 @@ def test_tracking_off_writes_the_model_dir_and_no_mlflow_store(
     assert (tmp_path / "models" / "tiny-sasrec" / "model.pt").is_file()
     assert not (tmp_path / "mlflow.db").exists()
     assert "MLflow tracking is off" in caplog.text
+
+
+def test_the_initial_weights_follow_the_seed_not_what_ran_before(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    """A run that prepared its data in the same process, or drew random numbers before, starts from the same
+    weights: with one CPU thread (bit-reproducible training) the two models are identical."""
+    overrides = {"train": {"epochs": 1, "threads": 1}, "tracking": {"enabled": False}}
+    weights, threads = [], torch.get_num_threads()
+    try:
+        for draws in (0, 1000):
+            torch.rand(draws)  # what an earlier step of the process may have drawn from the global generator
+            work = tmp_path / f"after-{draws}"
+            work.mkdir()
+            outputs = train(load_config(tiny_config(work, **overrides)), work)
+            weights.append(load_model_dir(outputs.model_dir).model.state_dict())
+    finally:
+        torch.set_num_threads(threads)  # train.threads sets the process's
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
