@@ -176,8 +176,8 @@ class Recommender:
         scores, ids = self._similar.search(queries, min(k + extra, self.num_items))
         found = []
         for row in range(len(histories)):
-            seen = set(histories.row(row).tolist()) if bool(exclude[row]) else set()
-            kept = [(int(i), float(v)) for i, v in zip(ids[row], scores[row], strict=True) if int(i) not in seen | {-1}]
+            skip = {-1, *histories.row(row).tolist()} if bool(exclude[row]) else {-1}  # -1: fewer found than asked
+            kept = [(int(i), float(v)) for i, v in zip(ids[row], scores[row], strict=True) if int(i) not in skip]
             found.append(([i for i, _ in kept[:k]], [v for _, v in kept[:k]]))
         return found
 

@@ -404,7 +404,11 @@ class PreparedParts:
         return _sequence_data(inter, self.catalog.items, users, self.catalog.meta, self.data_dir)
 
     def item_counts(self) -> torch.Tensor:
-        """(V+1,) training interactions per item, counted one part at a time."""
+        """(V+1,) training interactions per item, counted one part at a time (once: every part is read for it)."""
+        return self._item_counts
+
+    @cached_property
+    def _item_counts(self) -> torch.Tensor:
         counts = torch.zeros(self.num_items + 1, dtype=torch.int64)
         for path in self.files:
             counts += self.read([path]).item_counts()
