@@ -361,8 +361,10 @@ def plan_prepared(
         items[ITEM_CODE], items[ITEM_IDX]
     )
     items = mark_cold(items.drop(ITEM_CODE), settings.cold_start_fraction, settings.seed)
+    users_of_part = users.partition_by(PART, as_dict=True)  # one pass: a filter per part would read all users each
+    no_users = users.clear()
     indexed = tuple(
-        index_interactions(path, users.filter(pl.col(PART) == index), item_idx_of_code)
+        index_interactions(path, users_of_part.get((index,), no_users), item_idx_of_code)
         for index, path in enumerate(clean.files)
     )
     num_interactions = sum(count.kept_rows for count in clean.counts)

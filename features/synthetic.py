@@ -207,7 +207,7 @@ class _Catalog:
     category: np.ndarray  # (N,) int, global category index; items are sorted by it
     brand: np.ndarray  # (N,) int, index into the domain's brands
     popularity: np.ndarray  # (N,) float, Zipf weight normalised to sum 1 within each category
-    cdf_key: np.ndarray  # (N,) float, category + within-category CDF: searchsorted(cat + u) samples
+    search_items: _KeySearch  # over category + within-category CDF keys: search_items(cat + u) draws from cat
     item_ids: pl.Series  # (N,) str, "i00042"
     titles: list[str]
     category_names: list[str]  # (C,)
@@ -257,6 +257,42 @@ def _group_cdf_keys(group: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return keys
 
 
+@dataclass(frozen=True)
+class _KeySearch:
+    """`np.searchsorted(keys, x, side="right")` over sorted keys in [0, G] (`_group_cdf_keys`), through a guide table.
+
+    The table holds, for `per_unit` evenly spaced points per unit of key, how many keys lie at or below each; the
+    answer for x lies between the entries of the points around it, so a few vectorised bisection steps over that
+    window give exactly searchsorted's answer. The full search misses the cache at every level once the keys
+    outgrow it: at 10^6 items the walk's draws took 2x as long per draw as at 10^5, and were its largest cost.
+    """
+
+    keys: np.ndarray  # (N,) sorted
+    per_unit: int
+    guide: np.ndarray  # (G * per_unit + 1,) int64: how many keys are <= j / per_unit
+    steps: int  # bisection steps that close the widest window
+
+    @classmethod
+    def build(cls, keys: np.ndarray, num_groups: int) -> _KeySearch:
+        per_unit = max(1, len(keys) // max(num_groups, 1))  # about one key per point
+        guide = np.searchsorted(keys, np.arange(num_groups * per_unit + 1) / per_unit, side="right")
+        widest = int((guide[3:] - guide[:-3]).max()) if len(guide) > 3 else len(keys)  # a window spans 3 points
+        return cls(keys, per_unit, guide, steps=int(np.ceil(np.log2(widest + 1))))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        point = np.floor(x * self.per_unit).astype(np.int64)
+        last = len(self.guide) - 1
+        # from one point below x to two above: the answer lies in between whatever the rounding of x * per_unit
+        lo = self.guide[np.clip(point - 1, 0, last)]
+        hi = self.guide[np.clip(point + 2, 0, last)]
+        for _ in range(self.steps):
+            mid = (lo + hi) >> 1
+            below = (mid < hi) & (self.keys[np.minimum(mid, len(self.keys) - 1)] <= x)
+            lo = np.where(below, mid + 1, lo)
+            hi = np.where(below, hi, mid)
+        return lo
+
+
 def _build_catalog(config: SyntheticConfig, rng: np.random.Generator) -> _Catalog:
     """Split items over domains and categories, draw brands and popularity, and make titles."""
     num_domains = len(config.domains)
@@ -291,7 +327,7 @@ def _build_catalog(config: SyntheticConfig, rng: np.random.Generator) -> _Catalo
         category=cat,
         brand=brd,
         popularity=pop,
-        cdf_key=_group_cdf_keys(cat, pop),
+        search_items=_KeySearch.build(_group_cdf_keys(cat, pop), len(category_names)),
         item_ids=pl.Series(ITEM_ID, [f"i{i:0{width}d}" for i in range(config.num_items)], dtype=pl.String),
         titles=_make_titles(config, dom, brd, [category_names[c] for c in cat], rng),
         category_names=category_names,
@@ -509,7 +545,7 @@ def _walk(
             new = np.where(use_end, _sample_rows(rng, users.cdf_end), _sample_rows(rng, users.cdf_start))
             focus = np.where(switch, new, focus)
         # Taste draw: best of two popularity-drawn items of the focus category, chosen by affinity.
-        cand = np.searchsorted(catalog.cdf_key, focus[:, None] + rng.random((num_users, 2)), side="right")
+        cand = catalog.search_items(focus[:, None] + rng.random((num_users, 2)))
         cand = np.minimum(cand, len(catalog.category) - 1)  # (B, 2)
         aff = _affinity(config, users, items, rows[:, None], cand)
         score = config.affinity_choice * aff + rng.gumbel(size=cand.shape)
@@ -693,9 +729,8 @@ def iter_synthetic(config: SyntheticConfig, users_per_chunk: int = 100_000) -> I
     The rows do not depend on `users_per_chunk`: above the single-stream sizes every block of `USERS_PER_BLOCK`
     users draws from its own stream (seed, block), so memory holds the catalog, one block's arrays and the chunk
     (~35 bytes per interaction), however many users there are. Below them the dataset is drawn whole, then split.
-    Streamed to parquet in chunks of 100k users on 2 shared CPU cores (benchmarks/results/synthetic-scale.json):
-    10^6 users x 10^5 items (16.6M interactions) in 29 s at 0.76 GiB peak RSS; 10^7 users x 10^6 items (166M) in
-    421 s at 0.94 GiB (0.25 GiB of either is the imports).
+    Streamed to parquet on 2 CPU cores (the generate step of benchmarks/results/scale-cpu2.json): 10^6 users x 10^5
+    items (16.6M interactions) in 24 s at 0.49 GiB peak RSS; 10^7 users x 10^6 items (166M) in 261 s at 0.76 GiB.
 
     Args:
         config: sizes and knobs.

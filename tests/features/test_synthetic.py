@@ -334,3 +334,23 @@ def test_catalog_of_100k_items_builds_in_seconds() -> None:
 def test_users_per_chunk_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="users_per_chunk"):
         iter_synthetic(SMALL, users_per_chunk=0)
+
+
+@pytest.mark.parametrize("zipf", [0.8, 2.5])  # 2.5: most keys crowd a few points of the guide
+def test_key_search_answers_as_searchsorted(zipf: float) -> None:
+    rng = np.random.default_rng(3)
+    group = np.sort(rng.integers(0, 7, 5_000))
+    weight = np.concatenate([synthetic._zipf_weights(rng, size, zipf) for size in np.bincount(group) if size])
+    keys = synthetic._group_cdf_keys(group, weight)
+    search = synthetic._KeySearch.build(keys, num_groups=7)
+    queries = np.concatenate(
+        [
+            rng.integers(0, 7, 20_000) + rng.random(20_000),  # the walk's draws: group + u
+            keys,  # exactly on a key
+            np.nextafter(keys, -np.inf),
+            np.arange(search.guide.size) / search.per_unit,  # exactly on a point of the guide
+            np.arange(8.0),
+        ]
+    )
+
+    assert np.array_equal(search(queries), np.searchsorted(keys, queries, side="right"))
