@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.bundle import Bundle, BundleError
-from pipelines.tracking import store_lock
+from pipelines.tracking import artifact_root, store_lock
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +124,13 @@ def resolve_bundle(bundle: Path | None, model_name: str | None, tracking_uri: st
 
 
 def _experiment_id(client: Any, name: str, tracking_uri: str) -> str:
+    """The experiment of registrations outside a pipeline's run, created with its artifacts beside a SQLite store
+    (MLflow's default would be ./mlruns of whatever directory the process runs in)."""
     with store_lock(tracking_uri):  # two first registrations must not both create it
         experiment = client.get_experiment_by_name(name)
-        return str(experiment.experiment_id if experiment is not None else client.create_experiment(name))
+        if experiment is not None:
+            return str(experiment.experiment_id)
+        return str(client.create_experiment(name, artifact_location=artifact_root(tracking_uri)))
 
 
 def _champion(client: Any, model_name: str) -> Any | None:

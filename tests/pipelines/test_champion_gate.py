@@ -19,6 +19,7 @@ from pipelines.dashboard import EVALUATION_FILE
 from pipelines.data import load_data
 from pipelines.registry import CHAMPION, get_champion, register_bundle
 from pipelines.runner import PipelineOutputs, run_pipeline
+from pipelines.tracking import artifact_root
 from tests.conftest import popularity_valid_metric
 
 
@@ -96,6 +97,9 @@ def test_a_version_that_does_not_beat_popularity_is_registered_but_never_promote
     )
     (record,) = [r for r in caplog.records if r.name == "pipelines.registry"]
     assert record.levelno == logging.WARNING and untrained.reason in record.getMessage()
+    # a registration outside a pipeline's run keeps its artifacts beside the store, not in the working directory
+    experiment = MlflowClient(uri).get_experiment_by_name(name)
+    assert experiment.artifact_location == artifact_root(uri)
 
     assert register_bundle(bundle_with(valid=0.3, popularity=popularity), name, uri).promoted  # v2, champion
     tie = register_bundle(bundle_with(valid=popularity, popularity=popularity), name, uri, tolerance=1.0)
