@@ -42,6 +42,8 @@ from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.registry import build_model
 from recsys.models.sasrec import SASRec
 from recsys.runtime.device import apply_cpu_threads, resolve_device, use_bf16_autocast
+from recsys.runtime.distributed import Workers
+from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.optimization import build_optimization
 from recsys.training.recipes import NextItemRecipe, NextItemTraining, recipe_for
 from recsys.training.trainer import train_one_epoch
@@ -98,8 +100,9 @@ def main(argv: list[str] | None = None) -> Path:
         torch.cuda.reset_peak_memory_stats()
     counter = _Counter()
     start = time.perf_counter()
-    loss = train_one_epoch(model, recipe, counter.batches(parts, recipe, generator), optimization,
-                           use_bf16_autocast("auto", device), False, generator)  # fmt: skip
+    loss = train_one_epoch(model, DataParallelLoss(model, recipe, Workers(), find_unused_parameters=False),
+                           counter.batches(parts, recipe, generator), optimization, use_bf16_autocast("auto", device),
+                           False, generator)  # fmt: skip
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start

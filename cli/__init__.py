@@ -12,6 +12,7 @@ import warnings
 import typer
 
 from cli import data, demo, index, models, pipeline, serve, sid
+from recsys.runtime.distributed import Workers
 
 app = typer.Typer(
     help="Recommender platform: prepare data, train, evaluate and recommend.",
@@ -42,14 +43,20 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logg
 
 
 def configure_logging(verbose: bool) -> None:
+    workers = Workers.from_environment()
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
-        format=LOG_FORMAT,
+        # the processes of a distributed run share a terminal: each line says whose it is
+        format=LOG_FORMAT.replace("%(levelname)s", f"%(levelname)s [rank {workers.rank}]")
+        if workers.distributed
+        else LOG_FORMAT,
         datefmt=LOG_DATE_FORMAT,
         force=True,  # importing torchrec puts a handler on the root logger
     )
+    # the platform's progress at INFO from the first process (the others do the same work), warnings from all
+    progress = logging.INFO if workers.is_main else logging.WARNING
     for name in OUR_PACKAGES:
-        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.INFO)
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else progress)
     if not verbose:  # MLflow configures its own loggers when it is imported, after this: it reads these instead
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

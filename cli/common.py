@@ -47,6 +47,21 @@ def handle_errors() -> Iterator[None]:
         raise typer.Exit(ERROR_EXIT_CODE) from err
 
 
+def same_experiment(
+    config: Path, work_dir: Path, data_dir: Path | None, epochs: int | None, sets: list[str] | None
+) -> list[str]:
+    """The options that give another process this command's experiment (for the processes of a distributed run).
+
+    Example:
+        >>> same_experiment(Path("c.yaml"), Path("runs"), None, 3, ["train.lr=1e-3"])
+        ['--config', 'c.yaml', '--work-dir', 'runs', '--epochs', '3', '--set', 'train.lr=1e-3']
+    """
+    options = ["--config", str(config), "--work-dir", str(work_dir)]
+    options += ["--data-dir", str(data_dir)] if data_dir is not None else []
+    options += ["--epochs", str(epochs)] if epochs is not None else []
+    return options + [item for value in sets or [] for item in ("--set", value)]
+
+
 def load_experiment(config: Path, epochs: int | None, sets: list[str] | None) -> ExperimentConfig:
     """The experiment config with the command line's overrides (--set, then --epochs) applied."""
     from pipelines.config import load_config, parse_overrides

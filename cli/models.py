@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment
+from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment, same_experiment
+from cli.launch import MaxRestartsOpt, NprocOpt, launch, needs_launch
 from cli.render import metrics_table, print_tables, recommendations_table
 from recsys.errors import RecsysError
+from recsys.runtime.distributed import Workers
 
 if TYPE_CHECKING:  # pipelines import MLflow, which is slow: commands import them when they run
     from pipelines.model_dir import TrainedModel
@@ -31,14 +33,22 @@ def train_command(
     data_dir: PreparedDirOpt = None,
     epochs: EpochsOpt = None,
     sets: SetOpt = None,
+    nproc_per_node: NprocOpt = None,
+    max_restarts: MaxRestartsOpt = 0,
 ) -> None:
     """Prepare the config's data and semantic IDs, train, pick the best epoch on validation, test (the pipeline
-    until its train step: what is up to date is skipped)."""
+    until its train step: what is up to date is skipped). With --nproc-per-node N, N processes train data parallel."""
     with handle_errors():
         cfg = load_experiment(config, epochs, sets)
-        from pipelines.runner import run_pipeline  # after the config: its errors come before MLflow's import
+        from pipelines.runner import STEP_BEFORE_TRAINING, TRAIN_STEP, run_pipeline  # after the config's errors
 
-        outputs, _ = run_pipeline(cfg, work_dir, until="train_retriever", data_dir=data_dir)
+        nproc = nproc_per_node or cfg.train.nproc_per_node
+        if needs_launch(nproc):
+            run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=data_dir)  # once, not in every process
+            launch(nproc, ["train", *same_experiment(config, work_dir, data_dir, epochs, sets)], max_restarts)
+        outputs, _ = run_pipeline(cfg, work_dir, until=TRAIN_STEP, data_dir=data_dir)
+    if not Workers.from_environment().is_main:
+        return  # the first process reports the run
     model = outputs.model
     assert model is not None  # the last step run
     m = model.metrics

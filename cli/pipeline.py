@@ -9,7 +9,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment
+from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment, same_experiment
+from cli.launch import MaxRestartsOpt, NprocOpt, launch, needs_launch
+from recsys.runtime.distributed import Workers
 
 app = typer.Typer(
     help="Training pipelines (prepare -> semantic IDs -> train -> index -> evaluate -> register).", no_args_is_help=True
@@ -43,15 +45,30 @@ def run_command(
             "(default: exit at once with code 2, naming it).",
         ),
     ] = 0.0,
+    nproc_per_node: NprocOpt = None,
+    max_restarts: MaxRestartsOpt = 0,
 ) -> None:
-    """Run the config's pipeline; steps whose inputs did not change are skipped (the steps: docs/pipelines.md)."""
+    """Run the config's pipeline; steps whose inputs did not change are skipped (the steps: docs/pipelines.md). With
+    --nproc-per-node N, its train step runs on N processes."""
     with handle_errors():
         cfg = load_experiment(config, epochs, sets)  # before the runner's imports: a config error comes at once
-        from pipelines.runner import run_pipeline
+        from pipelines.runner import STEP_BEFORE_TRAINING, TRAIN_STEP, run_pipeline, runs_step
 
-        _, reports = run_pipeline(
-            cfg, work_dir, only=step, until=until, data_dir=data_dir, rerun=rerun or (), wait_s=wait
-        )
+        rerun = rerun or []
+        if needs_launch(nproc_per_node or cfg.train.nproc_per_node) and runs_step(TRAIN_STEP, step, until):
+            if step is None:  # the steps before training, once, in this process
+                run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=data_dir, rerun=rerun, wait_s=wait)
+            train = [
+                "--step" if step else "--until",
+                TRAIN_STEP,
+                *(["--rerun", TRAIN_STEP] if TRAIN_STEP in rerun else []),
+            ]
+            experiment = same_experiment(config, work_dir, data_dir, epochs, sets)
+            launch(nproc_per_node or cfg.train.nproc_per_node, ["pipeline", "run", *experiment, *train], max_restarts)
+            rerun = [name for name in rerun if name != TRAIN_STEP]  # the processes did: what is left reads their model
+        _, reports = run_pipeline(cfg, work_dir, only=step, until=until, data_dir=data_dir, rerun=rerun, wait_s=wait)
+    if not Workers.from_environment().is_main:
+        return  # the first process reports the run
     table = Table(title=f"pipeline {cfg.name}")
     for column in ("step", "status", "seconds", "outputs"):
         table.add_column(column)

@@ -43,17 +43,20 @@ from pipelines.index import build_index_step
 from pipelines.model_dir import MODEL_FILE, model_sha256
 from pipelines.registry import GateDecision, register_bundle
 from pipelines.semantic_ids import SEMANTIC_IDS_FILE, build_semantic_ids_step
-from pipelines.tracking import PARENT_TAG, Tracker, end_orphaned_runs, start_tracking
+from pipelines.tracking import PARENT_TAG, OfflineTracker, Tracker, end_orphaned_runs, start_tracking
 from pipelines.train import CatalogFeatures, TrainOutputs, train_step, training_state_path
 from recsys.data.schema import META_FILE
 from recsys.errors import RecsysError
 from recsys.retrieval.faiss_index import INDEX_FILE, FaissTopK
 from recsys.runtime.atomic import atomic_file, remove_temporaries
+from recsys.runtime.device import resolve_device
+from recsys.runtime.distributed import Workers, join, wait_for_everyone
 from recsys.runtime.lock import HeldLock, exclusive_lock
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
+TRAIN_STEP = "train_retriever"  # the step every process of a distributed run takes part in
 LOCK_FILE = "lock"  # WORK/pipelines/NAME/lock: one process runs a pipeline under a work dir at a time
 # the pipeline run's tags: whose run it is and which holder of the lock ran it
 WORK_DIR_TAG, PIPELINE_TAG = "recsys.work_dir", "recsys.pipeline"
@@ -205,6 +208,10 @@ def run_pipeline(
         if name is not None and name not in STEP_NAMES:
             raise RecsysError(f"unknown pipeline step {name!r}. Fix: one of {', '.join(STEP_NAMES)}")
     paths = ExperimentPaths.under(work_dir, config)
+    steps = STEPS[: STEP_NAMES.index(last) + 1] if last else STEPS
+    workers = join(resolve_device(config.train.device))
+    if not workers.is_main:
+        return _follow(steps, config, paths, data_dir, rerun)
     what = f"pipeline {config.name} under {work_dir} is being run"
     fix = "wait for it to finish (`--wait SECONDS` queues behind it), or use another --work-dir"
     with exclusive_lock(paths.pipeline_dir / LOCK_FILE, what=what, fix=fix, wait_s=wait_s) as lock:
@@ -214,9 +221,15 @@ def run_pipeline(
         with start_tracking(config.tracking, config.experiment_name, run_name, tags) as tracker:
             if tracker.run_id is not None:
                 _end_runs_of_killed_attempts(config, work_dir, lock)
-            steps = STEPS[: STEP_NAMES.index(last) + 1] if last else STEPS
             done, reports = _run_steps(steps, config, paths, tracker, only, data_dir, rerun)
     return done, reports
+
+
+def runs_step(name: str, only: str | None, until: str | None) -> bool:
+    """Whether a run with these `only` / `until` options runs (or skips) step `name`."""
+    if only is not None:
+        return only == name
+    return until is None or STEP_NAMES.index(name) <= STEP_NAMES.index(until)
 
 
 def _run_steps(
@@ -230,7 +243,7 @@ def _run_steps(
 ) -> tuple[PipelineOutputs, list[StepReport]]:
     """Run (or skip) `steps` in order, recording each one that ran in the state file."""
     state_path = paths.pipeline_dir / STATE_FILE
-    state: dict[str, dict[str, Any]] = json.loads(state_path.read_text()) if state_path.exists() else {}
+    state = _read_state(paths)
     done, reports = PipelineOutputs(), []
     for step in steps:
         if step.name == "prepare_data" and data_dir is not None:
@@ -242,8 +255,59 @@ def _run_steps(
                     tmp.write_text(json.dumps(state, indent=2) + "\n")
         setattr(done, step.field, report.outputs)
         reports.append(report)
+        if _before_training(step, steps):
+            wait_for_everyone()  # the other processes of a distributed run wait for this step (`_follow`)
     tracker.log_params({f"step.{r.name}": r.status for r in reports})
     return done, reports
+
+
+def _follow(
+    steps: list[_Step], config: ExperimentConfig, paths: ExperimentPaths, data_dir: Path | None, rerun: Collection[str]
+) -> tuple[PipelineOutputs, list[StepReport]]:
+    """What a process other than the first of a distributed run does: it waits for the first to run (or skip) each
+    step before training, reads their outputs, and trains beside it. The lock, the state file, MLflow and every
+    write are the first process's; steps after training are too."""
+    if TRAIN_STEP not in [step.name for step in steps]:
+        return PipelineOutputs(), []
+    done, reports = PipelineOutputs(), []
+    for step in steps[: [s.name for s in steps].index(TRAIN_STEP) + 1]:
+        if step.name == TRAIN_STEP:  # all processes train; what a process writes, only the first writes
+            report = _run_step(step, config, paths, done, _read_state(paths), OfflineTracker(), None, rerun)
+        else:
+            wait_for_everyone()  # the first process has run or skipped the step
+            report = _followed_step(step, config, paths, done, data_dir)
+        setattr(done, step.field, report.outputs)
+        reports.append(report)
+    return done, reports
+
+
+def _followed_step(
+    step: _Step, config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs, data_dir: Path | None
+) -> StepReport:
+    """A step the first process ran or skipped: its outputs, as the state file records them."""
+    if step.name == "prepare_data" and data_dir is not None:
+        return StepReport(step.name, "given", 0.0, _given(data_dir))
+    inputs = step.inputs(config, done)
+    if inputs is None:
+        return StepReport(step.name, "not applicable", 0.0, None)
+    outputs = _previous_outputs(step, _read_state(paths).get(step.name), _fingerprint(inputs))
+    if outputs is None:
+        raise RecsysError(
+            f"step {step.name} of {config.name} is not done after the first process ran it. Fix: see the first "
+            "process's log for its error"
+        )
+    return StepReport(step.name, "skipped", 0.0, outputs)
+
+
+def _before_training(step: _Step, steps: list[_Step]) -> bool:
+    """Whether `step` comes before the train step in `steps` (the other processes of a distributed run wait for it)."""
+    names = [s.name for s in steps]
+    return TRAIN_STEP in names and names.index(step.name) < names.index(TRAIN_STEP)
+
+
+def _read_state(paths: ExperimentPaths) -> dict[str, dict[str, Any]]:
+    state_path = paths.pipeline_dir / STATE_FILE
+    return json.loads(state_path.read_text()) if state_path.exists() else {}
 
 
 def _remove_temporaries(paths: ExperimentPaths) -> None:
@@ -307,8 +371,10 @@ def _run_step(
             f"step {step.name} is not up to date for {config.name}. Fix: run it first "
             f"(`recsys pipeline run --config ... --step {step.name}`, or its Airflow task)"
         )
-    if step.name in rerun and step.fresh_start is not None:
+    if step.name in rerun and step.fresh_start is not None and Workers.from_environment().is_main:
         step.fresh_start(paths)
+    if step.name == TRAIN_STEP:
+        wait_for_everyone()  # every process of a distributed run then reads the same training state (or none)
     start = time.perf_counter()
     logger.info("step %s: running", step.name)
     if step.own_run or tracker.run_id is None:  # train, evaluate and register open their own nested runs
@@ -382,12 +448,12 @@ def _sids(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutput
     return SemanticIds(build_semantic_ids_step(config.sid, done.data.data_dir, done.content.path, paths.sid_dir))
 
 
-# budgets bound a run, not its result: changing one does not make a finished step stale
-BUDGETS = {"train": {"max_memory_gb"}, "eval": {"max_seconds", "max_memory_gb"}}
+# budgets bound a run and processes spread it, neither sets what it learns: changing one leaves a finished step current
+HOW_IT_RUNS = {"train": {"max_memory_gb", "nproc_per_node"}, "eval": {"max_seconds", "max_memory_gb"}}
 
 
 def _train_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any]:
-    sections = config.model_dump(mode="json", include={"model", "train", "eval"}, exclude=BUDGETS)
+    sections = config.model_dump(mode="json", include={"model", "train", "eval"}, exclude=HOW_IT_RUNS)
     upstream = {role: model_sha256(path, _config_key(role)) for role, path in config.model.upstream_dirs().items()}
     features = {"sids": _json(done.semantic_ids), "content": _json(done.content)}
     data = {"domain": config.data.domain, "stream_parts": config.data.stream_parts, "data": _json(done.data)}
@@ -423,7 +489,7 @@ def _index(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutpu
 
 def _evaluate_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any]:
     assert done.model is not None
-    eval_section = config.model_dump(mode="json", include={"eval"}, exclude=BUDGETS)["eval"]
+    eval_section = config.model_dump(mode="json", include={"eval"}, exclude=HOW_IT_RUNS)["eval"]
     return {"eval": eval_section, "model_sha256": done.model.model_sha256, "sids": _json(done.semantic_ids)}
 
 
@@ -467,7 +533,7 @@ STEPS = [
         fresh_start=lambda paths: (paths.sid_dir / SEMANTIC_IDS_FILE).unlink(missing_ok=True),
     ),
     _Step(
-        "train_retriever", "model", TrainOutputs, _train_inputs, _train, lambda o: [o.model_dir / MODEL_FILE],
+        TRAIN_STEP, "model", TrainOutputs, _train_inputs, _train, lambda o: [o.model_dir / MODEL_FILE],
         own_run=True, fresh_start=lambda paths: training_state_path(paths.model_dir).unlink(missing_ok=True),
     ),
     _Step("build_index", "index", IndexOutputs, _index_inputs, _index, lambda o: [o.index_dir / INDEX_FILE]),
@@ -481,6 +547,7 @@ STEPS = [
     ),
 ]  # fmt: skip
 STEP_NAMES = [step.name for step in STEPS]
+STEP_BEFORE_TRAINING = STEP_NAMES[STEP_NAMES.index(TRAIN_STEP) - 1]  # what a launcher runs before its processes train
 
 
 def _json(outputs: Output | None) -> Any:

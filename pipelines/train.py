@@ -3,6 +3,7 @@ the trained models the config builds on) -> trained model directory, tracked in 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -14,7 +15,7 @@ import torch
 from pipelines.config import ExperimentConfig
 from pipelines.data import load_data
 from pipelines.model_dir import POPULARITY_VALID, load_trained_model, model_sha256, write_model_dir
-from pipelines.tracking import Tracker, start_tracking
+from pipelines.tracking import OfflineTracker, Tracker, start_tracking
 from recsys.data.prepared import PreparedParts, SequenceData, TrainingData
 from recsys.data.splits import TEST, VALID
 from recsys.errors import ConfigError
@@ -23,6 +24,7 @@ from recsys.evaluation.slices import slice_metrics
 from recsys.inference import DomainScorer, VectorScorer
 from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.registry import Model, ModelInputs, build_model
+from recsys.runtime.distributed import Workers
 from recsys.semantic_ids.codes import read_semantic_ids
 from recsys.semantic_ids.content import read_content_embeddings
 from recsys.training.recipes import NextItemTraining, Recipe, recipe_for
@@ -64,17 +66,23 @@ def train_step(
         out_dir: the model directory to write (replaced atomically if it holds an earlier model).
         features: the catalog's semantic IDs and content embeddings, for the models that read them.
     """
+    workers = Workers.from_environment()  # of a distributed run, the first process alone tracks and writes
     data = load_data(data_dir, config.data.domain)
     torch.manual_seed(config.train.seed)  # the initial weights follow train.seed, not what ran before in the process
     model = build_model(config.model.name, config.model.params, data.num_items, model_inputs(config, data, features))
-    with start_tracking(config.tracking, config.experiment_name, config.name) as tracker:
+    tracking = start_tracking(config.tracking, config.experiment_name, config.name) if workers.is_main else None
+    with tracking or contextlib.nullcontext(OfflineTracker()) as tracker:
         tracker.log_params({**_logged_config(config), "data_dir": str(data_dir)})
         start = time.perf_counter()
         fitted = _train(model, data, config, tracker, training_state_path(out_dir), data_dir)
+        valid = evaluate(model, data.eval_split(VALID), data.num_items, config.eval, workers=workers).metrics
+        test = _test_metrics(model, data, config, workers)
+        if not workers.is_main:
+            return TrainOutputs(out_dir, "", {VALID: valid, **test}, None, isinstance(model, VectorScorer))
         metrics: dict[str, Any] = {
-            VALID: evaluate(model, data.eval_split(VALID), data.num_items, config.eval).metrics,
+            VALID: valid,
             POPULARITY_VALID: _popularity_valid_metrics(data, config),
-            **_test_metrics(model, data, config),
+            **test,
             **_timings(fitted, time.perf_counter() - start),
         }
         if fitted and fitted.expert_load:
@@ -225,10 +233,12 @@ def _popularity_valid_metrics(data: SequenceData, config: ExperimentConfig) -> d
     return evaluate(popularity, data.eval_split(VALID), data.num_items, config.eval).metrics
 
 
-def _test_metrics(model: Model, data: SequenceData, config: ExperimentConfig) -> dict[str, dict[str, float]]:
+def _test_metrics(
+    model: Model, data: SequenceData, config: ExperimentConfig, workers: Workers
+) -> dict[str, dict[str, float]]:
     """Test metrics; with a cold-start split, also the slice of users whose test target is a cold item."""
     split = data.eval_split(TEST)
-    result = evaluate(model, split, data.num_items, config.eval)
+    result = evaluate(model, split, data.num_items, config.eval, workers=workers)
     out = {TEST: result.metrics}
     cold_targets = data.cold_mask[split.targets]
     if bool(cold_targets.any()):

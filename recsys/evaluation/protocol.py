@@ -18,6 +18,7 @@ from recsys.evaluation.item_blocks import rank_in_item_blocks
 from recsys.evaluation.metrics import catalog_coverage, ranking_metrics, target_ranks
 from recsys.inference import Scorer, VectorScorer, mask_unrankable, top_k
 from recsys.runtime.budget import Budget, limit
+from recsys.runtime.distributed import Workers, gather_rows
 from recsys.runtime.progress import Progress
 
 logger = logging.getLogger(__name__)
@@ -93,7 +94,12 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate(
-    scorer: Scorer, split: EvalSplit, num_items: int, config: EvalConfig | None = None, sample: UserSample | None = None
+    scorer: Scorer,
+    split: EvalSplit,
+    num_items: int,
+    config: EvalConfig | None = None,
+    sample: UserSample | None = None,
+    workers: Workers | None = None,
 ) -> EvalResult:
     """Rank every user's target among all V items and average the metrics.
 
@@ -108,6 +114,8 @@ def evaluate(
         num_items: V.
         config: ks, exclusion and batching; defaults to the platform's protocol.
         sample: evaluate only this sample of the users (a quick look, labelled as such in the result).
+        workers: the processes of a distributed run, which every one of them calls this with: each ranks every
+            world_size-th user, and all get the ranks of every user, so the metrics are the single process's exactly.
 
     Raises:
         BudgetExceeded: the evaluation ran past `config.max_seconds` or held more than `config.max_memory_gb`.
@@ -116,11 +124,13 @@ def evaluate(
     list_length = max(config.ks)
     users = torch.arange(len(split.targets)) if sample is None else sample.rows(len(split.targets))
     blocks = _vectors_for_item_blocks(scorer, num_items, config.item_block)
+    workers = workers or Workers()
+    mine = users[workers.rank :: workers.world_size]
     ranks = torch.empty(len(users), dtype=torch.int64)
     tops = torch.empty(len(users), list_length, dtype=torch.int64)
     guard = config.budget().start()
-    progress = Progress(logger, "evaluation", total=len(users), unit="users", rows_are="users")
-    for rows, histories, width in history_batches(split, scorer.max_history, config.batch_size, users):
+    progress = Progress(logger, "evaluation", total=len(mine), unit="users", rows_are="users")
+    for rows, histories, width in history_batches(split, scorer.max_history, config.batch_size, mine):
         padded, times, targets = histories.to_padded(width), split.times(rows, width), split.targets[rows]
         seen = histories if config.exclude_seen else None
         if blocks is None:
@@ -141,12 +151,23 @@ def evaluate(
         slots = torch.searchsorted(users, rows)  # `users` is ascending: where each row's results go
         ranks[slots], tops[slots] = batch_ranks.cpu(), batch_tops.cpu()
         progress.update(done=progress.rows + len(rows), rows=len(rows))
-        guard.check(f"after {progress.rows:,} of {len(users):,} users")
+        guard.check(f"after {progress.rows:,} of {len(mine):,} users")
     progress.finish()
+    if workers.distributed:
+        ranks, tops = _gathered(ranks, tops, workers)
     metrics = ranking_metrics(ranks, config.ks)
     for k in config.ks:
         metrics[f"coverage@{k}"] = catalog_coverage(tops[:, :k], num_items)
     return EvalResult(metrics=metrics, ranks=ranks, config=config, sample=sample)
+
+
+def _gathered(ranks: torch.Tensor, tops: torch.Tensor, workers: Workers) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every process's results in place: rank r filled the slots r, r + world_size, ... of `ranks` and `tops`."""
+    slots = torch.arange(workers.rank, len(ranks), workers.world_size)
+    mine = torch.cat([slots[:, None], ranks[slots, None], tops[slots]], dim=1)
+    for theirs in gather_rows(mine, workers):
+        ranks[theirs[:, 0]], tops[theirs[:, 0]] = theirs[:, 1], theirs[:, 2:]
+    return ranks, tops
 
 
 def _vectors_for_item_blocks(

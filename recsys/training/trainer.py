@@ -2,6 +2,11 @@
 
 Checkpoints are chosen on validation metrics only; the caller evaluates the test split once, after. What differs
 between model families (batches, loss) is the recipe's (`recsys.training.recipes`).
+
+Started by the elastic launcher on several processes (`recsys.runtime.distributed`), the same `fit` trains data
+parallel (`recsys.training.data_parallel`): each process takes its share of every batch, validation splits the users
+over the processes and gives every one the same metrics, so all take the same early-stopping decision and keep the
+same best weights; the first process alone writes the training state.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
@@ -25,15 +31,17 @@ from tqdm.auto import tqdm
 from recsys.data.prepared import TrainingData
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, UserSample, evaluate
-from recsys.inference import Scorer
+from recsys.inference import DomainScorer, Scorer
 from recsys.models import TrainingFamily
 from recsys.modules.moe import expert_load
 from recsys.runtime.budget import Budget, limit
 from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
 from recsys.runtime.device import apply_cpu_threads, resolve_device, use_bf16_autocast
+from recsys.runtime.distributed import join, sum_over_workers
 from recsys.runtime.progress import Progress
 from recsys.runtime.validation import Fraction
 from recsys.training.averaging import WeightAverage
+from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.optimization import Optimization, build_optimization
 from recsys.training.recipes import TRAINING_SETTINGS, Recipe, recipe_for
 
@@ -71,6 +79,9 @@ class TrainConfig:
     # Embedding tables, optimizer state and the softmax stay fp32 either way.
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     threads: PositiveInt | None = None  # CPU training: torch threads; None = torch's default (one per core)
+    # processes that train data parallel on this host (`recsys train` starts them through torch's elastic launcher:
+    # one per GPU, or CPU processes under gloo); under torchrun, the launcher's WORLD_SIZE decides instead
+    nproc_per_node: PositiveInt = 1
     # validate each epoch on a seeded sample of this many users (a large catalogue's full pass costs as much as
     # training); the chosen checkpoint is then validated once on every user, and that is the run's valid metric.
     # None = every user every epoch
@@ -135,7 +146,7 @@ def fit(
     if state_path is not None:
         run.resume(state_path)
     for epoch in run.epochs_left():
-        loss = run.train_epoch()
+        loss = run.train_epoch(epoch)
         if epoch % config.eval_every and epoch != config.epochs:
             continue
         metrics = run.validate(epoch, loss, eval_config)
@@ -153,7 +164,9 @@ class _TrainingRun:
 
     def __init__(self, model: nn.Module, data: TrainingData, config: TrainConfig, recipe: Recipe) -> None:
         self.config, self.recipe, self.data = config, recipe, data
-        self.device = resolve_device(config.device)
+        device = resolve_device(config.device)
+        self.workers = join(device)
+        self.device = self.workers.device(device)  # its own GPU, for one of several processes
         self.run_key = _run_key(model, data, config, recipe)  # before the move: the digest reads host memory
         self.model = model.to(self.device)
         if self.device.type == "cpu":
@@ -162,6 +175,9 @@ class _TrainingRun:
         logger.info("training on %s, bf16 autocast %s", self.device, self.use_bf16)
         torch.manual_seed(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
+        # a domain's adapter trains alone: the other domains' parameters sit its steps out
+        skips = recipe.may_skip_parameters or isinstance(model, DomainScorer)
+        self.loss = DataParallelLoss(model, recipe, self.workers, find_unused_parameters=skips)
         # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
         steps_per_epoch = _steps_per_epoch(data, recipe) if config.lr_schedule == "cosine" else 0
         self.optimization = build_optimization(
@@ -193,18 +209,27 @@ class _TrainingRun:
         first = self.config.epochs + 1 if self.early_stopped else self.epoch + 1
         yield from range(first, self.config.epochs + 1)
 
-    def train_epoch(self) -> float:
+    def train_epoch(self, epoch: int) -> float:
         """One epoch of the recipe's batches; the epoch's wall time is recorded; returns the mean loss per target."""
         start = time.perf_counter()
         expert_load(self.model)  # count this epoch's routing only (validation routes examples too)
         pieces = self.data.training_epoch(self.generator)
         batches = (batch for rows in pieces for batch in self.recipe.batches(rows, self.generator))
         loss = train_one_epoch(
-            self.model, self.recipe, batches, self.optimization, self.use_bf16, self.config.progress, self.generator,
-            self.average, self.budget,
+            self.model, self.loss, batches, self.optimization, self.use_bf16, self.config.progress,
+            self._loss_generator(epoch), self.average, self.budget,
         )  # fmt: skip
         self.result.epoch_seconds.append(time.perf_counter() - start)
         return loss
+
+    def _loss_generator(self, epoch: int) -> torch.Generator:
+        """What the loss draws from (negatives): the data's generator in one process; on several, one per process and
+        epoch, so that the data's stays the same on every process (each packs the same batches) and a resumed epoch
+        draws what it drew."""
+        if not self.workers.distributed:
+            return self.generator
+        seed = np.random.SeedSequence([self.config.seed % 2**32, epoch, self.workers.rank]).generate_state(1)[0]
+        return torch.Generator().manual_seed(int(seed))
 
     def validate(self, epoch: int, loss: float, eval_config: EvalConfig) -> dict[str, float]:
         """Rank the validation split with the weights that would be kept (the EMA's with it on); keep them when the
@@ -214,7 +239,7 @@ class _TrainingRun:
         start = time.perf_counter()
         with self.average.applied() if self.average is not None else contextlib.nullcontext():
             scorer: Scorer = self.model  # type: ignore[assignment]
-            ranked = evaluate(scorer, self.valid, self.data.num_items, eval_config)
+            ranked = evaluate(scorer, self.valid, self.data.num_items, eval_config, workers=self.workers)
             metrics = {"loss": loss, **ranked.metrics}
             improved = metrics[self.config.monitor] > self.best_score
             if improved:
@@ -243,7 +268,8 @@ class _TrainingRun:
             )  # fmt: skip
             return True
         budget = self.config.max_train_seconds
-        if budget is not None and self.result.train_seconds > budget:
+        spent = budget is not None and self.result.train_seconds > budget
+        if sum_over_workers(torch.tensor([float(spent)])).item() > 0:  # every process stops if one is out of time
             logger.warning(
                 "time budget of %.0f s spent after epoch %d; stopping (a larger budget resumes from here)",
                 budget,
@@ -261,7 +287,8 @@ class _TrainingRun:
         self.model.eval()
         if self.valid_sample is not None and self.result.best_valid:
             scorer: Scorer = self.model  # type: ignore[assignment]
-            full = evaluate(scorer, self.data.eval_split("valid"), self.data.num_items, eval_config).metrics
+            valid = self.data.eval_split("valid")
+            full = evaluate(scorer, valid, self.data.num_items, eval_config, workers=self.workers).metrics
             sampled = {k: v for k, v in self.result.best_valid.items() if k in full}
             logger.info("epoch %d on every user: valid %s %.4f (%.4f on the sample)", self.result.best_epoch,
                         self.config.monitor, full[self.config.monitor], sampled[self.config.monitor])  # fmt: skip
@@ -270,7 +297,10 @@ class _TrainingRun:
         return self.result
 
     def save(self, path: Path) -> None:
-        """Everything needed to continue after this validated epoch, as one file (atomically)."""
+        """Everything needed to continue after this validated epoch, as one file (atomically), by the first process:
+        the others hold the same weights and optimizer state."""
+        if not self.workers.is_main:
+            return
         save_checkpoint(
             path,
             {
@@ -311,10 +341,10 @@ def _run_key(model: nn.Module, data: TrainingData, config: TrainConfig, recipe: 
     training it), the model's settings, the recipe's and the optimisation's. So new data of the same shape (the next
     day's) or a retrained first stage under a ranker trains afresh rather than resuming a finished run.
 
-    The time budget, patience, progress bar and compilation may change between attempts, and so may the
-    epoch count under a constant learning rate (a cosine schedule is planned over it, so there it must not).
+    The time budget, patience, progress bar, compilation and number of processes may change between attempts, and so
+    may the epoch count under a constant learning rate (a cosine schedule is planned over it, so there it must not).
     """
-    resumable = {"max_train_seconds", "max_memory_gb", "patience", "progress", "compile"}
+    resumable = {"max_train_seconds", "max_memory_gb", "patience", "progress", "compile", "nproc_per_node"}
     if config.lr_schedule == "constant":
         resumable.add("epochs")
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in resumable}
@@ -349,7 +379,7 @@ def _recipe_key(recipe: Recipe) -> str:
 
 def train_one_epoch(
     model: nn.Module,
-    recipe: Recipe,
+    loss_of: DataParallelLoss,
     batches: Iterable[Any],
     optimization: Optimization,
     use_bf16: bool,
@@ -359,7 +389,7 @@ def train_one_epoch(
     budget: Budget | None = None,
 ) -> float:
     """One pass over `batches` (one scheduler step, and `average` update, per batch), its progress logged (targets/s)
-    and `budget` checked after every step; returns the mean loss per target."""
+    and `budget` checked after every step; returns the mean loss per target (over every process's)."""
     model.train()
     device = next(model.parameters()).device
     total, count = torch.zeros((), device=device), 0  # summed on the device: no host sync per step
@@ -370,17 +400,18 @@ def train_one_epoch(
         tqdm(batches, desc="train", leave=False, disable=None if progress else True, unit="batch"), start=1
     ):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-            loss, n = recipe.loss(model, batch.to(device), generator)
+            loss, summed, n = loss_of(batch.to(device), generator)
         optimization.zero_grad()
         loss.backward()
         optimization.step()
         if average is not None:
             average.update()
-        total += loss.detach().float() * n
+        total += summed
         count += n
         logged.update(done=step, rows=n)
         guard.check(f"after {step:,} steps of the epoch")
-    return float(total) / max(count, 1)
+    everyone = sum_over_workers(torch.stack([total, torch.tensor(float(count), device=device)]))
+    return float(everyone[0]) / max(float(everyone[1]), 1.0)
 
 
 def _steps_per_epoch(data: TrainingData, recipe: Recipe) -> int:

@@ -9,7 +9,7 @@ settings' type says the family (`TRAINING_SETTINGS`, keyed by `recsys.models.Tra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import nn
@@ -40,6 +40,9 @@ TRAINING_SETTINGS: dict[TrainingFamily, type[TrainingSettings]] = {
 
 
 class Recipe(Protocol):
+    # whether a step may leave parameters out of the loss (data-parallel training must then look for them)
+    may_skip_parameters: ClassVar[bool]
+
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[Any]:
         """Shuffled batches of `rows` (each with a `.to(device)`): one epoch's, or one shuffle buffer's of it."""
         ...

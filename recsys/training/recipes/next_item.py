@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 import torch
 from pydantic import NonNegativeInt, PositiveInt
@@ -107,6 +107,8 @@ class NextItemRecipe:
         reads_timestamps: pack the inputs' and targets' times beside them (time-aware models).
         holdout_last: training rows lose their last this-many items.
     """
+
+    may_skip_parameters: ClassVar[bool] = False
 
     max_history: int
     rows_per_batch: int

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +45,8 @@ def pair_batches(
 class GenerativeRecipe:
     """TIGER-style: cross-entropy on each level of the next item's semantic ID."""
 
+    may_skip_parameters: ClassVar[bool] = False
+
     max_history: int
     batch_size: int
     label_smoothing: float = 0.0
@@ -69,6 +71,8 @@ class TwoTowerRecipe:
     in the sample (logQ: batch size x its share of training targets for in-batch ones, num_negatives / V for random
     ones), so popular items are not over-penalised. Other rows whose target is the row's own target are masked out
     (accidental hits)."""
+
+    may_skip_parameters: ClassVar[bool] = False
 
     max_history: int
     batch_size: int

@@ -7,7 +7,7 @@ Dimension letters: B pairs in a batch, n pairs whose target the first stage foun
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import torch
 from pydantic import Field, PositiveInt
@@ -42,6 +42,9 @@ class RankerRecipe:
     With `holdout_retriever` (a first stage trained without each user's last `holdout_items` training items), the
     pairs are those items only, with that retriever's candidates: the ranker then learns where the first stage is
     as unsure as it is on a test item, not on pairs it was trained on."""
+
+    # a batch whose targets the first stage missed has no loss, and an MoE head routes around its idle experts
+    may_skip_parameters: ClassVar[bool] = True
 
     max_history: int
     batch_size: int
