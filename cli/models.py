@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment, same_experiment
-from cli.launch import MaxRestartsOpt, NprocOpt, launch, needs_launch
+from cli.launch import NprocOpt, launch, needs_launch
 from cli.render import metrics_table, print_tables, recommendations_table
 from recsys.errors import RecsysError
 from recsys.runtime.distributed import Workers
@@ -34,7 +34,6 @@ def train_command(
     epochs: EpochsOpt = None,
     sets: SetOpt = None,
     nproc_per_node: NprocOpt = None,
-    max_restarts: MaxRestartsOpt = 0,
 ) -> None:
     """Prepare the config's data and semantic IDs, train, pick the best epoch on validation, test (the pipeline
     until its train step: what is up to date is skipped). With --nproc-per-node N, N processes train data parallel."""
@@ -45,7 +44,7 @@ def train_command(
         nproc = nproc_per_node or cfg.train.nproc_per_node
         if needs_launch(nproc):
             run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=data_dir)  # once, not in every process
-            launch(nproc, ["train", *same_experiment(config, work_dir, data_dir, epochs, sets)], max_restarts)
+            launch(nproc, ["train", *same_experiment(config, work_dir, data_dir, epochs, sets)])
         outputs, _ = run_pipeline(cfg, work_dir, until=TRAIN_STEP, data_dir=data_dir)
     if not Workers.from_environment().is_main:
         return  # the first process reports the run

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment, same_experiment
-from cli.launch import MaxRestartsOpt, NprocOpt, launch, needs_launch
+from cli.launch import NprocOpt, launch, needs_launch
 from recsys.runtime.distributed import Workers
 
 app = typer.Typer(
@@ -46,7 +46,6 @@ def run_command(
         ),
     ] = 0.0,
     nproc_per_node: NprocOpt = None,
-    max_restarts: MaxRestartsOpt = 0,
 ) -> None:
     """Run the config's pipeline; steps whose inputs did not change are skipped (the steps: docs/pipelines.md). With
     --nproc-per-node N, its train step runs on N processes."""
@@ -64,7 +63,7 @@ def run_command(
                 *(["--rerun", TRAIN_STEP] if TRAIN_STEP in rerun else []),
             ]
             experiment = same_experiment(config, work_dir, data_dir, epochs, sets)
-            launch(nproc_per_node or cfg.train.nproc_per_node, ["pipeline", "run", *experiment, *train], max_restarts)
+            launch(nproc_per_node or cfg.train.nproc_per_node, ["pipeline", "run", *experiment, *train])
             rerun = [name for name in rerun if name != TRAIN_STEP]  # the processes did: what is left reads their model
         _, reports = run_pipeline(cfg, work_dir, only=step, until=until, data_dir=data_dir, rerun=rerun, wait_s=wait)
     if not Workers.from_environment().is_main:
