@@ -11,6 +11,7 @@ finds the launcher's variables set trains as one of them, with nothing project-s
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -21,6 +22,8 @@ from recsys.runtime.distributed import Workers
 
 logger = logging.getLogger(__name__)
 
+LAUNCHED_BY_US = "RECSYS_LAUNCHED_BY"  # set in the processes `launch` starts: the launching command reports, not them
+
 NprocOpt = Annotated[
     int | None,
     typer.Option(
@@ -30,6 +33,12 @@ NprocOpt = Annotated[
         "launcher; default: train.nproc_per_node (1).",
     ),
 ]
+
+
+def prints_results() -> bool:
+    """Whether this process prints the command's results: one process alone, the launching command, or the first
+    process of a run started by torchrun (not one that a launching command started: that command reports)."""
+    return Workers.from_environment().is_main and LAUNCHED_BY_US not in os.environ
 
 
 def needs_launch(nproc_per_node: int) -> bool:
@@ -49,6 +58,7 @@ def launch(nproc_per_node: int, command: Sequence[str]) -> None:
     # no restarts yet: a restarted group under gloo failed to connect in our tests (docs/distributed.md, "Not yet")
     args = ["--standalone", f"--nproc-per-node={nproc_per_node}", "--max-restarts=0", "-m", "cli"]
     logger.info("starting %d processes: recsys %s", nproc_per_node, " ".join(command))
+    os.environ[LAUNCHED_BY_US] = str(os.getpid())  # the processes inherit this command's environment
     try:
         torchrun.main([*args, *command])
     except ChildFailedError as err:
@@ -57,3 +67,5 @@ def launch(nproc_per_node: int, command: Sequence[str]) -> None:
             f"the distributed run failed: {failed}. Fix: see that process's error above; running the same command "
             "again resumes from the last validated epoch"
         ) from err
+    finally:
+        del os.environ[LAUNCHED_BY_US]

@@ -9,10 +9,9 @@ import typer
 from rich.table import Table
 
 from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment, same_experiment
-from cli.launch import NprocOpt, launch, needs_launch
+from cli.launch import NprocOpt, launch, needs_launch, prints_results
 from cli.render import metrics_table, print_tables, recommendations_table
 from recsys.errors import RecsysError
-from recsys.runtime.distributed import Workers
 
 if TYPE_CHECKING:  # pipelines import MLflow, which is slow: commands import them when they run
     from pipelines.model_dir import TrainedModel
@@ -46,8 +45,8 @@ def train_command(
             run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=data_dir)  # once, not in every process
             launch(nproc, ["train", *same_experiment(config, work_dir, data_dir, epochs, sets)])
         outputs, _ = run_pipeline(cfg, work_dir, until=TRAIN_STEP, data_dir=data_dir)
-    if not Workers.from_environment().is_main:
-        return  # the first process reports the run
+    if not prints_results():
+        return
     model = outputs.model
     assert model is not None  # the last step run
     m = model.metrics

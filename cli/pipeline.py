@@ -10,8 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment, same_experiment
-from cli.launch import NprocOpt, launch, needs_launch
-from recsys.runtime.distributed import Workers
+from cli.launch import NprocOpt, launch, needs_launch, prints_results
 
 app = typer.Typer(
     help="Training pipelines (prepare -> semantic IDs -> train -> index -> evaluate -> register).", no_args_is_help=True
@@ -66,8 +65,8 @@ def run_command(
             launch(nproc_per_node or cfg.train.nproc_per_node, ["pipeline", "run", *experiment, *train])
             rerun = [name for name in rerun if name != TRAIN_STEP]  # the processes did: what is left reads their model
         _, reports = run_pipeline(cfg, work_dir, only=step, until=until, data_dir=data_dir, rerun=rerun, wait_s=wait)
-    if not Workers.from_environment().is_main:
-        return  # the first process reports the run
+    if not prints_results():
+        return
     table = Table(title=f"pipeline {cfg.name}")
     for column in ("step", "status", "seconds", "outputs"):
         table.add_column(column)
