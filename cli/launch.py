@@ -55,7 +55,7 @@ def launch(nproc_per_node: int, command: Sequence[str]) -> None:
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    # no restarts yet: a restarted group under gloo failed to connect in our tests (docs/distributed.md, "Not yet")
+    # no restarts yet: a restarted gloo group often fails to connect here (docs/distributed.md, "Not yet")
     args = ["--standalone", f"--nproc-per-node={nproc_per_node}", "--max-restarts=0", "-m", "cli"]
     logger.info("starting %d processes: recsys %s", nproc_per_node, " ".join(command))
     os.environ[LAUNCHED_BY_US] = str(os.getpid())  # the processes inherit this command's environment
