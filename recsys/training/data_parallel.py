@@ -15,6 +15,7 @@ hooks do not see; `LossModule` makes the whole loss one module's forward, so DDP
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -92,6 +93,12 @@ class DataParallelLoss:
                 device_ids=[device.index] if device.type == "cuda" else None,
                 find_unused_parameters=find_unused_parameters,
             )
+
+    def no_sync(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose backward passes keep their gradients on this process (accumulated until a synced one)."""
+        if isinstance(self.module, DistributedDataParallel):
+            return self.module.no_sync()
+        return contextlib.nullcontext()
 
     def __call__(self, batch: Any, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(the loss to differentiate, this process's summed loss over its targets (detached), its targets)."""

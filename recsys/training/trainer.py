@@ -57,6 +57,9 @@ class TrainConfig:
     epochs: PositiveInt = 200
     # next-item models: packed rows of their window (Beauty: ~40 targets each); others: (history, next item) pairs
     batch_size: PositiveInt = 16
+    # optimizer step every this many batches, on the mean of their losses (each counts 1/K; an epoch's last, shorter
+    # group too): the update of K times the batch in the memory of one
+    accumulate_batches: PositiveInt = 1
     lr: PositiveFloat = 1e-3
     # "cosine": linear warm-up over `warmup_steps`, then cosine decay to 0 at the last planned epoch;
     # "constant": `lr` throughout (after the warm-up, if any).
@@ -179,7 +182,8 @@ class _TrainingRun:
         skips = recipe.may_skip_parameters or isinstance(model, DomainScorer)
         self.loss = DataParallelLoss(model, recipe, self.workers, find_unused_parameters=skips)
         # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
-        steps_per_epoch = _steps_per_epoch(data, recipe) if config.lr_schedule == "cosine" else 0
+        batches_per_epoch = _batches_per_epoch(data, recipe) if config.lr_schedule == "cosine" else 0
+        steps_per_epoch = -(-batches_per_epoch // config.accumulate_batches)  # optimizer steps
         self.optimization = build_optimization(
             model, lr=config.lr, weight_decay=config.weight_decay, schedule=config.lr_schedule,
             warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch,
@@ -217,7 +221,7 @@ class _TrainingRun:
         batches = (batch for rows in pieces for batch in self.recipe.batches(rows, self.generator))
         loss = train_one_epoch(
             self.model, self.loss, batches, self.optimization, self.use_bf16, self.config.progress,
-            self._loss_generator(epoch), self.average, self.budget,
+            self._loss_generator(epoch), self.average, self.budget, self.config.accumulate_batches,
         )  # fmt: skip
         self.result.epoch_seconds.append(time.perf_counter() - start)
         return loss
@@ -387,25 +391,31 @@ def train_one_epoch(
     generator: torch.Generator,
     average: WeightAverage | None = None,
     budget: Budget | None = None,
+    accumulate: int = 1,
 ) -> float:
-    """One pass over `batches` (one scheduler step, and `average` update, per batch), its progress logged (targets/s)
-    and `budget` checked after every step; returns the mean loss per target (over every process's)."""
+    """One pass over `batches` (an optimizer and scheduler step, and `average` update, every `accumulate` batches and
+    after the last), its progress logged (targets/s) and `budget` checked after every batch; returns the mean loss
+    per target (over every process's)."""
     model.train()
     device = next(model.parameters()).device
     total, count = torch.zeros((), device=device), 0  # summed on the device: no host sync per step
     guard = (budget or Budget("training")).start()
     logged = Progress(logger, "training epoch", total=None, unit="steps", rows_are="targets")
     # disable=None: a bar on terminals only, so logs and CI output stay clean
-    for step, batch in enumerate(
-        tqdm(batches, desc="train", leave=False, disable=None if progress else True, unit="batch"), start=1
-    ):
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-            loss, summed, n = loss_of(batch.to(device), generator)
-        optimization.zero_grad()
-        loss.backward()
-        optimization.step()
-        if average is not None:
-            average.update()
+    optimization.zero_grad()
+    shown = tqdm(batches, desc="train", leave=False, disable=None if progress else True, unit="batch")
+    for step, (batch, last) in enumerate(_marking_the_last(shown), start=1):
+        updates = last or step % accumulate == 0
+        # between updates, the processes of a distributed run keep their gradients to themselves (DDP's no_sync)
+        with contextlib.nullcontext() if updates else loss_of.no_sync():
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                loss, summed, n = loss_of(batch.to(device), generator)
+            (loss / accumulate if accumulate > 1 else loss).backward()
+        if updates:
+            optimization.step()
+            optimization.zero_grad()
+            if average is not None:
+                average.update()
         total += summed
         count += n
         logged.update(done=step, rows=n)
@@ -414,7 +424,21 @@ def train_one_epoch(
     return float(everyone[0]) / max(float(everyone[1]), 1.0)
 
 
-def _steps_per_epoch(data: TrainingData, recipe: Recipe) -> int:
+def _marking_the_last(items: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
+    """(item, whether it is the last) for each of `items`, looking one ahead."""
+    iterator = iter(items)
+    previous = next(iterator, _END)
+    for item in iterator:
+        yield previous, False
+        previous = item
+    if previous is not _END:
+        yield previous, True
+
+
+_END = object()
+
+
+def _batches_per_epoch(data: TrainingData, recipe: Recipe) -> int:
     """How many batches an epoch has (packing them once with a throw-away generator)."""
     generator = torch.Generator()
     return sum(len(recipe.batches(rows, generator)) for rows in data.training_epoch(generator))

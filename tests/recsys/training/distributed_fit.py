@@ -17,7 +17,10 @@ from recsys.training.trainer import TrainConfig, fit
 
 EVAL = EvalConfig(ks=(10,), batch_size=64)
 # one thread and no dropout: what is left between one process and two is the order of float sums
-TRAIN = TrainConfig(epochs=2, batch_size=8, lr=1e-3, patience=5, seed=3, device="cpu", threads=1, progress=False)
+# two batches a step: the processes keep their gradients to themselves between updates (DDP no_sync)
+TRAIN = TrainConfig(
+    epochs=2, batch_size=8, accumulate_batches=2, lr=1e-3, patience=5, seed=3, device="cpu", threads=1, progress=False
+)
 
 
 def small_sasrec(num_items: int) -> SASRec:

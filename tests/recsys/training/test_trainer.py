@@ -15,8 +15,11 @@ from recsys.data.prepared import PreparedParts, load_prepared
 from recsys.errors import BudgetExceeded, ConfigError
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
+from recsys.runtime.distributed import Workers
+from recsys.training.data_parallel import DataParallelLoss
+from recsys.training.optimization import Optimization, build_optimization
 from recsys.training.recipes import NextItemTraining, recipe_for
-from recsys.training.trainer import TrainConfig, fit
+from recsys.training.trainer import TrainConfig, fit, train_one_epoch
 from tests.conftest import popularity_valid_metric
 
 EVAL = EvalConfig(ks=(10,))
@@ -228,3 +231,33 @@ def test_one_cpu_thread_trains_bit_for_bit_the_same(tiny_data_dir: Path) -> None
     finally:
         torch.set_num_threads(threads)
     assert all(torch.equal(a, b) for a, b in zip(first.parameters(), second.parameters(), strict=True))
+
+
+def test_accumulated_batches_step_once_on_the_mean_of_their_losses(tiny_data_dir: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+
+    def no_dropout() -> SASRec:  # the same forward in both
+        torch.manual_seed(0)
+        config = SASRecConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.0,
+                              attn_dropout=0.0)  # fmt: skip
+        return SASRec(config)
+
+    accumulated, reference = no_dropout(), no_dropout()
+    recipe = recipe_for(accumulated, data, 4, NextItemTraining(loss="full_softmax"))
+    generator = torch.Generator().manual_seed(0)
+    first, second = recipe.batches(next(iter(data.training_epoch(generator))), generator)[:2]
+
+    def adam(model: SASRec) -> Optimization:
+        return build_optimization(
+            model, lr=1e-2, weight_decay=0.0, schedule="constant", warmup_steps=0, total_steps=0, fused=False
+        )
+
+    train_one_epoch(accumulated, DataParallelLoss(accumulated, recipe, Workers(), False), [first, second],
+                    adam(accumulated), False, False, generator, accumulate=2)  # fmt: skip
+    by_hand = adam(reference)
+    for batch in (first, second):
+        (recipe.loss(reference, batch, generator)[0] / 2).backward()
+    by_hand.step()
+
+    for (name, got), want in zip(accumulated.state_dict().items(), reference.state_dict().values(), strict=True):
+        torch.testing.assert_close(got, want, msg=name)
