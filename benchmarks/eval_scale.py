@@ -13,7 +13,6 @@ benchmarks/results/eval-scale-<device type>.json.
 
 from __future__ import annotations
 
-import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
+from recsys.runtime.budget import peak_resident_gib
 from recsys.runtime.device import apply_cpu_threads, resolve_device
 
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> Path:
     peak = (
         {"peak_gpu_memory_gib": significant(torch.cuda.max_memory_allocated() / 2**30)}
         if device.type == "cuda"
-        else {"peak_rss_gib": significant(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)}
+        else {"peak_rss_gib": significant(peak_resident_gib())}
     )
     out = {
         "settings": asdict(settings),

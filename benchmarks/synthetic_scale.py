@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import resource
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -30,6 +29,7 @@ import numpy as np
 from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from features import synthetic
 from features.synthetic import SyntheticConfig, iter_synthetic, synthetic_items
+from recsys.runtime.budget import peak_resident_gib
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def _stream_to_parquet(config: SyntheticConfig, users_per_chunk: int) -> dict[st
         "cpu_s": significant(time.process_time() - cpu_started),
         "rows_per_s": significant(rows / wall),
         "rss_after_imports_gib": significant(rss_before / 2**30),
-        "peak_rss_gib": significant(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30),
+        "peak_rss_gib": significant(peak_resident_gib()),
         "largest_chunk_mib": significant(largest_chunk_bytes / 2**20),
         "parquet_gib": significant(parquet_bytes / 2**30),
     }

@@ -21,7 +21,6 @@ benchmarks/results/train-scale-<device type>.json.
 from __future__ import annotations
 
 import logging
-import resource
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -41,6 +40,7 @@ from recsys.evaluation import EvalConfig, UserSample, evaluate
 from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.registry import build_model
 from recsys.models.sasrec import SASRec
+from recsys.runtime.budget import peak_resident_gib
 from recsys.runtime.device import apply_cpu_threads, resolve_device, use_bf16_autocast
 from recsys.runtime.distributed import Workers
 from recsys.training.data_parallel import DataParallelLoss
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> Path:
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    peak_rss = peak_resident_gib()
     gpu = (
         {"peak_gpu_memory_gib": significant(torch.cuda.max_memory_allocated() / 2**30)} if device.type == "cuda" else {}
     )

@@ -53,7 +53,8 @@ def run_command(
         from pipelines.runner import STEP_BEFORE_TRAINING, TRAIN_STEP, run_pipeline, runs_step
 
         rerun = rerun or []
-        if needs_launch(nproc_per_node or cfg.train.nproc_per_node) and runs_step(TRAIN_STEP, step, until):
+        nproc = nproc_per_node or cfg.train.nproc_per_node
+        if needs_launch(nproc) and runs_step(TRAIN_STEP, step, until):
             if step is None:  # the steps before training, once, in this process
                 run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=data_dir, rerun=rerun, wait_s=wait)
             train = [
@@ -62,7 +63,7 @@ def run_command(
                 *(["--rerun", TRAIN_STEP] if TRAIN_STEP in rerun else []),
             ]
             experiment = same_experiment(config, work_dir, data_dir, epochs, sets)
-            launch(nproc_per_node or cfg.train.nproc_per_node, ["pipeline", "run", *experiment, *train])
+            launch(nproc, ["pipeline", "run", *experiment, *train])
             rerun = [name for name in rerun if name != TRAIN_STEP]  # the processes did: what is left reads their model
         _, reports = run_pipeline(cfg, work_dir, only=step, until=until, data_dir=data_dir, rerun=rerun, wait_s=wait)
     if not prints_results():

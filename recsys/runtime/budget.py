@@ -34,8 +34,13 @@ def resident_gib() -> float:
     try:
         return int(STATM.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / GIB
     except OSError:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak * (1 if sys.platform == "darwin" else 1024) / GIB  # bytes on macOS, KiB elsewhere
+        return peak_resident_gib()
+
+
+def peak_resident_gib() -> float:
+    """The process's peak resident memory so far, in GiB (`getrusage`)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak * (1 if sys.platform == "darwin" else 1024) / GIB  # bytes on macOS, KiB elsewhere
 
 
 @dataclass(frozen=True)
