@@ -15,6 +15,7 @@ from recsys.data.prepared import SequenceData, load_prepared
 from recsys.data.schema import META_FILE
 from recsys.errors import ConfigError
 from recsys.runtime.atomic import atomic_file
+from recsys.runtime.digest import feed_file
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +59,7 @@ def data_fingerprint(section: DataSection) -> dict[str, str]:
             if not file.exists():
                 digest.update(b"<missing>")
                 continue
-            with file.open("rb") as f:  # in blocks: an input may not fit in memory
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
+            feed_file(digest, file)
     # the domain selects what trains, the memory budget how the work is cut: neither changes what is prepared
     settings = section.model_dump_json(exclude={"domain", "memory_budget_gb"})
     return {"settings": settings, "inputs_sha256": digest.hexdigest()}

@@ -50,6 +50,7 @@ from recsys.errors import RecsysError
 from recsys.retrieval.faiss_index import INDEX_FILE, FaissTopK
 from recsys.runtime.atomic import atomic_file, remove_temporaries
 from recsys.runtime.device import resolve_device
+from recsys.runtime.digest import feed_file
 from recsys.runtime.distributed import Workers, join, wait_for_everyone
 from recsys.runtime.lock import HeldLock, exclusive_lock
 
@@ -564,9 +565,7 @@ def _files_sha256(directory: Path) -> str:
     digest = hashlib.sha256()
     for file in sorted(p for p in directory.rglob("*") if p.is_file()):
         digest.update(str(file.relative_to(directory)).encode())
-        with file.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+        feed_file(digest, file)
     return digest.hexdigest()
 
 

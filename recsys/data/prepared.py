@@ -21,6 +21,7 @@ from recsys.data.splits import MIN_INTERACTIONS, VALID, held_out
 from recsys.data.tasks import task_labels, tasks_in
 from recsys.data.times import HistoryTimes
 from recsys.errors import DataError
+from recsys.runtime.digest import feed_file
 
 
 @dataclass(frozen=True)
@@ -431,9 +432,7 @@ class PreparedParts:
     def fingerprint(self, digest: Any) -> None:
         """Feed the bytes of the interaction files (what training learns from) to `digest`."""
         for path in self.files:
-            with path.open("rb") as stream:
-                while chunk := stream.read(1 << 24):
-                    digest.update(chunk)
+            feed_file(digest, path)
 
 
 def _read_interactions(files: list[Path], user_idx: torch.Tensor | None = None) -> pl.DataFrame:
