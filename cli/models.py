@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 
 from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment, same_experiment
-from cli.launch import NprocOpt, launch, needs_launch, prints_results
+from cli.launch import MaxRestartsOpt, NprocOpt, prints_results
 from cli.render import metrics_table, print_tables, recommendations_table
+from pipelines.launcher import launch, needs_launch
 from recsys.errors import RecsysError
 
 if TYPE_CHECKING:  # pipelines import MLflow, which is slow: commands import them when they run
@@ -33,6 +34,7 @@ def train_command(
     epochs: EpochsOpt = None,
     sets: SetOpt = None,
     nproc_per_node: NprocOpt = None,
+    max_restarts: MaxRestartsOpt = 0,
 ) -> None:
     """Prepare the config's data and semantic IDs, train, pick the best epoch on validation, test (the pipeline
     until its train step: what is up to date is skipped). With --nproc-per-node N, N processes train data parallel."""
@@ -43,7 +45,7 @@ def train_command(
         nproc = nproc_per_node or cfg.train.nproc_per_node
         if needs_launch(nproc):
             run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=data_dir)  # once, not in every process
-            launch(nproc, ["train", *same_experiment(config, work_dir, data_dir, epochs, sets)])
+            launch(nproc, ["train", *same_experiment(config, work_dir, data_dir, epochs, sets)], max_restarts)
         outputs, _ = run_pipeline(cfg, work_dir, until=TRAIN_STEP, data_dir=data_dir)
     if not prints_results():
         return

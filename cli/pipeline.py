@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.common import ConfigOpt, EpochsOpt, PreparedDirOpt, SetOpt, handle_errors, load_experiment, same_experiment
-from cli.launch import NprocOpt, launch, needs_launch, prints_results
+from cli.launch import MaxRestartsOpt, NprocOpt, prints_results
+from pipelines.launcher import launch, needs_launch
 
 app = typer.Typer(
     help="Training pipelines (prepare -> semantic IDs -> train -> index -> evaluate -> register).", no_args_is_help=True
@@ -45,6 +46,7 @@ def run_command(
         ),
     ] = 0.0,
     nproc_per_node: NprocOpt = None,
+    max_restarts: MaxRestartsOpt = 0,
 ) -> None:
     """Run the config's pipeline; steps whose inputs did not change are skipped (the steps: docs/pipelines.md). With
     --nproc-per-node N, its train step runs on N processes."""
@@ -63,7 +65,7 @@ def run_command(
                 *(["--rerun", TRAIN_STEP] if TRAIN_STEP in rerun else []),
             ]
             experiment = same_experiment(config, work_dir, data_dir, epochs, sets)
-            launch(nproc, ["pipeline", "run", *experiment, *train])
+            launch(nproc, ["pipeline", "run", *experiment, *train], max_restarts)
             rerun = [name for name in rerun if name != TRAIN_STEP]  # the processes did: what is left reads their model
         _, reports = run_pipeline(cfg, work_dir, only=step, until=until, data_dir=data_dir, rerun=rerun, wait_s=wait)
     if not prints_results():

@@ -1,7 +1,8 @@
 """Airflow DAG `daily_training`: the platform's pipeline every day, one task per step.
 
 No logic here: each task runs `pipelines.scheduling.run_step_task` (= `recsys pipeline run --step NAME`),
-so up-to-date steps are skipped and a retried task resumes where the pipeline stopped.
+so up-to-date steps are skipped and a retried task resumes where the pipeline stopped; the train task runs on
+`nproc_per_node` processes of the worker's host (= `--nproc-per-node N`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ def _run(step: str, params: dict[str, Any] | None = None) -> dict[str, str]:
     params={
         "config": Param("configs/synthetic/sasrec.yaml", type="string", description="experiment YAML"),
         "work_dir": Param("runs", type="string", description="where every step writes"),
+        "nproc_per_node": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description="processes of the worker's host that train (one per GPU, or CPU processes under gloo); "
+            "empty: the config's train.nproc_per_node (1 by default)",
+        ),
     },
     tags=["recsys", "training"],
 )

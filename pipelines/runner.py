@@ -25,6 +25,7 @@ import glob
 import hashlib
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -318,7 +319,7 @@ def _remove_temporaries(paths: ExperimentPaths) -> None:
     removed = remove_temporaries(paths.pipeline_dir)
     for out_dir in paths.outputs():
         removed += remove_temporaries(out_dir.parent, glob.escape(out_dir.name)) + remove_temporaries(out_dir)
-    state = training_state_path(paths.model_dir)  # and the per-domain ones, NAME.training-state.DOMAIN.pt
+    state = training_state_path(paths.model_dir)  # and the per-domain ones, NAME.training-state.DOMAIN.dcp
     removed += remove_temporaries(state.parent, f"{glob.escape(state.stem)}*{state.suffix}")
     if removed:
         logger.warning("removed what interrupted runs left: %s", ", ".join(map(str, removed)))
@@ -450,7 +451,10 @@ def _sids(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutput
 
 
 # budgets bound a run and processes spread it, neither sets what it learns: changing one leaves a finished step current
-HOW_IT_RUNS = {"train": {"max_memory_gb", "nproc_per_node"}, "eval": {"max_seconds", "max_memory_gb"}}
+HOW_IT_RUNS = {
+    "train": {"max_memory_gb", "nproc_per_node", "shard_item_table"},
+    "eval": {"max_seconds", "max_memory_gb"},
+}
 
 
 def _train_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any]:
@@ -535,7 +539,7 @@ STEPS = [
     ),
     _Step(
         TRAIN_STEP, "model", TrainOutputs, _train_inputs, _train, lambda o: [o.model_dir / MODEL_FILE],
-        own_run=True, fresh_start=lambda paths: training_state_path(paths.model_dir).unlink(missing_ok=True),
+        own_run=True, fresh_start=lambda paths: shutil.rmtree(training_state_path(paths.model_dir), ignore_errors=True),
     ),
     _Step("build_index", "index", IndexOutputs, _index_inputs, _index, lambda o: [o.index_dir / INDEX_FILE]),
     _Step(

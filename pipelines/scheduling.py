@@ -3,8 +3,8 @@
 The DAG files only wire these into tasks; everything they do lives here and in the steps, so a task
 behaves exactly like `recsys pipeline run --step NAME` (same skips, same errors).
 
-Task params (DAG-level `params`, overridable per run): `config` (an experiment YAML), `work_dir`, and
-for the refresh `index_dir`.
+Task params (DAG-level `params`, overridable per run): `config` (an experiment YAML), `work_dir`, for the train
+step `nproc_per_node` (None: the config's `train.nproc_per_node`), and for the refresh `index_dir`.
 """
 
 from __future__ import annotations
@@ -16,17 +16,27 @@ from typing import Any
 
 from pipelines.config import load_config
 from pipelines.index import build_index_step
+from pipelines.launcher import launch, needs_launch
 from pipelines.registry import download_champion_bundle
-from pipelines.runner import run_pipeline
+from pipelines.runner import TRAIN_STEP, run_pipeline
 from recsys.errors import RecsysError
 
 logger = logging.getLogger(__name__)
 
 
 def run_step_task(step: str, params: Mapping[str, Any]) -> dict[str, str]:
-    """Run pipeline step `step` of `params["config"]` under `params["work_dir"]`; returns each step's status."""
-    config = load_config(Path(params["config"]))
-    _, reports = run_pipeline(config, Path(params["work_dir"]), only=step)
+    """Run pipeline step `step` of `params["config"]` under `params["work_dir"]`; returns each step's status.
+
+    With `params["nproc_per_node"]` N > 1 (None: the config's `train.nproc_per_node`), the train step is `recsys
+    pipeline run --step train_retriever --nproc-per-node N`: N processes of this host train, then this task finds the
+    step up to date.
+    """
+    config, work_dir = load_config(Path(params["config"])), Path(params["work_dir"])
+    nproc: int = params.get("nproc_per_node") or config.train.nproc_per_node
+    if step == TRAIN_STEP and needs_launch(nproc):
+        experiment = ["--config", str(params["config"]), "--work-dir", str(work_dir)]
+        launch(nproc, ["pipeline", "run", *experiment, "--step", step])
+    _, reports = run_pipeline(config, work_dir, only=step)
     return {r.name: r.status for r in reports}
 
 

@@ -137,7 +137,7 @@ def training_state_path(out_dir: Path) -> Path:
     A re-run with the same settings resumes from it: after a crash it carries on, after a finished run it
     trains nothing, and with a larger epoch count (constant learning rate) or time budget it trains on.
     """
-    return out_dir.with_name(f"{out_dir.name}.training-state.pt")
+    return out_dir.with_name(f"{out_dir.name}.training-state.dcp")  # a directory: every process writes its part
 
 
 def _train(
@@ -200,7 +200,7 @@ def _train_per_domain(
 
         domain_data = data if config.data.domain else data.for_domain(domain)  # `data` is one domain already
         recipe = _recipe(model, domain_data, config)
-        domain_state = state.with_name(f"{state.stem}.{domain}.pt")
+        domain_state = state.with_name(f"{state.stem}.{domain}{state.suffix}")
         results.append(fit(model, domain_data, config.train, config.eval, recipe, on_epoch_end, domain_state))
         logger.info("adapter %s: best epoch %d, %s", domain, results[-1].best_epoch, results[-1].best_valid)
     return FitResult(

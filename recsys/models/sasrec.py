@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import NonNegativeInt, PositiveInt
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
@@ -107,7 +108,7 @@ class SASRec(nn.Module):
             item_ids, segments, positions = left_padded_layout(item_ids, self.config.max_history)
         elif positions is None:
             raise ValueError("packed rows need `positions` with `segments`")
-        if items is None and self._sparse_rows:
+        if items is None and self._reads_rows:
             embedded = self.item_rows(item_ids)  # the table's gradient: the rows read, not all of it
         else:
             embedded = (self.item_embeddings() if items is None else items)[item_ids]
@@ -123,8 +124,10 @@ class SASRec(nn.Module):
         return self.config.max_history
 
     @property
-    def _sparse_rows(self) -> bool:
-        return self.item_emb is not None and self.item_emb.sparse
+    def _reads_rows(self) -> bool:
+        """Whether the table must be read through its module, row by row: its gradient is row-sparse, or its rows are
+        sharded over the processes (a DTensor, `recsys.training.row_sharding`)."""
+        return self.item_emb is not None and (self.item_emb.sparse or isinstance(self.item_emb.weight, DTensor))
 
     def use_sparse_item_gradients(self) -> bool:
         """Make the ID table's gradient row-sparse (its rows read by a step; SparseAdam then updates those alone).

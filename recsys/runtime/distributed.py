@@ -18,6 +18,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -25,6 +26,8 @@ import torch.distributed as dist
 from recsys.errors import ConfigError
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")  # what torch's elastic launcher sets in every process
 
@@ -112,10 +115,26 @@ def join(device: torch.device) -> Workers:
             )
         torch.cuda.set_device(workers.local_rank)
     backend = backend_for(device)
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, store=_store_of_this_attempt(workers), rank=workers.rank,
+                            world_size=workers.world_size)  # fmt: skip
     if workers.is_main:
         logger.info("distributed: %d processes, backend %s", workers.world_size, backend)
     return workers
+
+
+def _store_of_this_attempt(workers: Workers) -> dist.Store:
+    """The key-value store the processes meet in to start their group, with keys of this launcher attempt only.
+
+    Under torch's elastic launcher the processes use the launcher's store, which outlives a restart: the restarted
+    processes would find the addresses their predecessors published, under the same keys, and one that reads a
+    dead process's address before its successor overwrites it fails to connect (gloo's "connectFullMesh ...
+    Connection refused"). Prefixing the keys with the attempt (TORCHELASTIC_RESTART_COUNT) keeps attempts apart.
+    """
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), workers.world_size,
+        is_master=workers.is_main and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True),
+    )  # fmt: skip
+    return dist.PrefixStore(f"recsys/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def leave() -> None:
@@ -137,6 +156,15 @@ def sum_over_workers(values: torch.Tensor) -> torch.Tensor:
     summed = values.to(_backend_device(), copy=True)
     dist.all_reduce(summed)
     return summed.to(values.device)
+
+
+def from_main(value: T) -> T:
+    """The first process's `value` (a picklable object), on every process."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
 
 
 def _backend_device() -> torch.device:

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from recsys.errors import ConfigError
@@ -88,6 +89,9 @@ class DataParallelLoss:
                     "NCCL has no sparse all-reduce. Fix: set it to false (a GPU's dense Adam over the table is cheap, "
                     "docs/scale.md), or train on CPU processes (gloo)"
                 )
+            # a table sharded by rows over the processes has each block's whole gradient on its process already
+            sharded = [f"model.{name}" for name, p in model.named_parameters() if isinstance(p, DTensor)]
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.module, sharded)
             self.module = DistributedDataParallel(
                 self.module,
                 device_ids=[device.index] if device.type == "cuda" else None,

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+from torch.distributed.tensor import DTensor
 
 from recsys.errors import ConfigError
 
@@ -34,17 +36,35 @@ class Optimization:
         for scheduler in self.schedulers:
             scheduler.step()
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, model: nn.Module) -> dict[str, Any]:
+        """The optimizers' state keyed by `model`'s parameter names (torch.distributed.checkpoint's form, which
+        loads on any number of processes, a sharded parameter's state with it) and the schedules' state.
+
+        An optimizer that has not stepped yet gets its state made by a step that changes nothing, so the dict can
+        be the template a saved state is loaded into."""
+        for optimizer in self.optimizers:
+            if isinstance(optimizer, torch.optim.SparseAdam) and not optimizer.state:
+                _make_sparse_adam_state(optimizer)  # torch's own zero step gives it dense gradients, which it refuses
         return {
-            "optimizers": [o.state_dict() for o in self.optimizers],
+            "optimizers": get_optimizer_state_dict(model, self.optimizers),
             "schedulers": [s.state_dict() for s in self.schedulers],
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
-            optimizer.load_state_dict(saved)
+    def load_state_dict(self, model: nn.Module, state: dict[str, Any]) -> None:
+        """Load what `state_dict` gave (filled from a checkpoint)."""
+        set_optimizer_state_dict(model, self.optimizers, state["optimizers"])
         for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
             scheduler.load_state_dict(saved)
+
+
+def _make_sparse_adam_state(optimizer: torch.optim.SparseAdam) -> None:
+    """SparseAdam's state (zero moments), made by a step on empty sparse gradients: no row moves."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            no_rows = torch.empty(1, 0, dtype=torch.long, device=param.device)
+            param.grad = torch.sparse_coo_tensor(no_rows, param.new_empty(0, *param.shape[1:]), param.shape)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def build_optimization(
@@ -65,7 +85,13 @@ def build_optimization(
             "train.weight_decay with sparse_item_gradients: SparseAdam has no weight decay (it would have to touch "
             "every row). Fix: set train.weight_decay to 0, or model.training.sparse_item_gradients to false"
         )
-    optimizers: list[torch.optim.Optimizer] = [torch.optim.Adam(dense, lr=lr, weight_decay=weight_decay, fused=fused)]
+    # a table sharded over the processes (DTensor) gets an Adam of its own: one optimizer's fused kernels take tensors
+    # of one kind
+    sharded = [p for p in dense if isinstance(p, DTensor)]
+    dense = [p for p in dense if not isinstance(p, DTensor)]
+    optimizers: list[torch.optim.Optimizer] = [
+        torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=fused) for params in (dense, sharded) if params
+    ]
     if sparse:
         optimizers.append(torch.optim.SparseAdam(sparse, lr=lr))
 

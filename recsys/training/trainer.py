@@ -15,6 +15,7 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -35,7 +36,13 @@ from recsys.inference import DomainScorer, Scorer
 from recsys.models import TrainingFamily
 from recsys.modules.moe import expert_load
 from recsys.runtime.budget import Budget, limit
-from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
+from recsys.runtime.checkpoint import (
+    is_distributed_checkpoint,
+    keep_saved,
+    load_distributed_checkpoint,
+    save_distributed_checkpoint,
+    saved_entries,
+)
 from recsys.runtime.device import apply_cpu_threads, resolve_device, use_bf16_autocast
 from recsys.runtime.distributed import join, sum_over_workers
 from recsys.runtime.progress import Progress
@@ -44,6 +51,7 @@ from recsys.training.averaging import WeightAverage
 from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.optimization import Optimization, build_optimization
 from recsys.training.recipes import TRAINING_SETTINGS, Recipe, recipe_for
+from recsys.training.row_sharding import check_shardable, gathered_item_table, shard_item_table, unshard_item_table
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +93,10 @@ class TrainConfig:
     # processes that train data parallel on this host (`recsys train` starts them through torch's elastic launcher:
     # one per GPU, or CPU processes under gloo); under torchrun, the launcher's WORLD_SIZE decides instead
     nproc_per_node: PositiveInt = 1
+    # SASRec / HSTU on several processes: split the item table's rows over them (weights, gradients, Adam moments:
+    # V/N rows each) instead of a copy on each, for a catalogue whose table does not fit one device; needs the
+    # sampled softmax (`recsys.training.row_sharding`)
+    shard_item_table: bool = False
     # validate each epoch on a seeded sample of this many users (a large catalogue's full pass costs as much as
     # training); the chosen checkpoint is then validated once on every user, and that is the run's valid metric.
     # None = every user every epoch
@@ -171,6 +183,9 @@ class _TrainingRun:
         self.workers = join(device)
         self.device = self.workers.device(device)  # its own GPU, for one of several processes
         self.run_key = _run_key(model, data, config, recipe)  # before the move: the digest reads host memory
+        if config.shard_item_table and self.workers.distributed:
+            check_shardable(model, recipe)
+            shard_item_table(model, self.workers, self.device)  # each process moves its block only
         self.model = model.to(self.device)
         if self.device.type == "cpu":
             apply_cpu_threads(config.threads)
@@ -242,8 +257,9 @@ class _TrainingRun:
         self.model.eval()
         start = time.perf_counter()
         with self.average.applied() if self.average is not None else contextlib.nullcontext():
-            scorer: Scorer = self.model  # type: ignore[assignment]
-            ranked = evaluate(scorer, self.valid, self.data.num_items, eval_config, workers=self.workers)
+            with gathered_item_table(self.model):
+                scorer: Scorer = self.model  # type: ignore[assignment]
+                ranked = evaluate(scorer, self.valid, self.data.num_items, eval_config, workers=self.workers)
             metrics = {"loss": loss, **ranked.metrics}
             improved = metrics[self.config.monitor] > self.best_score
             if improved:
@@ -288,6 +304,7 @@ class _TrainingRun:
         self.result.train_seconds = time.perf_counter() - self.started
         if self.best_weights is not None:
             self.model.load_state_dict(self.best_weights)
+        unshard_item_table(self.model)  # the trained model is whole on every process: to evaluate, to write
         self.model.eval()
         if self.valid_sample is not None and self.result.best_valid:
             scorer: Scorer = self.model  # type: ignore[assignment]
@@ -301,43 +318,63 @@ class _TrainingRun:
         return self.result
 
     def save(self, path: Path) -> None:
-        """Everything needed to continue after this validated epoch, as one file (atomically), by the first process:
-        the others hold the same weights and optimizer state."""
-        if not self.workers.is_main:
-            return
-        save_checkpoint(
-            path,
-            {
-                "run_key": self.run_key, "epoch": self.epoch, "early_stopped": self.early_stopped,
-                "best_score": self.best_score, "best_weights": self.best_weights,
-                "result": dataclasses.asdict(self.result), "model": self.model.state_dict(),
-                "optimization": self.optimization.state_dict(),
-                "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
-                "average": None if self.average is None else self.average.state_dict(),
-            },
-        )  # fmt: skip
+        """Everything needed to continue after this validated epoch, saved by every process together into the
+        directory `path` (torch.distributed.checkpoint; replaced atomically), so it resumes on any number of them."""
+        state = self._state(rng_of=self.workers.rank)
+        if not self.workers.is_main:  # the run's progress is the first process's; the others only hold the same
+            del state["progress"], state["generator"]
+        save_distributed_checkpoint(path, state, self.workers)
 
     def resume(self, path: Path) -> None:
         """Continue from `path` when it belongs to this run; otherwise keep the fresh state (and say why)."""
-        if not path.is_file():
+        if not is_distributed_checkpoint(path):
             return
-        saved = load_checkpoint(path)
-        if saved.get("run_key") != self.run_key:
+        progress = {"progress": ""}
+        load_distributed_checkpoint(path, progress, self.workers)
+        saved = json.loads(progress["progress"])
+        if saved["run_key"] != self.run_key:
             logger.warning("%s was written for another model or settings; starting from epoch 1", path)
             return
-        if "optimization" not in saved:
-            logger.warning("%s was written by an earlier version of the trainer; starting from epoch 1", path)
-            return
-        self.model.load_state_dict(saved["model"])
-        self.optimization.load_state_dict(saved["optimization"])
-        self.generator.set_state(saved["generator"])
+        entries = saved_entries(path)
+        if "best_weights" in saved["held"]:
+            self.best_weights = copy.deepcopy(self.model.state_dict())  # the shapes to load them into
+        own_rng = f"torch_rng_{self.workers.rank}" in entries  # not when resumed on more processes than saved it
+        rng_of = self.workers.rank if own_rng else 0
+        state = self._state(rng_of)
+        state["optimization"] = keep_saved(state["optimization"], entries, "optimization")
+        load_distributed_checkpoint(path, state, self.workers)
+        self.model.load_state_dict(state["model"])
+        self.optimization.load_state_dict(self.model, state["optimization"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state[f"torch_rng_{rng_of}"])
         if self.average is not None:
-            self.average.load_state_dict(saved["average"])
-        torch.set_rng_state(saved["torch_rng"])
+            self.average.load_state_dict(state["average"])
         self.epoch, self.early_stopped = saved["epoch"], saved["early_stopped"]
-        self.best_score, self.best_weights = saved["best_score"], saved["best_weights"]
-        self.result = FitResult(**saved["result"])
+        self.best_score, self.result = saved["best_score"], FitResult(**saved["result"])
         logger.info("resumed from %s after epoch %d (%.0f s trained)", path, self.epoch, self.result.train_seconds)
+
+    def _state(self, rng_of: int) -> dict[str, Any]:
+        """What `save` writes and `resume` loads into: tensors by name (weights, optimizer moments, generators) and
+        the run's progress as one JSON string. The torch generator (dropout masks) is each process's own: saved under
+        its rank, loaded as process `rng_of`'s."""
+        held = {"best_weights": self.best_weights, "average": self.average}
+        progress = {
+            "run_key": self.run_key, "epoch": self.epoch, "early_stopped": self.early_stopped,
+            "best_score": self.best_score, "result": dataclasses.asdict(self.result),
+            "held": [name for name, value in held.items() if value is not None],
+        }  # fmt: skip
+        state: dict[str, Any] = {
+            "progress": json.dumps(progress),
+            "model": self.model.state_dict(),
+            "optimization": self.optimization.state_dict(self.model),
+            "generator": self.generator.get_state(),
+            f"torch_rng_{rng_of}": torch.get_rng_state(),
+        }
+        if self.best_weights is not None:
+            state["best_weights"] = self.best_weights
+        if self.average is not None:
+            state["average"] = self.average.state_dict()
+        return state
 
 
 def _run_key(model: nn.Module, data: TrainingData, config: TrainConfig, recipe: Recipe) -> str:
@@ -348,7 +385,9 @@ def _run_key(model: nn.Module, data: TrainingData, config: TrainConfig, recipe: 
     The time budget, patience, progress bar, compilation and number of processes may change between attempts, and so
     may the epoch count under a constant learning rate (a cosine schedule is planned over it, so there it must not).
     """
-    resumable = {"max_train_seconds", "max_memory_gb", "patience", "progress", "compile", "nproc_per_node"}
+    resumable = {
+        "max_train_seconds", "max_memory_gb", "patience", "progress", "compile", "nproc_per_node", "shard_item_table"
+    }  # fmt: skip
     if config.lr_schedule == "constant":
         resumable.add("epochs")
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in resumable}

@@ -7,10 +7,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from pipelines.runner import STEP_NAMES
+from pipelines.model_dir import MODEL_FILE
+from pipelines.runner import STEP_NAMES, TRAIN_STEP
 from pipelines.scheduling import refresh_champion_index_task
 from tests.dags.conftest import DAGS_FOLDER
 
@@ -47,3 +49,23 @@ def test_daily_training_runs_end_to_end(airflow_db: Path, tmp_path: Path, tiny_c
     index_dir = refresh_champion_index_task({"config": str(config_path), "work_dir": str(tmp_path / "work")})
     assert (Path(index_dir) / "index.faiss").is_file()
     print(f"daily_training dag.test(): {seconds:.1f} s")  # noqa: T201  (the issue asks for its wall time)
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # pytest holds stderr: nothing to report
+def test_daily_training_trains_on_two_processes(
+    airflow_db: Path, tmp_path: Path, tiny_config: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    config_path = tiny_config(tmp_path, train={"epochs": 2, "threads": 1}, pipeline={"index": {"kind": "flat"}})
+    dag = DagBag(dag_folder=str(DAGS_FOLDER)).get_dag("daily_training")
+    start = time.perf_counter()
+    run = dag.test(run_conf={"config": str(config_path), "work_dir": str(tmp_path / "work"), "nproc_per_node": 2})
+    seconds = time.perf_counter() - start
+    _, logged = capfd.readouterr()  # the processes write to the task's stderr
+
+    assert str(run.state) in ("success", "DagRunState.SUCCESS"), str(run.state) + logged
+    assert "distributed: 2 processes, backend gloo" in logged  # rank 0 of the group the train task started
+    assert f"[rank 0] pipelines.runner: step {TRAIN_STEP}: running" in logged  # the processes trained, not the task
+    assert (tmp_path / "work" / "models" / "tiny-sasrec" / MODEL_FILE).is_file()
+    print(f"daily_training dag.test() on 2 processes: {seconds:.1f} s")  # noqa: T201

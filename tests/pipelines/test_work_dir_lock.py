@@ -34,7 +34,7 @@ def test_a_run_killed_during_training_holds_off_a_second_one_then_the_next_resum
     path = tiny_config(tmp_path, train={"epochs": 12, "patience": 12}, pipeline={"index": {"kind": "flat"}})
     work = tmp_path / "work"
     command = ["pipeline", "run", "--config", str(path), "--work-dir", str(work)]
-    training_state = work / "models" / "tiny-sasrec.training-state.pt"
+    training_state = work / "models" / "tiny-sasrec.training-state.dcp"
     with (tmp_path / "first.log").open("w") as log:
         first = subprocess.Popen([RECSYS, *command], stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -86,8 +86,8 @@ def test_a_run_clears_what_killed_runs_of_its_pipeline_left_and_nothing_else(
     run_pipeline(config, work, until="prepare_data")  # the experiment and the prepared data exist
     leftovers = [
         work / "models" / ".tiny-sasrec.tmp-ab12cd34",  # a model directory being written
-        work / "models" / ".tiny-sasrec.training-state.pt.ab12cd34.tmp",  # a training state being saved
-        work / "models" / ".tiny-sasrec.training-state.home.pt.ab12cd34.tmp",  # a domain adapter's
+        work / "models" / ".tiny-sasrec.training-state.dcp.tmp-ab12cd34",  # a training state being saved
+        work / "models" / ".tiny-sasrec.training-state.home.dcp.tmp-ab12cd34",  # a domain adapter's
         work / "bundles" / ".tiny-sasrec.old-ab12cd34",  # a bundle being swapped out
         work / "data" / "tiny-sasrec" / ".fingerprint.json.ab12cd34.tmp",  # a file written in an output directory
         work / "pipelines" / "tiny-sasrec" / ".state.json.ab12cd34.tmp",

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
 
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
-from recsys.runtime.distributed import Workers, join, leave
+from recsys.runtime.distributed import Workers, gather_rows, join, leave
 from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.recipes import NextItemTraining, Recipe, recipe_for
+from recsys.training.row_sharding import shard_item_table
 from recsys.training.trainer import TrainConfig, fit
 
 EVAL = EvalConfig(ks=(10,), batch_size=64)
@@ -30,22 +36,62 @@ def small_sasrec(num_items: int) -> SASRec:
     return SASRec(config)
 
 
-def recipe_of(model: SASRec, data: SequenceData) -> Recipe:
-    return recipe_for(model, data, TRAIN.batch_size, NextItemTraining(loss="full_softmax"))
+# the sampled softmax without in-batch negatives: every process draws the same negatives from the same generator, so
+# the shares' losses add up to the whole batch's
+SAMPLED = NextItemTraining(loss="sampled_softmax", num_negatives=64, in_batch_negatives=False)
 
 
-def first_step_gradients(data: SequenceData, workers: Workers, device: torch.device) -> dict[str, torch.Tensor]:
-    """The gradients of the first batch of an epoch, as this process's share of it gives them after DDP's average."""
-    model = small_sasrec(data.num_items).to(device)
-    recipe = recipe_of(model, data)
+def recipe_of(model: SASRec, data: SequenceData, training: NextItemTraining | None = None) -> Recipe:
+    return recipe_for(model, data, TRAIN.batch_size, training or NextItemTraining(loss="full_softmax"))
+
+
+def first_step_gradients(
+    data: SequenceData, workers: Workers, device: torch.device, training: NextItemTraining | None = None,
+    shard: bool = False,
+) -> dict[str, torch.Tensor]:  # fmt: skip
+    """The gradients of the first batch of an epoch, as this process's share of it gives them after DDP's average
+    (with `shard`, the item table's rows split over the processes; its gradient gathered whole)."""
+    model = small_sasrec(data.num_items)
+    recipe = recipe_of(model, data, training)
+    if shard:
+        shard_item_table(model, workers, device)
+    model.to(device)
     generator = torch.Generator().manual_seed(TRAIN.seed)
     batch = next(batch for rows in data.training_epoch(generator) for batch in recipe.batches(rows, generator))
     batch = batch.to(device)
     step_loss = DataParallelLoss(model, recipe, workers, find_unused_parameters=False)  # alive through backward:
     loss, _, _ = step_loss(batch, generator)  # DDP averages the gradients in hooks its reducer holds
     loss.backward()
-    grads = {name: p.grad.cpu() for name, p in model.named_parameters() if p.grad is not None}
-    return grads
+    return {name: _whole(p.grad).cpu() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def train_sharded(data_dir: str, out: str) -> None:
+    """One step's gradients and two epochs of training of a small SASRec whose item table is split by rows over the
+    processes (plain on one process); the first process writes them, with the rows each process held, to `out`."""
+    torch.set_num_threads(1)
+    data = load_prepared(Path(data_dir))
+    workers = join(torch.device("cpu"))
+    gradients = first_step_gradients(data, workers, torch.device("cpu"), SAMPLED, shard=workers.distributed)
+    model = small_sasrec(data.num_items)
+    held = _rows_held(data, workers) if workers.distributed else []
+    train = dataclasses.replace(TRAIN, shard_item_table=True)
+    result = fit(model, data, train, EVAL, recipe_of(model, data, SAMPLED))
+    if workers.is_main:
+        torch.save({"gradients": gradients, "weights": model.state_dict(), "held": held,
+                    "best_valid": result.best_valid}, out)  # fmt: skip
+    leave()
+
+
+def _rows_held(data: SequenceData, workers: Workers) -> list[int]:
+    """The item rows each process holds of a sharded table."""
+    model = small_sasrec(data.num_items)
+    shard_item_table(model, workers, torch.device("cpu"))
+    assert isinstance(model.item_emb.weight, DTensor)
+    return [int(rows) for rows in gather_rows(torch.tensor([model.item_emb.weight.to_local().shape[0]]), workers)]
 
 
 def train_and_save(data_dir: str, out: str, device: str = "cpu") -> None:
@@ -64,3 +110,36 @@ def train_and_save(data_dir: str, out: str, device: str = "cpu") -> None:
         torch.save({"gradients": gradients, "weights": weights, "ranks": test.ranks,
                     "metrics": test.metrics, "best_valid": result.best_valid}, out)  # fmt: skip
     leave()
+
+
+def train_resumably(data_dir: str, state: str, out: str, epochs: int, die_at_batch: int = 0) -> None:
+    """Train a small SASRec for `epochs` epochs on `data_dir` from the training state `state` (saving it after each
+    epoch); the first process writes the epochs it trained and its weights to `out`. With `die_at_batch` = K > 0,
+    the last process of the launcher's first attempt dies at its K-th batch (a killed process; the launcher
+    restarts every process)."""
+    torch.set_num_threads(1)
+    data = load_prepared(Path(data_dir))
+    workers = join(torch.device("cpu"))
+    model = small_sasrec(data.num_items)
+    first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    if die_at_batch and first_attempt and workers.rank == workers.world_size - 1:
+        model.register_forward_pre_hook(_dying_at(die_at_batch))  # a hook: not part of what the run key hashes
+    trained: list[int] = []
+    fit(model, data, dataclasses.replace(TRAIN, epochs=epochs), EVAL, recipe_of(model, data),
+        on_epoch_end=lambda epoch, _: trained.append(epoch), state_path=Path(state))  # fmt: skip
+    if workers.is_main:
+        torch.save({"trained": trained, "weights": model.state_dict()}, out)
+    leave()
+
+
+def _dying_at(batch: int) -> Callable[..., None]:
+    """A forward pre-hook that exits its process at once, as a kill does, at the `batch`-th training forward."""
+    calls = 0
+
+    def hook(module: nn.Module, *_: Any) -> None:
+        nonlocal calls
+        calls += module.training  # training batches, not validation's
+        if calls == batch:
+            os._exit(9)
+
+    return hook

@@ -4,6 +4,7 @@ model one process trains, and their split evaluation gives the single process's 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,18 +17,28 @@ from recsys.errors import ConfigError
 from recsys.evaluation import evaluate
 from recsys.runtime.distributed import Workers
 from recsys.training.data_parallel import share_of_rows
-from tests.recsys.training.distributed_fit import EVAL, small_sasrec, train_and_save
+from tests.recsys.training.distributed_fit import (
+    EVAL,
+    recipe_of,
+    small_sasrec,
+    train_and_save,
+    train_resumably,
+    train_sharded,
+)
 
 # docs/distributed.md states them: gradients equal up to float sums; after two epochs, the metrics within 0.01
 GRADIENT_TOLERANCE, NDCG_TOLERANCE = {"cpu": 1e-6, "cuda": 1e-5}, 0.01
 
 
-def _launch(processes: int, out: Path, data_dir: Path, device: str) -> None:
+def _launch(
+    processes: int, out: Path, data_dir: Path, device: str, entry: Callable[..., None] = train_and_save
+) -> None:
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=str(uuid.uuid4()), rdzv_backend="c10d",
         rdzv_endpoint="localhost:0", max_restarts=0, start_method="spawn", monitor_interval=0.1,
     )  # fmt: skip
-    elastic_launch(config, train_and_save)(str(data_dir), str(out), device)
+    arguments = (str(data_dir), str(out)) if entry is not train_and_save else (str(data_dir), str(out), device)
+    elastic_launch(config, entry)(*arguments)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -75,3 +86,64 @@ def test_the_launcher_environment_is_read_and_checked() -> None:
         Workers.from_environment({"RANK": "2", "WORLD_SIZE": "2"})
     with pytest.raises(ConfigError, match="not numeric"):
         Workers.from_environment({"RANK": "x", "WORLD_SIZE": "2"})
+
+
+def _launch_resumable(
+    processes: int, data_dir: Path, state: Path, out: Path, epochs: int, die_at_batch: int = 0
+) -> None:
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=str(uuid.uuid4()), rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0", max_restarts=1 if die_at_batch else 0, start_method="spawn",
+        monitor_interval=0.1,
+    )  # fmt: skip
+    elastic_launch(config, train_resumably)(str(data_dir), str(state), str(out), epochs, die_at_batch)
+
+
+def test_a_state_saved_by_two_processes_resumes_on_one(tiny_data_dir: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state.dcp"
+    _launch_resumable(2, tiny_data_dir, state, tmp_path / "two.pt", epochs=1)
+    two = torch.load(tmp_path / "two.pt")
+    assert two["trained"] == [1]
+    assert {path.name for path in state.glob("*.distcp")} == {"__0_0.distcp", "__1_0.distcp"}  # each wrote its part
+
+    train_resumably(str(tiny_data_dir), str(state), str(tmp_path / "one.pt"), epochs=1)  # finished: loads, trains none
+    one = torch.load(tmp_path / "one.pt")
+    assert one["trained"] == []
+    for name, tensor in two["weights"].items():
+        assert torch.equal(one["weights"][name], tensor), name
+    train_resumably(str(tiny_data_dir), str(state), str(tmp_path / "one.pt"), epochs=2)
+    assert torch.load(tmp_path / "one.pt")["trained"] == [2]  # on from where the two processes stopped
+
+
+def test_a_killed_process_is_restarted_by_the_launcher_and_the_run_loses_nothing(
+    tiny_data_dir: Path, tmp_path: Path
+) -> None:
+    _launch_resumable(2, tiny_data_dir, tmp_path / "straight.dcp", tmp_path / "straight.pt", epochs=2)
+    data = load_prepared(tiny_data_dir)
+    generator = torch.Generator().manual_seed(0)
+    recipe = recipe_of(small_sasrec(data.num_items), data)
+    batches = sum(len(recipe.batches(rows, generator)) for rows in data.training_epoch(generator))
+
+    # the last process dies in the middle of epoch 2; the launcher restarts both, which resume after epoch 1
+    _launch_resumable(2, tiny_data_dir, tmp_path / "killed.dcp", tmp_path / "killed.pt", 2, batches + batches // 2)
+    straight, killed = torch.load(tmp_path / "straight.pt"), torch.load(tmp_path / "killed.pt")
+    assert killed["trained"] == [2]  # the restarted processes' run: epoch 1 came from the state
+    for name, tensor in straight["weights"].items():
+        assert torch.equal(killed["weights"][name], tensor), name
+
+
+def test_an_item_table_split_by_rows_over_two_processes_trains_as_one_table(
+    tiny_data_dir: Path, tmp_path: Path
+) -> None:
+    train_sharded(str(tiny_data_dir), str(tmp_path / "one.pt"))  # one process: the table stays whole
+    _launch(2, tmp_path / "two.pt", tiny_data_dir, "cpu", train_sharded)
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+
+    rows = one["weights"]["item_emb.weight"].shape[0]
+    assert two["held"] == [(rows + 1) // 2, rows // 2]  # each process holds its block of rows, not the table
+    # a step: the blocks' gradients, gathered, and the averaged others are the whole batch's on one table
+    for name, gradient in one["gradients"].items():
+        torch.testing.assert_close(two["gradients"][name], gradient, rtol=0, atol=GRADIENT_TOLERANCE["cpu"], msg=name)
+    assert two["best_valid"]["ndcg@10"] == pytest.approx(one["best_valid"]["ndcg@10"], abs=NDCG_TOLERANCE)
+    trained = two["weights"]["item_emb.weight"]  # the trained model is whole again, to write and serve
+    assert type(trained) is torch.Tensor and trained.shape == one["weights"]["item_emb.weight"].shape

@@ -95,7 +95,7 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tiny_data_dir: Path, tmp
         fit(model, data, cfg, EVAL, on_epoch_end=lambda epoch, _: seen.append(epoch), state_path=state)
         return seen
 
-    state = tmp_path / "state.pt"
+    state = tmp_path / "state.dcp"
     # a time budget of 0 s stops after the first epoch, as a crash after its checkpoint would
     assert epochs_trained(small_sasrec(data.num_items), dataclasses.replace(config, max_train_seconds=0.0)) == [1]
     fresh = small_sasrec(data.num_items)
@@ -188,7 +188,7 @@ def test_streamed_parts_train_deterministically_and_resume(tmp_path: Path) -> No
     whole = load_prepared(data_dir)
     assert valid == pytest.approx(evaluate(first, whole.eval_split("valid"), whole.num_items, EVAL).metrics["ndcg@10"])
     assert valid > 1.5 * popularity_valid_metric(whole, EVAL) > 0
-    state = tmp_path / "state.pt"
+    state = tmp_path / "state.dcp"
     trained(state, epochs=1)  # stops after epoch 1; the rerun resumes there
     resumed, _ = trained(state)
     assert all(torch.equal(a, b) for a, b in zip(first.parameters(), resumed.parameters(), strict=True))

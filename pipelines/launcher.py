@@ -1,0 +1,57 @@
+"""A run's training on N processes of this host, through torch's elastic launcher: what `recsys train
+--nproc-per-node N`, `recsys pipeline run --nproc-per-node N` and the `daily_training` DAG's train task share.
+
+The caller first runs the pipeline's steps before training itself (preparing data once, not N times), then starts
+`python -m cli <a command>` N times under `torch.distributed.run` (rendezvous on this host), which gives each process
+RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT: the processes train together and the first one writes what
+the run writes. The processes run the platform's command line (`python -m cli`, where every process of a run starts,
+under torchrun across hosts too); `launch` takes that command's arguments as strings, so nothing here imports `cli`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+from recsys.errors import RecsysError
+from recsys.runtime.distributed import Workers
+
+logger = logging.getLogger(__name__)
+
+LAUNCHED_BY_US = "RECSYS_LAUNCHED_BY"  # set in the processes `launch` starts: the launching command reports, not them
+
+
+def needs_launch(nproc_per_node: int) -> bool:
+    """Whether this process starts the processes itself: more than one asked, and not already one of them."""
+    return nproc_per_node > 1 and not Workers.from_environment().distributed
+
+
+def launch(nproc_per_node: int, command: Sequence[str], max_restarts: int = 0) -> None:
+    """Run `python -m cli COMMAND` on `nproc_per_node` processes of this host and wait for them.
+
+    Args:
+        nproc_per_node: how many processes.
+        command: the `recsys` command each runs.
+        max_restarts: when a process fails, the launcher stops the others and starts them all again, up to this many
+            times; they resume from the last validated epoch's training state.
+
+    Raises:
+        RecsysError: a process failed (after the restarts), naming it; its log is above.
+    """
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    args = ["--standalone", f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}", "-m", "cli"]
+    logger.info("starting %d processes: recsys %s", nproc_per_node, " ".join(command))
+    os.environ[LAUNCHED_BY_US] = str(os.getpid())  # the processes inherit this command's environment
+    try:
+        torchrun.main([*args, *command])
+    except ChildFailedError as err:
+        failed = ", ".join(f"rank {rank} (exit code {failure.exitcode})" for rank, failure in err.failures.items())
+        raise RecsysError(
+            f"the distributed run failed: {failed}. Fix: see that process's error above; running it again (the same "
+            "command, or the task's retry) resumes from the last validated epoch"
+        ) from err
+    finally:
+        del os.environ[LAUNCHED_BY_US]
