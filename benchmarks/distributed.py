@@ -12,10 +12,16 @@ Throughput (section "throughput"): the synthetic data set of `users` x `items` (
 `num_negatives` shared negatives) through the trainer's own step (`recsys.training.trainer.train_one_epoch`, the
 data-parallel loss): `warmup_steps` steps, then `timed_steps` timed, on 1 process and on `processes`, each process
 taking `rows_per_process` packed rows of every batch (weak scaling: N processes train N times the rows per step).
+The batches are read from the prepared parts and packed as the steps ask for them, as in training, so the timed
+steps include that work (every process packs every batch: `read_and_pack_share` is its share of the time).
 tokens/s counts the targets of every process; scaling efficiency = tokens/s on N / (N * tokens/s on 1). Each
 configuration runs in its own processes, started by torch's elastic launcher; peak memory is each process's
 (`torch.cuda.max_memory_allocated`, or its resident set on a CPU). With `row_sharded`, N processes also run with
 the item table split by rows (`train.shard_item_table`).
+
+Largest catalogue (section "largest", GPUs only): SASRec's peak memory per GPU at `items` and 2 x `items` on 1 GPU
+(table replicated) and on `processes` (split by rows) gives the cost of an item; the catalogue that fills
+`memory_fraction` of a GPU is predicted from it, and a model of 90 % of that size trains a few steps to check it fits.
 
 Beauty (section "beauty"): `beauty_config` trained by the pipeline's train step (`pipelines.train.train_step`,
 tracking off) on 1 process and on `processes`, same config and seed: best validation epoch, valid and test NDCG@10.
@@ -25,6 +31,7 @@ Writes benchmarks/results/distributed-<device type>.json with the GPUs, world si
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import tempfile
@@ -38,6 +45,7 @@ import torch
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.train_scale import BatchCounter
 from features.prepare import prepare
 from features.sources import load_source, open_synthetic
 from pipelines.config import load_config
@@ -50,6 +58,7 @@ from recsys.runtime.distributed import backend_for, gather_rows, join, leave
 from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.optimization import build_optimization
 from recsys.training.recipes import NextItemTraining, recipe_for
+from recsys.training.recipes.next_item import NextItemRecipe
 from recsys.training.row_sharding import check_shardable, shard_item_table
 from recsys.training.trainer import train_one_epoch
 
@@ -58,13 +67,15 @@ logger = logging.getLogger("benchmarks.distributed")
 
 @dataclass(frozen=True)
 class Settings:
-    sections: tuple[str, ...] = ("throughput", "beauty")
+    sections: tuple[str, ...] = ("throughput", "largest", "beauty")
     device: str = "cuda"
     processes: int = 2
     # throughput
     users: int = 100_000
     items: int = 1_000_000
     data_dir: str = ".cache/distributed/{users}x{items}"
+    partitions: int = 16  # parts of the prepared data, read `buffer_parts` at a time: the timed steps read and pack
+    buffer_parts: int = 1
     models: tuple[str, ...] = ("sasrec", "hstu")
     dim: int = 128
     max_history: int = 50
@@ -75,6 +86,8 @@ class Settings:
     warmup_steps: int = 10
     timed_steps: int = 50
     row_sharded: bool = True
+    # largest: the share of a GPU's memory the predicted catalogue fills
+    memory_fraction: float = 0.9
     lr: float = 1e-3
     seed: int = 0
     # beauty
@@ -104,11 +117,14 @@ def main(argv: list[str] | None = None) -> Path:
     with tempfile.TemporaryDirectory() as scratch:
         if "throughput" in settings.sections:
             out["throughput"] = _throughput(settings, Path(scratch))
+        if "largest" in settings.sections:
+            out["largest"] = _largest(settings, Path(scratch))
         if "beauty" in settings.sections:
             out["beauty"] = _beauty(settings, Path(scratch))
     out.update(provenance())
     path = write_result(f"distributed-{device.type}", out, args.results_dir, reproduce)
-    print(json.dumps({k: out[k] for k in ("throughput", "beauty") if k in out}, indent=1), f"-> {path}", sep="\n")
+    shown = {k: out[k] for k in ("throughput", "largest", "beauty") if k in out}
+    print(json.dumps(shown, indent=1), f"-> {path}", sep="\n")
     return path
 
 
@@ -121,19 +137,31 @@ def _launch(processes: int, entry: Any, *arguments: Any) -> None:
     elastic_launch(config, entry)(*arguments)
 
 
-def _throughput(settings: Settings, scratch: Path) -> dict[str, Any]:
+def _synthetic_data(settings: Settings) -> Path:
     data_dir = Path(settings.data_dir.format(users=settings.users, items=settings.items))
     if not (data_dir / "meta.json").is_file():
-        prepare(open_synthetic(num_users=settings.users, num_items=settings.items, seed=settings.seed), data_dir)
+        source = open_synthetic(num_users=settings.users, num_items=settings.items, seed=settings.seed)
+        prepare(source, data_dir, partitions=settings.partitions)
+    return data_dir
+
+
+def _run(settings: Settings, data_dir: Path, scratch: Path, model: str, processes: int, sharded: bool,
+         items: int | None = None, steps: tuple[int, int] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One configuration on its own processes: its report."""
+    report = scratch / f"{model}-{processes}-{sharded}-{items}.json"
+    warmup, timed = steps or (settings.warmup_steps, settings.timed_steps)
+    _launch(processes, _train_steps, asdict(settings), str(data_dir), model, sharded, items, warmup, timed, str(report))
+    row: dict[str, Any] = json.loads(report.read_text())
+    logger.info("%s", row)
+    return row
+
+
+def _throughput(settings: Settings, scratch: Path) -> dict[str, Any]:
+    data_dir = _synthetic_data(settings)
     runs = [(1, False), (settings.processes, False)] + ([(settings.processes, True)] if settings.row_sharded else [])
     results: dict[str, Any] = {}
     for model in settings.models:
-        rows = []
-        for processes, sharded in runs:
-            report = scratch / f"{model}-{processes}-{sharded}.json"
-            _launch(processes, _train_steps, asdict(settings), str(data_dir), model, sharded, str(report))
-            rows.append(json.loads(report.read_text()))
-            logger.info("%s", rows[-1])
+        rows = [_run(settings, data_dir, scratch, model, processes, sharded) for processes, sharded in runs]
         single = rows[0]["tokens_per_second"]
         for row in rows[1:]:
             row["scaling_efficiency"] = significant(row["tokens_per_second"] / (row["processes"] * single))
@@ -141,21 +169,52 @@ def _throughput(settings: Settings, scratch: Path) -> dict[str, Any]:
     return results
 
 
-def _train_steps(settings_dict: dict[str, Any], data_dir: str, model_name: str, sharded: bool, report: str) -> None:
-    """One process of a throughput run: warm-up steps, then timed steps; the first process writes the report."""
+def _largest(settings: Settings, scratch: Path) -> dict[str, Any]:
+    """The largest catalogue whose SASRec trains on 1 GPU (table replicated) and on N (split by rows): the peak memory
+    per GPU at `items` and 2 x `items` gives the cost of an item and of the rest; the catalogue that fills
+    `memory_fraction` of a GPU is predicted from them, and a model at 90 % of it trains a few steps to check."""
+    if resolve_device(settings.device).type != "cuda":
+        raise SystemExit("section 'largest' measures GPU memory. Fix: run it on CUDA, or leave it out of `sections`")
+    data_dir = _synthetic_data(settings)
+    capacity = torch.cuda.get_device_properties(0).total_memory / 2**30 * settings.memory_fraction
+    results = {}
+    for processes, sharded in [(1, False), (settings.processes, True)]:
+        sizes = [settings.items, 2 * settings.items]
+        peaks = [max(_run(settings, data_dir, scratch, "sasrec", processes, sharded, items, (2, 3))
+                     ["peak_memory_gib_per_process"]) for items in sizes]  # fmt: skip
+        per_item = (peaks[1] - peaks[0]) / (sizes[1] - sizes[0])
+        predicted = int(sizes[0] + (capacity - peaks[0]) / per_item)
+        checked = predicted * 9 // 10
+        check = _run(settings, data_dir, scratch, "sasrec", processes, sharded, checked, (2, 3))
+        results[f"{processes} x {'row_sharded' if sharded else 'replicated'}"] = {
+            "peak_gib_at": dict(zip(map(str, sizes), peaks, strict=True)),
+            "bytes_per_item": significant(per_item * 2**30), "predicted_largest_items": predicted,
+            "trained_items": checked, "trained_peak_gib_per_process": check["peak_memory_gib_per_process"],
+        }  # fmt: skip
+    return results
+
+
+def _train_steps(
+    settings_dict: dict[str, Any], data_dir: str, model_name: str, sharded: bool, items: int | None, warmup: int,
+    timed: int, report: str,
+) -> None:  # fmt: skip
+    """One process of a run: `warmup` steps, then `timed` steps timed, of a model of `items` items (None: the data's);
+    the first process writes the report."""
     settings = Settings(**settings_dict)
     device = resolve_device(settings.device)
     workers = join(device)
     device = workers.device(device)
-    parts = PreparedParts.open(Path(data_dir), buffer_parts=4)
+    parts = PreparedParts.open(Path(data_dir), buffer_parts=settings.buffer_parts)
     torch.manual_seed(settings.seed)
     params = {"max_history": settings.max_history, "dim": settings.dim, "num_layers": settings.num_layers,
               "num_heads": settings.num_heads, "dropout": 0.0}  # fmt: skip
     if model_name == "sasrec":
         params["ffn_dim"] = 4 * settings.dim
-    model = build_model(model_name, params, parts.num_items)
+    num_items = items or parts.num_items  # more items than the data's: a larger table, the same batches
+    model = build_model(model_name, params, num_items)
     training = NextItemTraining(loss="sampled_softmax", num_negatives=settings.num_negatives)
     recipe = recipe_for(model, parts, settings.rows_per_process * workers.world_size, training)
+    assert isinstance(recipe, NextItemRecipe)
     if sharded:
         check_shardable(model, recipe)
         shard_item_table(model, workers, device)
@@ -164,17 +223,12 @@ def _train_steps(settings_dict: dict[str, Any], data_dir: str, model_name: str, 
                                       total_steps=0, fused=device.type == "cuda")  # fmt: skip
     loss_of = DataParallelLoss(model, recipe, workers, find_unused_parameters=False)
     generator = torch.Generator().manual_seed(settings.seed)
-    steps = settings.warmup_steps + settings.timed_steps
-    batches = []
-    for rows in parts.training_epoch(generator):
-        batches += recipe.batches(rows, generator)
-        if len(batches) >= steps:
-            break
-    if len(batches) < steps:
-        raise SystemExit(f"the data gives {len(batches)} batches, fewer than {steps} steps. Fix: more users")
+    counter = BatchCounter()  # the batches are read and packed as training asks for them: their cost is timed too
+    batches = counter.batches(parts, recipe, generator)
     bf16 = use_bf16_autocast("auto", device)
 
-    def run(chunk: list[Any]) -> float:
+    def run(steps: int) -> float:
+        chunk = itertools.islice(batches, steps)
         _synchronize(device)
         start = time.perf_counter()
         train_one_epoch(model, loss_of, chunk, optimization, bf16, False, generator)
@@ -183,18 +237,24 @@ def _train_steps(settings_dict: dict[str, Any], data_dir: str, model_name: str, 
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    run(batches[: settings.warmup_steps])
-    seconds = run(batches[settings.warmup_steps : steps])
-    tokens = sum(int((batch.targets != 0).sum()) for batch in batches[settings.warmup_steps : steps])
+    run(warmup)
+    tokens, data_seconds, done = counter.tokens, counter.data_seconds, counter.steps
+    seconds = run(timed)
+    if counter.steps - done < timed:
+        raise SystemExit(f"the data gives {counter.steps} batches, fewer than the steps asked. Fix: more users")
+    tokens, data_seconds = counter.tokens - tokens, counter.data_seconds - data_seconds
+    batches.close()  # the parts' reader, half-way through the epoch: closed here, not at interpreter exit
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else peak_resident_gib()
     peaks = [float(p) for p in gather_rows(torch.tensor([peak], dtype=torch.float64), workers)]
     if workers.is_main:
         table = "row_sharded" if sharded else "replicated"
         Path(report).write_text(json.dumps({
             "model": model_name, "processes": workers.world_size, "item_table": table,
-            "rows_per_step": settings.rows_per_process * workers.world_size, "timed_steps": settings.timed_steps,
+            "items": num_items, "rows_per_step": settings.rows_per_process * workers.world_size,
+            "timed_steps": timed,
             "tokens_per_second": significant(tokens / seconds),
-            "seconds_per_step": significant(seconds / settings.timed_steps),
+            "seconds_per_step": significant(seconds / timed),
+            "read_and_pack_share": significant(data_seconds / seconds),
             "peak_memory_gib_per_process": [significant(p) for p in peaks],
             "memory": "torch.cuda.max_memory_allocated" if device.type == "cuda" else "peak resident set",
         }))  # fmt: skip

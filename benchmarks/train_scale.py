@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> Path:
     generator = torch.Generator().manual_seed(settings.seed)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    counter = _Counter()
+    counter = BatchCounter()
     start = time.perf_counter()
     loss = train_one_epoch(model, DataParallelLoss(model, recipe, Workers(), find_unused_parameters=False),
                            counter.batches(parts, recipe, generator), optimization, use_bf16_autocast("auto", device),
@@ -170,7 +170,7 @@ def _prepared(settings: Settings) -> tuple[Path, float | None]:
     return data_dir, significant(time.perf_counter() - start)
 
 
-class _Counter:
+class BatchCounter:
     """Counts the epoch's steps and targets, and the time spent producing its batches (reading and packing)."""
 
     def __init__(self) -> None:

@@ -47,6 +47,14 @@ class TwoTowerConfig:
     sid_levels: NonNegativeInt = 0  # semantic-ID prefix features of the item tower (needs codes)
     use_content: bool = False  # feed the item's content (LLM) embedding to the item tower
     content_dim: NonNegativeInt = 0  # its size, filled in from the embeddings by the registry
+    # "table_wise" / "row_wise": the sparse features use torchrec's own EmbeddingBagCollection, which a distributed
+    # run shards over its processes with DistributedModelParallel (`recsys.training.model_parallel`; row_wise on
+    # CUDA only); "none": the project's FusedEmbeddingBagCollection (Triton kernels on CUDA), on every process
+    shard_tables: Literal["none", "table_wise", "row_wise"] = "none"
+    # sharded tables train with fbgemm's optimizer fused into the backward pass, apart from train.lr's Adam (which
+    # fbgemm's CPU kernels lack: "adam" needs CUDA)
+    table_optimizer: Literal["rowwise_adagrad", "adagrad", "sgd", "adam"] = "rowwise_adagrad"
+    table_lr: PositiveFloat = 0.01
 
 
 def _tower(in_dim: int, hidden: int, out: int, dropout: float) -> nn.Sequential:
@@ -79,6 +87,7 @@ class TwoTower(nn.Module):
         self, config: TwoTowerConfig, codes: torch.Tensor | None = None, content: torch.Tensor | None = None
     ) -> None:
         from recsys.modules.embedding_bag_collection import FusedEmbeddingBagCollection
+        from recsys.modules.ordered_embedding_bags import OrderedEmbeddingBags
 
         super().__init__()
         self.config = config
@@ -89,8 +98,9 @@ class TwoTower(nn.Module):
         item_tables = [_bag("item_id", V1, D, "SUM")]
         if L:
             item_tables.append(_bag("sid_prefix", L * V1 + 1, D, "SUM"))  # row 0: padding
-        self.user_features = FusedEmbeddingBagCollection(user_tables)
-        self.item_features = FusedEmbeddingBagCollection(item_tables)
+        bags = FusedEmbeddingBagCollection if config.shard_tables == "none" else OrderedEmbeddingBags
+        self.user_features = bags(user_tables)
+        self.item_features = bags(item_tables)
         self.user_mlp = _tower(len(user_tables) * D, config.hidden_dim, D, config.dropout)
         item_in = len(item_tables) * D + (D if config.content_dim else 0)
         self.item_mlp = _tower(item_in, config.hidden_dim, D, config.dropout)

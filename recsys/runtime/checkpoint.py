@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import DefaultLoadPlanner
 
 from recsys.runtime.atomic import atomic_directory, atomic_file
 from recsys.runtime.distributed import Workers, from_main, wait_for_everyone
@@ -55,7 +56,9 @@ def load_distributed_checkpoint(directory: Path, template: dict[str, Any], worke
     processes): its tensors say where each entry goes and how it is sharded; its plain values are replaced. Every
     entry of `template` must be in the directory; entries it leaves out are not read."""
     with _one_process_quietly(workers):
-        dcp.load(template, checkpoint_id=directory, no_dist=not workers.distributed)
+        # torchrec's sharded tables are ShardedTensors: loaded as they are, not flattened as FSDP's would be
+        planner = DefaultLoadPlanner(flatten_sharded_tensors=False)
+        dcp.load(template, checkpoint_id=directory, planner=planner, no_dist=not workers.distributed)
 
 
 def _save(state: dict[str, Any], directory: Path, workers: Workers) -> None:

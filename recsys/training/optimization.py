@@ -18,6 +18,7 @@ from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, se
 from torch.distributed.tensor import DTensor
 
 from recsys.errors import ConfigError
+from recsys.training.model_parallel import fused_table_parameters
 
 
 @dataclass
@@ -79,7 +80,8 @@ def build_optimization(
 ) -> Optimization:
     """Adam over the dense parameters, SparseAdam over tables with row-sparse gradients, one schedule for both."""
     sparse = [m.weight for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse]
-    dense = [p for p in model.parameters() if all(p is not s for s in sparse)]
+    in_backward = fused_table_parameters(model)  # tables torchrec's DMP updates inside the backward pass
+    dense = [p for p in model.parameters() if all(p is not s for s in sparse + in_backward)]
     if sparse and weight_decay:
         raise ConfigError(
             "train.weight_decay with sparse_item_gradients: SparseAdam has no weight decay (it would have to touch "

@@ -49,6 +49,7 @@ from recsys.runtime.progress import Progress
 from recsys.runtime.validation import Fraction
 from recsys.training.averaging import WeightAverage
 from recsys.training.data_parallel import DataParallelLoss
+from recsys.training.model_parallel import ModelParallelLoss, gathered_tables, table_training, unshard_tables
 from recsys.training.optimization import Optimization, build_optimization
 from recsys.training.recipes import TRAINING_SETTINGS, Recipe, recipe_for
 from recsys.training.row_sharding import check_shardable, gathered_item_table, shard_item_table, unshard_item_table
@@ -195,7 +196,12 @@ class _TrainingRun:
         self.generator = torch.Generator().manual_seed(config.seed)
         # a domain's adapter trains alone: the other domains' parameters sit its steps out
         skips = recipe.may_skip_parameters or isinstance(model, DomainScorer)
-        self.loss = DataParallelLoss(model, recipe, self.workers, find_unused_parameters=skips)
+        tables = table_training(model, config) if self.workers.distributed else None
+        self.loss: DataParallelLoss
+        if tables is None:
+            self.loss = DataParallelLoss(model, recipe, self.workers, find_unused_parameters=skips)
+        else:  # the tables sharded over the processes by torchrec's DMP (recsys.training.model_parallel)
+            self.loss = ModelParallelLoss(model, recipe, self.workers, tables)
         # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
         batches_per_epoch = _batches_per_epoch(data, recipe) if config.lr_schedule == "cosine" else 0
         steps_per_epoch = -(-batches_per_epoch // config.accumulate_batches)  # optimizer steps
@@ -257,7 +263,7 @@ class _TrainingRun:
         self.model.eval()
         start = time.perf_counter()
         with self.average.applied() if self.average is not None else contextlib.nullcontext():
-            with gathered_item_table(self.model):
+            with gathered_item_table(self.model), gathered_tables(self.model):
                 scorer: Scorer = self.model  # type: ignore[assignment]
                 ranked = evaluate(scorer, self.valid, self.data.num_items, eval_config, workers=self.workers)
             metrics = {"loss": loss, **ranked.metrics}
@@ -305,6 +311,7 @@ class _TrainingRun:
         if self.best_weights is not None:
             self.model.load_state_dict(self.best_weights)
         unshard_item_table(self.model)  # the trained model is whole on every process: to evaluate, to write
+        unshard_tables(self.model)
         self.model.eval()
         if self.valid_sample is not None and self.result.best_valid:
             scorer: Scorer = self.model  # type: ignore[assignment]
