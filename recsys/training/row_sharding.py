@@ -72,7 +72,8 @@ def shard_item_table(model: nn.Module, workers: Workers, device: torch.device) -
     table: nn.Embedding = getattr(model, ITEM_TABLE)
     mesh = init_device_mesh(device.type, (workers.world_size,))
     full = table.weight.detach()
-    block = full.tensor_split(workers.world_size)[workers.rank]  # contiguous rows, torch.chunk's split of V+1
+    rows = -(-full.shape[0] // workers.world_size)  # DTensor's Shard(0) splits as torch.chunk: blocks of ceil(V+1 / N)
+    block = full[workers.rank * rows : (workers.rank + 1) * rows]  # the last blocks may be shorter, or empty
     local = torch.empty_like(block, device=device).copy_(block)
     sharded = DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=full.shape, stride=full.stride())
     table.weight = nn.Parameter(sharded, requires_grad=table.weight.requires_grad)
