@@ -270,6 +270,17 @@ class ModelParallelLoss(DataParallelLoss):
         for path, bags in _ordered_bags(model):
             _copy_into_shards(bags.bags.state_dict(), weights[path])
 
+    def table_optimizer_state(self) -> dict[str, Any]:
+        """The fused table optimizer's state (e.g. Adagrad's accumulators, sharded as the tables are), keyed by table:
+        what a training state saves, and the template it is loaded into."""
+        state: dict[str, Any] = self.module.fused_optimizer.state_dict()  # type: ignore[union-attr]
+        return state
+
+    def load_table_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Load what `table_optimizer_state` gave, filled from a checkpoint (its tensors are the optimizer's own, filled
+        in place; this sets the rest, e.g. the learning rate)."""
+        self.module.fused_optimizer.load_state_dict(state)  # type: ignore[union-attr]
+
 
 @contextlib.contextmanager
 def gathered_tables(model: nn.Module) -> Iterator[None]:

@@ -356,6 +356,8 @@ class _TrainingRun:
         torch.set_rng_state(state[f"torch_rng_{rng_of}"])
         if self.average is not None:
             self.average.load_state_dict(state["average"])
+        if isinstance(self.loss, ModelParallelLoss):
+            self.loss.load_table_optimizer_state(state["table_optimizer"])
         self.epoch, self.early_stopped = saved["epoch"], saved["early_stopped"]
         self.best_score, self.result = saved["best_score"], FitResult(**saved["result"])
         logger.info("resumed from %s after epoch %d (%.0f s trained)", path, self.epoch, self.result.train_seconds)
@@ -381,6 +383,8 @@ class _TrainingRun:
             state["best_weights"] = self.best_weights
         if self.average is not None:
             state["average"] = self.average.state_dict()
+        if isinstance(self.loss, ModelParallelLoss):  # tables sharded by DMP: their fused optimizer's state
+            state["table_optimizer"] = self.loss.table_optimizer_state()
         return state
 
 

@@ -10,22 +10,31 @@ EmbeddingBag), the all-to-alls, and the order of float sums.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from recsys.data.batching import HistoryBatch
+from recsys.data.prepared import load_prepared
+from recsys.evaluation import EvalConfig
 from recsys.models.two_tower import TwoTower, TwoTowerConfig
 from recsys.runtime.distributed import Workers, join, leave, sum_over_workers
 from recsys.training.data_parallel import share_of_rows
 from recsys.training.model_parallel import ModelParallelLoss, TableTraining, gathered_tables, unshard_tables
 from recsys.training.recipes.pairs import TwoTowerRecipe
+from recsys.training.trainer import TrainConfig, fit
 
 WORLD_SIZE, STEPS, ROWS = 2, 4, 9  # 9 rows: shares of 5 and 4 (each process its own batch size)
 DENSE_LR, TABLE_LR = 0.01, 0.5
 CONFIG = TwoTowerConfig(num_items=60, max_history=8, recent=2, dim=8, hidden_dim=16, dropout=0.0, user_buckets=10,
                         shard_tables="table_wise", table_optimizer="sgd", table_lr=TABLE_LR)  # fmt: skip
+
+
+# for a whole fit: the tables' fused row-wise Adagrad keeps an accumulator per row, which a resume must restore
+FIT_CONFIG = dataclasses.replace(CONFIG, table_optimizer="rowwise_adagrad", table_lr=0.05)
 
 
 def tiny_two_tower() -> TwoTower:
@@ -111,3 +120,25 @@ def train_sharded() -> dict[str, Any]:
     leave()
     return {"losses": losses, "last": last, "after_first": after_first, "reloaded": reloaded, "unsharded": unsharded,
             "item_vectors": model.item_embeddings().detach(), "placements": step_loss.placements}  # fmt: skip
+
+
+def fit_straight_and_resumed(data_dir: str, state: str) -> dict[str, dict[str, torch.Tensor]]:
+    """One of the launcher's processes: a tiny two-tower whose tables DMP shards (fused row-wise Adagrad) trained two
+    epochs straight, and trained one epoch, saved, then resumed for the second by new models in the same processes."""
+    torch.set_num_threads(1)
+    join(torch.device("cpu"))
+    data = load_prepared(Path(data_dir))
+    train = TrainConfig(epochs=2, batch_size=32, lr=3e-3, seed=3, device="cpu", threads=1, progress=False)
+    evaluation = EvalConfig(ks=(10,), batch_size=64)
+
+    def trained(epochs: int, state_path: Path | None) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = TwoTower(dataclasses.replace(FIT_CONFIG, num_items=data.num_items))
+        fit(model, data, dataclasses.replace(train, epochs=epochs), evaluation, state_path=state_path)
+        return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+    straight = trained(2, None)
+    trained(1, Path(state))
+    resumed = trained(2, Path(state))
+    leave()
+    return {"straight": straight, "resumed": resumed}

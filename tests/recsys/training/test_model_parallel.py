@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +22,12 @@ from recsys.training.model_parallel import (
     require_cuda_fbgemm,
     table_training,
 )
-from tests.recsys.training.model_parallel_steps import WORLD_SIZE, train_sharded, train_unsharded
+from tests.recsys.training.model_parallel_steps import (
+    WORLD_SIZE,
+    fit_straight_and_resumed,
+    train_sharded,
+    train_unsharded,
+)
 
 # docs/distributed.md states it: after 4 steps (Adam on the dense part, SGD on the tables), losses and weights equal up
 # to float sums
@@ -101,3 +107,15 @@ def test_a_gpu_without_fbgemm_cuda_build_is_told_how_to_install_it() -> None:
         require_cuda_fbgemm()
     except ConfigError as err:  # the CPU build on a GPU machine: the message names the fix
         assert "pip install -e '.[cuda]'" in str(err) and "make setup" in str(err)
+
+
+def test_a_sharded_run_resumes_with_its_tables_optimizer_state(tiny_data_dir: Path, tmp_path: Path) -> None:
+    launch = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=2, run_id=str(uuid.uuid4()), rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0", max_restarts=0, start_method="spawn", monitor_interval=0.1,
+    )  # fmt: skip
+    runs = elastic_launch(launch, fit_straight_and_resumed)(str(tiny_data_dir), str(tmp_path / "state.dcp"))[0]
+    # epoch 2 from the saved state (weights, Adam's moments, the fused Adagrad's accumulators) is epoch 2 of the
+    # straight run: without the accumulators the tables' steps would be larger and the weights would differ
+    for name, tensor in runs["straight"].items():
+        torch.testing.assert_close(runs["resumed"][name], tensor, rtol=0, atol=1e-6, msg=name)
