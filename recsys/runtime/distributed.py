@@ -138,8 +138,10 @@ def _store_of_this_attempt(workers: Workers) -> dist.Store:
 
 
 def leave() -> None:
-    """End the process group, when one was started (so that the launcher's processes exit cleanly)."""
+    """End the process group, when one was started (so that the launcher's processes exit cleanly), once every
+    process has reached this point: none tears its group down with a collective still in flight."""
     if dist.is_initialized():
+        wait_for_everyone()
         dist.destroy_process_group()
 
 
