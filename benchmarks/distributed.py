@@ -36,19 +36,18 @@ import json
 import logging
 import tempfile
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from benchmarks.train_scale import BatchCounter
 from features.prepare import prepare
 from features.sources import load_source, open_synthetic
 from pipelines.config import load_config
+from pipelines.launcher import run_on_processes
 from pipelines.train import train_step
 from recsys.data.prepared import PreparedParts
 from recsys.models.registry import build_model
@@ -128,15 +127,6 @@ def main(argv: list[str] | None = None) -> Path:
     return path
 
 
-def _launch(processes: int, entry: Any, *arguments: Any) -> None:
-    """`entry(*arguments)` on `processes` processes of this host, started by torch's elastic launcher."""
-    config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=str(uuid.uuid4()), rdzv_backend="c10d",
-        rdzv_endpoint="localhost:0", max_restarts=0, start_method="spawn", monitor_interval=0.1,
-    )  # fmt: skip
-    elastic_launch(config, entry)(*arguments)
-
-
 def _synthetic_data(settings: Settings) -> Path:
     data_dir = Path(settings.data_dir.format(users=settings.users, items=settings.items))
     if not (data_dir / "meta.json").is_file():
@@ -150,7 +140,8 @@ def _run(settings: Settings, data_dir: Path, scratch: Path, model: str, processe
     """One configuration on its own processes: its report."""
     report = scratch / f"{model}-{processes}-{sharded}-{items}.json"
     warmup, timed = steps or (settings.warmup_steps, settings.timed_steps)
-    _launch(processes, _train_steps, asdict(settings), str(data_dir), model, sharded, items, warmup, timed, str(report))
+    arguments = (asdict(settings), str(data_dir), model, sharded, items, warmup, timed, str(report))
+    run_on_processes(processes, _train_steps, *arguments)
     row: dict[str, Any] = json.loads(report.read_text())
     logger.info("%s", row)
     return row
@@ -275,7 +266,8 @@ def _beauty(settings: Settings, scratch: Path) -> dict[str, Any]:
         if processes == 1:
             _train_beauty(asdict(settings), str(data_dir), str(scratch / "beauty-1"), str(report))
         else:
-            _launch(processes, _train_beauty, asdict(settings), str(data_dir), str(scratch / "beauty-n"), str(report))
+            out_dir = str(scratch / "beauty-n")
+            run_on_processes(processes, _train_beauty, asdict(settings), str(data_dir), out_dir, str(report))
         runs[str(processes)] = json.loads(report.read_text())
     one, many = runs["1"]["test ndcg@10"], runs[str(settings.processes)]["test ndcg@10"]
     return {"config": settings.beauty_config, "overrides": settings.beauty_overrides, "runs": runs,

@@ -27,7 +27,6 @@ import os
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,10 +34,10 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from benchmarks.reproduce import jsonable, mismatches
+from pipelines.launcher import run_on_processes
 from recsys.data.batching import HistoryBatch
 from recsys.models.two_tower import TwoTower, TwoTowerConfig
 from recsys.runtime.distributed import Workers, join, leave
@@ -161,11 +160,8 @@ def time_distributed(s: Settings) -> dict[str, Any]:
 
 
 def launch(s: Settings) -> dict[str, Any]:
-    config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=s.processes, run_id=str(uuid.uuid4()), rdzv_backend="c10d",
-        rdzv_endpoint="localhost:0", max_restarts=0, start_method="spawn", monitor_interval=0.1,
-    )  # fmt: skip
-    return elastic_launch(config, time_distributed)(s)[0]
+    result: dict[str, Any] = run_on_processes(s.processes, time_distributed, s)[0]
+    return result
 
 
 def main(argv: list[str] | None = None) -> Path:

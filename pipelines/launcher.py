@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from recsys.errors import RecsysError
 from recsys.runtime.distributed import Workers
@@ -55,3 +57,18 @@ def launch(nproc_per_node: int, command: Sequence[str], max_restarts: int = 0) -
         ) from err
     finally:
         del os.environ[LAUNCHED_BY_US]
+
+
+def run_on_processes(
+    processes: int, entry: Callable[..., Any], *arguments: Any, max_restarts: int = 0
+) -> dict[int, Any]:
+    """`entry(*arguments)` on `processes` processes of this host, started by torch's elastic launcher (a rendezvous
+    on a free local port; `entry` must be importable: the processes are spawned). Returns each rank's return value."""
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=str(uuid.uuid4()), rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0", max_restarts=max_restarts, start_method="spawn", monitor_interval=0.1,
+    )  # fmt: skip
+    returned: dict[int, Any] = elastic_launch(config, entry)(*arguments)
+    return returned

@@ -343,7 +343,7 @@ class _TrainingRun:
             logger.warning("%s was written for another model or settings; starting from epoch 1", path)
             return
         entries = saved_entries(path)
-        if "best_weights" in saved["held"]:
+        if saved["has_best_weights"]:
             self.best_weights = copy.deepcopy(self.model.state_dict())  # the shapes to load them into
         own_rng = f"torch_rng_{self.workers.rank}" in entries  # not when resumed on more processes than saved it
         rng_of = self.workers.rank if own_rng else 0
@@ -366,11 +366,10 @@ class _TrainingRun:
         """What `save` writes and `resume` loads into: tensors by name (weights, optimizer moments, generators) and
         the run's progress as one JSON string. The torch generator (dropout masks) is each process's own: saved under
         its rank, loaded as process `rng_of`'s."""
-        held = {"best_weights": self.best_weights, "average": self.average}
         progress = {
             "run_key": self.run_key, "epoch": self.epoch, "early_stopped": self.early_stopped,
             "best_score": self.best_score, "result": dataclasses.asdict(self.result),
-            "held": [name for name, value in held.items() if value is not None],
+            "has_best_weights": self.best_weights is not None,
         }  # fmt: skip
         state: dict[str, Any] = {
             "progress": json.dumps(progress),

@@ -3,14 +3,12 @@ model one process trains, and their split evaluation gives the single process's 
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from pipelines.launcher import run_on_processes
 from recsys.data.batching import HistoryBatch
 from recsys.data.prepared import load_prepared
 from recsys.errors import ConfigError
@@ -30,23 +28,12 @@ from tests.recsys.training.distributed_fit import (
 GRADIENT_TOLERANCE, NDCG_TOLERANCE = {"cpu": 1e-6, "cuda": 1e-5}, 0.01
 
 
-def _launch(
-    processes: int, out: Path, data_dir: Path, device: str, entry: Callable[..., None] = train_and_save
-) -> None:
-    config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=str(uuid.uuid4()), rdzv_backend="c10d",
-        rdzv_endpoint="localhost:0", max_restarts=0, start_method="spawn", monitor_interval=0.1,
-    )  # fmt: skip
-    arguments = (str(data_dir), str(out)) if entry is not train_and_save else (str(data_dir), str(out), device)
-    elastic_launch(config, entry)(*arguments)
-
-
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_two_processes_train_as_one_and_evaluate_it_exactly(tiny_data_dir: Path, tmp_path: Path, device: str) -> None:
     if device == "cuda" and torch.cuda.device_count() < 2:
         pytest.skip(f"needs 2 CUDA devices for NCCL, this machine has {torch.cuda.device_count()}")
     train_and_save(str(tiny_data_dir), str(tmp_path / "one.pt"), device)
-    _launch(2, tmp_path / "two.pt", tiny_data_dir, device)
+    run_on_processes(2, train_and_save, str(tiny_data_dir), str(tmp_path / "two.pt"), device)
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
 
     # a step: each process's share of the batch, weighted by its targets and averaged by DDP, is the whole batch's
@@ -88,20 +75,9 @@ def test_the_launcher_environment_is_read_and_checked() -> None:
         Workers.from_environment({"RANK": "x", "WORLD_SIZE": "2"})
 
 
-def _launch_resumable(
-    processes: int, data_dir: Path, state: Path, out: Path, epochs: int, die_at_batch: int = 0
-) -> None:
-    config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=str(uuid.uuid4()), rdzv_backend="c10d",
-        rdzv_endpoint="localhost:0", max_restarts=1 if die_at_batch else 0, start_method="spawn",
-        monitor_interval=0.1,
-    )  # fmt: skip
-    elastic_launch(config, train_resumably)(str(data_dir), str(state), str(out), epochs, die_at_batch)
-
-
 def test_a_state_saved_by_two_processes_resumes_on_one(tiny_data_dir: Path, tmp_path: Path) -> None:
     state = tmp_path / "state.dcp"
-    _launch_resumable(2, tiny_data_dir, state, tmp_path / "two.pt", epochs=1)
+    run_on_processes(2, train_resumably, str(tiny_data_dir), str(state), str(tmp_path / "two.pt"), 1)
     two = torch.load(tmp_path / "two.pt")
     assert two["trained"] == [1]
     assert {path.name for path in state.glob("*.distcp")} == {"__0_0.distcp", "__1_0.distcp"}  # each wrote its part
@@ -115,17 +91,23 @@ def test_a_state_saved_by_two_processes_resumes_on_one(tiny_data_dir: Path, tmp_
     assert torch.load(tmp_path / "one.pt")["trained"] == [2]  # on from where the two processes stopped
 
 
+def _paths(data_dir: Path, tmp_path: Path, run: str) -> tuple[str, str, str]:
+    """`train_resumably`'s data directory, training state and output of a run called `run`."""
+    return str(data_dir), str(tmp_path / f"{run}.dcp"), str(tmp_path / f"{run}.pt")
+
+
 def test_a_killed_process_is_restarted_by_the_launcher_and_the_run_loses_nothing(
     tiny_data_dir: Path, tmp_path: Path
 ) -> None:
-    _launch_resumable(2, tiny_data_dir, tmp_path / "straight.dcp", tmp_path / "straight.pt", epochs=2)
+    run_on_processes(2, train_resumably, *_paths(tiny_data_dir, tmp_path, "straight"), 2)
     data = load_prepared(tiny_data_dir)
     generator = torch.Generator().manual_seed(0)
     recipe = recipe_of(small_sasrec(data.num_items), data)
     batches = sum(len(recipe.batches(rows, generator)) for rows in data.training_epoch(generator))
 
     # the last process dies in the middle of epoch 2; the launcher restarts both, which resume after epoch 1
-    _launch_resumable(2, tiny_data_dir, tmp_path / "killed.dcp", tmp_path / "killed.pt", 2, batches + batches // 2)
+    killed_at = batches + batches // 2
+    run_on_processes(2, train_resumably, *_paths(tiny_data_dir, tmp_path, "killed"), 2, killed_at, max_restarts=1)
     straight, killed = torch.load(tmp_path / "straight.pt"), torch.load(tmp_path / "killed.pt")
     assert killed["trained"] == [2]  # the restarted processes' run: epoch 1 came from the state
     for name, tensor in straight["weights"].items():
@@ -136,7 +118,7 @@ def test_an_item_table_split_by_rows_over_two_processes_trains_as_one_table(
     tiny_data_dir: Path, tmp_path: Path
 ) -> None:
     train_sharded(str(tiny_data_dir), str(tmp_path / "one.pt"))  # one process: the table stays whole
-    _launch(2, tmp_path / "two.pt", tiny_data_dir, "cpu", train_sharded)
+    run_on_processes(2, train_sharded, str(tiny_data_dir), str(tmp_path / "two.pt"))
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
 
     rows = one["weights"]["item_emb.weight"].shape[0]

@@ -4,14 +4,13 @@ and what the planner offers on CPU and on CUDA."""
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from pipelines.launcher import run_on_processes
 from recsys.errors import ConfigError
 from recsys.models.two_tower import TwoTower, TwoTowerConfig
 from recsys.training.model_parallel import (
@@ -35,11 +34,7 @@ TOLERANCE = 1e-5
 
 
 def test_two_sharded_processes_train_as_one_unsharded() -> None:
-    launch = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=WORLD_SIZE, run_id=str(uuid.uuid4()), rdzv_backend="c10d",
-        rdzv_endpoint="localhost:0", max_restarts=0, start_method="spawn", monitor_interval=0.1,
-    )  # fmt: skip
-    sharded = elastic_launch(launch, train_sharded)()
+    sharded = run_on_processes(WORLD_SIZE, train_sharded)
     losses, weights = train_unsharded()
 
     torch.testing.assert_close(sharded[0]["losses"], losses, rtol=0, atol=TOLERANCE)
@@ -110,11 +105,7 @@ def test_a_gpu_without_fbgemm_cuda_build_is_told_how_to_install_it() -> None:
 
 
 def test_a_sharded_run_resumes_with_its_tables_optimizer_state(tiny_data_dir: Path, tmp_path: Path) -> None:
-    launch = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=2, run_id=str(uuid.uuid4()), rdzv_backend="c10d",
-        rdzv_endpoint="localhost:0", max_restarts=0, start_method="spawn", monitor_interval=0.1,
-    )  # fmt: skip
-    runs = elastic_launch(launch, fit_straight_and_resumed)(str(tiny_data_dir), str(tmp_path / "state.dcp"))[0]
+    runs = run_on_processes(WORLD_SIZE, fit_straight_and_resumed, str(tiny_data_dir), str(tmp_path / "state.dcp"))[0]
     # epoch 2 from the saved state (weights, Adam's moments, the fused Adagrad's accumulators) is epoch 2 of the
     # straight run: without the accumulators the tables' steps would be larger and the weights would differ
     for name, tensor in runs["straight"].items():
