@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -79,6 +79,18 @@ def train_experiment(config: ExperimentConfig, work: Path) -> TrainOutputs:
     outputs, _ = run_pipeline(config, work, until="train_retriever")
     assert outputs.model is not None
     return outputs.model
+
+
+def compiled_recording_graphs(fn: Callable[..., Any]) -> tuple[Callable[..., Any], list[str]]:
+    """`fn` under torch.compile with fullgraph=True (a graph break raises), run by aot_eager (through the custom
+    op's fake and autograd registrations, no compiler), and the code of the graphs it captures."""
+    graphs: list[str] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        graphs.append(gm.code)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
+
+    return torch.compile(fn, backend=backend, fullgraph=True), graphs
 
 
 def popularity_valid_metric(data: SequenceData, eval_config: EvalConfig, metric: str = "ndcg@10") -> float:

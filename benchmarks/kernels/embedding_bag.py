@@ -8,11 +8,13 @@ Usage:
 
 Settings: configs/benchmarks/kernels-embedding-bag.yaml (`--config`, `--set KEY=VALUE`).
 
-Cases (one run): forward fp32 / bf16, D=128, 10M rows, B=65,536 bags of 20 ids, uniform ids; the same
-fp32 forward with Zipf-skewed ids (alpha 1.15); forward + backward to a sparse gradient; forward + fused
-backward + SGD and + exact row-wise Adagrad (torch: F.embedding_bag(sparse=True), backward, then
-torch.optim.SGD / Adagrad on the sparse gradient); 32 tables x 100,000 rows, B=512, in one launch against
-32 F.embedding_bag calls. Before timing, each case checks its Triton result on a slice of the batch.
+Cases (one run): forward fp32 / bf16, D=128, 10M rows, B=65,536 bags of 20 ids, uniform ids, and the fp32
+forward with Zipf-skewed ids (alpha 1.15); the training side as a matrix of op (forward + backward to a sparse
+gradient, + fused SGD, + fused exact row-wise Adagrad, + fused Adam) x table dtype (fp32, bf16) x ids
+(uniform, Zipf), plus fused row-wise Adam, bf16 Adam with stochastic rounding, and the deterministic backward
+(its cost); 32 tables x 100,000 rows, B=512, in one launch against 32 F.embedding_bag calls. The torch side of
+the training cases is F.embedding_bag(sparse=True), backward, then torch.optim.SGD / Adagrad / SparseAdam on
+the sparse gradient. Before timing, each case checks its Triton result on a slice of the batch.
 
 Times are `triton.testing.do_bench` medians (L2 flushed between runs) on CUDA, perf_counter medians on
 CPU. GB/s = the bytes the op must move (counted per op below, the same count for every implementation)
@@ -41,7 +43,14 @@ from recsys.ops.reference import embedding_bag as reference
 
 LR = 0.01
 EPS = 1e-8
-OPS = ("fwd", "fwd_bwd", "fwd_bwd_sgd", "fwd_bwd_rowwise_adagrad")
+# the fused optimizer of each training op (fwd_bwd: none, the sparse gradient itself)
+FUSED = {
+    "fwd_bwd_sgd": OptimType.SGD,
+    "fwd_bwd_rowwise_adagrad": OptimType.EXACT_ROWWISE_ADAGRAD,
+    "fwd_bwd_adam": OptimType.ADAM,
+    "fwd_bwd_rowwise_adam": OptimType.ROWWISE_ADAM,
+}
+OPS = ("fwd", "fwd_bwd", *FUSED)
 TOLERANCE: dict[torch.dtype, dict[str, Any]] = {
     torch.float32: {"rtol": 1e-4, "atol": 1e-4},
     torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2},
@@ -89,17 +98,29 @@ class Case:
     pool: int
     tables: int
     ids: str  # "uniform" | "zipf"
+    deterministic: bool = False  # the backward's deterministic mode (`deterministic=True`)
+    stochastic_rounding: bool = False  # bf16 fused updates rounded stochastically
 
 
 def all_cases(s: Settings) -> list[Case]:
     base = Case("fwd-fp32", "fwd", torch.float32, s.rows, s.dim, s.batch, s.pool, 1, "uniform")
+    bf16 = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    training = [
+        replace(base, name=f"{op}-{dtype}" + ("-zipf" if ids == "zipf" else ""), op=op, dtype=bf16[dtype], ids=ids)
+        for op in ("fwd_bwd", "fwd_bwd_sgd", "fwd_bwd_rowwise_adagrad", "fwd_bwd_adam")
+        for dtype in bf16
+        for ids in ("uniform", "zipf")
+    ]
     return [
         base,
         replace(base, name="fwd-bf16", dtype=torch.bfloat16),
         replace(base, name="fwd-fp32-zipf", ids="zipf"),
-        replace(base, name="fwd_bwd-fp32", op="fwd_bwd"),
-        replace(base, name="fwd_bwd_sgd-fp32", op="fwd_bwd_sgd"),
-        replace(base, name="fwd_bwd_rowwise_adagrad-fp32", op="fwd_bwd_rowwise_adagrad"),
+        *training,
+        replace(base, name="fwd_bwd_rowwise_adam-fp32", op="fwd_bwd_rowwise_adam"),
+        replace(base, name="fwd_bwd_adam-bf16-stochastic", op="fwd_bwd_adam", dtype=torch.bfloat16,
+                stochastic_rounding=True),
+        replace(base, name="fwd_bwd-fp32-deterministic", op="fwd_bwd", deterministic=True),
+        replace(base, name="fwd_bwd-fp32-zipf-deterministic", op="fwd_bwd", ids="zipf", deterministic=True),
         replace(base, name=f"fwd-fp32-{s.multi_tables}tables", rows=s.multi_rows, batch=s.multi_batch,
                 tables=s.multi_tables),
     ]  # fmt: skip
@@ -143,26 +164,23 @@ def fwd_bwd_bytes(c: Case, unique_rows: int) -> int:
     )
 
 
-def fwd_bwd_sgd_bytes(c: Case, unique_rows: int) -> int:
-    return (
-        fwd_bytes(c)
-        + _bwd_input_bytes(c)
-        + 2 * unique_rows * c.dim * _elem(c.dtype)  # each touched row read and written once (the update)
-    )
-
-
-def fwd_bwd_rowwise_adagrad_bytes(c: Case, unique_rows: int) -> int:
-    return (
-        fwd_bwd_sgd_bytes(c, unique_rows) + 2 * unique_rows * 4  # each touched row's fp32 state read and written once
-    )
+def fused_update_bytes(c: Case, unique_rows: int) -> int:
+    """Forward, the backward's inputs, and each touched row read and written once with its fp32 state."""
+    state_per_row = {
+        OptimType.SGD: 0,
+        OptimType.EXACT_ROWWISE_ADAGRAD: 4,  # one fp32 sum
+        OptimType.ADAM: 2 * c.dim * 4,  # two fp32 moments per element
+        OptimType.ROWWISE_ADAM: c.dim * 4 + 4,  # fp32 first moments per element, one second moment
+    }[FUSED[c.op]]
+    return fwd_bytes(c) + _bwd_input_bytes(c) + 2 * unique_rows * (c.dim * _elem(c.dtype) + state_per_row)
 
 
 def case_bytes(c: Case, unique_rows: int) -> int:
     if c.op == "fwd":
         return fwd_bytes(c)
-    counts = {"fwd_bwd": fwd_bwd_bytes, "fwd_bwd_sgd": fwd_bwd_sgd_bytes,
-              "fwd_bwd_rowwise_adagrad": fwd_bwd_rowwise_adagrad_bytes}  # fmt: skip
-    return counts[c.op](c, unique_rows)
+    if c.op == "fwd_bwd":
+        return fwd_bwd_bytes(c, unique_rows)
+    return fused_update_bytes(c, unique_rows)
 
 
 # -------------------------------------------------------------------------------------------------- inputs
@@ -237,27 +255,28 @@ def make_problem(c: Case, zipf_alpha: float, device: torch.device, seed: int = 0
 # Each returns a step function; forward steps return the (B, T*D) output, update steps update in place.
 
 
-def ours_step(op: str, p: Problem, grad_output: torch.Tensor) -> Callable[[], Any]:
-    if op == "fwd":
+def ours_step(c: Case, p: Problem, grad_output: torch.Tensor) -> Callable[[], Any]:
+    if c.op == "fwd":
         return lambda: embedding_bag(p.weights, p.indices, p.offsets, p.row_offsets, kernel=Kernel.TRITON)
-    if op == "fwd_bwd":
+    if c.op == "fwd_bwd":
         leaf = p.weights.detach().requires_grad_()
 
         def fwd_bwd() -> torch.Tensor:
             leaf.grad = None
-            embedding_bag(leaf, p.indices, p.offsets, p.row_offsets, kernel=Kernel.TRITON).backward(grad_output)
+            embedding_bag(
+                leaf, p.indices, p.offsets, p.row_offsets, kernel=Kernel.TRITON, deterministic=c.deterministic
+            ).backward(grad_output)
             assert leaf.grad is not None
             return leaf.grad  # sparse (R, D)
 
         return fwd_bwd
-    adagrad = op == "fwd_bwd_rowwise_adagrad"
-    optimizer = RowwiseOptimizer(OptimType.EXACT_ROWWISE_ADAGRAD if adagrad else OptimType.SGD, lr=LR, eps=EPS)
-    state = torch.zeros(p.weights.shape[0], device=p.weights.device) if adagrad else None
+    optimizer = RowwiseOptimizer(FUSED[c.op], lr=LR, eps=EPS, stochastic_rounding=c.stochastic_rounding)
+    state = optimizer.init_state(p.weights)
 
     def fwd_bwd_update() -> torch.Tensor:
         embedding_bag(p.weights, p.indices, p.offsets, p.row_offsets, kernel=Kernel.TRITON)
         fused_backward_update(grad_output, p.weights, p.indices, p.offsets, p.row_offsets, optimizer=optimizer,
-                              state=state, kernel=Kernel.TRITON)  # fmt: skip
+                              state=state, kernel=Kernel.TRITON, deterministic=c.deterministic)  # fmt: skip
         return p.weights
 
     return fwd_bwd_update
@@ -293,6 +312,9 @@ def torch_step(op: str, p: Problem, grad_output: torch.Tensor) -> tuple[Callable
     elif op == "fwd_bwd_rowwise_adagrad":
         optim = torch.optim.Adagrad([param], lr=LR, eps=EPS)
         what += " + torch.optim.Adagrad step (sparse gradient; element-wise state, not row-wise)"
+    elif op in ("fwd_bwd_adam", "fwd_bwd_rowwise_adam"):
+        optim = torch.optim.SparseAdam([param], lr=LR, eps=EPS)
+        what += " + torch.optim.SparseAdam step (element-wise moments in the table dtype)"
 
     def fwd_bwd() -> torch.Tensor:
         param.grad = None
@@ -309,8 +331,8 @@ def torch_step(op: str, p: Problem, grad_output: torch.Tensor) -> tuple[Callable
 
 def fbgemm_step(c: Case, p: Problem, grad_output: torch.Tensor) -> Callable[[], Any] | None:
     """FBGEMM's TBE (fused backward + optimizer), or None for ops it has no counterpart of."""
-    if c.op == "fwd_bwd":
-        return None  # FBGEMM's TBE fuses the optimizer: no plain sparse gradient to compare with
+    if c.op not in ("fwd", "fwd_bwd_sgd", "fwd_bwd_rowwise_adagrad"):
+        return None  # fwd_bwd: its TBE fuses the optimizer (no plain sparse gradient); Adam: not compared yet
     from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
     from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
@@ -354,31 +376,50 @@ def _describe(err: Exception) -> str:
 
 
 def check(c: Case, p: Problem) -> str:
-    """Assert the Triton result equals torch's (or the reference's, for row-wise Adagrad) on this small slice."""
+    """Assert the Triton result equals torch's (or the fp32 reference's, for the optimizers torch has no exact
+    counterpart of) on this small slice."""
     gen = torch.Generator(device=p.weights.device).manual_seed(1)
-    grad_output = torch.randn(p.batch, p.tables * c.dim, device=p.weights.device, generator=gen)
+    grad_output = torch.randn(p.batch, p.tables * c.dim, device=p.weights.device, generator=gen).to(c.dtype)
     tolerance = TOLERANCE[c.dtype]
     if c.op == "fwd":
-        ours, theirs = ours_step(c.op, p, grad_output)(), torch_step(c.op, p, grad_output)[0]()
+        ours, theirs = ours_step(c, p, grad_output)(), torch_step(c.op, p, grad_output)[0]()
         torch.testing.assert_close(ours.float(), theirs.float(), **tolerance)
         return f"forward of {p.batch} bags per table = torch's"
-    small = p.compacted()  # updates change the table: check on a copy of the touched rows
-    if c.op == "fwd_bwd_rowwise_adagrad":
-        weights = small.weights.detach().clone().requires_grad_()
-        reference.embedding_bag(weights, small.indices, small.offsets).backward(grad_output)
-        assert weights.grad is not None
-        expected, _ = reference.rowwise_adagrad_update(
-            small.weights, torch.zeros(small.weights.shape[0], device=weights.device), weights.grad, LR, EPS
-        )
-        against = "the fp32 reference (torch's Adagrad is element-wise)"
-    else:
-        expected = torch_step(c.op, replace(small, weights=small.weights.clone()), grad_output)[0]()
-        against = "torch's"
-    ours = ours_step(c.op, small, grad_output)()
+    # Training: against the fp32 reference (torch sums a bf16 table's duplicate ids in bf16, far from it on hot rows,
+    # and its optimizers keep other state), on a copy of the touched rows (updates change the table).
+    small = p.compacted()
+    expected = reference_training_step(c, small, grad_output)
+    against = "the fp32 reference"
+    ours = ours_step(c, small, grad_output)()
     if ours.is_sparse:
         ours, expected = ours.to_dense(), expected.to_dense()
+    if c.stochastic_rounding:  # each value one of the two bf16 neighbours of the fp32 result: within 1 ulp
+        tolerance = {"rtol": 2 * 2.0**-8, "atol": 1e-3}
     torch.testing.assert_close(ours.float(), expected.float(), **tolerance)
     return f"{c.op} on {p.batch} bags ({small.weights.shape[0]} unique rows) = {against}"
+
+
+def reference_training_step(c: Case, small: Problem, grad_output: torch.Tensor) -> torch.Tensor:
+    """The fp32 reference's result of the case's op on `small` (all of its rows are touched): the dense table
+    gradient for fwd_bwd, else the table after one step of the fused optimizer."""
+    weights = small.weights.float().requires_grad_()
+    reference.embedding_bag(weights, small.indices, small.offsets).backward(grad_output.float())
+    grad = weights.grad
+    assert grad is not None
+    if c.op == "fwd_bwd":
+        return grad
+    rows, dim = small.weights.shape
+    device = small.weights.device
+    optim = FUSED[c.op]
+    if optim is OptimType.SGD:
+        return reference.sgd_update(small.weights, grad, LR)
+    if optim is OptimType.EXACT_ROWWISE_ADAGRAD:
+        return reference.rowwise_adagrad_update(small.weights, torch.zeros(rows, device=device), grad, LR, EPS)[0]
+    second = torch.zeros(rows, dim, device=device) if optim is OptimType.ADAM else torch.zeros(rows, device=device)
+    return reference.adam_update(
+        small.weights, torch.zeros(rows, dim, device=device), second, grad,
+        torch.ones(rows, dtype=torch.bool, device=device), step=1, lr=LR, beta1=0.9, beta2=0.999, eps=EPS,
+    )[0]  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------------- timing
@@ -438,12 +479,14 @@ def run_case(
 ) -> dict[str, Any]:
     p = make_problem(c, settings.zipf_alpha, device)
     # The forward kernel is autotuned on its first call (the key has no batch size): tune it at full size.
-    ours_step("fwd", p, torch.empty(0))()
+    ours_step(replace(c, op="fwd"), p, torch.empty(0))()
     checked = check(c, p.sliced(settings.check_bags))
     unique_rows = int(torch.unique(p.flat_rows()).numel())
-    grad_output = torch.randn(c.batch, c.tables * c.dim, device=device)
+    grad_output = torch.randn(c.batch, c.tables * c.dim, device=device).to(c.dtype)
     nbytes = case_bytes(c, unique_rows)
-    ms = timer(ours_step(c.op, p, grad_output))
+    ours = ours_step(c, p, grad_output)
+    ours()  # the backward's chunk size is tuned per size class of the batch: tune it at this size, untimed
+    ms = timer(ours)
     torch_fn, torch_impl = torch_step(c.op, p, grad_output)
     torch_ms = timer(torch_fn)
     fbgemm_ms: float | None = None
@@ -468,6 +511,8 @@ def run_case(
         "pool": c.pool,
         "tables": c.tables,
         "ids": c.ids,
+        "deterministic": c.deterministic,
+        "stochastic_rounding": c.stochastic_rounding,
         "unique_rows": unique_rows,
         "bytes": nbytes,
         "ms": significant(ms),
@@ -553,7 +598,8 @@ def main(argv: list[str] | None = None) -> Path:
             "ratio_vs_torch": "torch_ms / ms: above 1 means the Triton kernel is faster",
             "fraction_of_copy": "GBps / copy_GBps",
             "rows": "rows per table",
-            "kernel": "ours = recsys.ops.embedding_bag with Kernel.TRITON (the fused optimizer for *_sgd/*_adagrad)",
+            "kernel": "ours = recsys.ops.embedding_bag with Kernel.TRITON (fused_backward_update for "
+            "fwd_bwd_<optimizer>)",
         },
         "settings": asdict(settings),
         "cases": results,

@@ -1,4 +1,5 @@
-"""End-to-end effect of the embedding-bag kernel: SASRec training-step time, Triton vs torch lookups; writes JSON.
+"""End-to-end effect of the Triton kernels on a training step: SASRec's semantic-ID lookups (the embedding bag) and
+HSTU's attention, `torch` vs `triton`; writes JSON.
 
 Usage:
     .venv/bin/python -m benchmarks.kernels.training_step   # on a CUDA GPU
@@ -6,13 +7,15 @@ Usage:
         # tiny sizes; on CPU in Triton's interpreter
 
 SASRec with semantic-ID features (`sid_levels` 3) looks every item up as an embedding bag of its 3 prefix
-ids, and builds the whole (V+1, D) item table each step for the softmax. One training step = the
-NextItemRecipe loss on a packed batch, backward, and an Adam step, exactly as `recsys.training.trainer`
-runs it (bf16 autocast on CUDA). The same model and batch are timed with `embedding_kernel: torch` and
-`triton`. Cases (configs/benchmarks/kernels-training-step.yaml; `--config`, `--set KEY=VALUE`): the Beauty shape
-of configs/beauty/sasrec-sid.yaml (12,101 items, D=64, full softmax) and a 1M-item catalog (D=64, sampled softmax
-with 1,024 negatives), where the lookups weigh more. Writes benchmarks/results/kernels-training-step-<gpu>.json
-(`-smoke` appended for a `smoke: true` config), with the settings and how to reproduce it.
+ids, and builds the whole (V+1, D) item table each step for the softmax; its `embedding_kernel` is timed as
+`torch` and `triton`. HSTU's `attention_kernel` is timed the same way (dense masked rows vs the jagged Triton
+attention). One training step = the NextItemRecipe loss on a packed batch, backward, and an Adam step, exactly as
+`recsys.training.trainer` runs it (bf16 autocast on CUDA); the same model and batch for both kernels. Cases
+(configs/benchmarks/kernels-training-step.yaml; `--config`, `--set KEY=VALUE`): SASRec at the Beauty shape of
+configs/beauty/sasrec-sid.yaml (12,101 items, D=64, full softmax) and on a 1M-item catalog (sampled softmax with
+1,024 negatives), HSTU on a 1M-item catalog with the attention benchmark's shape (128 rows of 200, 2 heads of 64).
+Writes benchmarks/results/kernels-training-step-<gpu>.json (`-smoke` appended for a `smoke: true` config), with
+the settings and how to reproduce it.
 """
 
 from __future__ import annotations
@@ -28,23 +31,26 @@ from benchmarks.common import benchmark_parser, parse_run, provenance, settings_
 from benchmarks.kernels.embedding_bag import cpu_timer_mismatch, kernel_device, make_timer, result_head
 from recsys.data.batching import PackedBatch, packed_next_item_batches
 from recsys.data.jagged import Jagged
+from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.training.recipes import NextItemRecipe
 
 
 @dataclass(frozen=True)
 class StepCase:
-    """One model and batch shape, timed with both lookup kernels."""
+    """One model and batch shape, timed with both kernels (SASRec's lookups, HSTU's attention)."""
 
     name: str
+    model: Literal["sasrec", "hstu"]
     num_items: int  # V
     dim: int  # D
     rows: int  # packed rows of max_history tokens per batch
     max_history: int  # the model's window = the packed row width
-    sid_levels: int  # semantic-ID prefixes looked up per item (an embedding bag of this many ids)
-    codebook_size: int  # ids per semantic-ID level (random codes)
+    sid_levels: int  # SASRec: semantic-ID prefixes looked up per item (an embedding bag of this many ids)
+    codebook_size: int  # SASRec: ids per semantic-ID level (random codes)
     loss: Literal["full_softmax", "sampled_softmax"]
     num_negatives: int  # sampled_softmax: negatives per batch (uniform over the catalog)
+    num_heads: int = 2
 
 
 @dataclass(frozen=True)
@@ -61,23 +67,35 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
     return settings_from(Settings, config, overrides)
 
 
-def make_batch(c: StepCase, generator: torch.Generator) -> PackedBatch:
-    """One packed batch of random user sequences (lengths 3..20, uniform items)."""
-    lengths = torch.randint(3, 21, (c.rows * c.max_history // 8,), generator=generator)
-    values = torch.randint(1, c.num_items + 1, (int(lengths.sum()),), generator=generator)
+def make_batch(num_items: int, rows: int, max_history: int, generator: torch.Generator) -> PackedBatch:
+    """One packed batch of `rows` rows of `max_history` tokens from random user sequences (lengths 3..20, uniform
+    items among `num_items`)."""
+    lengths = torch.randint(3, 21, (rows * max_history // 8,), generator=generator)
+    values = torch.randint(1, num_items + 1, (int(lengths.sum()),), generator=generator)
     sequences = Jagged(values, torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]))
-    return next(iter(packed_next_item_batches(sequences, c.max_history, c.rows, generator)))
+    return next(iter(packed_next_item_batches(sequences, max_history, rows, generator)))
 
 
 def make_step(
-    c: StepCase, kernel: Literal["torch", "triton"], batch: PackedBatch, codes: torch.Tensor, device: torch.device
+    c: StepCase,
+    kernel: Literal["torch", "triton"],
+    batch: PackedBatch,
+    codes: torch.Tensor | None,
+    device: torch.device,
 ) -> Any:
     """A closure running one training step of a fresh model (same seed for both kernels)."""
     torch.manual_seed(0)
-    config = SASRecConfig(
-        num_items=c.num_items, max_history=c.max_history, dim=c.dim, sid_levels=c.sid_levels, embedding_kernel=kernel
-    )
-    model = SASRec(config, codes).to(device).train()
+    model: torch.nn.Module
+    if c.model == "hstu":
+        model = HSTU(HSTUConfig(num_items=c.num_items, max_history=c.max_history, dim=c.dim, num_heads=c.num_heads,
+                                attention_kernel=kernel))  # fmt: skip
+    else:
+        config = SASRecConfig(
+            num_items=c.num_items, max_history=c.max_history, dim=c.dim, num_heads=c.num_heads,
+            sid_levels=c.sid_levels, embedding_kernel=kernel,
+        )  # fmt: skip
+        model = SASRec(config, codes)
+    model = model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=device.type == "cuda")
     probs = None
     if c.loss == "sampled_softmax":
@@ -99,9 +117,11 @@ def make_step(
 
 def run_case(c: StepCase, device: torch.device, timer: Any) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(0)
-    codes = torch.randint(0, c.codebook_size, (c.num_items + 1, c.sid_levels), generator=generator)
-    codes[0] = -1
-    batch = make_batch(c, generator)
+    codes = None
+    if c.sid_levels:
+        codes = torch.randint(0, c.codebook_size, (c.num_items + 1, c.sid_levels), generator=generator)
+        codes[0] = -1
+    batch = make_batch(c.num_items, c.rows, c.max_history, generator)
     times = {kernel: timer(make_step(c, kernel, batch, codes, device)) for kernel in ("torch", "triton")}
     return {
         **asdict(c),
@@ -127,8 +147,9 @@ def main(argv: list[str] | None = None) -> Path:
     result = {
         **head,
         "timer": timer_note,
-        "step": "SASRec (sid_levels 3) NextItemRecipe loss + backward + Adam step; bf16 autocast on CUDA",
-        "notes": {"ratio_vs_torch": "torch_ms / triton_ms: above 1 means the Triton lookups make the step faster"},
+        "step": "NextItemRecipe loss + backward + Adam step; bf16 autocast on CUDA; SASRec (sid_levels 3): "
+        "embedding_kernel torch vs triton, HSTU: attention_kernel torch vs triton",
+        "notes": {"ratio_vs_torch": "torch_ms / triton_ms: above 1 means the Triton kernels make the step faster"},
         "cases": cases,
         **provenance("triton"),
     }

@@ -14,14 +14,19 @@ item vectors are L2-normalised and the logits divided by a temperature, as in th
 Training and scoring follow SASRec (packed rows: compute follows the users' real lengths; full or sampled softmax).
 Amazon's P5 sequences carry no timestamps (their `ts` is the position), so their configs use positions only.
 
-Dimension letters: B batch, L sequence length, D dim, H heads, V+1 items.
+Attention takes one of two paths to the same function (`attention_kernel`): "torch" masks a dense (B, H, L, L)
+computation over whole rows; "triton" (the default on CUDA) makes every user's run one jagged sequence for the
+fused kernel of `recsys.ops.hstu_attention`, whose work follows the runs' lengths.
+
+Dimension letters: B batch, L sequence length, D dim, H heads, V+1 items, N = B*L tokens, S run slots (= N).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +36,9 @@ from torch import nn
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
 from recsys.models import TrainingFamily
-from recsys.modules.transformer import causal_segment_mask, left_padded_layout
+from recsys.modules.transformer import causal_segment_mask, left_padded_layout, most_recent
+from recsys.ops.hstu_attention import Kernel, hstu_attention, select_kernel
+from recsys.ops.hstu_attention import time_buckets as time_buckets  # its home is the op; models read it here too
 from recsys.runtime.validation import Fraction, check_heads
 
 
@@ -46,21 +53,55 @@ class HSTUConfig:
     temperature: PositiveFloat = 0.05  # logits = cosine(user, item) / temperature
     # > 0: relative bias over log2 buckets of time gaps too (needs real timestamps)
     num_time_buckets: NonNegativeInt = 0
+    # attention backend: "auto" = the Triton kernel on CUDA when Triton is installed, else "torch" (the dense masked
+    # path); "triton" runs the users' runs as jagged sequences (recsys.ops.hstu_attention)
+    attention_kernel: Literal["auto", "torch", "triton"] = "auto"
 
     def __post_init__(self) -> None:
         check_heads(self.num_heads, self.dim)
 
 
-def time_buckets(gaps: torch.Tensor, num_buckets: int) -> torch.Tensor:
-    """Time gaps in seconds -> bucket ids in [0, num_buckets): 0 for gaps under 1 s, then one bucket per doubling
-    (1 s, 2-3 s, 4-7 s, ...), the last one open-ended. Negative gaps (keys after the query, masked) map to 0.
+@dataclass(frozen=True)
+class JaggedRuns:
+    """The users' runs of (B, L) rows as jagged sequences over the N = B*L tokens reordered by `order`: real tokens
+    first (row by row, each run contiguous), padding after them; sequence t is the run starting at token t (empty
+    for the other tokens), so offsets[-1] = the number of real tokens and the padding belongs to no sequence."""
 
-    Example:
-        >>> time_buckets(torch.tensor([0, 1, 3, 4, 3600, 10**9]), 8).tolist()
-        [0, 1, 2, 3, 7, 7]
-    """
-    doublings = torch.floor(torch.log2(gaps.clamp(min=1).double())).long() + 1
-    return torch.where(gaps >= 1, doublings, 0).clamp(max=num_buckets - 1)
+    order: torch.Tensor  # (N,) int64: the token of the rows at each jagged place
+    offsets: torch.Tensor  # (S+1,) int64, S = N
+    max_seq_len: int  # L: no run is longer than a row
+    timestamps: torch.Tensor | None = None  # (N,) int64 in jagged order, with time buckets
+    query_times: torch.Tensor | None = None  # (N,) int64 in jagged order, with time buckets
+
+    @staticmethod
+    def of(segments: torch.Tensor) -> JaggedRuns:
+        """From (B, L) run ids (0 = padding); each run's tokens are consecutive in its row (packing and left
+        padding give that). Fixed shapes throughout: no device sync, nothing data-dependent for torch.compile.
+
+        Example:
+            >>> runs = JaggedRuns.of(torch.tensor([[1, 1, 2, 0], [0, 1, 1, 1]]))
+            >>> runs.order.tolist()   # runs [0 1] [2] [5 6 7], then the padding
+            [0, 1, 2, 5, 6, 7, 3, 4]
+            >>> runs.offsets.tolist()   # sequences start at places 0, 2 and 3; the others are empty
+            [0, 2, 2, 3, 6, 6, 6, 6, 6]
+        """
+        flat = segments.flatten()  # (N,)
+        real = flat != 0
+        order = torch.sort((~real).to(torch.uint8), stable=True).indices  # real tokens first, in row order
+        seg, row = flat[order], order // segments.shape[1]
+        place = torch.arange(flat.numel(), device=flat.device)
+        new_run = (seg != seg.roll(1)) | (row != row.roll(1)) | (place == 0)  # (N,)
+        num_real = real.sum()
+        # offsets[t] = the first run start at or after place t (num_real past the last): a reversed running minimum
+        starts = torch.where(real[order] & new_run, place, num_real)
+        next_start = starts.flip(0).cummin(0).values.flip(0)  # (N,)
+        return JaggedRuns(order, torch.cat([next_start, num_real[None]]), segments.shape[1])
+
+    def with_times(self, timestamps: torch.Tensor, query_times: torch.Tensor) -> JaggedRuns:
+        """The runs with the (B, L) times of their keys and queries, reordered alike."""
+        return dataclasses.replace(
+            self, timestamps=timestamps.flatten()[self.order], query_times=query_times.flatten()[self.order]
+        )
 
 
 class HSTULayer(nn.Module):
@@ -90,6 +131,22 @@ class HSTULayer(nn.Module):
             bias = bias + self.time_bias[:, gap_bucket].transpose(0, 1)
         weights = F.silu(q @ k.transpose(-1, -2) + bias) * mask / self.max_len
         y = (weights @ v).transpose(1, 2).reshape(B, L, D)
+        return self._gated(x, y, u)
+
+    def forward_jagged(self, x: torch.Tensor, runs: JaggedRuns, kernel: Kernel | None) -> torch.Tensor:
+        """x (N, D) tokens in `runs`' order -> (N, D), attention within each run by `kernel` (None: by availability).
+        Padding tokens (past runs.offsets[-1]) get zero attention outputs: theirs are never read."""
+        N, D = x.shape
+        u, v, q, k = F.silu(self.uvqk(self.in_norm(x))).chunk(4, dim=-1)  # (N, D) each, views of one (N, 4D)
+        q, k, v = (t.view(N, self.num_heads, D // self.num_heads) for t in (q, k, v))  # (N, H, D/H), strided
+        y = hstu_attention(
+            q, k, v, runs.offsets, max_len=self.max_len, position_bias=self.position_bias, time_bias=self.time_bias,
+            timestamps=runs.timestamps, query_times=runs.query_times, max_seq_len=runs.max_seq_len, kernel=kernel,
+        )  # fmt: skip
+        return self._gated(x, y.reshape(N, D), u)
+
+    def _gated(self, x: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """x + W2 (LayerNorm(y) * u), dropout on the branch; any leading dims."""
         return x + self.dropout(self.out(self.out_norm(y) * u))
 
 
@@ -110,6 +167,7 @@ class HSTU(nn.Module):
         self.item_emb = nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX)
         self.pos_emb = nn.Embedding(config.max_history, config.dim)
         self.emb_dropout = nn.Dropout(config.dropout)
+        self.attention_kernel = None if config.attention_kernel == "auto" else Kernel(config.attention_kernel)
         self.layers = nn.ModuleList(
             HSTULayer(config.dim, config.num_heads, config.max_history, config.dropout, config.num_time_buckets)
             for _ in range(config.num_layers)
@@ -143,17 +201,31 @@ class HSTU(nn.Module):
             )
         if segments is None:
             if timestamps is not None and query_times is not None:
-                timestamps, query_times = (
-                    timestamps[:, -self.config.max_history :],
-                    query_times[:, -self.config.max_history :],
-                )
+                timestamps = most_recent(timestamps, self.config.max_history)
+                query_times = most_recent(query_times, self.config.max_history)
             item_ids, segments, positions = left_padded_layout(item_ids, self.config.max_history)
         elif positions is None:
             raise ValueError("packed rows need `positions` with `segments`")
         x = self.item_emb(item_ids) * math.sqrt(self.config.dim) + self.pos_emb(positions)
         x = self.emb_dropout(x) * (segments != 0)[..., None]
+        if select_kernel(self.attention_kernel, device) is Kernel.TRITON:
+            x = self._jagged_layers(x, segments, timestamps, query_times)
+        else:
+            x = self._dense_layers(x, segments, positions, timestamps, query_times)
+        return F.normalize(x, dim=-1) / self.config.temperature
+
+    def _dense_layers(
+        self,
+        x: torch.Tensor,
+        segments: torch.Tensor,
+        positions: torch.Tensor,
+        timestamps: torch.Tensor | None,
+        query_times: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """x (B, L, D) through the layers with masked dense attention over whole rows -> (B, L, D)."""
+        device = x.device
         mask = causal_segment_mask(segments)
-        positions = positions.expand_as(item_ids)
+        positions = positions.expand_as(segments)
         distance = positions[:, :, None] - positions[:, None, :]  # (B, L, L), >= 0 where the mask allows
         gap_bucket = None
         if self.reads_timestamps:
@@ -162,7 +234,23 @@ class HSTU(nn.Module):
             gap_bucket = time_buckets(gaps, self.config.num_time_buckets)
         for layer in self.layers:
             x = layer(x, mask, distance, gap_bucket)
-        return F.normalize(x, dim=-1) / self.config.temperature
+        return x
+
+    def _jagged_layers(
+        self, x: torch.Tensor, segments: torch.Tensor, timestamps: torch.Tensor | None, query_times: torch.Tensor | None
+    ) -> torch.Tensor:
+        """x (B, L, D) through the layers with each run a jagged sequence -> (B, L, D). Runs hold consecutive
+        positions, so distances inside a run are the positions' differences, as on the dense path."""
+        B, L, D = x.shape
+        runs = JaggedRuns.of(segments)
+        if self.reads_timestamps:
+            assert timestamps is not None and query_times is not None
+            runs = runs.with_times(timestamps.to(x.device), query_times.to(x.device))
+        h = x.flatten(0, 1)[runs.order]  # (N, D)
+        for layer in self.layers:
+            assert isinstance(layer, HSTULayer)  # for mypy: a ModuleList holds Modules
+            h = layer.forward_jagged(h, runs, self.attention_kernel)
+        return torch.empty_like(h).index_copy(0, runs.order, h).view(B, L, D)  # back to the rows
 
     @property
     def max_history(self) -> int:

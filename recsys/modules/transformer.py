@@ -66,8 +66,22 @@ def left_padded_layout(item_ids: torch.Tensor, max_len: int) -> tuple[torch.Tens
     Keeps the most recent `max_len` columns; positions count back from the most recent column, as in
     SASRec's left-padded input, so they match the positions of packed training rows.
     """
-    item_ids = item_ids[:, -max_len:]
+    item_ids = most_recent(item_ids, max_len)
     L = item_ids.shape[1]
     segments = (item_ids != 0).long()
     positions = torch.arange(max_len - L, max_len, device=item_ids.device)
     return item_ids, segments, positions
+
+
+def most_recent(columns: torch.Tensor, max_len: int) -> torch.Tensor:
+    """(B, L) -> (B, min(L, max_len)): the last `max_len` columns.
+
+    Under torch.compile with dynamic shapes, `columns[:, -max_len:]` splits L into L < max_len and L >= max_len (a
+    guard of the slice's start), so full-width histories (L = max_len, as validation pads its longest users) and
+    shorter ones would compile two graphs; this branch guards L <= max_len instead, which both satisfy.
+
+    Example:
+        >>> most_recent(torch.tensor([[1, 2, 3]]), 2).tolist(), most_recent(torch.tensor([[1, 2, 3]]), 5).tolist()
+        ([[2, 3]], [[1, 2, 3]])
+    """
+    return columns[:, -max_len:] if columns.shape[1] > max_len else columns

@@ -3,7 +3,8 @@
 An op passes its name, its logger and its Triton (and FBGEMM) module; the rules are the same for all:
 `kernel=None` picks TRITON on CUDA when Triton is installed (or the op's own default), else TORCH; an
 explicit request that cannot run raises `KernelUnavailableError` saying what to do; the choice is logged
-once per (op, kernel, device).
+once per (op, kernel, device). Under torch.compile the choice is made once, eagerly, when the graph is traced (no
+graph break).
 """
 
 from __future__ import annotations
@@ -89,13 +90,34 @@ def select_kernel(
         fbgemm_missing: why the op has no FBGEMM kernel (the start of the error message), when it has none.
         default: (kernel, why) chosen when `kernel` is None, instead of choosing by availability.
     """
+    # Looked up by its value: torch.compile keeps the identity of a member read from a module-level dict, not of a
+    # constant result (and torch 2.11's dynamo cannot trace `Kernel(value)`).
+    return _KERNEL_OF_VALUE[
+        _selected_value(op, kernel, device, logger_name, triton_module, fbgemm_module, fbgemm_missing, default)
+    ]
+
+
+_KERNEL_OF_VALUE = {kernel.value: kernel for kernel in Kernel}
+
+
+@torch.compiler.assume_constant_result  # torch.compile runs it once, eagerly: no graph break at its imports and logs
+def _selected_value(
+    op: str,
+    kernel: Kernel | None,
+    device: torch.device,
+    logger_name: str,
+    triton_module: str,
+    fbgemm_module: str | None,
+    fbgemm_missing: str,
+    default: tuple[Kernel, str] | None,
+) -> str:
     if kernel is None:
         chosen, how = default or (
             Kernel.TRITON if device.type == "cuda" and triton_available() else Kernel.TORCH,
             "chosen by availability",
         )
         log_choice(logger_name, op, chosen, device.type, how)
-        return chosen
+        return chosen.value
     if kernel is Kernel.FBGEMM and fbgemm_module is not None:
         fbgemm_backend(fbgemm_module, device)  # raises if it cannot run
     elif kernel is Kernel.FBGEMM:
@@ -107,4 +129,4 @@ def select_kernel(
     if kernel is Kernel.TRITON and triton_backend(triton_module, device).INTERPRETED:  # raises if it cannot run
         how = "requested, in Triton's interpreter"
     log_choice(logger_name, op, kernel, device.type, how)
-    return kernel
+    return kernel.value

@@ -49,6 +49,8 @@ _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 class OptimType(enum.Enum):
     SGD = "sgd"
     EXACT_ROWWISE_ADAGRAD = "exact_rowwise_adagrad"  # FBGEMM's name and semantics
+    ADAM = "adam"  # lazy: only touched rows move (SparseAdam's and FBGEMM's ADAM)
+    ROWWISE_ADAM = "rowwise_adam"  # FBGEMM's PARTIAL_ROWWISE_ADAM: first moment per element, second per row
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,41 @@ class RowwiseOptimizer:
 
     optim: OptimType = OptimType.SGD
     lr: float = 0.01
-    eps: float = 1e-8  # row-wise Adagrad only; FBGEMM's default
+    eps: float = 1e-8  # Adagrad and Adam; FBGEMM's default
+    beta1: float = 0.9  # Adam only
+    beta2: float = 0.999  # Adam only
+    # bf16 tables: round each updated row to bf16 stochastically (unbiased) instead of to nearest, so updates
+    # smaller than half a bf16 ulp are not lost every time (FBGEMM's default for low-precision tables)
+    stochastic_rounding: bool = False
+
+    def init_state(self, weights: torch.Tensor, seed: int = 0) -> OptimizerState:
+        """Zero fp32 state for `weights` (R, D): what this optimizer keeps per row, on the table's device."""
+        rows, dim = weights.shape
+        device = weights.device
+        per_element = self.optim in (OptimType.ADAM, OptimType.ROWWISE_ADAM)
+        momentum1 = torch.zeros(rows, dim, device=device) if per_element else None
+        momentum2 = {
+            OptimType.SGD: None,
+            OptimType.EXACT_ROWWISE_ADAGRAD: torch.zeros(rows, device=device),
+            OptimType.ADAM: torch.zeros(rows, dim, device=device),
+            OptimType.ROWWISE_ADAM: torch.zeros(rows, device=device),
+        }[self.optim]
+        return OptimizerState(momentum1, momentum2, step=0, seed=seed)
+
+
+@dataclass
+class OptimizerState:
+    """The fp32 state of a fused optimizer over a table's R rows, updated in place by each step.
+
+    SGD keeps none; row-wise Adagrad its (R,) running sums in `momentum2`; Adam (R, D) first and second moments;
+    row-wise Adam (R, D) first moments and (R,) second. `step` counts the updates made (Adam's bias correction);
+    `seed` and `step` seed stochastic rounding, so a run is reproducible.
+    """
+
+    momentum1: torch.Tensor | None = None
+    momentum2: torch.Tensor | None = None
+    step: int = 0
+    seed: int = 0
 
 
 def select_kernel(kernel: Kernel | None, device: torch.device) -> Kernel:
@@ -201,20 +237,6 @@ def _torch_row_grads(
     return unique_rows, grads
 
 
-def _sorted_segments(rows: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(unique rows (U,), perm (N,) = ids sorted by row (stable), seg_offsets (U+1,)) for the Triton kernels.
-
-    `num_rows` bounds the rows: below 2**31 the sort runs on int32 keys (a radix sort: half the passes).
-    """
-    keys = rows.to(torch.int32) if num_rows <= torch.iinfo(torch.int32).max else rows
-    sorted_rows, perm = torch.sort(keys, stable=True)
-    unique_keys, counts = torch.unique_consecutive(sorted_rows, return_counts=True)
-    unique_rows = unique_keys.to(torch.int64)
-    seg_offsets = torch.zeros(unique_rows.numel() + 1, dtype=torch.int64, device=rows.device)
-    torch.cumsum(counts, dim=0, out=seg_offsets[1:])
-    return unique_rows, perm, seg_offsets
-
-
 def _row_grads(
     kernel: Kernel,
     grad_output: torch.Tensor,
@@ -226,17 +248,21 @@ def _row_grads(
     pooling: Pooling,
     per_sample_weights: torch.Tensor | None,
     deterministic: bool,
+    out_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(unique rows (U,) sorted, their summed gradients (U, D) fp32) with the given backend."""
+    """(unique rows (U,) sorted, their summed gradients (U, D) in `out_dtype`, summed in fp32) with the backend."""
     num_tables = row_offsets.numel() - 1
     if kernel is Kernel.TORCH:
-        return _torch_row_grads(grad_output, offsets, bag, rows, num_tables, pooling, per_sample_weights, deterministic)
-    unique_rows, perm, seg_offsets = _sorted_segments(rows, weights.shape[0])
-    grads = _triton_backend(weights.device).row_grads(
-        grad_output, offsets, bag, perm, seg_offsets,
-        dim=weights.shape[1], pooling=pooling, per_sample_weights=per_sample_weights,
+        unique_rows, grads = _torch_row_grads(
+            grad_output, offsets, bag, rows, num_tables, pooling, per_sample_weights, deterministic
+        )
+        return unique_rows, grads.to(out_dtype)
+    backend = _triton_backend(weights.device)
+    return backend.row_grads(
+        grad_output, offsets, backend.sort_ids(bag, rows),
+        dim=weights.shape[1], pooling=pooling, per_sample_weights=per_sample_weights, deterministic=deterministic,
+        out_dtype=out_dtype,
     )  # fmt: skip
-    return unique_rows, grads
 
 
 def _per_sample_weight_grads(
@@ -258,6 +284,16 @@ def _per_sample_weight_grads(
     grads = (per_id * weights[rows].float()).sum(dim=1)
     scale = id_scales(offsets, bag, pooling, None)
     return grads if scale is None else grads * scale
+
+
+def _bags_and_rows(
+    kernel: Kernel, weights: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, row_offsets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N,) bag t*B+b and (N,) flat row of every id: one Triton pass (rows in int32 where they fit, which the
+    backward sorts), or the reference's torch ops."""
+    if kernel is Kernel.TRITON:
+        return _triton_backend(weights.device).linearize(indices, offsets, row_offsets, weights.shape[0])
+    return bag_and_row_of_ids(indices, offsets, row_offsets)
 
 
 @dataclass(frozen=True)
@@ -296,12 +332,12 @@ class _EmbeddingBagFunction(torch.autograd.Function):
         weights, per_sample_weights, indices, offsets, row_offsets = ctx.saved_tensors
         options: _Options = ctx.options
         grad_output = grad_output.contiguous()
-        bag, rows = bag_and_row_of_ids(indices, offsets, row_offsets)
+        bag, rows = _bags_and_rows(options.kernel, weights, indices, offsets, row_offsets)
         weights_grad = psw_grad = None
         if ctx.needs_input_grad[0]:
             unique_rows, grads = _row_grads(
                 options.kernel, grad_output, weights, offsets, row_offsets, bag, rows,
-                options.pooling, per_sample_weights, options.deterministic,
+                options.pooling, per_sample_weights, options.deterministic, out_dtype=weights.dtype,
             )  # fmt: skip
             weights_grad = _table_gradient(weights, unique_rows, grads, options.sparse_grad)
         if ctx.needs_input_grad[1]:
@@ -314,8 +350,8 @@ class _EmbeddingBagFunction(torch.autograd.Function):
 def _table_gradient(
     weights: torch.Tensor, unique_rows: torch.Tensor, grads: torch.Tensor, sparse: bool
 ) -> torch.Tensor:
-    """(R, D) gradient in the table dtype: sparse COO over the U unique rows, or dense."""
-    values = grads.to(weights.dtype)
+    """(R, D) gradient in the table dtype: sparse COO over the U unique rows (`grads` (U, D), table dtype), or dense."""
+    values = grads
     if sparse:
         # Built from sorted unique rows: coalesced by construction, no invariant checks needed.
         return torch.sparse_coo_tensor(
@@ -426,7 +462,7 @@ def embedding_bag_backward(
     row_offsets = _resolve_row_offsets(weights, row_offsets)
     _validate_backward(grad_output, weights, indices, offsets, row_offsets, pooling, per_sample_weights)
     kernel = _select_unfused_kernel(kernel, weights.device, "embedding_bag_backward")
-    bag, rows = bag_and_row_of_ids(indices, offsets, row_offsets)
+    bag, rows = _bags_and_rows(kernel, weights, indices, offsets, row_offsets)
     return _row_grads(
         kernel, grad_output.contiguous(), weights, offsets, row_offsets, bag, rows, pooling, per_sample_weights,
         deterministic,
@@ -458,7 +494,7 @@ def fused_backward_update(
     row_offsets: torch.Tensor | None = None,
     *,
     optimizer: RowwiseOptimizer,
-    state: torch.Tensor | None = None,
+    state: OptimizerState | None = None,
     pooling: Pooling = "sum",
     per_sample_weights: torch.Tensor | None = None,
     kernel: Kernel | None = None,
@@ -468,66 +504,107 @@ def fused_backward_update(
 
     The gradients of duplicate ids are summed first (in fp32), then each unique row r is updated once:
     - SGD: w[r] -= lr * g[r];
-    - EXACT_ROWWISE_ADAGRAD (FBGEMM's): state[r] += mean(g[r]**2); w[r] -= lr * g[r] / (sqrt(state[r]) + eps).
-    The math is fp32; rows are stored back in the table dtype (round to nearest).
+    - EXACT_ROWWISE_ADAGRAD (FBGEMM's): s[r] += mean(g[r]**2); w[r] -= lr * g[r] / (sqrt(s[r]) + eps);
+    - ADAM (lazy, SparseAdam's): m[r] = b1 m[r] + (1-b1) g[r]; v[r] = b2 v[r] + (1-b2) g[r]**2;
+      w[r] -= lr * (m[r] / (1 - b1**t)) / (sqrt(v[r] / (1 - b2**t)) + eps), t = `state.step` after this step;
+    - ROWWISE_ADAM (FBGEMM's PARTIAL_ROWWISE_ADAM): the same with one v per row, of mean(g[r]**2).
+    The math is fp32; rows are stored back in the table dtype, to nearest or (bf16, `stochastic_rounding`)
+    stochastically.
 
     Args:
         grad_output: (B, T*D) gradient of the `embedding_bag` output.
         weights: (R, D) updated in place.
-        indices, offsets, row_offsets, pooling, per_sample_weights, kernel, deterministic: as in `embedding_bag`.
-        optimizer: which update, with its lr (and eps).
-        state: (R,) fp32 running sums of row-wise Adagrad (start from zeros), updated in place; None for SGD.
+        indices, offsets, row_offsets, pooling, per_sample_weights, kernel: as in `embedding_bag`.
+        optimizer: which update, with its hyperparameters.
+        state: `optimizer.init_state(weights)` at the start, updated in place (its tensors and `step`); None for
+            SGD without stochastic rounding.
+        deterministic: the same result bit for bit on every run (TRITON: rows hit by more than a chunk of ids are
+            summed in chunk order by one program, slower on Zipf-skewed ids; TORCH: a sort-based sum).
 
     Returns:
         (N,) gradient of `per_sample_weights` (computed with the weights before the update), or None.
 
     Example:
         >>> weights = torch.ones(4, 2)
-        >>> state = torch.zeros(4)
-        >>> grad_output = torch.full((1, 2), 2.0)   # B=1 bag holding row 1 twice
         >>> opt = RowwiseOptimizer(OptimType.EXACT_ROWWISE_ADAGRAD, lr=0.5)
+        >>> state = opt.init_state(weights)
+        >>> grad_output = torch.full((1, 2), 2.0)   # B=1 bag holding row 1 twice
         >>> fused_backward_update(grad_output, weights, torch.tensor([1, 1]), torch.tensor([0, 2]),
         ...                       optimizer=opt, state=state, kernel=Kernel.TORCH)
-        >>> state.tolist(), weights[1].tolist()   # g = 4 per entry: state = 16, w = 1 - 0.5 * 4 / 4
+        >>> state.momentum2.tolist(), weights[1].tolist()   # g = 4 per entry: s = 16, w = 1 - 0.5 * 4 / 4
         ([0.0, 16.0, 0.0, 0.0], [0.5, 0.5])
     """
     row_offsets = _resolve_row_offsets(weights, row_offsets)
     _validate_backward(grad_output, weights, indices, offsets, row_offsets, pooling, per_sample_weights)
-    adagrad = optimizer.optim is OptimType.EXACT_ROWWISE_ADAGRAD
-    if adagrad and (
-        state is None or state.shape != (weights.shape[0],) or state.dtype != torch.float32 or not state.is_contiguous()
-    ):
-        raise ValueError(f"row-wise Adagrad needs state: a contiguous (R,) = ({weights.shape[0]},) fp32 tensor")
-    if not adagrad and state is not None:
-        raise ValueError(f"{optimizer.optim.name} keeps no state: pass state=None")
+    state = _checked_state(optimizer, state, weights)
     kernel = _select_unfused_kernel(kernel, weights.device, "fused_backward_update")
     grad_output = grad_output.contiguous()
-    bag, rows = bag_and_row_of_ids(indices, offsets, row_offsets)
+    bag, rows = _bags_and_rows(kernel, weights, indices, offsets, row_offsets)
     psw_grad = None
     if per_sample_weights is not None:  # before the update: it needs the old rows
         psw_grad = _per_sample_weight_grads(kernel, grad_output, weights, offsets, row_offsets, bag, rows, pooling)
         psw_grad = psw_grad.to(per_sample_weights.dtype)
+    state.step += 1
     with torch.no_grad():
         if kernel is Kernel.TORCH:
             _torch_update(grad_output, weights, state, offsets, row_offsets, bag, rows, pooling, per_sample_weights,
                           optimizer, deterministic)  # fmt: skip
         else:
-            unique_rows, perm, seg_offsets = _sorted_segments(rows, weights.shape[0])
-            _triton_backend(weights.device).fused_update(
-                grad_output, weights, state, offsets, bag, perm, seg_offsets, unique_rows,
-                pooling=pooling, per_sample_weights=per_sample_weights, lr=optimizer.lr, eps=optimizer.eps,
+            backend = _triton_backend(weights.device)
+            rule = backend.UpdateRule(
+                optimizer.optim.value, lr=optimizer.lr, eps=optimizer.eps, beta1=optimizer.beta1,
+                beta2=optimizer.beta2, step=state.step, seed=state.seed, stochastic=optimizer.stochastic_rounding,
             )  # fmt: skip
-            # The kernel writes through raw pointers: tell autograd the tensors changed.
-            torch.autograd.graph.increment_version(weights)
-            if state is not None:
-                torch.autograd.graph.increment_version(state)
+            backend.fused_update(
+                grad_output, weights, offsets, backend.sort_ids(bag, rows), rule,
+                momentum1=state.momentum1, momentum2=state.momentum2, pooling=pooling,
+                per_sample_weights=per_sample_weights, deterministic=deterministic,
+            )  # fmt: skip
+            # The kernels write through raw pointers: tell autograd the tensors changed.
+            for tensor in (weights, state.momentum1, state.momentum2):
+                if tensor is not None:
+                    torch.autograd.graph.increment_version(tensor)
     return psw_grad
+
+
+def _checked_state(optimizer: RowwiseOptimizer, state: OptimizerState | None, weights: torch.Tensor) -> OptimizerState:
+    """`state` if it is the state `optimizer` keeps for `weights` (a fresh stateless one for plain SGD), else
+    a ValueError naming what is wrong."""
+    if optimizer.stochastic_rounding and weights.dtype != torch.bfloat16:
+        raise ValueError(
+            f"stochastic_rounding rounds updated rows to bf16, but the table is {weights.dtype}: "
+            "use a bf16 table or stochastic_rounding=False"
+        )
+    expected = optimizer.init_state(weights.new_empty(0, weights.shape[1]))  # the shapes, without R rows of zeros
+    if state is None:
+        if expected.momentum1 is not None or expected.momentum2 is not None or optimizer.stochastic_rounding:
+            raise ValueError(f"{optimizer.optim.name} needs state: pass state=optimizer.init_state(weights)")
+        return expected
+    for name in ("momentum1", "momentum2"):
+        want, got = getattr(expected, name), getattr(state, name)
+        if want is None and got is None:
+            continue
+        shape = None if want is None else (weights.shape[0], *want.shape[1:])
+        if (
+            want is None
+            or got is None
+            or got.shape != shape
+            or got.dtype != torch.float32
+            or not got.is_contiguous()
+            or got.device != weights.device
+        ):
+            raise ValueError(
+                f"state.{name} of {optimizer.optim.name} must be a contiguous fp32 tensor of shape {shape} on "
+                f"{weights.device} (got {None if got is None else (tuple(got.shape), got.dtype, got.device)}): "
+                "make it with optimizer.init_state(weights)"
+            )
+    return state
 
 
 def _torch_update(
     grad_output: torch.Tensor,
     weights: torch.Tensor,
-    state: torch.Tensor | None,
+    state: OptimizerState,
     offsets: torch.Tensor,
     row_offsets: torch.Tensor,
     bag: torch.Tensor,
@@ -541,10 +618,25 @@ def _torch_update(
         grad_output, offsets, bag, rows, row_offsets.numel() - 1, pooling, per_sample_weights, deterministic
     )
     new_rows = weights[unique_rows].float()  # (U, D)
-    if state is None:
+    optim = optimizer.optim
+    if optim is OptimType.SGD:
         new_rows -= optimizer.lr * grads
-    else:
-        new_state = state[unique_rows] + (grads * grads).mean(dim=1)  # (U,)
-        state[unique_rows] = new_state
+    elif optim is OptimType.EXACT_ROWWISE_ADAGRAD:
+        assert state.momentum2 is not None
+        new_state = state.momentum2[unique_rows] + (grads * grads).mean(dim=1)  # (U,)
+        state.momentum2[unique_rows] = new_state
         new_rows -= optimizer.lr * grads / (new_state.sqrt() + optimizer.eps)[:, None]
-    weights[unique_rows] = new_rows.to(weights.dtype)
+    else:
+        assert state.momentum1 is not None and state.momentum2 is not None
+        b1, b2 = optimizer.beta1, optimizer.beta2
+        m = b1 * state.momentum1[unique_rows] + (1 - b1) * grads  # (U, D)
+        second = grads * grads if optim is OptimType.ADAM else (grads * grads).mean(dim=1)
+        v = b2 * state.momentum2[unique_rows] + (1 - b2) * second  # (U, D) or (U,)
+        state.momentum1[unique_rows], state.momentum2[unique_rows] = m, v
+        denom = (v / (1 - b2**state.step)).sqrt() + optimizer.eps
+        new_rows -= optimizer.lr * (m / (1 - b1**state.step)) / (denom if v.ndim == 2 else denom[:, None])
+    if optimizer.stochastic_rounding:
+        generator = torch.Generator(weights.device).manual_seed((state.seed * 1_000_003 + state.step) % 2**31)
+        weights[unique_rows] = reference.stochastic_round_to_bf16(new_rows, generator)
+    else:
+        weights[unique_rows] = new_rows.to(weights.dtype)

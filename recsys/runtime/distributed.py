@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -137,12 +138,30 @@ def _store_of_this_attempt(workers: Workers) -> dist.Store:
     return dist.PrefixStore(f"recsys/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
+# How long `leave` lets gloo's worker threads finish freeing their last collectives (microseconds of work) before the
+# group can be destroyed; generous for a machine whose cores are all busy.
+_WORKERS_SETTLE_SECONDS = 0.1
+
+
 def leave() -> None:
     """End the process group, when one was started (so that the launcher's processes exit cleanly), once every
-    process has reached this point: none tears its group down with a collective still in flight."""
-    if dist.is_initialized():
-        wait_for_everyone()
-        dist.destroy_process_group()
+    process has reached this point: none tears its group down with a collective still in flight.
+
+    Gloo runs collectives on two worker threads, and the worker that ran one frees its Work (and so its tensors,
+    Python objects: that takes the GIL) just after it completes. The group is destroyed by whoever drops its last
+    reference, holding the GIL, and its destructor joins the workers: a worker still freeing a Work then waits for
+    the GIL forever, and so does the destructor (CI hangs, about 1 run in 10 of the distributed benchmark's smoke
+    test; gdb showed a worker in ~AsyncAllgatherWork waiting for the GIL while the main thread, in ~Reducer, joined
+    it). So, before returning: a barrier whose Work this thread keeps until the group is gone (its worker does not
+    free it), then a pause with the GIL released in which the workers free what they still hold."""
+    if not dist.is_initialized():
+        return
+    barrier = dist.barrier(async_op=True) if dist.get_world_size() > 1 else None
+    if barrier is not None:
+        barrier.wait()
+        time.sleep(_WORKERS_SETTLE_SECONDS)
+    dist.destroy_process_group()
+    del barrier
 
 
 def wait_for_everyone() -> None:

@@ -48,6 +48,7 @@ from recsys.runtime.distributed import join, sum_over_workers
 from recsys.runtime.progress import Progress
 from recsys.runtime.validation import Fraction
 from recsys.training.averaging import WeightAverage
+from recsys.training.compilation import CompileMode, compile_model
 from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.model_parallel import ModelParallelLoss, gathered_tables, table_training, unshard_tables
 from recsys.training.optimization import Optimization, build_optimization
@@ -103,7 +104,10 @@ class TrainConfig:
     # None = every user every epoch
     valid_users: PositiveInt | None = None
     progress: bool = True
-    compile: bool = False  # torch.compile the training forward (fewer kernel launches; first epoch pays compiling)
+    # torch.compile the model's forward, batch and sequence length dynamic (`recsys.training.compilation`): fewer
+    # kernel launches; the first epoch and the first validation pay the compiling
+    compile: bool = False
+    compile_mode: CompileMode = "default"  # torch.compile's `mode`, with `compile: true`
 
 
 @dataclass
@@ -228,11 +232,19 @@ class _TrainingRun:
 
     def epochs_left(self) -> Iterator[int]:
         """The epochs still to train (none after an early stop: it is final), compiling the model first if asked."""
-        if self.config.compile:
-            self.model.compile()  # the training forward only: generation and scoring call other methods
+        self._compile()
         self.started = time.perf_counter() - self.result.train_seconds
         first = self.config.epochs + 1 if self.early_stopped else self.epoch + 1
         yield from range(first, self.config.epochs + 1)
+
+    def _compile(self) -> None:
+        """`train.compile`: every later call of the model runs compiled (training rows, and validation's `score`)."""
+        mode = self.config.compile_mode
+        if self.config.compile:
+            logger.info("compiling the model's forward (mode %s; batch size and sequence length dynamic)", mode)
+            compile_model(self.model, mode)
+        elif mode != "default":
+            logger.warning("train.compile_mode %r has no effect: train.compile is false", mode)
 
     def train_epoch(self, epoch: int) -> float:
         """One epoch of the recipe's batches; the epoch's wall time is recorded; returns the mean loss per target."""
@@ -396,7 +408,8 @@ def _run_key(model: nn.Module, data: TrainingData, config: TrainConfig, recipe: 
     may the epoch count under a constant learning rate (a cosine schedule is planned over it, so there it must not).
     """
     resumable = {
-        "max_train_seconds", "max_memory_gb", "patience", "progress", "compile", "nproc_per_node", "shard_item_table"
+        "max_train_seconds", "max_memory_gb", "patience", "progress", "compile", "compile_mode", "nproc_per_node",
+        "shard_item_table",
     }  # fmt: skip
     if config.lr_schedule == "constant":
         resumable.add("epochs")

@@ -23,8 +23,12 @@ def test_smoke_run_times_both_kernels(tmp_path: Path) -> None:
     result = json.loads(path.read_text())
     _, slug = gpu_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))  # "cpu" on a CPU machine
     assert path.name == f"kernels-training-step-{slug}-smoke.json" and result["smoke"] is True
-    assert [c["name"] for c in result["cases"]] == ["smoke", "smoke-sampled"]
-    assert [c["loss"] for c in result["cases"]] == ["full_softmax", "sampled_softmax"]
+    assert [(c["name"], c["model"]) for c in result["cases"]] == [
+        ("smoke", "sasrec"),
+        ("smoke-sampled", "sasrec"),
+        ("smoke-hstu", "hstu"),
+    ]
+    assert [c["loss"] for c in result["cases"]] == ["full_softmax", "sampled_softmax", "sampled_softmax"]
     for case in result["cases"]:
         assert case["max_history"] == 8 and case["num_items"] == 40
         assert case["torch_ms"] > 0 and case["triton_ms"] > 0 and case["targets_per_step"] > 0
@@ -34,10 +38,11 @@ def test_smoke_run_times_both_kernels(tmp_path: Path) -> None:
     assert problems_of(path) == []
 
 
-def test_the_full_config_loads_its_two_cases() -> None:
+def test_the_full_config_loads_its_cases() -> None:
     settings = training_step.load_settings(REPO / "configs/benchmarks/kernels-training-step.yaml", {})
-    assert [(c.name, c.num_items, c.loss) for c in settings.cases] == [
-        ("beauty", 12_101, "full_softmax"),
-        ("catalog-1m", 1_000_000, "sampled_softmax"),
+    assert [(c.name, c.model, c.num_items, c.loss) for c in settings.cases] == [
+        ("beauty", "sasrec", 12_101, "full_softmax"),
+        ("catalog-1m", "sasrec", 1_000_000, "sampled_softmax"),
+        ("hstu-catalog-1m", "hstu", 1_000_000, "sampled_softmax"),
     ]
     assert settings.smoke is False

@@ -98,6 +98,51 @@ def sgd_update(weights: torch.Tensor, grad: torch.Tensor, lr: float) -> torch.Te
     return (weights.float() - lr * grad.float()).to(weights.dtype)
 
 
+def adam_update(
+    weights: torch.Tensor,
+    momentum1: torch.Tensor,
+    momentum2: torch.Tensor,
+    grad: torch.Tensor,
+    touched: torch.Tensor,
+    *,
+    step: int,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """New (weights, momentum1, momentum2) after one lazy Adam step on the `touched` rows (R,) bool; math in fp32.
+
+    Only touched rows move (SparseAdam's and FBGEMM's semantics: an untouched row's moments do not decay).
+    `momentum2` of shape (R, D) is Adam's; of shape (R,) it is row-wise (FBGEMM's PARTIAL_ROWWISE_ADAM: the
+    mean over D of g**2). `step` counts this update (1 for the first): bias corrections 1 - beta**step.
+    m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g**2;  w -= lr * (m / (1 - b1**t)) / (sqrt(v / (1 - b2**t)) + eps).
+    """
+    g = grad.float()
+    rows = touched[:, None]
+    m = torch.where(rows, beta1 * momentum1 + (1 - beta1) * g, momentum1)
+    if momentum2.ndim == 1:
+        v = torch.where(touched, beta2 * momentum2 + (1 - beta2) * (g * g).mean(dim=1), momentum2)
+        denom = ((v / (1 - beta2**step)).sqrt() + eps)[:, None]
+    else:
+        v = torch.where(rows, beta2 * momentum2 + (1 - beta2) * g * g, momentum2)
+        denom = (v / (1 - beta2**step)).sqrt() + eps
+    new_weights = torch.where(rows, weights.float() - lr * (m / (1 - beta1**step)) / denom, weights.float())
+    return new_weights.to(weights.dtype), m, v
+
+
+def stochastic_round_to_bf16(values: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """fp32 -> bf16 rounded up or down at random, with the probability that makes the rounding unbiased.
+
+    Adds 16 random low bits to the fp32 bit pattern, then truncates them: a value a fraction p of the way
+    from one bf16 neighbour to the next rounds up with probability p (updates smaller than half a bf16 ulp,
+    which round-to-nearest drops every time, survive on average).
+    """
+    bits = values.float().contiguous().view(torch.int32)
+    noise = torch.randint(0, 1 << 16, bits.shape, dtype=torch.int32, device=bits.device, generator=generator)
+    return ((bits + noise) & -65536).view(torch.float32).to(torch.bfloat16)  # -65536 = 0xFFFF0000
+
+
 def rowwise_adagrad_update(
     weights: torch.Tensor, state: torch.Tensor, grad: torch.Tensor, lr: float, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:

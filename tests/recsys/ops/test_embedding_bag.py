@@ -20,6 +20,7 @@ from recsys.ops import dispatch
 from recsys.ops.embedding_bag import (
     Kernel,
     KernelUnavailableError,
+    OptimizerState,
     OptimType,
     RowwiseOptimizer,
     embedding_bag,
@@ -172,47 +173,194 @@ def test_forward_and_gradients_match_reference(
         torch.testing.assert_close(psw.grad.float(), expected_psw_grad, **TOLERANCE[psw.dtype])
 
 
+def expected_update(
+    optimizer: RowwiseOptimizer,
+    weights: torch.Tensor,
+    state: OptimizerState,
+    dense_grad: torch.Tensor,
+    touched: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(weights, momentum1, momentum2) after one step of the fp32 reference (`state.step` is that step's number)."""
+    if optimizer.optim is OptimType.SGD:
+        return reference.sgd_update(weights, dense_grad, optimizer.lr), None, None
+    if optimizer.optim is OptimType.EXACT_ROWWISE_ADAGRAD:
+        assert state.momentum2 is not None
+        new_weights, new_state = reference.rowwise_adagrad_update(
+            weights, state.momentum2, dense_grad, optimizer.lr, optimizer.eps
+        )
+        return new_weights, None, new_state
+    assert state.momentum1 is not None and state.momentum2 is not None
+    return reference.adam_update(
+        weights, state.momentum1, state.momentum2, dense_grad, touched, step=state.step, lr=optimizer.lr,
+        beta1=optimizer.beta1, beta2=optimizer.beta2, eps=optimizer.eps,
+    )  # fmt: skip
+
+
+def random_state(optimizer: RowwiseOptimizer, weights: torch.Tensor, step: int) -> OptimizerState:
+    """A state as if `step` updates had been made: positive second moments, any first moments."""
+    state = optimizer.init_state(weights)
+    for name in ("momentum1", "momentum2"):
+        tensor = getattr(state, name)
+        if tensor is not None:
+            tensor.copy_(torch.rand(tensor.shape, device=DEVICE) * (1 if name == "momentum2" else 0.2))
+    state.step = step
+    return state
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("optim", list(OptimType))
 @settings(max_examples=15, deadline=None)
-@given(case=cases(), lr=st.sampled_from([0.01, 0.5]))
-def test_fused_update_matches_reference(kernel: Kernel, optim: OptimType, case: Case, lr: float) -> None:
+@given(case=cases(), lr=st.sampled_from([0.01, 0.5]), deterministic=st.booleans(), steps_before=st.sampled_from([0, 3]))
+def test_fused_update_matches_reference(
+    kernel: Kernel, optim: OptimType, case: Case, lr: float, deterministic: bool, steps_before: int
+) -> None:
     dtype = case.weights.dtype
     grad_output = torch.randn(case.batch_size, case.num_tables * case.weights.shape[1], device=DEVICE).to(dtype)
     _, dense_grad, expected_psw_grad = reference_gradients(case, grad_output)
     optimizer = RowwiseOptimizer(optim, lr=lr)
-    state = torch.rand(case.weights.shape[0], device=DEVICE) if optim is OptimType.EXACT_ROWWISE_ADAGRAD else None
-    if state is None:
-        expected_weights, expected_state = reference.sgd_update(case.weights, dense_grad, lr), None
-    else:
-        expected_weights, expected_state = reference.rowwise_adagrad_update(
-            case.weights, state, dense_grad, lr, optimizer.eps
-        )
+    state = random_state(optimizer, case.weights, steps_before)
+    before = OptimizerState(
+        *(None if t is None else t.clone() for t in (state.momentum1, state.momentum2)), step=steps_before + 1
+    )
+    touched = torch.zeros(case.weights.shape[0], dtype=torch.bool)
+    touched[case.rows()] = True
+    touched = touched.to(DEVICE)
+    expected_weights, expected_m1, expected_m2 = expected_update(optimizer, case.weights, before, dense_grad, touched)
 
     weights = case.weights.clone()
-    new_state = None if state is None else state.clone()
     psw_grad = fused_backward_update(
         grad_output,
         weights,
         optimizer=optimizer,
-        state=new_state,
+        state=state,
         per_sample_weights=case.per_sample_weights,
         kernel=kernel,
+        deterministic=deterministic,
         **case.call(),
     )
+    assert state.step == steps_before + 1
     torch.testing.assert_close(weights.float(), expected_weights.float(), **TOLERANCE[dtype])
-    untouched = torch.ones(weights.shape[0], dtype=torch.bool)
-    untouched[case.rows()] = False
-    assert torch.equal(weights[untouched.to(DEVICE)], case.weights[untouched.to(DEVICE)])
-    if state is not None:
-        assert new_state is not None and expected_state is not None
-        torch.testing.assert_close(new_state, expected_state, rtol=1e-5, atol=1e-6)
-        assert torch.equal(new_state[untouched.to(DEVICE)], state[untouched.to(DEVICE)])
+    assert torch.equal(weights[~touched], case.weights[~touched])
+    for got, expected, old in ((state.momentum1, expected_m1, before.momentum1),
+                               (state.momentum2, expected_m2, before.momentum2)):  # fmt: skip
+        if expected is None:
+            assert got is None
+            continue
+        assert got is not None and old is not None
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+        assert torch.equal(got[~touched], old[~touched])  # untouched rows' state stays (lazy)
     if case.per_sample_weights is None:
         assert psw_grad is None
     else:
         assert psw_grad is not None and expected_psw_grad is not None
         torch.testing.assert_close(psw_grad.float(), expected_psw_grad, **TOLERANCE[case.per_sample_weights.dtype])
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_rows_crossing_chunks_are_summed_whole_and_deterministically(kernel: Kernel) -> None:
+    """Hot rows with many more ids than a chunk (the interpreter's chunks hold 4) and runs crossing chunk edges:
+    row gradients and fused Adam equal the reference; deterministic mode repeats bit for bit."""
+    gen = torch.Generator().manual_seed(3)
+    hot = [torch.zeros(37, dtype=torch.int64), torch.full((9,), 5)]
+    ids = torch.cat([*hot, torch.randint(0, 12, (30,), generator=gen)])
+    ids = ids[torch.randperm(ids.numel(), generator=gen)].to(DEVICE)
+    offsets = torch.arange(0, ids.numel() + 1, 4, device=DEVICE)  # 19 bags of 4 ids
+    weights = torch.randn(12, 8, generator=gen).to(DEVICE)
+    grad_output = torch.randn(offsets.numel() - 1, 8, generator=gen).to(DEVICE)
+    reference_weights = weights.clone().requires_grad_()
+    reference.embedding_bag(reference_weights, ids, offsets).backward(grad_output)
+    assert reference_weights.grad is not None
+    expected = reference_weights.grad
+
+    runs = [embedding_bag_backward(grad_output, weights, ids, offsets, kernel=kernel, deterministic=True)
+            for _ in range(2)]  # fmt: skip
+    unique_rows, grads = runs[0]
+    assert unique_rows.tolist() == sorted(set(ids.tolist()))
+    torch.testing.assert_close(grads, expected[unique_rows], rtol=1e-5, atol=1e-5)
+    assert torch.equal(runs[1][1], grads)
+    fast = embedding_bag_backward(grad_output, weights, ids, offsets, kernel=kernel)[1]
+    torch.testing.assert_close(fast, grads, rtol=1e-5, atol=1e-5)
+
+    optimizer = RowwiseOptimizer(OptimType.ADAM, lr=0.1)
+    touched = torch.zeros(12, dtype=torch.bool, device=DEVICE)
+    touched[unique_rows] = True
+    state = optimizer.init_state(weights)
+    updated = weights.clone()
+    fused_backward_update(grad_output, updated, ids, offsets, optimizer=optimizer, state=state, kernel=kernel)
+    expected_weights, _, _ = reference.adam_update(
+        weights, torch.zeros(12, 8, device=DEVICE), torch.zeros(12, 8, device=DEVICE), expected, touched, step=1,
+        lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8,
+    )  # fmt: skip
+    torch.testing.assert_close(updated, expected_weights, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_stochastic_rounding_is_unbiased(kernel: Kernel) -> None:
+    """bf16 rows updated by a step smaller than half a bf16 ulp: round-to-nearest loses it every time, stochastic
+    rounding keeps it on average, and every result is one of the two bf16 neighbours."""
+    rows, dim = 64, 32
+    weights = torch.ones(rows, dim, dtype=torch.bfloat16, device=DEVICE)  # bf16 ulp at 1.0: 2**-7
+    ids = torch.arange(rows, device=DEVICE)
+    offsets = torch.arange(rows + 1, device=DEVICE)
+    grad_output = torch.full((rows, dim), 2.0**-10, device=DEVICE)  # with lr 1: a step of 1/8 ulp
+    if not (kernel is Kernel.TRITON and DEVICE.type == "cpu"):  # Triton's interpreter truncates, GPUs round
+        nearest = weights.clone()
+        fused_backward_update(grad_output, nearest, ids, offsets, optimizer=RowwiseOptimizer(lr=1.0), kernel=kernel)
+        assert torch.equal(nearest, weights)
+
+    optimizer = RowwiseOptimizer(lr=1.0, stochastic_rounding=True)
+    state = optimizer.init_state(weights, seed=7)
+    rounded = weights.clone()
+    fused_backward_update(grad_output, rounded, ids, offsets, optimizer=optimizer, state=state, kernel=kernel)
+    down = 1.0 - 2.0**-8  # the bf16 neighbour below 1 - 2**-10 (ulp 2**-8 below 1)
+    values = rounded.float()
+    assert bool(((values == 1.0) | (values == down)).all())
+    # P(down) = (2**-10) / (2**-8) = 1/4 for each of the 2,048 values: 512 expected, sd ~20
+    assert 400 < int((values == down).sum()) < 624
+    again = weights.clone()
+    fused_backward_update(grad_output, again, ids, offsets, optimizer=optimizer,
+                          state=optimizer.init_state(weights, seed=7), kernel=kernel)  # fmt: skip
+    assert torch.equal(again, rounded)  # the same seed and step: the same draws
+
+
+def test_state_must_fit_the_optimizer() -> None:
+    weights = torch.randn(6, 4)
+    ids, offsets, grad = torch.tensor([1, 2]), torch.tensor([0, 2]), torch.ones(1, 4)
+    adam = RowwiseOptimizer(OptimType.ADAM)
+    with pytest.raises(ValueError, match="ADAM needs state"):
+        fused_backward_update(grad, weights, ids, offsets, optimizer=adam, kernel=Kernel.TORCH)
+    wrong = RowwiseOptimizer(OptimType.ROWWISE_ADAM).init_state(weights)
+    with pytest.raises(ValueError, match=r"state.momentum2 of ADAM must be .* shape \(6, 4\)"):
+        fused_backward_update(grad, weights, ids, offsets, optimizer=adam, state=wrong, kernel=Kernel.TORCH)
+    with pytest.raises(ValueError, match="stochastic_rounding rounds updated rows to bf16"):
+        fused_backward_update(grad, weights, ids, offsets, optimizer=RowwiseOptimizer(stochastic_rounding=True),
+                              kernel=Kernel.TORCH)  # fmt: skip
+
+
+def test_reference_adam_is_torch_adam_then_lazy() -> None:
+    """One step from zero state: torch.optim.Adam's (untouched rows have zero moments, so they stay); later steps
+    leave untouched rows and their moments alone (SparseAdam's semantics, eps negligible here)."""
+    gen = torch.Generator().manual_seed(0)
+    weights = torch.randn(5, 3, generator=gen)
+    grads = [torch.randn(5, 3, generator=gen) * torch.tensor([1.0, 1, 0, 1, 0])[:, None] for _ in range(3)]
+    grads[1][0] = 0.0  # row 0 untouched at the second step
+    m, v = torch.zeros(5, 3), torch.zeros(5, 3)
+    ours = weights
+    for step, grad in enumerate(grads, start=1):
+        ours, m, v = reference.adam_update(ours, m, v, grad, grad.abs().sum(1) > 0, step=step, lr=0.1, beta1=0.9,
+                                           beta2=0.999, eps=1e-12)  # fmt: skip
+        if step == 1:
+            dense = torch.nn.Parameter(weights.clone())
+            adam = torch.optim.Adam([dense], lr=0.1, eps=1e-12)
+            dense.grad = grad.clone()
+            adam.step()
+            torch.testing.assert_close(ours, dense.detach())
+    sparse = torch.nn.Parameter(weights.clone())
+    sparse_adam = torch.optim.SparseAdam([sparse], lr=0.1, eps=1e-12)
+    for grad in grads:
+        sparse.grad = grad.to_sparse()
+        sparse_adam.step()
+    torch.testing.assert_close(ours, sparse.detach())
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fbgemm_gpu's own import-time notices
@@ -264,7 +412,7 @@ def test_empty_bags_and_batches_pool_to_zeros(kernel: Kernel, pooling: reference
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fbgemm_gpu's own import-time notices
-@pytest.mark.parametrize("optim", list(OptimType))
+@pytest.mark.parametrize("optim", [OptimType.SGD, OptimType.EXACT_ROWWISE_ADAGRAD])  # fbgemm's CPU TBE fuses these
 @pytest.mark.parametrize("pooling", ["sum", "mean"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_reference_semantics_are_fbgemm_tbe(optim: OptimType, pooling: reference.Pooling, weighted: bool) -> None:
@@ -381,7 +529,8 @@ def test_bad_inputs_are_named(kwargs: dict, message: str) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_triton_at_real_sizes_on_cuda(dim: int, dtype: torch.dtype) -> None:
     """Production-sized batches (B=4,096 bags of 20 ids over 2 x 200,000 rows, Zipf hot rows hit by thousands
-    of ids): forward, sparse gradient and fused row-wise Adagrad against the fp32 reference."""
+    of ids): forward, sparse gradient (fast and deterministic) and every fused optimizer against the fp32
+    reference."""
     if DEVICE.type != "cuda" or not HAS_TRITON:
         pytest.skip("real sizes need a CUDA GPU with triton (the interpreter would take hours)")
     gen = torch.Generator(device=DEVICE).manual_seed(0)
@@ -409,15 +558,29 @@ def test_triton_at_real_sizes_on_cuda(dim: int, dtype: torch.dtype) -> None:
     # Hot rows sum ~25,000 fp32 terms of size ~1 in another order than the reference: ~1e-3 apart.
     torch.testing.assert_close(row_grads, expected_grad[unique_rows], rtol=1e-4, atol=1e-2)
 
-    optimizer = RowwiseOptimizer(OptimType.EXACT_ROWWISE_ADAGRAD, lr=0.05)
-    state = torch.zeros(case.weights.shape[0], device=DEVICE)
-    expected_weights, expected_state = reference.rowwise_adagrad_update(
-        case.weights, state, expected_grad, 0.05, optimizer.eps
-    )
-    weights = case.weights.clone()
-    fused_backward_update(grad_output, weights, optimizer=optimizer, state=state, kernel=Kernel.TRITON, **case.call())
-    torch.testing.assert_close(state, expected_state, rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(weights.float(), expected_weights.float(), **TOLERANCE[dtype])
+    deterministic = embedding_bag_backward(
+        grad_output, case.weights, kernel=Kernel.TRITON, deterministic=True, **case.call()
+    )[1]
+    torch.testing.assert_close(deterministic, row_grads, rtol=1e-4, atol=1e-2)
+
+    touched = torch.zeros(case.weights.shape[0], dtype=torch.bool, device=DEVICE)
+    touched[unique_rows] = True
+    for optim in OptimType:
+        optimizer = RowwiseOptimizer(optim, lr=0.05)
+        state = random_state(optimizer, case.weights, step=2)
+        before = OptimizerState(*(None if t is None else t.clone() for t in (state.momentum1, state.momentum2)), step=3)
+        expected_weights, expected_m1, expected_m2 = expected_update(
+            optimizer, case.weights, before, expected_grad, touched
+        )
+        weights = case.weights.clone()
+        fused_backward_update(grad_output, weights, optimizer=optimizer, state=state, kernel=Kernel.TRITON,
+                              **case.call())  # fmt: skip
+        # the hot rows' gradients are ~1e-2 apart (above): first moments (0.1 g) and SGD's step (0.05 g) ~1e-3
+        for got, expected in ((state.momentum1, expected_m1), (state.momentum2, expected_m2)):
+            if expected is not None:
+                torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3)
+        tolerance = TOLERANCE[dtype] if dtype != torch.float32 else {"rtol": 1e-5, "atol": 1e-3}
+        torch.testing.assert_close(weights.float(), expected_weights.float(), **tolerance)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fbgemm_gpu's own import-time notices

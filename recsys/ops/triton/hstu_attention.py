@@ -1,0 +1,399 @@
+# mypy: disable-error-code="no-untyped-def"
+# (Triton kernels take untyped pointer arguments; the host launchers below are typed.)
+"""Triton kernels of HSTU attention over jagged sequences: forward, and a backward in two kernels.
+
+Dimension letters: S sequences, N tokens, H heads, E head dim, L the position-bias width (`max_len`), K time
+buckets, P private copies of the bias gradients. Semantics: see `recsys.ops.reference.hstu_attention`.
+
+Layout (S=3 sequences of lengths 2, 0, 3; `max_seq_len` bounds the lengths, here 3)::
+
+    q, k, v   (N, H, E)   [t0 t1 | t2 t3 t4 | pad]   strided views (chunks of one (N, 4*H*E) linear output)
+    offsets   (S+1,)      [0, 2, 2, 5]               tokens past offsets[-1] belong to no sequence: output 0
+
+    one (sequence, head): the causal tile walk of a sequence of 5 tokens, blocks of 2
+                keys ->  j0 j1 | j2 j3 | j4
+        q-block 0       [ \\    |       |    ]     forward / dq: each query block loops over key blocks
+        q-block 1       [ ##   | \\     |    ]     up to its diagonal (## full, \\ masked on the diagonal)
+        q-block 2       [ ##   | ##    | \\  ]     dk/dv: each key block loops over the query blocks
+                                                  from its diagonal down to the sequence's end
+
+Grids (sequences on axis 0, which allows 2**31 - 1 programs; axes 1 and 2 allow 65,535):
+    forward     (S, cdiv(max_seq_len, BLOCK_M), H): program (s, m, h) takes query blocks m, m + grid_1, ... of
+                sequence s (one when `max_seq_len` is the longest length, none when its sequence is shorter, so
+                the program exits); per block it loops over key blocks up to the diagonal, recomputing nothing.
+                s = q k^T + biases gathered from the (H, L) / (H, K) tables, causal mask and SiLU fused,
+                acc += silu(s) / L @ v in fp32.
+    dk / dv     (S, cdiv(max_seq_len, BLOCK_N), H): a key block loops over query blocks from its diagonal to the
+                sequence's end, recomputing s; dv += a^T dO, dk += ds^T q.
+    dq + biases (S, cdiv(max_seq_len, BLOCK_M), H): a query block loops over key blocks up to its diagonal;
+                dq += ds k, and ds is added atomically into P private fp32 copies of the bias gradients
+                (copy = program id mod P, so thousands of programs do not queue on the same few hundred
+                addresses), summed on the host.
+
+Kernel arguments: q, k, v (and the output gradient) are read through their strides; outputs are contiguous
+(N, H, E); the tables are contiguous; times are int64; tensors a kernel does not read without HAS_TIME are
+stand-ins. Programs index the tables' rows by head, and the sequence's tokens from `offsets[s]`.
+
+Determinism: the forward, dq, dk and dv are (one program owns each output row, a fixed loop order); the bias
+gradients are not on a GPU (fp32 atomic adds in arrival order). Dot inputs are the tensors' dtype (bf16 under
+autocast), accumulation fp32; fp32 dots run in IEEE fp32 (no TF32), like torch's default matmul.
+
+Time buckets are computed in-kernel exactly as `time_buckets` does in float64: e = floor(log2(fp32(gap))) is
+corrected by integer shifts (fp32 rounds 2**k - 1 up to 2**k above 2**24), so every int64 gap gets its bucket.
+
+Works with Triton 3.6 and 3.9 (only long-standing `tl` APIs). Under `TRITON_INTERPRET=1` (set before `triton` is
+first imported) the kernels run on CPU in the interpreter with one small config (blocks of 16), so that tiny
+test shapes still cover several blocks, the diagonal and the masks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+BIAS_COPIES = 4 if INTERPRETED else 64  # P
+MAX_GRID_BLOCKS = 65_535  # programs along grid axis 1 (CUDA's limit); past it a program takes several blocks
+# The interpreter multiplies bf16 dot operands as their raw 16-bit integers (Triton 3.9): upcast them there.
+_UPCAST_DOTS = tl.constexpr(INTERPRETED)
+
+
+def _configs(block_m: str, block_n: str) -> list[triton.Config]:
+    """The autotune set; `block_m`/`block_n` name the kernel's query and key block parameters."""
+    if INTERPRETED:
+        return [triton.Config({block_m: 16, block_n: 16}, num_warps=1)]
+    return [
+        triton.Config({block_m: bm, block_n: bn}, num_warps=warps, num_stages=stages)
+        for bm, bn, warps, stages in [
+            (32, 32, 4, 2),
+            (32, 64, 4, 2),
+            (64, 32, 4, 3),
+            (64, 64, 4, 3),
+            (128, 64, 8, 2),
+            (64, 128, 8, 2),
+        ]
+    ]
+
+
+@triton.jit
+def _time_bucket(gap, num_buckets):
+    """Bucket of int64 gaps: 0 below 1 s, else floor(log2(gap)) + 1, at most num_buckets - 1."""
+    g = tl.maximum(gap, 1)
+    e = tl.floor(tl.log2(g.to(tl.float32))).to(tl.int64)
+    e = tl.minimum(tl.maximum(e, 0), 62)
+    e = tl.where((g >> e) == 0, e - 1, e)  # fp32 rounded g up to the next power of two
+    e = tl.where((g >> (e + 1)) > 0, e + 1, e)  # an approximate log2 came out low
+    return tl.minimum(tl.where(gap >= 1, e + 1, 0), num_buckets - 1)
+
+
+@triton.jit
+def _bias_index(distance, max_len):
+    """Column of the position-bias table of a query - key distance (clamped into [0, L - 1])."""
+    return tl.minimum(tl.maximum(distance, 0), max_len - 1)
+
+
+@triton.jit
+def _bias(distance, gap, pos_bias_ptr, time_bias_ptr, max_len, num_buckets, HAS_TIME: tl.constexpr):
+    """fp32 bias tile gathered from one head's rows of the (tiny, cache-resident) tables."""
+    bias = tl.load(pos_bias_ptr + _bias_index(distance, max_len)).to(tl.float32)
+    if HAS_TIME:
+        bias += tl.load(time_bias_ptr + _time_bucket(gap, num_buckets)).to(tl.float32)
+    return bias
+
+
+@triton.jit
+def _dot(a, b, PRECISION: tl.constexpr):
+    """a @ b in fp32; in the interpreter the operands (already rounded to their dtype) are upcast first."""
+    if _UPCAST_DOTS:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, input_precision=PRECISION)
+
+
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _load_rows(ptr, rows, row_mask, stride_n, stride_e, HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr):
+    """(len(rows), BLOCK_E) tile of one head's vectors; columns past E and masked rows read 0."""
+    e = tl.arange(0, BLOCK_E)
+    mask = row_mask[:, None] & (e < HEAD_DIM)[None, :]
+    return tl.load(ptr + rows[:, None] * stride_n + e[None, :] * stride_e, mask=mask, other=0.0)
+
+
+@triton.jit
+def _store_rows(ptr, tile, rows, row_mask, row_stride, HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr):
+    """Store a fp32 tile into one head's rows of a contiguous (N, H, E) output, in the output's dtype."""
+    e = tl.arange(0, BLOCK_E)
+    mask = row_mask[:, None] & (e < HEAD_DIM)[None, :]
+    tl.store(ptr + rows[:, None] * row_stride + e[None, :], tile.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _times(ptr, rows, row_mask, HAS_TIME: tl.constexpr):
+    """(len(rows),) int64 times of the rows, or the row numbers as a stand-in without time buckets."""
+    times = rows.to(tl.int64)
+    if HAS_TIME:
+        times = tl.load(ptr + rows, mask=row_mask, other=0)
+    return times
+
+
+@triton.autotune(configs=_configs("BLOCK_M", "BLOCK_N"), key=["HEAD_DIM", "HAS_TIME"])
+@triton.jit
+def _forward_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr,  # out: (N, H, E) contiguous
+    offsets_ptr, pos_bias_ptr, time_bias_ptr, ts_ptr, qt_ptr,
+    stride_qn, stride_qh, stride_qe, stride_kn, stride_kh, stride_ke, stride_vn, stride_vh, stride_ve,
+    max_len, num_buckets, scale,
+    HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
+    start = tl.load(offsets_ptr + seq)
+    length = (tl.load(offsets_ptr + seq + 1) - start).to(tl.int32)
+    q_ptr += start * stride_qn + h * stride_qh
+    k_ptr += start * stride_kn + h * stride_kh
+    v_ptr += start * stride_vn + h * stride_vh
+    out_ptr += (start * num_heads + h) * HEAD_DIM
+    pos_bias_ptr += h * max_len
+    time_bias_ptr += h * num_buckets
+    for m0 in range(tl.program_id(1) * BLOCK_M, length, tl.num_programs(1) * BLOCK_M):
+        m = m0 + tl.arange(0, BLOCK_M)  # query positions in the sequence
+        m_mask = m < length
+        q = _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)  # (BLOCK_M, E)
+        qt = _times(qt_ptr + start, m, m_mask, HAS_TIME)
+        acc = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
+        for n0 in range(0, tl.minimum(m0 + BLOCK_M, length), BLOCK_N):  # key blocks up to the diagonal
+            n = n0 + tl.arange(0, BLOCK_N)
+            n_mask = n < length
+            k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
+            v = _load_rows(v_ptr, n, n_mask, stride_vn, stride_ve, HEAD_DIM, BLOCK_E)
+            distance = m[:, None] - n[None, :]  # (BLOCK_M, BLOCK_N)
+            gap = qt[:, None] - _times(ts_ptr + start, n, n_mask, HAS_TIME)[None, :]
+            s = _dot(q, tl.trans(k), PRECISION)
+            s += _bias(distance, gap, pos_bias_ptr, time_bias_ptr, max_len, num_buckets, HAS_TIME)
+            causal = (distance >= 0) & m_mask[:, None] & n_mask[None, :]
+            a = tl.where(causal, s * _sigmoid(s) * scale, 0.0)
+            acc += _dot(a.to(v.dtype), v, PRECISION)
+        _store_rows(out_ptr, acc, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
+
+
+@triton.autotune(configs=_configs("BLOCK_M", "BLOCK_N"), key=["HEAD_DIM", "HAS_TIME"])
+@triton.jit
+def _dkdv_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr,  # do: (N, H, E) output gradient, any strides
+    dk_ptr, dv_ptr,  # (N, H, E) contiguous
+    offsets_ptr, pos_bias_ptr, time_bias_ptr, ts_ptr, qt_ptr,
+    stride_qn, stride_qh, stride_qe, stride_kn, stride_kh, stride_ke, stride_vn, stride_vh, stride_ve,
+    stride_don, stride_doh, stride_doe,
+    max_len, num_buckets, scale,
+    HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
+    start = tl.load(offsets_ptr + seq)
+    length = (tl.load(offsets_ptr + seq + 1) - start).to(tl.int32)
+    q_ptr += start * stride_qn + h * stride_qh
+    k_ptr += start * stride_kn + h * stride_kh
+    v_ptr += start * stride_vn + h * stride_vh
+    do_ptr += start * stride_don + h * stride_doh
+    dk_ptr += (start * num_heads + h) * HEAD_DIM
+    dv_ptr += (start * num_heads + h) * HEAD_DIM
+    pos_bias_ptr += h * max_len
+    time_bias_ptr += h * num_buckets
+    for n0 in range(tl.program_id(1) * BLOCK_N, length, tl.num_programs(1) * BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)  # key positions in the sequence
+        n_mask = n < length
+        k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
+        v = _load_rows(v_ptr, n, n_mask, stride_vn, stride_ve, HEAD_DIM, BLOCK_E)
+        ts = _times(ts_ptr + start, n, n_mask, HAS_TIME)
+        dk = tl.zeros([BLOCK_N, BLOCK_E], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_E], dtype=tl.float32)
+        for m0 in range(n0 // BLOCK_M * BLOCK_M, length, BLOCK_M):  # query blocks from the diagonal on
+            m = m0 + tl.arange(0, BLOCK_M)
+            m_mask = m < length
+            q = _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)  # (BLOCK_M, E)
+            do = _load_rows(do_ptr, m, m_mask, stride_don, stride_doe, HEAD_DIM, BLOCK_E)
+            distance = m[None, :] - n[:, None]  # (BLOCK_N, BLOCK_M): tiles are transposed here
+            gap = _times(qt_ptr + start, m, m_mask, HAS_TIME)[None, :] - ts[:, None]
+            s_t = _dot(k, tl.trans(q), PRECISION)
+            s_t += _bias(distance, gap, pos_bias_ptr, time_bias_ptr, max_len, num_buckets, HAS_TIME)
+            causal = (distance >= 0) & n_mask[:, None] & m_mask[None, :]
+            sig = _sigmoid(s_t)
+            a_t = tl.where(causal, s_t * sig * scale, 0.0)
+            dv += _dot(a_t.to(do.dtype), do, PRECISION)
+            da_t = _dot(v, tl.trans(do), PRECISION)
+            ds_t = tl.where(causal, da_t * scale * sig * (1.0 + s_t * (1.0 - sig)), 0.0)  # silu' = sig(1 + s(1-sig))
+            dk += _dot(ds_t.to(q.dtype), q, PRECISION)
+        _store_rows(dk_ptr, dk, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
+        _store_rows(dv_ptr, dv, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
+
+
+@triton.autotune(
+    configs=_configs("BLOCK_M", "BLOCK_N"), key=["HEAD_DIM", "HAS_TIME"], reset_to_zero=["dpos_ptr", "dtime_ptr"]
+)
+@triton.jit
+def _dq_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr,
+    dq_ptr,  # (N, H, E) contiguous
+    dpos_ptr,  # (P, H, L) fp32 private copies of the position-bias gradient, zeroed
+    dtime_ptr,  # (P, H, K) fp32 private copies of the time-bias gradient, zeroed (unused without HAS_TIME)
+    offsets_ptr, pos_bias_ptr, time_bias_ptr, ts_ptr, qt_ptr,
+    stride_qn, stride_qh, stride_qe, stride_kn, stride_kh, stride_ke, stride_vn, stride_vh, stride_ve,
+    stride_don, stride_doh, stride_doe,
+    max_len, num_buckets, scale,
+    HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
+    COPIES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
+    start = tl.load(offsets_ptr + seq)
+    length = (tl.load(offsets_ptr + seq + 1) - start).to(tl.int32)
+    q_ptr += start * stride_qn + h * stride_qh
+    k_ptr += start * stride_kn + h * stride_kh
+    v_ptr += start * stride_vn + h * stride_vh
+    do_ptr += start * stride_don + h * stride_doh
+    dq_ptr += (start * num_heads + h) * HEAD_DIM
+    copy = (seq * tl.num_programs(1) + tl.program_id(1)) % COPIES
+    dpos_ptr += (copy * num_heads + h) * max_len
+    dtime_ptr += (copy * num_heads + h) * num_buckets
+    pos_bias_ptr += h * max_len
+    time_bias_ptr += h * num_buckets
+    for m0 in range(tl.program_id(1) * BLOCK_M, length, tl.num_programs(1) * BLOCK_M):
+        m = m0 + tl.arange(0, BLOCK_M)
+        m_mask = m < length
+        q = _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)  # (BLOCK_M, E)
+        do = _load_rows(do_ptr, m, m_mask, stride_don, stride_doe, HEAD_DIM, BLOCK_E)
+        qt = _times(qt_ptr + start, m, m_mask, HAS_TIME)
+        dq = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
+        for n0 in range(0, tl.minimum(m0 + BLOCK_M, length), BLOCK_N):  # key blocks up to the diagonal
+            n = n0 + tl.arange(0, BLOCK_N)
+            n_mask = n < length
+            k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
+            v = _load_rows(v_ptr, n, n_mask, stride_vn, stride_ve, HEAD_DIM, BLOCK_E)
+            distance = m[:, None] - n[None, :]  # (BLOCK_M, BLOCK_N)
+            gap = qt[:, None] - _times(ts_ptr + start, n, n_mask, HAS_TIME)[None, :]
+            s = _dot(q, tl.trans(k), PRECISION)
+            s += _bias(distance, gap, pos_bias_ptr, time_bias_ptr, max_len, num_buckets, HAS_TIME)
+            causal = (distance >= 0) & m_mask[:, None] & n_mask[None, :]
+            sig = _sigmoid(s)
+            da = _dot(do, tl.trans(v), PRECISION)
+            ds = tl.where(causal, da * scale * sig * (1.0 + s * (1.0 - sig)), 0.0)
+            dq += _dot(ds.to(k.dtype), k, PRECISION)
+            tl.atomic_add(dpos_ptr + _bias_index(distance, max_len), ds, mask=causal, sem="relaxed")
+            if HAS_TIME:
+                tl.atomic_add(dtime_ptr + _time_bucket(gap, num_buckets), ds, mask=causal, sem="relaxed")
+        _store_rows(dq_ptr, dq, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
+
+
+# ------------------------------------------------------------------------------------------- host launchers
+
+
+def _block_e(head_dim: int) -> int:
+    return max(16, triton.next_power_of_2(head_dim))  # tl.dot needs every dim >= 16
+
+
+def _grid(num_seqs: int, max_seq_len: int, num_heads: int, block: str) -> Callable[[dict[str, Any]], tuple[int, ...]]:
+    return lambda meta: (num_seqs, min(triton.cdiv(max_seq_len, meta[block]), MAX_GRID_BLOCKS), num_heads)
+
+
+def _common_args(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    offsets: torch.Tensor,
+    position_bias: torch.Tensor,
+    time_bias: torch.Tensor | None,
+    timestamps: torch.Tensor | None,
+    query_times: torch.Tensor | None,
+) -> tuple[Any, ...]:
+    """The tables, times and q/k/v strides every kernel takes after its own tensors (unused ones: placeholders)."""
+    return (
+        offsets, position_bias, position_bias if time_bias is None else time_bias,
+        offsets if timestamps is None else timestamps, offsets if query_times is None else query_times,
+        *q.stride(), *k.stride(), *v.stride(),
+    )  # fmt: skip
+
+
+def _scalars(max_len: int, time_bias: torch.Tensor | None) -> tuple[int, int, float]:
+    """(L, K, 1 / L) as the kernels take them (K = 1 without time buckets: never read)."""
+    return max_len, 1 if time_bias is None else time_bias.shape[1], 1.0 / max_len
+
+
+def _constants(q: torch.Tensor, time_bias: torch.Tensor | None) -> dict[str, Any]:
+    return {
+        "HEAD_DIM": q.shape[2],
+        "BLOCK_E": _block_e(q.shape[2]),
+        "HAS_TIME": time_bias is not None,
+        # fp32 dots in IEEE fp32, as torch's default matmul (no TF32); bf16 ignores it (tf32 is Triton's default)
+        "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
+    }
+
+
+def forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    max_len: int,
+    position_bias: torch.Tensor,
+    time_bias: torch.Tensor | None,
+    timestamps: torch.Tensor | None,
+    query_times: torch.Tensor | None,
+    max_seq_len: int,
+) -> torch.Tensor:
+    """(N, H, E) in the inputs' dtype; arguments as in `recsys.ops.hstu_attention.hstu_attention` (validated;
+    tables contiguous)."""
+    num_tokens, num_heads, _ = q.shape
+    out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)  # zeros: tokens past offsets[-1] stay 0
+    num_seqs = offsets.numel() - 1
+    if num_tokens == 0 or num_seqs == 0 or max_seq_len == 0:
+        return out
+    _forward_kernel[_grid(num_seqs, max_seq_len, num_heads, "BLOCK_M")](
+        q, k, v, out, *_common_args(q, k, v, offsets, position_bias, time_bias, timestamps, query_times),
+        *_scalars(max_len, time_bias), **_constants(q, time_bias),
+    )  # fmt: skip
+    return out
+
+
+def backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    max_len: int,
+    position_bias: torch.Tensor,
+    time_bias: torch.Tensor | None,
+    timestamps: torch.Tensor | None,
+    query_times: torch.Tensor | None,
+    max_seq_len: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Gradients (dq, dk, dv (N, H, E) in the inputs' dtype, d position_bias (H, L), d time_bias (H, K) or None,
+    in the tables' dtypes) from `grad_out` (N, H, E), any strides."""
+    num_tokens, num_heads, _ = q.shape
+    dq, dk, dv = (torch.zeros(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
+    dpos = torch.zeros(BIAS_COPIES, *position_bias.shape, dtype=torch.float32, device=q.device)  # (P, H, L)
+    # (P, H, K); without time buckets a one-element stand-in of its own (autotune zeroes it between trial runs)
+    time_shape = (1,) if time_bias is None else (BIAS_COPIES, *time_bias.shape)
+    dtime = torch.zeros(time_shape, dtype=torch.float32, device=q.device)
+    num_seqs = offsets.numel() - 1
+    if num_tokens > 0 and num_seqs > 0 and max_seq_len > 0:
+        common = _common_args(q, k, v, offsets, position_bias, time_bias, timestamps, query_times)
+        scalars = (*grad_out.stride(), *_scalars(max_len, time_bias))
+        _dkdv_kernel[_grid(num_seqs, max_seq_len, num_heads, "BLOCK_N")](
+            q, k, v, grad_out, dk, dv, *common, *scalars, **_constants(q, time_bias)
+        )
+        _dq_kernel[_grid(num_seqs, max_seq_len, num_heads, "BLOCK_M")](
+            q, k, v, grad_out, dq, dpos, dtime, *common, *scalars, **_constants(q, time_bias), COPIES=BIAS_COPIES
+        )
+    dtime_sum = None if time_bias is None else dtime.sum(0).to(time_bias.dtype)
+    return dq, dk, dv, dpos.sum(0).to(position_bias.dtype), dtime_sum

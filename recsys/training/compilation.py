@@ -1,0 +1,38 @@
+"""`train.compile`: how the platform runs a model through torch.compile, with the batch and the sequence length dynamic.
+
+A sequential model's forward sees every batch size (an epoch's last, shorter batch; each process's share of rows)
+and every history length: packed training rows are `max_history` wide, but validation and scoring pad each batch to
+its own longest history (1..max_history). `dynamic=True` makes every size of the inputs symbolic from the first
+call, for every caller of the forward: the recipe's loss, `score` and `encode_queries` (they call the module).
+`torch._dynamo.mark_dynamic` would need each of those call sites to mark its tensors before the call, and one that
+forgot would compile a static graph, then recompile. Parameters keep static shapes (dynamo's default
+`force_parameter_static_shapes`), so the model's widths stay constants the backend can specialise on.
+
+What still compiles a graph of its own: a switch between training and evaluation (dropout; gradients), each path of
+the forward (packed rows vs left-padded histories), and a size of 0 or 1 (dynamo specialises those: a batch of one
+row, a history of one item), each once.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from torch import nn
+from torch._dynamo.utils import counters
+
+# torch.compile's `mode`: "max-autotune" tunes matmul kernels (a longer compile); "reduce-overhead" and "max-autotune"
+# replay CUDA graphs (recorded once per input shape), "max-autotune-no-cudagraphs" does not
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+
+
+def compile_model(model: nn.Module, mode: CompileMode = "default", backend: str = "inductor") -> None:
+    """Compile `model`'s forward in place (`nn.Module.compile`): every later `model(...)` call runs compiled, with
+    dynamic batch and sequence sizes. `backend`: "inductor" to train; tests count graphs with "aot_eager", which
+    makes the same graphs and guards (dynamo decides them before any backend) without generating kernels."""
+    model.compile(dynamic=True, mode=mode, backend=backend)
+
+
+def compiled_graphs() -> int:
+    """Graphs dynamo has compiled in this process (first compilations and recompilations of every function, graph
+    breaks counted as graphs) since the last `torch._dynamo.reset()` or `counters.clear()`."""
+    return counters["stats"]["unique_graphs"]

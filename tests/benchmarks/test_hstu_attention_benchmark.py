@@ -1,0 +1,92 @@
+"""The HSTU attention benchmark's smoke config: every case runs and checks itself, both training steps run, and the
+JSON has its fields and how to reproduce it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.common import REPO
+from benchmarks.kernels import hstu_attention
+from benchmarks.kernels.embedding_bag import gpu_name
+from benchmarks.reproduce import problems_of
+from recsys.errors import ConfigError
+
+SMOKE = "configs/benchmarks/kernels-hstu-attention-smoke.yaml"
+TIMING = {"ms", "torch_ms", "ratio_vs_torch", "flops", "TFLOPs", "torch_TFLOPs", "bytes", "GBps"}
+
+
+def positive(value: object) -> bool:
+    return isinstance(value, int | float) and 0 < value < math.inf
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_smoke_run_writes_its_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = hstu_attention.main(["--config", str(REPO / SMOKE), "--results-dir", str(tmp_path)])
+    _, slug = gpu_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    assert path == tmp_path / f"kernels-hstu-attention-{slug}-smoke.json"
+    result = json.loads(path.read_text())
+    assert result["smoke"] is True and result["torch_impl"] == "eager TORCH backend"
+    assert {"gpu", "torch", "triton", "timer", "notes", "machine", "versions", "command"} <= result.keys()
+
+    assert [(c["name"], c["lengths"], c["time_buckets"]) for c in result["cases"]] == [
+        ("smoke", "full", 0),
+        ("smoke-jagged-time", "jagged", 8),
+    ]
+    for case in result["cases"]:
+        assert case["tokens"] >= case["seq_len"] and case["causal_pairs"] > 0
+        for step in ("fwd", "fwd_bwd"):
+            timing = case[step]
+            assert TIMING <= timing.keys() and all(positive(timing[key]) for key in TIMING), (case["name"], step)
+            assert timing["ratio_vs_torch"] == pytest.approx(timing["torch_ms"] / timing["ms"], rel=1e-2)
+        assert case["fwd_bwd"]["flops"] == 3 * case["fwd"]["flops"]
+        checked = case["checked_relative_error"]  # the Triton result against torch's, before timing
+        assert checked.keys() == {"out", "qkvu", "position_bias", *(["time_bias"] if case["time_buckets"] else [])}
+        assert all(error <= 2e-2 for error in checked.values())
+    (step,) = result["steps"]
+    assert step["name"] == "smoke" and positive(step["torch_ms"]) and positive(step["triton_ms"])
+    printed = capsys.readouterr().out  # the table
+    assert all(c["name"] in printed for c in result["cases"]) and "training step smoke" in printed
+
+    assert result["reproduce"] == {"benchmark": "benchmarks.kernels.hstu_attention", "config": SMOKE, "overrides": {}}
+    assert problems_of(path) == []
+    result["cases"][1]["seq_len"] = 21  # a result that no longer matches its config is found out
+    path.write_text(json.dumps(result))
+    assert problems_of(path) == ["cases[smoke-jagged-time].seq_len: the result has 21, the config 20"]
+
+
+def test_work_is_counted_on_the_causal_pairs() -> None:
+    c = hstu_attention.AttentionCase("x", num_seqs=2, seq_len=4, heads=2, head_dim=8, lengths="full", time_buckets=0)
+    p = hstu_attention.make_problem(c, torch.bfloat16, seed=0, device=torch.device("cpu"))
+    assert hstu_attention.causal_pairs(p) == 2 * (4 * 5 // 2)
+    # 2 matmuls forward, 4 backward, 2 flops per multiply-add over E=8 dims and H=2 heads
+    assert hstu_attention.flops(c, p, "fwd") == 20 * 2 * 2 * 8 * 2
+    assert hstu_attention.flops(c, p, "fwd_bwd") == 3 * hstu_attention.flops(c, p, "fwd")
+    tensor = 8 * 2 * 8 * 2  # one (N=8, H=2, E=8) bf16 tensor
+    assert hstu_attention.bytes_moved(c, p, "fwd") == 4 * tensor
+    assert hstu_attention.bytes_moved(c, p, "fwd_bwd") == 11 * tensor
+
+
+def test_jagged_lengths_reach_the_longest_and_stay_above_half() -> None:
+    c = hstu_attention.AttentionCase(
+        "x", num_seqs=50, seq_len=30, heads=1, head_dim=8, lengths="jagged", time_buckets=0
+    )
+    lengths = hstu_attention.sequence_lengths(c, torch.Generator().manual_seed(0))
+    assert int(lengths[0]) == 30 and int(lengths.min()) >= 15 and int(lengths.max()) == 30
+    assert len(set(lengths.tolist())) > 5
+
+
+def test_the_full_config_loads_the_issue_cases() -> None:
+    settings = hstu_attention.load_settings(REPO / "configs/benchmarks/kernels-hstu-attention.yaml", {})
+    shapes = {(c.num_seqs, c.seq_len, c.heads, c.head_dim, c.lengths) for c in settings.cases}
+    assert {(128, 200, 2, 64, "full"), (128, 200, 2, 64, "jagged"), (32, 1024, 2, 64, "full")} <= shapes
+    assert settings.dtype == "bfloat16" and settings.compile_torch and not settings.smoke
+    assert [(s.num_items, s.dim, s.num_heads, s.rows, s.max_history) for s in settings.steps] == [
+        (12_101, 64, 2, 16, 50)
+    ]
+    with pytest.raises(ConfigError, match=r"cases\.0: unknown keys \[.lenghts.\]"):
+        hstu_attention.load_settings(REPO / SMOKE, {"cases": [{"name": "x", "lenghts": "full"}]})
