@@ -33,7 +33,9 @@ Needs `wrk` (apt-get install -y wrk). Steps, in one run:
       `POST /v1/events` to holding a recommendation that reads the event (history_length 1), p50/p99;
    c. hot swap under load: the same wrk load while a better-scoring copy of the model is registered, promoted
       and loaded (`POST /v1/admin/reload` reaches one worker, the others follow at their next check); its errors
-      must be 0, and afterwards every answer must come from the new champion.
+      must be 0, and afterwards every answer must come from the new champion;
+   d. a query-aware model (`query_aware`): wrk on `POST /v1/search` {query, k: 10}, the queries drawn from the
+      search protocol's title-3 test queries of random items (docs/search.md): encoding them is in the latency.
 Writes benchmarks/results/serving-<config name without -sasrec>[-redis].json.
 
 With `--model-dir DIR` (a model directory `recsys train` wrote with --config and the same --set: checked), the
@@ -42,8 +44,9 @@ the model and the index config are the same), its bundle registered in a fresh M
 each of --workers `recsys serve` is started and measured: its start-up time (process start -> /readyz ready), its
 resident memory (server and workers) once ready and at its peak under load, and wrk, as in 3a, on
 `POST /v1/recommendations` and then on `GET /v1/similar-items/{item_id}?k=10` (items drawn at random from the
-catalogue). No model-call, freshness or hot-swap timing (the steps above that need the pipeline). Writes
-benchmarks/results/serving-<config name without -sasrec>-<items>[-redis].json.
+catalogue), and for a query-aware model on `POST /v1/search` as in 3d. No model-call, freshness or hot-swap timing
+(the steps above that need the pipeline). Writes benchmarks/results/serving-<config name without -sasrec>-<items>
+[-redis].json.
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ from benchmarks.retrieval import size_label
 from benchmarks.serving_load import (
     ADMIN_TOKEN,
     RECOMMENDATIONS,
+    SAMPLED_IDS,
+    SEARCH,
     SIMILAR_ITEMS,
     PeakRss,
     percentiles,
@@ -90,7 +95,8 @@ from pipelines.model_dir import CONFIG_FILE
 from pipelines.registry import register_bundle
 from pipelines.runner import PipelineOutputs, run_pipeline
 from pipelines.tracking import start_tracking
-from recsys.data.prepared import load_prepared
+from recsys.data.prepared import SequenceData, load_prepared
+from recsys.evaluation.queries import QueryMaker
 from recsys.retrieval.faiss_index import FaissTopK
 
 # what the benchmark sets on every config, recorded as overrides (its own default: `--set` changes it)
@@ -189,6 +195,8 @@ def main(argv: list[str] | None = None) -> Path:
             if freshness is None:
                 freshness = _freshness_ms(base, data.items["item_id"].to_list(), args.freshness_trials)
             run["hot_swap"] = _hot_swap_under_load(base, work, outputs, name, uri, users, args)
+            if config.model.name == "query_aware":
+                run["search"] = wrk(base, SEARCH, _queries(data), args.duration, args.connections, seed=0)
             runs.append(run)
 
     result = {
@@ -247,10 +255,14 @@ def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -
             with PeakRss(server.pid) as peak:
                 recommendations = wrk(server.base, RECOMMENDATIONS, users, args.duration, args.connections, seed=0)
                 similar = wrk(server.base, SIMILAR_ITEMS, items, args.duration, args.connections, seed=0)
+                search = None
+                if config.model.name == "query_aware":
+                    search = wrk(server.base, SEARCH, _queries(data), args.duration, args.connections, seed=0)
         runs.append({
             "workers": workers, "startup_s": server.startup_seconds,
             "rss_mib": {"ready": ready_mib, "peak_under_load": peak.mib},
             "recommendations": recommendations, "similar_items": similar,
+            **({} if search is None else {"search": search}),
         })  # fmt: skip
     report = FaissTopK.read_report(bundle.index_dir)
     result = {
@@ -289,6 +301,14 @@ def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -
     print(json.dumps(runs, indent=1))
     print(f"-> {path}")
     return path
+
+
+def _queries(data: SequenceData) -> list[str]:
+    """The search protocol's title-3 test queries of (up to) SAMPLED_IDS items drawn at random: what the search route
+    is asked under load."""
+    titles = ["", *data.items["title"].fill_null("").to_list()]
+    items = random.Random(0).sample(range(1, len(titles)), min(len(titles) - 1, SAMPLED_IDS))
+    return [q for q in QueryMaker(titles).test_queries(items, "title-3") if q]
 
 
 def _check_trained_with(model_dir: Path, config: ExperimentConfig, config_path: Path) -> None:

@@ -56,6 +56,15 @@ request = function()
 end
 """,
 )
+SEARCH = Route(  # ids: text queries (the search protocol's: lowercase words, nothing to escape)
+    "POST /v1/search {query, k: 10}",
+    """
+request = function()
+  local body = '{"query": "' .. ids[math.random(#ids)] .. '", "k": 10}'
+  return wrk.format("POST", "/v1/search", {["Content-Type"] = "application/json"}, body)
+end
+""",
+)
 WRK_DONE = """
 done = function(summary, latency, requests)
   local e = summary.errors

@@ -4,6 +4,10 @@ Writes `content_embeddings.npy` ((V, D) float32, row i = item_idx i+1, L2-normal
 `content_embeddings.json` (encoder settings, item count, dim) together, atomically. The encoder's outputs are
 cached per text in the shared embedding cache, so a re-run, or another experiment over the same catalog,
 embeds nothing; the step is skipped outright when its file was made from the same settings and catalog.
+
+For a query-aware model it also writes `training_queries.npz`: the training queries the search protocol's query
+maker makes from every item's title (`recsys.evaluation.queries`), embedded by the same encoder
+(`recsys.training.recipes.QueryBank`).
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import torch
 
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
+from recsys.errors import ConfigError
+from recsys.evaluation.queries import QueryMaker, most_similar
 from recsys.runtime.atomic import atomic_directory
 from recsys.semantic_ids.content import ContentConfig, embed_texts, item_texts
+from recsys.training.recipes import QUERIES_FILE, QueryBank
 
 logger = logging.getLogger(__name__)
 
@@ -62,3 +70,29 @@ def _fingerprint(config: ContentConfig, texts: list[str]) -> str:
 def _read_meta(out_dir: Path) -> dict:
     meta_path = out_dir / CONTENT_META_FILE
     return json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+
+
+def embed_training_queries(
+    config: ContentConfig, per_item: int, seed: int, data_dir: Path, out_dir: Path, cache_dir: Path
+) -> Path:
+    """Make `per_item` training queries of every item of `data_dir` from its title (the neighbour-mix level's
+    neighbours: the most similar content embeddings, already in `out_dir`) and embed them with the content encoder
+    into `out_dir`/training_queries.npz; returns its path."""
+    if config.decoder:
+        raise ConfigError(
+            "a query-aware model embeds its queries as its items' text, with a sentence encoder; sid.content.decoder "
+            "is true. Fix: set it to false (a sentence-transformers model, the default all-MiniLM-L6-v2)"
+        )
+    items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
+    titles = ["", *(items["title"].fill_null("").to_list() if "title" in items.columns else [""] * items.height)]
+    neighbours = most_similar(np.load(out_dir / CONTENT_EMBEDDINGS_FILE))
+    made = QueryMaker(titles, neighbours, seed).training_queries(range(1, len(titles)), per_item)
+    texts = [q for item in range(1, len(titles)) for q in made[item]]
+    counts = torch.tensor([0, 0, *(len(made[item]) for item in range(1, len(titles)))])
+    vectors = embed_texts(texts, config, cache_dir) if texts else np.zeros((0, 1), dtype=np.float32)
+    bank = QueryBank(torch.from_numpy(vectors.astype(np.float32, copy=False)), torch.cumsum(counts, dim=0))
+    path = out_dir / QUERIES_FILE
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bank.save(path, texts)
+    logger.info("made and embedded %d training queries of %d items into %s", len(texts), items.height, path)
+    return path

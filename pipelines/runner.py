@@ -28,7 +28,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from pipelines.bundle import BUNDLE_FILE, Bundle
 from pipelines.config import ExperimentConfig
-from pipelines.content import embed_content_step
+from pipelines.content import embed_content_step, embed_training_queries
 from pipelines.dashboard import EVALUATION_FILE
 from pipelines.data import data_fingerprint, prepare_step
 from pipelines.evaluate import EvaluateOutputs, evaluate_step
@@ -54,6 +54,7 @@ from recsys.runtime.device import resolve_device
 from recsys.runtime.digest import feed_file
 from recsys.runtime.distributed import Workers, join, wait_for_everyone
 from recsys.runtime.lock import HeldLock, exclusive_lock
+from recsys.training.recipes import QueryAwareTraining
 
 logger = logging.getLogger(__name__)
 
@@ -114,9 +115,11 @@ class PreparedData:
 @dataclass(frozen=True)
 class ContentEmbeddings:
     path: Path  # content_embeddings.npy
+    queries: Path | None = None  # training_queries.npz, for a query-aware model
+    encoder: str | None = None  # the encoder (`ContentConfig.model`) that made them
 
     def summary(self) -> dict[str, object]:
-        return {"content_embeddings": self.path}
+        return {"content_embeddings": self.path, "training_queries": self.queries}
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,8 @@ class PipelineOutputs:
         return CatalogFeatures(
             semantic_ids=None if self.semantic_ids is None else self.semantic_ids.path,
             content_embeddings=None if self.content is None else self.content.path,
+            content_encoder=None if self.content is None else self.content.encoder,
+            training_queries=None if self.content is None else self.content.queries,
         )
 
 
@@ -430,13 +435,27 @@ def _prepare(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOut
 def _content_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any] | None:
     if config.sid is None:
         return None  # only an experiment with a `sid` section embeds the items' text
-    return {"content": config.sid.model_dump(mode="json")["content"], "data": _json(done.data)}
+    inputs = {"content": config.sid.model_dump(mode="json")["content"], "data": _json(done.data)}
+    queries = _training_queries(config)
+    return inputs if queries is None else {**inputs, "training_queries": asdict(queries)}
 
 
 def _content(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> ContentEmbeddings:
     assert config.sid is not None and done.data is not None
-    return ContentEmbeddings(embed_content_step(config.sid.content, done.data.data_dir, paths.content_dir,
-                                                paths.cache_dir))  # fmt: skip
+    data_dir, content = done.data.data_dir, config.sid.content
+    path = embed_content_step(content, data_dir, paths.content_dir, paths.cache_dir)
+    settings = _training_queries(config)
+    if settings is None:
+        return ContentEmbeddings(path, encoder=content.model)
+    queries = embed_training_queries(content, settings.queries_per_item, settings.query_seed, data_dir,
+                                     paths.content_dir, paths.cache_dir)  # fmt: skip
+    return ContentEmbeddings(path, queries, content.model)
+
+
+def _training_queries(config: ExperimentConfig) -> QueryAwareTraining | None:
+    """The query settings of a query-aware model (its training queries are made with the content), else None."""
+    settings = config.model.training_settings()
+    return settings if isinstance(settings, QueryAwareTraining) else None
 
 
 def _sid_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any] | None:
@@ -532,7 +551,10 @@ STEPS = [
         "prepare_data", "data", PreparedData, lambda config, done: {"data": data_fingerprint(config.data)}, _prepare,
         lambda o: [o.data_dir / META_FILE],
     ),
-    _Step("embed_content", "content", ContentEmbeddings, _content_inputs, _content, lambda o: [o.path]),
+    _Step(
+        "embed_content", "content", ContentEmbeddings, _content_inputs, _content,
+        lambda o: [o.path, *([] if o.queries is None else [o.queries])],
+    ),
     _Step(
         "build_semantic_ids", "semantic_ids", SemanticIds, _sid_inputs, _sids, lambda o: [o.path],
         fresh_start=lambda paths: (paths.sid_dir / SEMANTIC_IDS_FILE).unlink(missing_ok=True),

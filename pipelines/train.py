@@ -27,7 +27,7 @@ from recsys.models.registry import Model, ModelInputs, build_model
 from recsys.runtime.distributed import Workers
 from recsys.semantic_ids.codes import read_semantic_ids
 from recsys.semantic_ids.content import read_content_embeddings
-from recsys.training.recipes import NextItemTraining, Recipe, recipe_for
+from recsys.training.recipes import NextItemTraining, QueryBank, Recipe, recipe_for
 from recsys.training.trainer import FitResult, fit
 
 logger = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ class CatalogFeatures:
 
     semantic_ids: Path | None = None  # semantic_ids.parquet
     content_embeddings: Path | None = None  # content_embeddings.npy
+    content_encoder: str | None = None  # the encoder that made them (`ContentConfig.model`)
+    training_queries: Path | None = None  # training_queries.npz (a query-aware model's)
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def train_step(
     with tracking or contextlib.nullcontext(OfflineTracker()) as tracker:
         tracker.log_params({**_logged_config(config), "data_dir": str(data_dir)})
         start = time.perf_counter()
-        fitted = _train(model, data, config, tracker, training_state_path(out_dir), data_dir)
+        fitted = _train(model, data, config, tracker, training_state_path(out_dir), data_dir, features)
         valid = evaluate(model, data.eval_split(VALID), data.num_items, config.eval, workers=workers).metrics
         test = _test_metrics(model, data, config, workers)
         if not workers.is_main:
@@ -113,6 +115,7 @@ def model_inputs(config: ExperimentConfig, data: SequenceData, features: Catalog
     return ModelInputs(
         semantic_ids=None if features.semantic_ids is None else read_semantic_ids(features.semantic_ids)[0],
         content=content,
+        content_encoder=features.content_encoder,
         item_domains=data.item_domains() if data.domains else None,
         domains=tuple(data.domains),
         new_items=data.cold_mask,
@@ -141,7 +144,13 @@ def training_state_path(out_dir: Path) -> Path:
 
 
 def _train(
-    model: Model, data: SequenceData, config: ExperimentConfig, tracker: Tracker, state: Path, data_dir: Path
+    model: Model,
+    data: SequenceData,
+    config: ExperimentConfig,
+    tracker: Tracker,
+    state: Path,
+    data_dir: Path,
+    features: CatalogFeatures | None,
 ) -> FitResult | None:
     """Train `model` as its family trains (streaming `data_dir`'s parts with `data.stream_parts`); None for the
     families without an epoch loop."""
@@ -166,13 +175,18 @@ def _train(
                 "Fix: remove data.stream_parts"
             )
         training = PreparedParts.open(data_dir, config.data.stream_parts)
-    return fit(model, training, config.train, config.eval, _recipe(model, training, config), on_epoch_end, state)
+    recipe = _recipe(model, training, config, features)
+    return fit(model, training, config.train, config.eval, recipe, on_epoch_end, state)
 
 
-def _recipe(model: Model, data: TrainingData, config: ExperimentConfig) -> Recipe:
+def _recipe(
+    model: Model, data: TrainingData, config: ExperimentConfig, features: CatalogFeatures | None = None
+) -> Recipe:
     holdout_dir = config.model.holdout_retriever_dir
     holdout = None if holdout_dir is None else load_trained_model(holdout_dir, "model.holdout_retriever_dir")
-    return recipe_for(model, data, config.train.batch_size, config.model.training_settings(), holdout)
+    queries = None if features is None or features.training_queries is None else features.training_queries
+    bank = None if queries is None else QueryBank.load(queries)
+    return recipe_for(model, data, config.train.batch_size, config.model.training_settings(), holdout, bank)
 
 
 def _train_per_domain(

@@ -1,6 +1,9 @@
-"""A loaded model bundle answering recommendation and similar-item queries (no HTTP here).
+"""A loaded model bundle answering recommendation, search and similar-item queries (no HTTP here).
 
-Dimension letters: V items (item_idx 1..V, 0 = padding), D vector dim, k results.
+A query-aware model (`recsys.models.query_aware`) takes a text query beside the history, or alone (search): the
+recommender then loads the model's content encoder and embeds each batch's queries in one call.
+
+Dimension letters: V items (item_idx 1..V, 0 = padding), D vector dim, C encoder dim, k results.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from pipelines.model_dir import load_model_dir
 from recsys.data.jagged import Jagged
 from recsys.data.times import HistoryTimes
 from recsys.inference import DomainScorer, Scorer, VectorScorer, recommend
+from recsys.models.query_aware import QueryAwareRetriever
 from recsys.modules.lora import load_adapter
 from recsys.retrieval import ExactTopK, TopK
 from recsys.retrieval.faiss_index import FaissTopK
+from recsys.semantic_ids.content import ContentConfig, TextEncoder, embed_texts, load_encoder
 from serving.history import Event
 
 logger = logging.getLogger(__name__)
@@ -35,6 +40,7 @@ class RecommendationQuery:
     timestamps: list[int] | None = None  # unix seconds of the history items (time-aware models); None = unknown
     request_time: int = 0  # unix seconds of the request (time-aware models); 0 = unknown (no gaps are read)
     domain: int = -1  # multi-domain models: the requested domain's index (its adapter and items); -1 = the history's
+    text: str | None = None  # a text query (query-aware models); with an empty history: search alone
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,11 @@ class Recommender:
         self._counts = self.data.item_counts()  # (V+1,) once: the popularity fallback reads it per request
         self._popular = torch.argsort(self._counts[1:], descending=True, stable=True) + 1  # (V,)
         self._similar = self._similar_items_index(bundle.index_dir)
+        self._queries: tuple[ContentConfig, TextEncoder] | None = None
+        if isinstance(self.model, QueryAwareRetriever):  # the encoder that embedded its items embeds the queries
+            encoding = ContentConfig(model=self.model.config.encoder, progress=False)
+            self._queries = encoding, load_encoder(encoding)
+            logger.info("text queries embedded by %s", self.model.config.encoder)
         # above ANN_ABOVE_ITEMS items a request's full ranking costs tens of ms (a 10^6 x 64 matmul per history):
         # the bundle's index then serves recommendations too, approximately (its build report has its recall)
         one_domain = not isinstance(self.model, DomainScorer)
@@ -75,6 +86,11 @@ class Recommender:
     @property
     def num_items(self) -> int:
         return self.data.num_items
+
+    @property
+    def takes_queries(self) -> bool:
+        """Whether the served model reads a text query (search, or search and history together)."""
+        return self._queries is not None
 
     def item_idx(self, item_ids: list[str]) -> tuple[list[int], list[str]]:
         """(item_idx of the known ids, in order; the unknown ids)."""
@@ -144,9 +160,11 @@ class Recommender:
 
     @torch.no_grad()
     def recommend_batch(self, queries: list[RecommendationQuery]) -> list[list[Recommendation]]:
-        """Top-k for each query, the histories scored in one model call; empty histories get popularity."""
-        scored = [i for i, q in enumerate(queries) if q.history]
-        ranked: dict[int, list[Recommendation]] = {}
+        """Top-k for each query, the histories scored in one model call (those with a text query in another);
+        empty histories without a text query get popularity."""
+        texts = [i for i, q in enumerate(queries) if q.text]
+        ranked = self._with_text([queries[i] for i in texts], texts) if texts else {}
+        scored = [i for i, q in enumerate(queries) if q.history and not q.text]
         if scored:
             histories = Jagged.from_lists([queries[i].history for i in scored])
             exclude = torch.tensor([queries[i].exclude_seen for i in scored])
@@ -162,6 +180,28 @@ class Recommender:
                 top = queries[i].k
                 ranked[i] = self._describe(row_items[:top], row_scores[:top])
         return [ranked[i] if i in ranked else self._popularity(q.k, set(), q.domain) for i, q in enumerate(queries)]
+
+    def _with_text(self, queries: list[RecommendationQuery], rows: list[int]) -> dict[int, list[Recommendation]]:
+        """{row: top-k} of queries with a text (and a history, or none): their texts embedded in one encoder call,
+        everything ranked by the query-aware model in one call."""
+        if self._queries is None:
+            raise ValueError(f"the served {self.name} model takes no text query. Fix: omit `query`, or serve a "
+                             "query_aware model (docs/search.md)")  # fmt: skip
+        assert isinstance(self.model, QueryAwareRetriever)
+        encoding, encoder = self._queries
+        vectors = torch.from_numpy(embed_texts([q.text or "" for q in queries], encoding, encoder=encoder))
+        histories = Jagged.from_lists([q.history for q in queries])
+        scores = self.model.score_with_queries(histories.to_padded(self.max_history), vectors)  # (Q, V+1)
+        scores[:, 0] = -torch.inf  # the padding is never an item
+        for row, q in enumerate(queries):
+            if q.exclude_seen and q.history:
+                scores[row, q.history] = -torch.inf
+        k = min(max(q.k for q in queries), self.num_items)
+        top_scores, top_items = scores.topk(k, dim=1)
+        return {
+            i: self._describe(top_items[row, : q.k].tolist(), top_scores[row, : q.k].tolist())
+            for row, (i, q) in enumerate(zip(rows, queries, strict=True))
+        }
 
     def _index_top_k(
         self, histories: Jagged, exclude: torch.Tensor, k: int, times: Jagged | None, requests: torch.Tensor | None

@@ -7,11 +7,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 MAX_ID_CHARS = 256
+MAX_QUERY_CHARS = 200  # a search box's worth: longer texts are documents, not queries
 MAX_TIMESTAMP = 4_102_444_800  # 2100-01-01 in unix seconds: a larger "time" is a unit mistake (ms, ns)
 
 # every id a client sends: users and items alike
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
 Timestamp = Annotated[int, Field(ge=0, le=MAX_TIMESTAMP, description="unix seconds")]
+# a text query: surrounding blanks dropped, then 1..MAX_QUERY_CHARS characters (the 422 names the limit)
+QueryText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUERY_CHARS)]
+Signal = Literal["history", "query", "popularity"]
 
 
 class _Body(BaseModel):
@@ -40,6 +44,9 @@ class RecommendationRequest(_Body):
         description="multi-domain bundles: the domain to recommend in (its adapter, its items); default: the "
         "history's. Single-domain bundles reject it",
     )
+    query: QueryText | None = Field(
+        None, description="a text query read beside the history (query-aware bundles; others reject it)"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> RecommendationRequest:
@@ -60,10 +67,24 @@ class ScoredItem(BaseModel):
 
 class RecommendationResponse(BaseModel):
     items: list[ScoredItem]
-    source: Literal["model", "popularity"] = Field(description="popularity: the fallback for an empty history")
+    source: Literal["model", "popularity"] = Field(
+        description="popularity: the fallback for an empty history without a query"
+    )
+    signals: list[Signal] = Field(description="what the ranking read: the history, the query, or popularity alone")
     history_length: int = Field(description="items of history the model read (bundle + online events)")
     unknown_items: list[str] = Field(description="history ids not in the catalog (ignored)")
     degraded: bool = Field(description="the online history store did not answer: bundle history only")
+    model_version: str
+
+
+class SearchRequest(_Body):
+    query: QueryText
+    k: int = Field(10, ge=1, le=100)
+
+
+class SearchResponse(BaseModel):
+    items: list[ScoredItem]
+    signals: list[Signal] = Field(description="what the ranking read: the query alone")
     model_version: str
 
 
@@ -125,6 +146,7 @@ class ErrorResponse(BaseModel):
 
 NOT_READY = "no model loaded yet (see /readyz)"
 UNPARSEABLE_BODY = "the body is not parseable JSON"
+NO_QUERIES = "the served model takes no text query (serve a query_aware model)"
 TOO_LARGE = "the body is larger than the server's limit (RECSYS_MAX_BODY_BYTES)"
 
 

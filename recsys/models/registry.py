@@ -24,6 +24,7 @@ from recsys.models.fusion import Fusion, FusionConfig
 from recsys.models.generative import GenerativeConfig, GenerativeRetriever
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.popularity import Popularity, PopularityConfig
+from recsys.models.query_aware import QueryAwareConfig, QueryAwareRetriever
 from recsys.models.ranker import RankerConfig, TwoStageRanker
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.models.two_tower import TwoTower, TwoTowerConfig
@@ -31,7 +32,17 @@ from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
 from recsys.runtime.validation import config_from
 from recsys.semantic_ids.codes import SemanticIds
 
-Model = Popularity | SASRec | HSTU | GenerativeRetriever | TwoStageRanker | Fusion | TwoTower | DomainAdaptedRetriever
+Model = (
+    Popularity
+    | SASRec
+    | HSTU
+    | QueryAwareRetriever
+    | GenerativeRetriever
+    | TwoStageRanker
+    | Fusion
+    | TwoTower
+    | DomainAdaptedRetriever
+)
 FORMAT = 2  # files of an earlier format hold configs of an earlier version of the models
 
 
@@ -42,7 +53,9 @@ class ModelInputs:
     Args:
         semantic_ids: the catalog's semantic IDs (the generative model; SASRec and two-tower with `sid_levels`).
         content: (V+1, C) the items' content embeddings, row 0 (the padding) zero (two-tower and ranker with
-            `use_content`).
+            `use_content`; the query-aware model).
+        content_encoder: the encoder that made `content` (`ContentConfig.model`): the query-aware model embeds its
+            queries with it.
         item_domains: (V+1,) every item's domain index, -1 for the padding (domain adapters).
         domains: the domain names those indices stand for (`SequenceData.domains`).
         new_items: (V+1,) bool, the items the generative model serves through `new_item_slots` (cold-start items).
@@ -55,6 +68,7 @@ class ModelInputs:
 
     semantic_ids: SemanticIds | None = None
     content: torch.Tensor | None = None
+    content_encoder: str | None = None
     item_domains: torch.Tensor | None = None
     domains: tuple[str, ...] = ()
     new_items: torch.Tensor | None = None
@@ -168,6 +182,14 @@ def _two_tower(fields: dict[str, Any], inputs: ModelInputs) -> TwoTower:
     return TwoTower(dataclasses.replace(config, content_dim=content.shape[1]), codes, content)
 
 
+def _query_aware(fields: dict[str, Any], inputs: ModelInputs) -> QueryAwareRetriever:
+    content = _content(inputs, fields["num_items"])
+    encoder = _required(inputs.content_encoder, "model 'query_aware' embeds queries with the items' content encoder. "
+                        "Fix: add a `sid` section whose `content` names it")  # fmt: skip
+    config: QueryAwareConfig = _validate("query_aware", {**fields, "content_dim": content.shape[1], "encoder": encoder})
+    return QueryAwareRetriever(config, content)
+
+
 def _ranker(fields: dict[str, Any], inputs: ModelInputs) -> TwoStageRanker:
     """A ranker over its trained first stage, frozen; it starts from the first stage's item vectors where those are
     the retriever's item table (input and output tied) of the ranker's dim."""
@@ -241,6 +263,9 @@ MODELS: dict[str, ModelSpec] = {
     "popularity": ModelSpec(PopularityConfig, Popularity, _popularity),
     "sasrec": ModelSpec(SASRecConfig, SASRec, _sasrec),  # its semantic-ID index comes with the state dict
     "hstu": ModelSpec(HSTUConfig, HSTU, _hstu),
+    "query_aware": ModelSpec(
+        QueryAwareConfig, QueryAwareRetriever, _query_aware, filled={"num_items": 1, "content_dim": 1, "encoder": ""}
+    ),
     "two_tower": ModelSpec(TwoTowerConfig, TwoTower, _two_tower, filled={"num_items": 1, "content_dim": 0}),
     "generative": ModelSpec(
         GenerativeConfig,

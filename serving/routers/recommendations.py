@@ -1,10 +1,11 @@
-"""`POST /v1/recommendations`: top-k for a user (bundle history + online events) or an explicit history."""
+"""`POST /v1/recommendations`: top-k for a user (bundle history + online events) or an explicit history, with an
+optional text query; `POST /v1/search`: top-k for a text query alone (query-aware bundles)."""
 
 from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from fastapi.exceptions import RequestValidationError
 from starlette.concurrency import run_in_threadpool
 
@@ -13,28 +14,35 @@ from serving.history import Event, HistoryStore, HistoryUnavailableError
 from serving.http import StrictJsonRoute
 from serving.recommender import RecommendationQuery
 from serving.schemas import (
+    NO_QUERIES,
     NOT_READY,
     UNPARSEABLE_BODY,
     RecommendationRequest,
     RecommendationResponse,
     ScoredItem,
+    SearchRequest,
+    SearchResponse,
+    Signal,
     error_responses,
 )
 
 router = APIRouter(prefix="/v1", tags=["recommendations"], route_class=StrictJsonRoute)
 
 
-@router.post("/recommendations", responses=error_responses({400: UNPARSEABLE_BODY, 503: NOT_READY}))
+@router.post("/recommendations", responses=error_responses({400: UNPARSEABLE_BODY, 409: NO_QUERIES, 503: NOT_READY}))
 async def recommendations(
     body: RecommendationRequest, recommender: RecommenderDep, store: HistoryStoreDep, batcher: BatcherDep
 ) -> RecommendationResponse:
-    """Unknown users and empty histories get the most popular items (`source: popularity`), never an error."""
+    """Unknown users and empty histories get the most popular items (`source: popularity`), never an error; with a
+    `query` (query-aware bundles) they get the query's search results instead."""
+    if body.query is not None and not recommender.takes_queries:
+        raise _takes_no_queries(recommender.name, "Fix: omit `query`, or serve a query_aware model (docs/search.md)")
     domain = -1
     if body.domain is not None:
         try:
             domain = recommender.domain_index(body.domain)
         except ValueError as err:
-            raise RequestValidationError([{"type": "value_error", "loc": ("body", "domain"), "msg": str(err)}]) from err
+            raise _invalid("domain", str(err)) from err
     degraded, now = False, int(time.time())
     if body.history is not None:
         times = body.timestamps or [now] * len(body.history)
@@ -51,16 +59,47 @@ async def recommendations(
         except HistoryUnavailableError:  # the store logs when it goes down and when it is back
             degraded = True
     history, timestamps = history[-recommender.max_history :], timestamps[-recommender.max_history :]
-    query = RecommendationQuery(history, body.k, body.exclude_seen, timestamps, request_time=now, domain=domain)
+    query = RecommendationQuery(
+        history, body.k, body.exclude_seen, timestamps, request_time=now, domain=domain, text=body.query
+    )
     items = await batcher.recommend(recommender, query)
+    signals: list[Signal] = []
+    if history:
+        signals.append("history")
+    if body.query:
+        signals.append("query")
     return RecommendationResponse(
         items=[ScoredItem(item_id=r.item_id, title=r.title, score=r.score) for r in items],
-        source="model" if history else "popularity",
+        source="model" if signals else "popularity",
+        signals=signals or ["popularity"],
         history_length=len(history),
         unknown_items=unknown,
         degraded=degraded,
         model_version=recommender.version,
     )
+
+
+@router.post("/search", responses=error_responses({400: UNPARSEABLE_BODY, 409: NO_QUERIES, 503: NOT_READY}))
+async def search(body: SearchRequest, recommender: RecommenderDep, batcher: BatcherDep) -> SearchResponse:
+    """The catalogue ranked for a text query alone (query-aware bundles; others answer 409 saying so)."""
+    if not recommender.takes_queries:
+        raise _takes_no_queries(recommender.name, "Fix: serve a query_aware model (docs/search.md)")
+    items = await batcher.recommend(recommender, RecommendationQuery([], body.k, False, text=body.query))
+    return SearchResponse(
+        items=[ScoredItem(item_id=r.item_id, title=r.title, score=r.score) for r in items],
+        signals=["query"],
+        model_version=recommender.version,
+    )
+
+
+def _takes_no_queries(model: str, fix: str) -> HTTPException:
+    """A 409: the request is well-formed, but the served model's state cannot answer it."""
+    return HTTPException(status_code=409, detail=f"the served {model} model takes no text query. {fix}")
+
+
+def _invalid(field: str, message: str) -> RequestValidationError:
+    """A 422 naming the body field (the app's handler writes `detail` from the message)."""
+    return RequestValidationError([{"type": "value_error", "loc": ("body", field), "msg": message}])
 
 
 async def _recent(store: HistoryStore, user_id: str) -> list[Event]:

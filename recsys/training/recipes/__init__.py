@@ -20,6 +20,7 @@ from recsys.inference import Scorer
 from recsys.models import TrainingFamily
 from recsys.training.recipes.next_item import NextItemRecipe, NextItemTraining
 from recsys.training.recipes.pairs import GenerativeRecipe, GenerativeTraining, TwoTowerRecipe, TwoTowerTraining
+from recsys.training.recipes.query_aware import QUERIES_FILE, QueryAwareRecipe, QueryAwareTraining, QueryBank
 from recsys.training.recipes.ranker import RankerRecipe, RankerTraining
 
 
@@ -28,9 +29,12 @@ class NotTrained:
     """The settings of models that no recipe trains: popularity (item counts), fusion (made of trained models)."""
 
 
-TrainingSettings = NextItemTraining | GenerativeTraining | TwoTowerTraining | RankerTraining | NotTrained
+TrainingSettings = (
+    NextItemTraining | QueryAwareTraining | GenerativeTraining | TwoTowerTraining | RankerTraining | NotTrained
+)
 TRAINING_SETTINGS: dict[TrainingFamily, type[TrainingSettings]] = {
     "next_item": NextItemTraining,
+    "query_aware": QueryAwareTraining,
     "generative": GenerativeTraining,
     "two_tower": TwoTowerTraining,
     "ranker": RankerTraining,
@@ -58,11 +62,14 @@ def recipe_for(
     batch_size: int,
     settings: TrainingSettings,
     holdout_retriever: Scorer | None = None,
+    query_bank: QueryBank | None = None,
 ) -> Recipe:
     """The recipe that trains `model` with its family's `settings` (`batch_size`: packed rows for next-item models,
     pairs for the others); a ranker's `holdout_retriever` is its first stage trained without each user's last
-    `RankerTraining.holdout_items` training items."""
+    `RankerTraining.holdout_items` training items; a query-aware model's `query_bank` its items' training queries."""
     match settings:
+        case QueryAwareTraining():  # before NextItemTraining, which it extends
+            return QueryAwareRecipe.create(model, data, batch_size, settings, query_bank)  # type: ignore[arg-type]
         case NextItemTraining():
             return NextItemRecipe.create(model, data, batch_size, settings)
         case GenerativeTraining():
@@ -77,12 +84,16 @@ def recipe_for(
 
 
 __all__ = [
+    "QUERIES_FILE",
     "TRAINING_SETTINGS",
     "GenerativeRecipe",
     "GenerativeTraining",
     "NextItemRecipe",
     "NextItemTraining",
     "NotTrained",
+    "QueryAwareRecipe",
+    "QueryAwareTraining",
+    "QueryBank",
     "RankerRecipe",
     "RankerTraining",
     "Recipe",

@@ -1,0 +1,119 @@
+"""Query-aware next-item training (`recsys.models.query_aware`): the next-item recipe, with some targets given one of
+their training queries and some of those losing their history, so one model learns to recommend, to search and both.
+
+Training queries are made from every item's title by the search protocol's query maker (`recsys.evaluation.queries`,
+its training stream: never a test query) and embedded once by the experiment's content encoder (the pipeline's
+`embed_content` step); the recipe draws among them.
+
+Dimension letters: B rows, L row width, N real positions, D dim, C encoder dim, Q training queries, V+1 items.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import torch
+from pydantic import PositiveInt
+
+from recsys.data.batching import PackedBatch
+from recsys.data.prepared import TrainingData, TrainingRows
+from recsys.errors import ConfigError
+from recsys.models.query_aware import QueryAwareRetriever
+from recsys.runtime.atomic import atomic_file
+from recsys.runtime.validation import Fraction
+from recsys.training.recipes.next_item import NextItemRecipe, NextItemTraining
+
+QUERIES_FILE = "training_queries.npz"
+
+
+@dataclass(frozen=True)
+class QueryAwareTraining(NextItemTraining):
+    """`model.training` of query-aware models: the next-item settings, and how targets get queries."""
+
+    query_rate: Fraction = 0.5  # share of targets given one of their training queries (the others: history alone)
+    no_history_rate: Fraction = 0.2  # share of those whose history is hidden: text search alone
+    queries_per_item: PositiveInt = 6  # training queries made per item (the protocol's levels in turn)
+    query_seed: int = 0  # the query maker's seed (its training stream)
+
+
+@dataclass(frozen=True)
+class QueryBank:
+    """Every item's training queries, embedded: item i's are rows offsets[i]:offsets[i+1] of `vectors`."""
+
+    vectors: torch.Tensor  # (Q, C) float32
+    offsets: torch.Tensor  # (V+2,) int64
+
+    def save(self, path: Path, texts: list[str]) -> None:
+        """Write the bank (and its texts, to read what was trained on) as one .npz, atomically."""
+        with atomic_file(path) as tmp, tmp.open("wb") as handle:
+            np.savez(handle, vectors=self.vectors.numpy(), offsets=self.offsets.numpy(), texts=np.array(texts))
+
+    @staticmethod
+    def load(path: Path) -> QueryBank:
+        with np.load(path) as saved:
+            return QueryBank(torch.from_numpy(saved["vectors"]), torch.from_numpy(saved["offsets"]))
+
+    def draw(self, items: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """For (N,) items: ((N, C) one of each item's queries, drawn uniformly; (N,) bool whether it has any)."""
+        items = items.cpu()
+        start, count = self.offsets[items], self.offsets[items + 1] - self.offsets[items]
+        pick = (torch.rand(len(items), generator=generator) * count).long()
+        rows = (start + pick.clamp(max=(count - 1).clamp(min=0))).clamp(max=max(len(self.vectors) - 1, 0))
+        vectors = self.vectors[rows] if len(self.vectors) else torch.zeros(len(items), self.vectors.shape[1])
+        return vectors, count > 0
+
+
+@dataclass(frozen=True)
+class QueryAwareRecipe:
+    """Packed next-item rows (`NextItemRecipe`); each target, at `query_rate`, is predicted from the position's state
+    fused with one of its training queries, and at `no_history_rate` of those from h_0 (no history) fused with it."""
+
+    next_item: NextItemRecipe
+    bank: QueryBank
+    query_rate: float
+    no_history_rate: float
+
+    may_skip_parameters: ClassVar[bool] = False
+
+    @staticmethod
+    def create(
+        model: QueryAwareRetriever,
+        data: TrainingData,
+        rows_per_batch: int,
+        settings: QueryAwareTraining,
+        bank: QueryBank | None,
+    ) -> QueryAwareRecipe:
+        if bank is None:
+            raise ConfigError(
+                "a query-aware model trains on its items' training queries, made and embedded by the pipeline's "
+                "embed_content step. Fix: run it through `recsys train` / `recsys pipeline run` with a `sid` section "
+                "whose `content` names the encoder"
+            )
+        if bank.offsets.numel() != data.num_items + 2:
+            raise ConfigError(f"the training queries cover {bank.offsets.numel() - 2} items, the data {data.num_items}")
+        return QueryAwareRecipe(
+            NextItemRecipe.create(model, data, rows_per_batch, settings), bank, settings.query_rate,
+            settings.no_history_rate,
+        )  # fmt: skip
+
+    def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[PackedBatch]:
+        return self.next_item.batches(rows, generator)
+
+    def loss(
+        self, model: QueryAwareRetriever, batch: PackedBatch, generator: torch.Generator
+    ) -> tuple[torch.Tensor, int]:
+        real = batch.targets != 0  # (B, L)
+        states = model(batch.inputs, batch.segments, batch.positions)[real]  # (N, D)
+        targets = batch.targets[real]  # (N,)
+        queries, has_any = self.bank.draw(targets, generator)  # (N, C), (N,)
+        draws = torch.rand(2, len(targets), generator=generator)
+        queried = has_any & (draws[0] < self.query_rate)
+        hidden = queried & (draws[1] < self.no_history_rate)
+        device = states.device
+        queried, hidden = queried.to(device), hidden.to(device)
+        states = torch.where(hidden[:, None], model.without_history(len(states)), states)
+        fused = model.fuse(states, queries.to(states), queried)
+        return self.next_item.targets_loss(model, fused, targets, generator), targets.numel()

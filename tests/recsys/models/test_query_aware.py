@@ -1,0 +1,136 @@
+"""The query-aware retriever: its three uses (history, query, both), its recipe (queries drawn from the bank, hidden
+histories), and its pipeline (training queries made and embedded with the content, the model saved and reloaded)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pipelines.config import load_config
+from recsys.data.batching import PackedBatch, packed_next_item_batches
+from recsys.data.jagged import Jagged
+from recsys.models.query_aware import QueryAwareConfig, QueryAwareRetriever
+from recsys.models.registry import ModelInputs, build_model, load_model, save_model
+from recsys.training.recipes import NextItemRecipe, QueryAwareRecipe, QueryBank
+
+ITEMS, CONTENT_DIM = 12, 6
+
+
+def model(seed: int = 0) -> QueryAwareRetriever:
+    torch.manual_seed(seed)
+    config = QueryAwareConfig(ITEMS, max_history=6, dim=8, num_heads=1, ffn_dim=16, dropout=0.0, attn_dropout=0.0,
+                              content_dim=CONTENT_DIM)  # fmt: skip
+    content = torch.randn(ITEMS + 1, CONTENT_DIM)
+    content[0] = 0
+    return QueryAwareRetriever(config, content)
+
+
+def bank() -> QueryBank:
+    """Items 1..ITEMS with 0, 1 or 2 queries each (item k: k % 3 of them)."""
+    counts = torch.tensor([0, *(k % 3 for k in range(1, ITEMS + 1))])
+    return QueryBank(torch.randn(int(counts.sum()), CONTENT_DIM), torch.cat([torch.zeros(1).long(), counts.cumsum(0)]))
+
+
+def batch() -> PackedBatch:
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([5, 3, 6, 4])
+    values = torch.randint(1, ITEMS + 1, (int(lengths.sum()),), generator=gen)
+    sequences = Jagged(values, torch.cat([torch.zeros(1).long(), lengths.cumsum(0)]))
+    return next(iter(packed_next_item_batches(sequences, 6, 4, gen)))
+
+
+def test_a_history_a_query_or_both_score_every_item() -> None:
+    m = model().eval()
+    histories = torch.tensor([[0, 0, 3, 4], [0, 0, 0, 0]])  # the second user has no history
+    queries = torch.randn(2, CONTENT_DIM)
+    with torch.no_grad():
+        alone = m.score(histories)
+        both = m.score_with_queries(histories, queries)
+        search = m.score_with_queries(torch.zeros(2, 0, dtype=torch.long), queries)
+        no_history_vector = m.without_history(1)
+    assert alone.shape == both.shape == search.shape == (2, ITEMS + 1)
+    torch.testing.assert_close(alone[1], (no_history_vector @ m.item_embeddings().T)[0])  # h_0
+    torch.testing.assert_close(search[1], both[1])  # an all-padding history is no history
+    assert not torch.allclose(alone[0], both[0])  # the query moves the scores
+
+
+def test_fuse_leaves_the_rows_without_a_query_alone() -> None:
+    m = model()
+    states, queries = torch.randn(3, 8), torch.randn(3, CONTENT_DIM)
+    fused = m.fuse(states, queries, torch.tensor([True, False, True]))
+    torch.testing.assert_close(fused[1], states[1])
+    assert not torch.allclose(fused[0], states[0])
+
+
+def test_the_bank_draws_each_items_own_queries() -> None:
+    b = bank()
+    items = torch.tensor([1, 2, 3, 5, 5, 5, 5])
+    vectors, has_any = b.draw(items, torch.Generator().manual_seed(0))
+    assert has_any.tolist() == [True, True, False, True, True, True, True]
+    for item, vector, present in zip(items.tolist(), vectors, has_any.tolist(), strict=True):
+        own = b.vectors[b.offsets[item] : b.offsets[item + 1]]
+        assert not present or any(torch.equal(vector, row) for row in own)
+
+
+def test_without_queries_the_loss_is_the_next_item_loss() -> None:
+    m, packed = model(), batch()
+    next_item = NextItemRecipe(max_history=6, rows_per_batch=4)
+    plain, n = next_item.loss(m, packed, torch.Generator().manual_seed(0))
+    recipe = QueryAwareRecipe(next_item, bank(), query_rate=0.0, no_history_rate=0.0)
+    with_recipe, n2 = recipe.loss(m, packed, torch.Generator().manual_seed(0))
+    assert n == n2 and torch.allclose(plain, with_recipe)
+
+
+def test_a_hidden_history_trains_h0_and_the_query_path_not_the_transformer() -> None:
+    m, packed = model(), batch()
+    counts = torch.tensor([0, *([1] * ITEMS)])  # every item has a query: every target is queried, history hidden
+    everything = QueryBank(torch.randn(ITEMS, CONTENT_DIM), torch.cat([torch.zeros(1).long(), counts.cumsum(0)]))
+    recipe = QueryAwareRecipe(NextItemRecipe(max_history=6, rows_per_batch=4), everything, 1.0, 1.0)
+    loss, _ = recipe.loss(m, packed, torch.Generator().manual_seed(0))
+    loss.backward()
+    assert m.no_history.grad is not None and m.no_history.grad.abs().sum() > 0
+    assert m.gate.weight.grad is not None and m.text.weight.grad is not None
+    block = next(iter(m.sasrec.blocks.parameters()))
+    assert block.grad is None or not block.grad.any()
+
+
+def test_the_registry_builds_saves_and_reloads_it(tmp_path: Path) -> None:
+    content = torch.randn(ITEMS + 1, CONTENT_DIM)
+    params = {"max_history": 6, "dim": 8, "num_heads": 1, "ffn_dim": 16}
+    built = build_model("query_aware", params, ITEMS, ModelInputs(content=content, content_encoder="my-encoder"))
+    assert isinstance(built, QueryAwareRetriever) and built.config.encoder == "my-encoder"
+    save_model(tmp_path / "model.pt", "query_aware", built)
+    name, loaded = load_model(tmp_path / "model.pt")
+    assert name == "query_aware" and loaded.config == built.config
+    torch.testing.assert_close(loaded.content, built.content)
+    with pytest.raises(Exception, match="content encoder"):
+        build_model("query_aware", params, ITEMS, ModelInputs(content=content))
+
+
+def test_the_pipeline_makes_embeds_and_trains_on_training_queries(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    from pipelines.runner import run_pipeline  # imports the kernels: after TRITON_INTERPRET is set
+
+    config = load_config(tiny_config(
+        tmp_path, name="tiny-query-aware",
+        model={"name": "query_aware", "params": {"max_history": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64},
+               "training": {"queries_per_item": 3}},
+        sid={"method": "rqkmeans", "content": {"text_fields": ["title"]},
+             "rqkmeans": {"levels": 2, "codebook_size": 8}},
+        train={"epochs": 2}, tracking={"enabled": False},
+    ))  # fmt: skip
+    outputs, _ = run_pipeline(config, tmp_path / "work", until="train_retriever")
+    assert outputs.content is not None and outputs.content.queries is not None and outputs.model is not None
+    saved = np.load(outputs.content.queries)
+    offsets = saved["offsets"]
+    assert offsets[0] == offsets[1] == 0 and offsets[-1] == len(saved["texts"]) == len(saved["vectors"])
+    assert 0 < len(saved["texts"]) <= 3 * (len(offsets) - 2)
+    name, trained = load_model(outputs.model.model_dir / "model.pt")
+    assert name == "query_aware" and isinstance(trained, QueryAwareRetriever)
+    assert trained.config.encoder == config.sid.content.model  # type: ignore[union-attr]
+    assert outputs.model.metrics["test"]["ndcg@10"] > 0
