@@ -40,7 +40,6 @@ from pipelines.content import embed_content_step, embed_training_queries
 from pipelines.dashboard import EVALUATION_FILE
 from pipelines.data import data_fingerprint, prepare_step
 from pipelines.evaluate import EvaluateOutputs, evaluate_step
-from pipelines.index import build_index_step
 from pipelines.model_dir import MODEL_FILE, model_sha256
 from pipelines.registry import GateDecision, register_bundle
 from pipelines.semantic_ids import SEMANTIC_IDS_FILE, build_semantic_ids_step
@@ -48,7 +47,7 @@ from pipelines.tracking import PARENT_TAG, OfflineTracker, Tracker, end_orphaned
 from pipelines.train import CatalogFeatures, TrainOutputs, train_step, training_state_path
 from recsys.data.schema import META_FILE
 from recsys.errors import RecsysError
-from recsys.retrieval.faiss_index import INDEX_FILE, FaissTopK
+from recsys.retrieval.config import INDEX_FILE
 from recsys.runtime.atomic import atomic_file, remove_temporaries
 from recsys.runtime.device import resolve_device
 from recsys.runtime.digest import feed_file
@@ -502,6 +501,10 @@ def _index_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, 
 
 
 def _index(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> IndexOutputs:
+    # imported on use: faiss loads for this step only (a run that stops before it needs no faiss)
+    from pipelines.index import build_index_step
+    from recsys.retrieval.faiss_index import FaissTopK
+
     assert done.model is not None
     index_dir = build_index_step(
         done.model.model_dir, paths.index_dir, config.pipeline.index, model_sha=done.model.model_sha256

@@ -8,6 +8,7 @@ from typing import Literal
 from recsys.retrieval.base import Metric
 
 IndexKind = Literal["flat", "ivf_flat", "hnsw", "ivf_pq"]
+INDEX_FILE = "index.faiss"  # the index inside its directory
 
 
 @dataclass(frozen=True)

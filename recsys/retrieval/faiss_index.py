@@ -26,14 +26,13 @@ import numpy as np
 import torch
 
 from recsys.retrieval.base import check_item_vectors, check_queries
-from recsys.retrieval.config import IndexConfig
+from recsys.retrieval.config import INDEX_FILE, IndexConfig
 from recsys.retrieval.exact import ExactTopK
 from recsys.retrieval.recall import recall_at_k
 from recsys.runtime.atomic import atomic_directory
 from recsys.runtime.budget import Budget, limit
 from recsys.runtime.progress import Progress
 
-INDEX_FILE = "index.faiss"
 ADD_CHUNK = 65_536  # vectors per `index.add` call: the build budget is checked (and progress logged) between chunks
 BUDGET_KNOB = "max_build_seconds (pipeline.index.max_build_seconds in an experiment config)"
 CHEAPER = "build a cheaper index (a smaller train_size, hnsw_m or ef_construction; kind ivf_pq with fast_scan)"
