@@ -45,6 +45,7 @@ from recsys.evaluation.search import (
 from recsys.models.query_aware import QueryAwareRetriever
 from recsys.retrieval.lexical import BM25Config, BM25Retriever
 from recsys.retrieval.text import DenseTextRetriever, QueryEmbedder
+from recsys.runtime.validation import config_from
 from recsys.semantic_ids.content import ContentConfig, item_texts, read_content_embeddings
 from recsys.training.recipes import QUERIES_FILE, QueryBank
 
@@ -137,8 +138,7 @@ def _content_config(content_dir: Path, model: QueryAwareRetriever) -> ContentCon
         )
     encoder = json.loads(meta_path.read_text())["encoder"]
     fields = {f.name for f in dataclasses.fields(ContentConfig)}
-    kept = {key: tuple(value) if isinstance(value, list) else value for key, value in encoder.items() if key in fields}
-    config = ContentConfig(**kept)
+    config = config_from(ContentConfig, {key: value for key, value in encoder.items() if key in fields}, "encoder.")
     if config.model != model.config.encoder:
         raise ConfigError(
             f"content_dir {content_dir} was embedded with {config.model!r}, the query-aware model reads queries of "

@@ -13,8 +13,10 @@ import benchmarks.search as search
 from benchmarks.common import REPO
 from benchmarks.reproduce import problems_of
 from pipelines.config import load_config
+from pipelines.model_dir import load_model_dir
 from pipelines.runner import ExperimentPaths
-from recsys.evaluation.queries import LEVELS
+from recsys.evaluation.queries import LEVELS, catalogue_titles
+from recsys.retrieval.lexical import BM25Retriever
 from tests.conftest import train_experiment
 
 SMOKE = "configs/benchmarks/search-smoke.yaml"
@@ -63,3 +65,9 @@ def test_the_smoke_run_records_every_system_level_and_setting(model_dirs: dict[s
     assert all(len(result["examples"][level]) == 3 for level in LEVELS)
     assert result["reproduce"]["overrides"] == model_dirs
     assert problems_of(path) == []
+
+
+def test_bm25_on_the_smoke_catalogue_ranks_each_item_first_for_its_full_title(model_dirs: dict[str, str]) -> None:
+    titles = catalogue_titles(load_model_dir(Path(model_dirs["query_aware_model_dir"])).data.items)[1:]
+    scores = BM25Retriever(titles).score(titles)  # (V, V+1)
+    assert scores[:, 1:].argmax(dim=1).add(1).tolist() == list(range(1, len(titles) + 1))

@@ -12,7 +12,14 @@ import torch
 from recsys.data.prepared import EvalSplit, SequenceData, load_prepared
 from recsys.evaluation import EvalConfig, evaluate, ranking_metrics, target_ranks
 from recsys.evaluation.queries import LEVELS, QueryMaker, catalogue_titles, most_similar
-from recsys.evaluation.search import HistoryOnly, QueryAwareSearch, TextSearch, evaluate_search, level_queries
+from recsys.evaluation.search import (
+    HistoryOnly,
+    QueryAwareSearch,
+    SearchSystem,
+    TextSearch,
+    evaluate_search,
+    level_queries,
+)
 from recsys.models.query_aware import QueryAwareConfig, QueryAwareRetriever
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.retrieval.lexical import BM25Retriever
@@ -65,7 +72,7 @@ def test_every_setting_and_level_ranks_the_users_with_a_query(data: SequenceData
     queries = level_queries(QueryMaker(titles, most_similar(content.numpy()), seed=0), split)
     queries["title-3"][:5] = [""] * 5  # five users without a query at this level
     bm25, unified = BM25Retriever(titles[1:]), query_aware(data.num_items, content)
-    systems = {"bm25": TextSearch(bm25), "sasrec": HistoryOnly(sasrec(data.num_items)),
+    systems: dict[str, SearchSystem] = {"bm25": TextSearch(bm25), "sasrec": HistoryOnly(sasrec(data.num_items)),
                "query-aware": QueryAwareSearch(unified, embed)}  # fmt: skip
     found = evaluate_search(systems, split, queries, CONFIG)
 
