@@ -24,7 +24,7 @@ import torch
 
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
 from recsys.errors import ConfigError
-from recsys.evaluation.queries import QueryMaker, most_similar
+from recsys.evaluation.queries import QueryMaker, catalogue_titles, most_similar
 from recsys.runtime.atomic import atomic_directory
 from recsys.semantic_ids.content import ContentConfig, embed_texts, item_texts
 from recsys.training.recipes import QUERIES_FILE, QueryBank
@@ -84,7 +84,7 @@ def embed_training_queries(
             "is true. Fix: set it to false (a sentence-transformers model, the default all-MiniLM-L6-v2)"
         )
     items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
-    titles = ["", *(items["title"].fill_null("").to_list() if "title" in items.columns else [""] * items.height)]
+    titles = catalogue_titles(items)
     neighbours = most_similar(np.load(out_dir / CONTENT_EMBEDDINGS_FILE))
     made = QueryMaker(titles, neighbours, seed).training_queries(range(1, len(titles)), per_item)
     texts = [q for item in range(1, len(titles)) for q in made[item]]

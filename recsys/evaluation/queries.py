@@ -27,7 +27,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import polars as pl
 import torch
+
+from recsys.data.schema import ITEM_IDX, TITLE
 
 Level = Literal["title-3", "title-1-2", "neighbour-mix"]
 LEVELS: tuple[Level, ...] = ("title-3", "title-1-2", "neighbour-mix")
@@ -118,6 +121,18 @@ def _some(words: list[str], n: int, rng: np.random.Generator) -> str:
         return " ".join(words)
     picked = np.sort(rng.choice(len(words), size=n, replace=False))
     return " ".join(words[i] for i in picked)
+
+
+def catalogue_titles(items: pl.DataFrame) -> list[str]:
+    """(V+1,) every item's title by item index, as `QueryMaker` reads them: "" for the padding (index 0) and for items
+    without a title (or a catalogue without titles).
+
+    Example:
+        >>> catalogue_titles(pl.DataFrame({"item_idx": [2, 1], "title": ["Eye Shadow", None]}))
+        ['', '', 'Eye Shadow']
+    """
+    items = items.sort(ITEM_IDX)
+    return ["", *(items[TITLE].fill_null("").to_list() if TITLE in items.columns else [""] * items.height)]
 
 
 def most_similar(vectors: np.ndarray, block: int = 4096) -> np.ndarray:

@@ -5,6 +5,7 @@ Dimension letters: B queries, D vector dim, V items, k results per query.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, Protocol
 
 import torch
@@ -48,3 +49,17 @@ def check_queries(queries: torch.Tensor, k: int, dim: int, num_items: int) -> No
         raise ValueError(f"queries must be a (B, {dim}) float tensor, got {tuple(queries.shape)} {queries.dtype}")
     if not 1 <= k <= num_items:
         raise ValueError(f"k must be in [1, {num_items}] (the number of indexed items), got {k}")
+
+
+def check_query_texts(queries: Sequence[str]) -> None:
+    """Refuse an empty batch or an empty (blank) query, naming the first one."""
+    if isinstance(queries, str):
+        raise TypeError(f"pass a sequence of query texts, got one string {queries!r}. Fix: wrap it in a list")
+    if not len(queries):
+        raise ValueError("no queries given. Fix: pass at least one query text")
+    blank = [i for i, q in enumerate(queries) if not q.strip()]
+    if blank:
+        raise ValueError(
+            f"query {blank[0]} is empty ({len(blank)} of {len(queries)} are). Fix: leave out the users without "
+            "a query (the protocol's queries are '' where an item's title has no usable word)"
+        )

@@ -56,6 +56,13 @@ class QueryBank:
         with np.load(path) as saved:
             return QueryBank(torch.from_numpy(saved["vectors"]), torch.from_numpy(saved["offsets"]))
 
+    @staticmethod
+    def load_texts(path: Path) -> dict[int, list[str]]:
+        """{item index: its training queries' texts} of a saved bank (what test queries must differ from)."""
+        with np.load(path) as saved:
+            offsets, texts = saved["offsets"].tolist(), saved["texts"].tolist()
+        return {item: texts[offsets[item] : offsets[item + 1]] for item in range(1, len(offsets) - 1)}
+
     def draw(self, items: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """For (N,) items: ((N, C) one of each item's queries, drawn uniformly; (N,) bool whether it has any)."""
         items = items.cpu()
