@@ -46,7 +46,13 @@ resident memory (server and workers) once ready and at its peak under load, and 
 `POST /v1/recommendations` and then on `GET /v1/similar-items/{item_id}?k=10` (items drawn at random from the
 catalogue), and for a query-aware model on `POST /v1/search` as in 3d. No model-call, freshness or hot-swap timing
 (the steps above that need the pipeline). Writes benchmarks/results/serving-<config name without -sasrec>-<items>
-[-redis].json.
+[-redis].json. With `--baseline-model-dir DIR` (registered as the config it was trained with, its `config.yaml`; the
+model's index settings) the same session then serves the model and the baseline one at a time in `--rounds`
+alternating wrk runs on `POST /v1/recommendations` and records their medians and ratios (`against_baseline`): e.g.
+a distilled student against the SASRec it replaces:
+
+    .venv/bin/python -m benchmarks.serving --config configs/beauty/distill-two-stage.yaml --model-dir STUDENT_DIR \
+        --baseline-model-dir .cache/bench/models/beauty-sasrec --duration 20 --rounds 3
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ import dataclasses
 import json
 import random
 import shutil
+import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,6 +159,13 @@ def main(argv: list[str] | None = None) -> Path:
         help="serve this model directory (trained with --config and its --set) instead of running the pipeline: "
         "start-up time, memory, recommendations and similar items under load",
     )
+    parser.add_argument(
+        "--baseline-model-dir",
+        type=Path,
+        help="with --model-dir: also serve this model directory (as the config it was trained with) in the same "
+        "session, in wrk rounds alternating with --model-dir's: medians and ratios of throughput and p99",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the --baseline-model-dir runs")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
@@ -161,6 +175,8 @@ def main(argv: list[str] | None = None) -> Path:
         raise SystemExit(
             "--model-dir serves a model already trained: --data-dir and --epochs do not apply. Fix: drop them"
         )
+    if args.baseline_model_dir is not None and args.model_dir is None:
+        raise SystemExit("--baseline-model-dir is compared with a --model-dir. Fix: add --model-dir")
 
     overrides: dict[str, Any] = dict(DEFAULTS)
     if args.data_dir is not None:
@@ -264,6 +280,9 @@ def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -
             "recommendations": recommendations, "similar_items": similar,
             **({} if search is None else {"search": search}),
         })  # fmt: skip
+    baseline = None
+    if args.baseline_model_dir is not None:
+        baseline = _against_baseline(args, config.registered_model_name, uri, users, work, reproduce)
     report = FaissTopK.read_report(bundle.index_dir)
     result = {
         "bundle": {
@@ -294,13 +313,64 @@ def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -
         },
         "concurrency": args.connections,
         "runs": runs,
+        **({} if baseline is None else {"against_baseline": baseline}),
         "settings": quality.settings_record(config, data.num_items),
         **provenance("fastapi", "uvicorn", "faiss-cpu", "redis"),
     }
     path = write_result(result_name(config, args.history_store, data.num_items), result, args.results_dir, reproduce)
-    print(json.dumps(runs, indent=1))
+    print(json.dumps({"runs": runs, "against_baseline": baseline}, indent=1))
     print(f"-> {path}")
     return path
+
+
+def _against_baseline(
+    args: argparse.Namespace, name: str, uri: str, users: list[str], work: Path, reproduce: Reproduce
+) -> dict[str, Any]:
+    """--baseline-model-dir: it and the --model-dir champion `name` served one at a time (one worker), in --rounds
+    alternating wrk runs on `POST /v1/recommendations`, so both see the same machine; medians and the model's ratios
+    to the baseline (throughput > 1 and p99 < 1 favour the model)."""
+    baseline_dir = args.baseline_model_dir.resolve()
+    baseline_config = load_config(
+        baseline_dir / CONFIG_FILE,
+        {**DEFAULTS, **_index_overrides(reproduce), "tracking.enabled": True, "tracking.uri": uri},
+    )
+    if baseline_config.registered_model_name == name:
+        raise SystemExit(
+            f"--baseline-model-dir {baseline_dir} registers as {name}, as --model-dir does. Fix: compare models "
+            "trained under different config names"
+        )
+    _register_model_dir(baseline_dir, baseline_config, work)
+    served = {"model": name, "baseline": baseline_config.registered_model_name}
+    rounds: dict[str, list[dict[str, Any]]] = {role: [] for role in served}
+    for round_ in range(args.rounds):
+        for role, registered in served.items():
+            with serve(registered, uri, 1, args.history_store, args.redis_url) as server:
+                rounds[role].append(
+                    wrk(server.base, RECOMMENDATIONS, users, args.duration, args.connections, seed=round_)
+                )
+    medians = {
+        role: {
+            "requests_per_second": statistics.median(r["requests_per_second"] for r in runs),
+            "p99_ms": statistics.median(r["latency_ms"]["p99"] for r in runs),
+            "errors": sum(r["errors"] for r in runs),
+        }
+        for role, runs in rounds.items()
+    }
+    model, base = medians["model"], medians["baseline"]
+    return {
+        "baseline": baseline_config.registered_model_name,
+        "baseline_model_dir": str(baseline_dir),
+        "rounds": args.rounds,
+        "medians": medians,
+        "throughput_ratio": significant(model["requests_per_second"] / base["requests_per_second"]),
+        "p99_ratio": significant(model["p99_ms"] / base["p99_ms"]),
+        "runs": rounds,
+    }
+
+
+def _index_overrides(reproduce: Reproduce) -> dict[str, Any]:
+    """The --set keys of the served index (the baseline gets the same index as the model)."""
+    return {key: value for key, value in reproduce.overrides.items() if key.startswith("pipeline.index.")}
 
 
 def _queries(data: SequenceData) -> list[str]:

@@ -108,6 +108,25 @@ def test_model_dir_run_reports_startup_memory_and_both_routes(tmp_path: Path) ->
                                    "overrides": {"pipeline.index.kind": "hnsw", **overrides}}  # fmt: skip
     assert problems_of(path) == []
 
+    baseline_config = load_config(
+        Path(CONFIG), {**TINY, "name": "synthetic-baseline", "tracking.enabled": False, "train.progress": False}
+    )
+    baseline_dir = train_experiment(baseline_config, tmp_path / "baseline").model_dir
+    # another work dir: a fresh registry (the first run's SQLite engine stays open in this process)
+    compare = [*args, "--work-dir", str(tmp_path / "compare"), "--baseline-model-dir", str(baseline_dir)]
+    compared = serving.main([*compare, "--rounds", "2"])
+    against = json.loads(compared.read_text())["against_baseline"]
+    assert against["baseline"] == "synthetic-baseline" and against["rounds"] == 2
+    for role in ("model", "baseline"):
+        assert len(against["runs"][role]) == 2 and against["medians"][role]["errors"] == 0
+        assert all(run["requests"] > 0 for run in against["runs"][role])
+    medians = against["medians"]
+    assert against["throughput_ratio"] == pytest.approx(
+        medians["model"]["requests_per_second"] / medians["baseline"]["requests_per_second"], rel=1e-2
+    )
+    with pytest.raises(SystemExit, match="as --model-dir does"):
+        serving.main([*args, "--work-dir", str(tmp_path / "same"), "--baseline-model-dir", str(model_dir)])
+
     other_model = [*args, "--set", "model.params.dim=16"]  # not what the model directory was trained with
     with pytest.raises(SystemExit, match=r"was trained with another model\.params"):
         serving.main(other_model)
