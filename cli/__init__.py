@@ -1,4 +1,4 @@
-"""The `recsys` command line: data, sid, train, evaluate, recommend, index, pipeline, serve, demo.
+"""The `recsys` command line: data, sid, train, distill, evaluate, recommend, index, pipeline, serve, demo.
 
 Run `recsys --help` or `recsys COMMAND --help`. Errors the user can fix exit with code 2 and a message.
 """
@@ -24,6 +24,7 @@ app.add_typer(sid.app, name="sid")
 app.add_typer(index.app, name="index")
 app.add_typer(pipeline.app, name="pipeline")
 app.command("train")(models.train_command)
+app.command("distill")(models.distill_command)
 app.command("evaluate")(models.evaluate_command)
 app.command("recommend")(models.recommend_command)
 app.command("demo")(demo.demo_command)

@@ -1,4 +1,4 @@
-"""`recsys train | evaluate | recommend`."""
+"""`recsys train | distill | evaluate | recommend`."""
 
 from __future__ import annotations
 
@@ -54,6 +54,48 @@ def train_command(
     m = model.metrics
     print_tables(metrics_table(f"{cfg.name} (best epoch {m['best_epoch']})", {"valid": m["valid"], "test": m["test"]}))
     typer.echo(f"model: {model.model_dir}   MLflow run: {model.run_id}")
+
+
+def distill_command(
+    config: ConfigOpt,
+    teacher_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--teacher-dir",
+            help="The teacher's model directory (a two-stage or fusion model of `recsys train`); overrides the "
+            "config's distill.teacher_dir.",
+        ),
+    ] = None,
+    work_dir: Annotated[
+        Path,
+        typer.Option(
+            "--work-dir",
+            help="Prepared data go to WORK/data/NAME, the student to WORK/models/NAME (and the "
+            "teacher's top-K cache beside it).",
+        ),
+    ] = Path("runs"),
+    data_dir: PreparedDirOpt = None,
+    epochs: EpochsOpt = None,
+    sets: SetOpt = None,
+    nproc_per_node: NprocOpt = None,
+    max_restarts: MaxRestartsOpt = 0,
+) -> None:
+    """Train the config's model (a SASRec of the serving size) as a student of a teacher: on the teacher's top-K
+    scores at every training position (KL, mixed with the cross-entropy; the config's `distill` section), then pick
+    the best epoch on validation and test, as `recsys train`. The teacher's top-K are computed once and reused."""
+    sets = [*(sets or []), *([f"distill.teacher_dir={teacher_dir}"] if teacher_dir is not None else [])]
+    with handle_errors():
+        cfg = load_experiment(config, epochs, sets)
+        if cfg.distill is None:
+            raise RecsysError(
+                f"{config} has no distill section: no teacher to learn from. Fix: pass --teacher-dir DIR (a model "
+                "directory written by `recsys train`), or add `distill: {teacher_dir: DIR}` to the config"
+            )
+        from pipelines.distill import TEACHER_KEY
+        from pipelines.model_dir import model_sha256
+
+        model_sha256(cfg.distill.teacher_dir, TEACHER_KEY)  # a missing teacher fails now, not after the data's prep
+    train_command(config, work_dir, data_dir, epochs, sets, nproc_per_node, max_restarts)
 
 
 def evaluate_command(

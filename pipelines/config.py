@@ -29,7 +29,7 @@ from recsys.runtime.validation import config_from, problems
 from recsys.semantic_ids.content import ContentConfig
 from recsys.semantic_ids.rqkmeans import RQKMeansConfig
 from recsys.semantic_ids.rqvae import RQVAEConfig
-from recsys.training.recipes import TRAINING_SETTINGS, TrainingSettings
+from recsys.training.recipes import TRAINING_SETTINGS, DistillConfig, NextItemTraining, TrainingSettings
 from recsys.training.trainer import TrainConfig
 
 BASE_KEY = "base"
@@ -152,6 +152,23 @@ class ExperimentConfig(Section):
     sid: SidSection | None = None  # semantic IDs to build before training (models that use them)
     tracking: TrackingSection = TrackingSection()
     pipeline: PipelineSection = PipelineSection()
+    distill: DistillConfig | None = None  # train the model as a student of a teacher (docs/training.md)
+
+    @model_validator(mode="after")
+    def _distils_a_next_item_model(self) -> ExperimentConfig:
+        """A student is a next-item model trained on the whole data in memory (its teacher's cache covers it)."""
+        if self.distill is None:
+            return self
+        if type(self.model.training_settings()) is not NextItemTraining:
+            raise ConfigError(
+                f"distill: the student must be a next-item model (sasrec, hstu), not {self.model.name!r}. "
+                "Fix: set model.name: sasrec (its serving size in model.params), or remove the distill section"
+            )
+        if self.data.stream_parts is not None:
+            raise ConfigError(
+                "distill: the teacher's cache covers the training rows in memory. Fix: remove data.stream_parts"
+            )
+        return self
 
     @property
     def experiment_name(self) -> str:

@@ -39,6 +39,7 @@ from pipelines.config import ExperimentConfig
 from pipelines.content import embed_content_step, embed_training_queries
 from pipelines.dashboard import EVALUATION_FILE
 from pipelines.data import data_fingerprint, prepare_step
+from pipelines.distill import TEACHER_KEY, teacher_cache_path
 from pipelines.evaluate import EvaluateOutputs, evaluate_step
 from pipelines.model_dir import MODEL_FILE, model_sha256
 from pipelines.registry import GateDecision, register_bundle
@@ -325,6 +326,8 @@ def _remove_temporaries(paths: ExperimentPaths) -> None:
         removed += remove_temporaries(out_dir.parent, glob.escape(out_dir.name)) + remove_temporaries(out_dir)
     state = training_state_path(paths.model_dir)  # and the per-domain ones, NAME.training-state.DOMAIN.dcp
     removed += remove_temporaries(state.parent, f"{glob.escape(state.stem)}*{state.suffix}")
+    teacher_cache = teacher_cache_path(paths.model_dir)
+    removed += remove_temporaries(teacher_cache.parent, glob.escape(teacher_cache.name))
     if removed:
         logger.warning("removed what interrupted runs left: %s", ", ".join(map(str, removed)))
 
@@ -472,12 +475,16 @@ def _sids(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutput
 HOW_IT_RUNS = {
     "train": {"max_memory_gb", "nproc_per_node", "shard_item_table"},
     "eval": {"max_seconds", "max_memory_gb"},
+    "distill": {"teacher_batch_size"},
 }
 
 
 def _train_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any]:
-    sections = config.model_dump(mode="json", include={"model", "train", "eval"}, exclude=HOW_IT_RUNS)
+    student = {"distill"} if config.distill is not None else set()  # (absent: the fingerprints of before it came)
+    sections = config.model_dump(mode="json", include={"model", "train", "eval", *student}, exclude=HOW_IT_RUNS)
     upstream = {role: model_sha256(path, _config_key(role)) for role, path in config.model.upstream_dirs().items()}
+    if config.distill is not None:
+        upstream["teacher"] = model_sha256(config.distill.teacher_dir, TEACHER_KEY)
     features = {"sids": _json(done.semantic_ids), "content": _json(done.content)}
     data = {"domain": config.data.domain, "stream_parts": config.data.stream_parts, "data": _json(done.data)}
     return {**sections, **data, **features, "upstream": upstream}

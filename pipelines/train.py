@@ -14,6 +14,7 @@ import torch
 
 from pipelines.config import ExperimentConfig
 from pipelines.data import load_data
+from pipelines.distill import distillation_recipe
 from pipelines.model_dir import POPULARITY_VALID, load_trained_model, model_sha256, write_model_dir
 from pipelines.tracking import OfflineTracker, Tracker, start_tracking
 from recsys.data.prepared import PreparedParts, SequenceData, TrainingData
@@ -76,7 +77,7 @@ def train_step(
     with tracking or contextlib.nullcontext(OfflineTracker()) as tracker:
         tracker.log_params({**_logged_config(config), "data_dir": str(data_dir)})
         start = time.perf_counter()
-        fitted = _train(model, data, config, tracker, training_state_path(out_dir), data_dir, features)
+        fitted = _train(model, data, config, tracker, out_dir, data_dir, features)
         valid = evaluate(model, data.eval_split(VALID), data.num_items, config.eval, workers=workers).metrics
         test = _test_metrics(model, data, config, workers)
         if not workers.is_main:
@@ -148,19 +149,22 @@ def _train(
     data: SequenceData,
     config: ExperimentConfig,
     tracker: Tracker,
-    state: Path,
+    out_dir: Path,
     data_dir: Path,
     features: CatalogFeatures | None,
 ) -> FitResult | None:
-    """Train `model` as its family trains (streaming `data_dir`'s parts with `data.stream_parts`); None for the
-    families without an epoch loop."""
+    """Train `model` as its family trains (streaming `data_dir`'s parts with `data.stream_parts`; a student of the
+    `distill` section's teacher), its state beside `out_dir`; None for the families without an epoch loop."""
     if model.training_family == "counts":
         assert isinstance(model, Popularity)  # the one model trained from item counts
         model.fit(data.item_counts())
         return None
     if model.training_family == "frozen":  # made of trained models
         return None
+    state = training_state_path(out_dir)
     if isinstance(model, DomainScorer):
+        if config.distill is not None:
+            raise ConfigError("distill: domain adapters train one domain at a time. Fix: distil a sasrec or hstu")
         return _train_per_domain(model, data, config, tracker, state)
 
     def on_epoch_end(epoch: int, metrics: dict[str, float]) -> None:
@@ -176,6 +180,8 @@ def _train(
             )
         training = PreparedParts.open(data_dir, config.data.stream_parts)
     recipe = _recipe(model, training, config, features)
+    if config.distill is not None:
+        recipe = distillation_recipe(recipe, data, config, out_dir)
     return fit(model, training, config.train, config.eval, recipe, on_epoch_end, state)
 
 

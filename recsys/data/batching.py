@@ -15,6 +15,7 @@ Layout of one row (max_len = 8, two users a and b, 0 = padding)::
     positions  5  6  7  6  7  0  0  0     # counted back from each run's most recent item
     timestamps      ta1 ta2 ta3 tb1 tb2 0 0 0   # the time of every input  } only when timestamps
     next_timestamps ta2 ta3 ta4 tb2 tb3 0 0 0   # the time of every target } are given
+    target_index    ja2 ja3 ja4 jb2 jb3 0 0 0   # where every target is in `sequences.values` (index_targets)
 
 Dimension letters: B rows in a batch, L = max_len.
 """
@@ -37,6 +38,10 @@ class PackedBatch:
     positions: torch.Tensor  # (B, L) position ids in [0, max_len)
     timestamps: torch.Tensor | None = None  # (B, L) time of every input, 0 = padding; None = not packed
     next_timestamps: torch.Tensor | None = None  # (B, L) time of every target (the moment each position predicts for)
+    # (B, L) the index of every target in the packed `sequences.values` (a target is never a row's first value, so 0
+    # is padding): what per-target data computed once for the rows (a teacher's scores) is looked up by; None = not
+    # packed
+    target_index: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> PackedBatch:
         def move(t: torch.Tensor) -> torch.Tensor:
@@ -49,6 +54,7 @@ class PackedBatch:
             move(self.positions),
             None if self.timestamps is None else move(self.timestamps),
             None if self.next_timestamps is None else move(self.next_timestamps),
+            None if self.target_index is None else move(self.target_index),
         )
 
 
@@ -58,6 +64,7 @@ def packed_next_item_batches(
     rows_per_batch: int,
     generator: torch.Generator,
     timestamps: Jagged | None = None,
+    index_targets: bool = False,
 ) -> Iterator[PackedBatch]:
     """One epoch of shuffled, packed batches.
 
@@ -67,6 +74,7 @@ def packed_next_item_batches(
         rows_per_batch: rows per batch (about rows_per_batch * max_len * fill targets each).
         generator: seeds the user order (deterministic epochs).
         timestamps: (U,) rows aligned with `sequences`, packed beside the inputs for time-aware models; or None.
+        index_targets: pack every target's index in `sequences.values` (`PackedBatch.target_index`).
     """
     usable = torch.nonzero(sequences.lengths() >= 2).squeeze(1)
     order = usable[torch.randperm(len(usable), generator=generator)]
@@ -91,6 +99,11 @@ def packed_next_item_batches(
         times, next_times = torch.zeros(shape, dtype=torch.int64), torch.zeros(shape, dtype=torch.int64)
         run_times = timestamps.select(order).values
         times[rows, cols], next_times[rows, cols] = run_times[src], run_times[src + 1]
+    target_index = None
+    if index_targets:  # the target's place in its run, from where the run's user starts in `sequences`
+        target_index = torch.zeros(shape, dtype=torch.int64)
+        run_start = runs.offsets[:-1][run_of_token]
+        target_index[rows, cols] = sequences.offsets[:-1][order][run_of_token] + src + 1 - run_start
     for chunk in torch.split(torch.randperm(num_rows, generator=generator), rows_per_batch):
         yield PackedBatch(
             inputs[chunk],
@@ -99,6 +112,7 @@ def packed_next_item_batches(
             positions[chunk],
             None if times is None else times[chunk],
             None if next_times is None else next_times[chunk],
+            None if target_index is None else target_index[chunk],
         )
 
 

@@ -1,8 +1,8 @@
-"""Losses: the next item over the item catalog, and the ranker's tasks (ranking its candidates, the labels of
-`recsys.data.tasks`).
+"""Losses: the next item over the item catalog, a teacher's distribution over its candidates (distillation), and
+the ranker's tasks (ranking its candidates, the labels of `recsys.data.tasks`).
 
 Dimension letters: N real (non-padded) positions or examples, D dim, V+1 items (row 0 = padding), S negatives,
-C candidates.
+C candidates, K a teacher's candidates.
 """
 
 from __future__ import annotations
@@ -64,6 +64,31 @@ def sampled_softmax_loss(
     neg_logits = neg_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
     logits = torch.cat([pos_logits, neg_logits], dim=1).float()
     return F.cross_entropy(logits, torch.zeros_like(targets))
+
+
+def distillation_kl(
+    student_logits: torch.Tensor, teacher_scores: torch.Tensor, valid: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """T^2 * KL(p || q), averaged over rows: p = softmax(teacher_scores / T) and q = softmax(student_logits / T), both
+    over each row's valid candidates (Hinton et al. 2015; the T^2 keeps the gradient's scale as T changes).
+
+    Args:
+        student_logits: (N, K) the student's logits of each row's candidates.
+        teacher_scores: (N, K) the teacher's scores of them.
+        valid: (N, K) bool, the real candidates (a teacher may score fewer than K items); every row has one.
+        temperature: T > 0.
+
+    Example:
+        >>> scores = torch.tensor([[2.0, 1.0, 0.0]])
+        >>> float(distillation_kl(scores, scores, torch.ones(1, 3, dtype=torch.bool), 2.0))
+        0.0
+    """
+    hidden = float("-inf")
+    log_p = F.log_softmax((teacher_scores.float() / temperature).masked_fill(~valid, hidden), dim=-1)  # (N, K)
+    log_q = F.log_softmax((student_logits.float() / temperature).masked_fill(~valid, hidden), dim=-1)  # (N, K)
+    # invalid candidates have p = 0 and add nothing (where, not p * (log p - log q): that is 0 * nan there)
+    terms = torch.where(valid, log_p.exp() * (log_p - log_q), 0.0)
+    return terms.sum(-1).mean() * temperature**2
 
 
 def candidate_softmax_loss(logits: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:

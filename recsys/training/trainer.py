@@ -421,26 +421,31 @@ def _run_key(model: nn.Module, data: TrainingData, config: TrainConfig, recipe: 
 def _inputs_digest(model: nn.Module, data: TrainingData, recipe: Recipe) -> str:
     """A digest of what the run learns from: the data (`TrainingData.fingerprint`), the tensors the model holds
     but does not train (a frozen first stage or base model, semantic IDs, content embeddings), taken before training
-    moves any buffer, and the models the recipe reads (a ranker's held-out first stage)."""
+    moves any buffer, the models the recipe reads (a ranker's held-out first stage) and what else it reads that
+    fingerprints itself (a teacher's top-K cache)."""
     tensors: list[torch.Tensor] = [p for _, p in sorted(model.named_parameters()) if not p.requires_grad]
     tensors += [b for _, b in sorted(model.named_buffers())]
+    digest = hashlib.blake2b(digest_size=16)
+    data.fingerprint(digest)
     for recipe_field in dataclasses.fields(recipe):  # type: ignore[arg-type]
         value = getattr(recipe, recipe_field.name)
         if isinstance(value, nn.Module):
             tensors += [t for _, t in sorted(value.state_dict().items())]
-    digest = hashlib.blake2b(digest_size=16)
-    data.fingerprint(digest)
+        elif callable(getattr(value, "fingerprint", None)):
+            value.fingerprint(digest)
     for tensor in tensors:
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 
 def _recipe_key(recipe: Recipe) -> str:
-    """The recipe's settings, without its tensors (derived from the data) or models (`_inputs_digest` has them)."""
+    """The recipe's settings, and those of the recipe it extends (a distillation's next-item one), without its
+    tensors (derived from the data) or models (`_inputs_digest` has them)."""
     plain = (bool, int, float, str, type(None), tuple, dict)
     fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(recipe)}  # type: ignore[arg-type]
     settings = {name: value for name, value in fields.items() if isinstance(value, plain)}
-    return f"{type(recipe).__name__}{settings!r}"
+    extended = {name: _recipe_key(value) for name, value in fields.items() if hasattr(value, "batches")}
+    return f"{type(recipe).__name__}{settings | extended!r}"
 
 
 def train_one_epoch(

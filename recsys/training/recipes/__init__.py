@@ -18,6 +18,7 @@ from recsys.data.prepared import SequenceData, TrainingData, TrainingRows
 from recsys.errors import ConfigError
 from recsys.inference import Scorer
 from recsys.models import TrainingFamily
+from recsys.training.recipes.distillation import DistillationRecipe, DistillConfig
 from recsys.training.recipes.next_item import NextItemRecipe, NextItemTraining
 from recsys.training.recipes.pairs import GenerativeRecipe, GenerativeTraining, TwoTowerRecipe, TwoTowerTraining
 from recsys.training.recipes.query_aware import QUERIES_FILE, QueryAwareRecipe, QueryAwareTraining, QueryBank
@@ -86,6 +87,8 @@ def recipe_for(
 __all__ = [
     "QUERIES_FILE",
     "TRAINING_SETTINGS",
+    "DistillConfig",
+    "DistillationRecipe",
     "GenerativeRecipe",
     "GenerativeTraining",
     "NextItemRecipe",

@@ -106,6 +106,8 @@ class NextItemRecipe:
         item_domains: (V+1,) every item's domain index: each target's full softmax covers its domain's items only.
         reads_timestamps: pack the inputs' and targets' times beside them (time-aware models).
         holdout_last: training rows lose their last this-many items.
+        index_targets: batches carry every target's index in the trained rows (`trained_rows`), for recipes that
+            look up what was computed per target beforehand (a teacher's scores, `DistillationRecipe`).
     """
 
     may_skip_parameters: ClassVar[bool] = False
@@ -119,6 +121,7 @@ class NextItemRecipe:
     item_domains: torch.Tensor | None = None
     reads_timestamps: bool = False
     holdout_last: int = 0
+    index_targets: bool = False
 
     @staticmethod
     def create(model: nn.Module, data: TrainingData, rows_per_batch: int, settings: NextItemTraining) -> NextItemRecipe:
@@ -143,17 +146,29 @@ class NextItemRecipe:
             holdout_last=settings.holdout_last,
         )
 
+    def trained_rows(self, rows: TrainingRows) -> TrainingRows:
+        """The rows the batches are packed from: `rows` without each one's last `holdout_last` items."""
+        return rows.truncate_last(self.holdout_last) if self.holdout_last else rows
+
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[PackedBatch]:
-        rows = rows.truncate_last(self.holdout_last) if self.holdout_last else rows
+        rows = self.trained_rows(rows)
         timestamps = rows.timestamps if self.reads_timestamps else None
-        return list(packed_next_item_batches(rows.items, self.max_history, self.rows_per_batch, generator, timestamps))
+        packed = packed_next_item_batches(
+            rows.items, self.max_history, self.rows_per_batch, generator, timestamps, self.index_targets
+        )
+        return list(packed)
 
     def loss(self, model: NextItemModel, batch: PackedBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        hidden, targets = self.hidden_states(model, batch)
+        return self.targets_loss(model, hidden, targets, generator), targets.numel()
+
+    @staticmethod
+    def hidden_states(model: NextItemModel, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (N, D) states at the batch's real positions and their (N,) targets."""
         real = batch.targets != 0  # (B, L)
         times = () if batch.timestamps is None else (batch.timestamps, batch.next_timestamps)
         hidden = model(batch.inputs, batch.segments, batch.positions, *times)[real]  # (N, D)
-        targets = batch.targets[real]
-        return self.targets_loss(model, hidden, targets, generator), targets.numel()
+        return hidden, batch.targets[real]
 
     def targets_loss(
         self, model: NextItemModel, hidden: torch.Tensor, targets: torch.Tensor, generator: torch.Generator
@@ -161,7 +176,7 @@ class NextItemRecipe:
         """Mean loss of (N, D) states predicting their (N,) targets, over the catalogue or a sample of it."""
         if self.sampling_probs is not None:
             drawn = draw_negatives(self.sampling_probs, self.num_negatives, generator).to(hidden.device)
-            vectors = _item_rows(model, torch.cat([targets, drawn]))  # one lookup: one sparse gradient
+            vectors = item_rows(model, torch.cat([targets, drawn]))  # one lookup: one sparse gradient
             positives, negatives, negative_vectors = vectors[: targets.numel()], drawn, vectors[targets.numel() :]
             if self.in_batch_negatives:
                 negatives, negative_vectors = torch.cat([drawn, targets]), torch.cat([negative_vectors, positives])
@@ -174,7 +189,7 @@ class NextItemRecipe:
         return full_softmax_loss(hidden, model.item_embeddings(), targets, excluded)
 
 
-def _item_rows(model: NextItemModel, items: torch.Tensor) -> torch.Tensor:
+def item_rows(model: NextItemModel, items: torch.Tensor) -> torch.Tensor:
     """The output vectors of `items`: looked up alone by models that can (their item table's gradient then touches
     those rows only, `sparse_item_gradients`), else rows of the whole table."""
     rows = getattr(model, "item_rows", None)
