@@ -8,8 +8,9 @@ It writes, atomically, one evaluation directory:
     evaluation.json   the report: overall metrics, per-slice metrics and user counts, the metrics of the tasks
                       beside ranking (multi-task models), semantic-ID health (when the model was built with
                       semantic IDs), the search protocol's slices by query difficulty (`search`: a query-aware
-                      model, `pipelines.search`), the training run's validation/test metrics and the popularity
-                      baseline's validation metrics (the champion gate's bar)
+                      model, `pipelines.search`), the teacher and settings of a distilled student (`distill`), the
+                      training run's validation/test metrics and the popularity baseline's validation metrics (the
+                      champion gate's bar)
     dashboard.html    this run's evaluation dashboard (pipelines.dashboard, plotly inlined, no network)
 
 and, with tracking on, logs them as artifacts `evaluation/` of an MLflow run `evaluate` (nested in the
@@ -36,7 +37,8 @@ from pipelines.dashboard import (
     from_evaluation,
     render_dashboard,
 )
-from pipelines.model_dir import POPULARITY_VALID, TrainedModel, load_model_dir
+from pipelines.distill import TEACHER_KEY
+from pipelines.model_dir import POPULARITY_VALID, TrainedModel, load_model_dir, model_sha256, trained_config_name
 from pipelines.search import SEARCH_SEED, evaluate_query_aware
 from pipelines.tracking import flatten, start_tracking
 from pipelines.train import CatalogFeatures, TrainOutputs
@@ -98,7 +100,7 @@ def evaluate_step(
              "training_run_id": str(training_run_id)}
         )  # fmt: skip
         report = evaluation_report(config, trained, features.semantic_ids)
-        report["search"] = search_report(config, trained, features, cache_dir)
+        report |= {"search": search_report(config, trained, features, cache_dir), "distill": distill_report(config)}
         training_metrics = {split: trained.metrics.get(split, {}) for split in (VALID, TEST, POPULARITY_VALID)}
         report |= {"model_sha256": sha256, "run_id": tracker.run_id,
                    "training": {"run_id": training_run_id, "metrics": training_metrics},
@@ -157,6 +159,18 @@ def search_report(
     content_dir = features.content_embeddings.parent
     evaluation = evaluate_query_aware(model, trained.data, content_dir, config.eval, cache_dir)
     return {**evaluation.to_dict(), "seed": SEARCH_SEED, "content_dir": str(content_dir)}
+
+
+def distill_report(config: ExperimentConfig) -> dict[str, Any] | None:
+    """A distilled student's teacher (its config name, directory and weights digest) and distillation settings;
+    None for a model trained without a teacher."""
+    settings = config.distill
+    if settings is None:
+        return None
+    teacher_dir = settings.teacher_dir
+    return {"teacher": trained_config_name(teacher_dir), "teacher_dir": str(teacher_dir),
+            "teacher_model_sha256": model_sha256(teacher_dir, TEACHER_KEY), "top_k": settings.top_k,
+            "temperature": settings.temperature, "alpha": settings.alpha}  # fmt: skip
 
 
 def write_evaluation(out_dir: Path, report: dict[str, Any]) -> None:

@@ -525,6 +525,8 @@ def _evaluate_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[st
     assert done.model is not None
     eval_section = config.model_dump(mode="json", include={"eval"}, exclude=HOW_IT_RUNS)["eval"]
     inputs = {"eval": eval_section, "model_sha256": done.model.model_sha256, "sids": _json(done.semantic_ids)}
+    if config.distill is not None:  # the report records the teacher (a student evaluated before it did re-runs)
+        inputs["distill"] = config.model_dump(mode="json", include={"distill"}, exclude=HOW_IT_RUNS)["distill"]
     search = _search_content(config, done)
     return inputs if search is None else {**inputs, "search_content": search}
 

@@ -89,4 +89,4 @@ def test_a_query_aware_model_is_evaluated_on_the_search_protocol(
     expected = evaluate_query_aware(trained.model, trained.data, outputs.content.path.parent, config.eval, cache)
     assert {key: search[key] for key in expected.to_dict()} == json.loads(json.dumps(expected.to_dict()))
     page = (outputs.evaluation.evaluation_dir / DASHBOARD_FILE).read_text()
-    assert 'id="chart-search"' in page
+    assert 'id="chart-search"' in page and report["distill"] is None

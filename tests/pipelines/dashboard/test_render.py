@@ -1,5 +1,5 @@
-"""The dashboard page from its data: HTML escaping, semantic-ID health, expert load, search slices, empty
-states."""
+"""The dashboard page from its data: HTML escaping, semantic-ID health, expert load, search slices, distilled students'
+labels, empty states."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from pipelines.dashboard import DashboardData, Evaluation, RunSummary, render, render_dashboard
+from pipelines.dashboard.data import students_beside_teachers
 from recsys.evaluation.queries import LEVELS
 from recsys.semantic_ids.codes import semantic_id_stats
 
@@ -92,3 +93,15 @@ def test_search_slices_per_level_with_the_history_only_line_and_escaped_names() 
 def test_search_empty_state_names_the_command() -> None:
     html = semantic_id_page()
     assert "No search evaluation yet" in html and "recsys pipeline run --config configs/beauty/query-aware.yaml" in html
+
+
+def test_a_distilled_student_is_labelled_with_its_teacher_and_follows_it() -> None:
+    distill = {"teacher": "beauty-two-stage", "teacher_dir": "runs/models/beauty-two-stage", "top_k": 50,
+               "temperature": 2.0, "alpha": 0.5, "teacher_model_sha256": "0" * 64}  # fmt: skip
+    student = Evaluation({"name": "beauty-student", "model": "sasrec", "distill": distill}, "s", "run2")
+    other = Evaluation({"name": "beauty-sasrec", "model": "sasrec", "distill": None}, "o", "run3")
+    teacher = Evaluation({"name": "beauty-two-stage", "model": "two_stage"}, "t", "run1")
+    assert student.label == "beauty-student (sasrec, student of beauty-two-stage, run2)"
+    assert other.label == "beauty-sasrec (sasrec, run3)" and other.teacher is None
+    assert students_beside_teachers([student, other, teacher]) == [other, teacher, student]
+    assert students_beside_teachers([student, other]) == [student, other]  # its teacher not evaluated: in place
