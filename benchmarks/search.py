@@ -17,8 +17,6 @@ trained on unless `data_dir` says otherwise. Writes benchmarks/results/<config s
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,28 +24,24 @@ from typing import Any
 
 from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, write_result
 from benchmarks.reproduce import jsonable
-from pipelines.content import CONTENT_EMBEDDINGS_FILE, CONTENT_META_FILE
 from pipelines.model_dir import load_model_dir, load_trained_model, model_sha256, trained_data_dir
+from pipelines.search import QUERY_AWARE, query_aware_search, search_inputs
 from recsys.data.schema import ITEM_IDX
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
-from recsys.evaluation.queries import LEVELS, QueryMaker, catalogue_titles, most_similar
+from recsys.evaluation.queries import LEVELS
 from recsys.evaluation.search import (
     HISTORY_ONLY,
     HistoryOnly,
-    QueryAwareSearch,
     SearchEvaluation,
     SearchSystem,
     TextSearch,
     evaluate_search,
-    level_queries,
 )
 from recsys.models.query_aware import QueryAwareRetriever
 from recsys.retrieval.lexical import BM25Config, BM25Retriever
-from recsys.retrieval.text import DenseTextRetriever, QueryEmbedder
-from recsys.runtime.validation import config_from
-from recsys.semantic_ids.content import ContentConfig, item_texts, read_content_embeddings
-from recsys.training.recipes import QUERIES_FILE, QueryBank
+from recsys.retrieval.text import DenseTextRetriever
+from recsys.semantic_ids.content import item_texts
 
 logger = logging.getLogger("benchmarks.search")
 EXAMPLES = 3  # test queries of the first users recorded per level
@@ -89,24 +83,20 @@ def main(argv: list[str] | None = None) -> Path:
             f"sasrec_model_dir {sasrec_dir} was trained on {sasrec.config.num_items} items, the data has "
             f"{data.num_items}. Fix: a model trained on the same catalogue (configs/<data>/sasrec.yaml)"
         )
-    content_config = _content_config(content_dir, query_aware)
-    content = read_content_embeddings(content_dir / CONTENT_EMBEDDINGS_FILE, data.num_items)
-    maker = QueryMaker(catalogue_titles(data.items), most_similar(content), s.seed)
-    split = data.eval_split("test")
-    queries = level_queries(maker, split, QueryBank.load_texts(content_dir / QUERIES_FILE))
-    embed = QueryEmbedder(content_config, Path(s.cache_dir) if s.cache_dir else None)
+    inputs = search_inputs(content_dir, query_aware, data, s.seed, Path(s.cache_dir) if s.cache_dir else None)
+    split, queries, content_config = inputs.split, inputs.queries, inputs.encoder
     texts = item_texts(data.items.sort(ITEM_IDX), content_config.text_fields)
     systems: dict[str, SearchSystem] = {
         "bm25": TextSearch(BM25Retriever(texts, s.bm25)),
-        "dense": TextSearch(DenseTextRetriever(content, embed)),
+        "dense": TextSearch(DenseTextRetriever(inputs.content, inputs.embed)),
         "sasrec": HistoryOnly(sasrec.eval()),
-        "query-aware": QueryAwareSearch(query_aware.eval(), embed),
+        QUERY_AWARE: query_aware_search(query_aware, inputs),
     }
     evaluation = evaluate_search(systems, split, queries, s.eval)
     result = {
         "data": {"data_dir": str(data_dir), "items": data.num_items, "test_users": len(split.targets)},
         "models": {
-            "query-aware": {"model_dir": str(qa_dir), "model_sha256": model_sha256(qa_dir)},
+            QUERY_AWARE: {"model_dir": str(qa_dir), "model_sha256": model_sha256(qa_dir)},
             "sasrec": {"model_dir": str(sasrec_dir), "model_sha256": model_sha256(sasrec_dir)},
         },
         "content": {"content_dir": str(content_dir), "encoder": jsonable(asdict(content_config))},
@@ -126,25 +116,6 @@ def main(argv: list[str] | None = None) -> Path:
     path = write_result(Path(reproduce.config).stem, result, args.results_dir, reproduce)
     print_table(evaluation, path)
     return path
-
-
-def _content_config(content_dir: Path, model: QueryAwareRetriever) -> ContentConfig:
-    """The `ContentConfig` the items' content was embedded with (content_embeddings.json): queries are embedded so."""
-    meta_path = content_dir / CONTENT_META_FILE
-    if not meta_path.is_file():
-        raise ConfigError(
-            f"content_dir {content_dir} has no {CONTENT_META_FILE}. Fix: the query-aware experiment's content "
-            "directory (WORK/content/<config name>), written by its embed_content step"
-        )
-    encoder = json.loads(meta_path.read_text())["encoder"]
-    fields = {f.name for f in dataclasses.fields(ContentConfig)}
-    config = config_from(ContentConfig, {key: value for key, value in encoder.items() if key in fields}, "encoder.")
-    if config.model != model.config.encoder:
-        raise ConfigError(
-            f"content_dir {content_dir} was embedded with {config.model!r}, the query-aware model reads queries of "
-            f"{model.config.encoder!r}. Fix: the content directory of the model's own experiment"
-        )
-    return dataclasses.replace(config, progress=False)
 
 
 def print_table(evaluation: SearchEvaluation, path: Path) -> None:

@@ -7,13 +7,16 @@ It writes, atomically, one evaluation directory:
 
     evaluation.json   the report: overall metrics, per-slice metrics and user counts, the metrics of the tasks
                       beside ranking (multi-task models), semantic-ID health (when the model was built with
-                      semantic IDs), the training run's validation/test metrics and the popularity baseline's
-                      validation metrics (the champion gate's bar)
+                      semantic IDs), the search protocol's slices by query difficulty (`search`: a query-aware
+                      model, `pipelines.search`), the teacher and settings of a distilled student (`distill`), the
+                      training run's validation/test metrics and the popularity baseline's validation metrics (the
+                      champion gate's bar)
     dashboard.html    this run's evaluation dashboard (pipelines.dashboard, plotly inlined, no network)
 
 and, with tracking on, logs them as artifacts `evaluation/` of an MLflow run `evaluate` (nested in the
 pipeline's run), with the slice metrics as `slice.<family>_<slice>.<metric>` (e.g.
-`slice.popularity_decile_3.ndcg_at_10`), the tasks' as `task.<task>.<metric>` and the overall ones as `test.<metric>`.
+`slice.popularity_decile_3.ndcg_at_10`), the tasks' as `task.<task>.<metric>`, the search slices as
+`search.levels.<level>.<setting>.query-aware.<metric>` and the overall ones as `test.<metric>`.
 """
 
 from __future__ import annotations
@@ -34,13 +37,17 @@ from pipelines.dashboard import (
     from_evaluation,
     render_dashboard,
 )
-from pipelines.model_dir import POPULARITY_VALID, TrainedModel, load_model_dir
-from pipelines.tracking import start_tracking
-from pipelines.train import TrainOutputs
+from pipelines.distill import TEACHER_KEY
+from pipelines.model_dir import POPULARITY_VALID, TrainedModel, load_model_dir, model_sha256, trained_config_name
+from pipelines.search import SEARCH_SEED, evaluate_query_aware
+from pipelines.tracking import flatten, start_tracking
+from pipelines.train import CatalogFeatures, TrainOutputs
 from recsys.data.splits import TEST, VALID
+from recsys.errors import ConfigError
 from recsys.evaluation import evaluate, evaluate_tasks
 from recsys.evaluation.slices import flat_slice_metrics, slice_families, slice_report
 from recsys.inference import MultiTaskScorer
+from recsys.models.query_aware import QueryAwareRetriever
 from recsys.runtime.atomic import atomic_directory
 from recsys.runtime.device import resolve_device
 from recsys.semantic_ids.codes import read_semantic_ids
@@ -48,6 +55,7 @@ from recsys.semantic_ids.codes import read_semantic_ids
 logger = logging.getLogger(__name__)
 
 DASHBOARD_FILE = "dashboard.html"
+SEARCH_METRICS = ("history_only", "levels", "queried")  # the search block's parts logged as MLflow metrics
 
 
 @dataclass(frozen=True)
@@ -63,26 +71,36 @@ class EvaluateOutputs:
 
 
 def evaluate_step(
-    config: ExperimentConfig, model: TrainOutputs, out_dir: Path, sid_path: Path | None = None
+    config: ExperimentConfig,
+    model: TrainOutputs,
+    out_dir: Path,
+    features: CatalogFeatures | None = None,
+    cache_dir: Path | None = None,
 ) -> EvaluateOutputs:
-    """Evaluate the trained `model` on the test split with slices; write `out_dir` (evaluation.json, dashboard.html).
+    """Evaluate the trained `model` on the test split with slices (a query-aware model: and the search protocol);
+    write `out_dir` (evaluation.json, dashboard.html).
 
     Args:
         config: the experiment (its `eval` section, its tracking).
         model: the train step's outputs: the model directory (its training data gives the split), the model file's
             SHA-256 and the MLflow run that trained it (recorded in the report).
         out_dir: the evaluation directory (replaced atomically when it holds an earlier evaluation).
-        sid_path: the model's semantic_ids.parquet, for the semantic-ID health section.
+        features: what earlier steps built: the model's semantic_ids.parquet (the semantic-ID health section), the
+            content directory of its content_embeddings.npy (a query-aware model's search slices).
+        cache_dir: the embeddings cache the search queries are embedded through (None: no disk cache).
     """
     start = time.perf_counter()
+    features = features or CatalogFeatures()
     trained = load_model_dir(model.model_dir)
     sha256, training_run_id = model.model_sha256, model.run_id
     with start_tracking(config.tracking, config.experiment_name, EVALUATE_RUN_NAME) as tracker:
         tracker.log_params(
             {"model_dir": str(model.model_dir), "model_sha256": sha256, "eval": asdict(config.eval),
-             "semantic_ids": str(sid_path), "training_run_id": str(training_run_id)}
+             "semantic_ids": str(features.semantic_ids), "content_embeddings": str(features.content_embeddings),
+             "training_run_id": str(training_run_id)}
         )  # fmt: skip
-        report = evaluation_report(config, trained, sid_path)
+        report = evaluation_report(config, trained, features.semantic_ids)
+        report |= {"search": search_report(config, trained, features, cache_dir), "distill": distill_report(config)}
         training_metrics = {split: trained.metrics.get(split, {}) for split in (VALID, TEST, POPULARITY_VALID)}
         report |= {"model_sha256": sha256, "run_id": tracker.run_id,
                    "training": {"run_id": training_run_id, "metrics": training_metrics},
@@ -91,6 +109,8 @@ def evaluate_step(
         tracker.log_metrics(report["overall"], prefix="test.")
         tracker.log_metrics(flat_slice_metrics(report["slices"]))
         tracker.log_metrics({f"task.{t}.{k}": v for t, m in report["tasks"].items() for k, v in m.items()})
+        if report["search"] is not None:
+            tracker.log_metrics(flatten({key: report["search"][key] for key in SEARCH_METRICS}, "search."))
         tracker.log_metrics({"evaluate_seconds": time.perf_counter() - start})
         tracker.log_artifacts(out_dir, artifact_path=EVALUATION_ARTIFACT_DIR)
     logger.info("evaluation of %s written to %s (%.1f s)", trained.name, out_dir, time.perf_counter() - start)
@@ -121,6 +141,36 @@ def evaluation_report(config: ExperimentConfig, trained: TrainedModel, sid_path:
         "tasks": tasks,
         "semantic_ids": read_semantic_ids(sid_path)[1].to_dict() if sid_path is not None else None,
     }
+
+
+def search_report(
+    config: ExperimentConfig, trained: TrainedModel, features: CatalogFeatures, cache_dir: Path | None
+) -> dict[str, Any] | None:
+    """A query-aware model's search protocol on the test split (`pipelines.search.evaluate_query_aware`: for each
+    query level history+query and no-history, and history-only) with its seed; None for any other model."""
+    model = trained.model
+    if not isinstance(model, QueryAwareRetriever):
+        return None
+    if features.content_embeddings is None:
+        raise ConfigError(
+            f"{config.name}: a query_aware model's search evaluation reads its content directory, and none was "
+            "built. Fix: give the config a sid section with content (configs/synthetic/query-aware.yaml)"
+        )
+    content_dir = features.content_embeddings.parent
+    evaluation = evaluate_query_aware(model, trained.data, content_dir, config.eval, cache_dir)
+    return {**evaluation.to_dict(), "seed": SEARCH_SEED, "content_dir": str(content_dir)}
+
+
+def distill_report(config: ExperimentConfig) -> dict[str, Any] | None:
+    """A distilled student's teacher (its config name, directory and weights digest) and distillation settings;
+    None for a model trained without a teacher."""
+    settings = config.distill
+    if settings is None:
+        return None
+    teacher_dir = settings.teacher_dir
+    return {"teacher": trained_config_name(teacher_dir), "teacher_dir": str(teacher_dir),
+            "teacher_model_sha256": model_sha256(teacher_dir, TEACHER_KEY), "top_k": settings.top_k,
+            "temperature": settings.temperature, "alpha": settings.alpha}  # fmt: skip
 
 
 def write_evaluation(out_dir: Path, report: dict[str, Any]) -> None:

@@ -64,6 +64,11 @@ def trained_data_dir(model_dir: Path) -> Path:
     return Path(_data_record(model_dir)["data_dir"])
 
 
+def trained_config_name(model_dir: Path) -> str:
+    """The name of the experiment config that trained the model (config.yaml's `name`)."""
+    return str(yaml.safe_load((model_dir / CONFIG_FILE).read_text())["name"])
+
+
 def model_sha256(model_dir: Path, key: str | None = None) -> str:
     """SHA-256 of a model directory's weights file: what downstream steps fingerprint (`key`: the config key naming
     the directory, for the error when it is not one)."""

@@ -41,7 +41,7 @@ from pipelines.dashboard import EVALUATION_FILE
 from pipelines.data import data_fingerprint, prepare_step
 from pipelines.distill import TEACHER_KEY, teacher_cache_path
 from pipelines.evaluate import EvaluateOutputs, evaluate_step
-from pipelines.model_dir import MODEL_FILE, model_sha256
+from pipelines.model_dir import MODEL_FILE, file_sha256, model_sha256
 from pipelines.registry import GateDecision, register_bundle
 from pipelines.semantic_ids import SEMANTIC_IDS_FILE, build_semantic_ids_step
 from pipelines.tracking import PARENT_TAG, OfflineTracker, Tracker, end_orphaned_runs, start_tracking
@@ -524,12 +524,24 @@ def _index(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutpu
 def _evaluate_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any]:
     assert done.model is not None
     eval_section = config.model_dump(mode="json", include={"eval"}, exclude=HOW_IT_RUNS)["eval"]
-    return {"eval": eval_section, "model_sha256": done.model.model_sha256, "sids": _json(done.semantic_ids)}
+    inputs = {"eval": eval_section, "model_sha256": done.model.model_sha256, "sids": _json(done.semantic_ids)}
+    if config.distill is not None:  # the report records the teacher (a student evaluated before it did re-runs)
+        inputs["distill"] = config.model_dump(mode="json", include={"distill"}, exclude=HOW_IT_RUNS)["distill"]
+    search = _search_content(config, done)
+    return inputs if search is None else {**inputs, "search_content": search}
+
+
+def _search_content(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, str] | None:
+    """The digests of the content a query-aware model's search slices are made from (its embeddings: the
+    neighbour-mix level; its training queries: what test queries differ from); None for any other model."""
+    if _training_queries(config) is None or done.content is None or done.content.queries is None:
+        return None
+    return {"content_embeddings": file_sha256(done.content.path), "training_queries": file_sha256(done.content.queries)}
 
 
 def _evaluate(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> EvaluateOutputs:
     assert done.model is not None
-    return evaluate_step(config, done.model, paths.evaluation_dir, done.features().semantic_ids)
+    return evaluate_step(config, done.model, paths.evaluation_dir, done.features(), paths.cache_dir)
 
 
 def _register_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any] | None:

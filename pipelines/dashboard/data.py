@@ -2,9 +2,10 @@
 
 From MLflow (`from_mlflow`): every training run (a run that logged its model config and the standard
 metrics valid/test recall@k and ndcg@k: run name, model, a few params, start time), and for each experiment the latest
-`evaluate` run's `evaluation/evaluation.json` artifact (the slices and semantic-ID health written by
-`pipelines.evaluate`). From one report (`from_evaluation`): the same page for a single pipeline run, which
-the `evaluate` step writes as `dashboard.html` beside its `evaluation.json`.
+`evaluate` run's `evaluation/evaluation.json` artifact (the slices, search slices and semantic-ID health written by
+`pipelines.evaluate`), a distilled student's right after its teacher's. From one report (`from_evaluation`): the
+same page for a single pipeline run, which the `evaluate` step writes as `dashboard.html` beside its
+`evaluation.json`.
 
 MLflow is imported only when the store is read (it is slow to import).
 """
@@ -73,9 +74,20 @@ class Evaluation:
     start_time: datetime | None = None
 
     @property
+    def name(self) -> str:
+        return str(self.report.get("name", "?"))
+
+    @property
+    def teacher(self) -> str | None:
+        """The config name of the teacher a distilled student learnt from (the report's `distill`); None otherwise."""
+        distill = self.report.get("distill") or {}
+        return None if distill.get("teacher") is None else str(distill["teacher"])
+
+    @property
     def label(self) -> str:
-        name, model = self.report.get("name", "?"), self.report.get("model", "?")
-        return f"{name} ({model}{', ' + self.run_id[:6] if self.run_id else ''})"
+        """The legend entry: name, model (a distilled student: whose student) and the run id's first characters."""
+        model = str(self.report.get("model", "?")) + (f", student of {self.teacher}" if self.teacher else "")
+        return f"{self.name} ({model}{', ' + self.run_id[:6] if self.run_id else ''})"
 
 
 @dataclass(frozen=True)
@@ -185,8 +197,27 @@ def from_mlflow(tracking_uri: str, experiment: str | None = None, *, max_runs: i
             "Fix: check the tracking URI (--tracking-uri or RECSYS_TRACKING_URI) and that the store answers"
         ) from err
     summaries = [_summary(run, experiments) for run in runs if _is_training_run(run)]
-    evaluations = _latest_evaluations(runs, experiments, tracking_uri, notes)
+    evaluations = students_beside_teachers(_latest_evaluations(runs, experiments, tracking_uri, notes))
     return DashboardData(title=title, source=source, runs=summaries, evaluations=evaluations, notes=notes)
+
+
+def students_beside_teachers(evaluations: list[Evaluation]) -> list[Evaluation]:
+    """`evaluations` in their order, except that each distilled student comes right after its teacher's evaluation
+    when that is among them (the slice charts then show teacher and student side by side)."""
+    names = {evaluation.name for evaluation in evaluations}
+    order: list[int] = []  # indices into `evaluations`
+
+    def place(i: int) -> None:
+        order.append(i)
+        for j, student in enumerate(evaluations):
+            if student.teacher == evaluations[i].name and j not in order:
+                place(j)
+
+    for i, evaluation in enumerate(evaluations):
+        if i not in order and evaluation.teacher not in names:
+            place(i)
+    order += [i for i in range(len(evaluations)) if i not in order]  # students in a cycle of teachers
+    return [evaluations[i] for i in order]
 
 
 def _check_sqlite_exists(tracking_uri: str) -> None:

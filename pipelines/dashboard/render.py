@@ -6,6 +6,9 @@ Sections (each with an empty state that says what to run to fill it):
     comparison      validation and test Recall@k / NDCG@k across runs, grouped bars
     slices          one chart per slice family (cold start, popularity deciles, history length, domain):
                     Recall@K and NDCG@K per slice of each evaluation, bars labelled with the slice's users
+    search          Recall@K and NDCG@K per query difficulty level of each query-aware evaluation, with history+query
+                    and with the query alone, its history-only figure a dashed line, bars labelled with the users
+                    the level queries
     semantic-ids    codebook utilisation and perplexity per level, collision rate (models with semantic IDs)
 
 Every text that comes from a run (names, params, domains) is HTML-escaped, in the page and in the charts
@@ -27,6 +30,8 @@ SLICE_FAMILIES = {  # family -> (heading, what a slice is)
     "history_length": ("History length", "number of history items the model reads"),
     "domain": ("Domain", "domain of the target item"),
 }
+SEARCH_SETTINGS = {"history+query": "", "no-history": "/"}  # setting -> bar pattern (the query alone: hatched)
+SEARCH_HINT = "recsys pipeline run --config configs/beauty/query-aware.yaml"
 NO_DOMAINS = (
     '<div class="empty">The evaluated data has no item domains (no domain column in items.parquet); data with '
     "domains, e.g. the synthetic source, fills this chart.</div>"
@@ -69,6 +74,7 @@ def render_dashboard(data: DashboardData) -> str:
             "Validation and test metrics of the newest runs (leave-one-out, all items ranked).",
         ),
         _section("slices", "Slices", _slices(evaluations, data.hint, chart), _slices_explain(evaluations)),
+        _section("search", "Search", _search(evaluations, chart), _search_explain(evaluations)),
         _section("semantic-ids", "Semantic-ID health", _semantic_ids(evaluations, chart)),
         _section(
             "expert-load",
@@ -87,7 +93,7 @@ def render_dashboard(data: DashboardData) -> str:
     nav = " ".join(
         f'<a href="#{anchor}">{title}</a>'
         for anchor, title in (("runs", "Runs"), ("comparison", "Comparison"), ("slices", "Slices"),
-                              ("semantic-ids", "Semantic IDs"), ("expert-load", "Expert load"))
+                              ("search", "Search"), ("semantic-ids", "Semantic IDs"), ("expert-load", "Expert load"))
     )  # fmt: skip
     body = f'<header><h1>{html.escape(data.title)}</h1><p class="meta">{meta}</p><nav>{nav}</nav></header>'
     return _page(data.title, body + "".join(sections))
@@ -165,7 +171,7 @@ def _runs_table(runs: Sequence[RunSummary]) -> str:
 def _slices_explain(evaluations: Sequence[Evaluation]) -> str:
     if not evaluations:
         return ""
-    k = _headline_k(evaluations[0].report)
+    k = _headline_k(evaluations[0].report.get("protocol", {}))
     return (
         f"Test split, per slice of users: Recall@{k} and NDCG@{k} of the latest evaluate run of each experiment; "
         "each bar is labelled with its slice's number of users."
@@ -189,6 +195,30 @@ def _slices(evaluations: Sequence[Evaluation], hint: str, chart: Any) -> str:
         else:
             parts.append(_empty(f"The evaluations have no {family} slices.", hint))
     return "".join(parts)
+
+
+def _search_explain(evaluations: Sequence[Evaluation]) -> str:
+    present = [e for e in evaluations if e.report.get("search")]
+    if not present:
+        return ""
+    k = _headline_k(present[0].report["search"])
+    return (
+        f"Test split, per query difficulty level (title-3: 3 words of the target's title; title-1-2: 1 or 2; "
+        f"neighbour-mix: 1 of its words and 1 of the most similar item's): Recall@{k} and NDCG@{k} of the latest "
+        "evaluate run of each query-aware experiment, with the user's history and the query (solid) and with the "
+        "query alone (hatched); bars labelled with the users the level has a query for. The dashed line is the same "
+        "model's history-only recommendation over every test user."
+    )
+
+
+def _search(evaluations: Sequence[Evaluation], chart: Any) -> str:
+    present = [e for e in evaluations if e.report.get("search")]
+    if not present:
+        return _empty(
+            "No search evaluation yet: the evaluate step of a query_aware model measures it (docs/search.md).",
+            SEARCH_HINT,
+        )
+    return chart(_search_figure(present), "search")
 
 
 def _semantic_ids(evaluations: Sequence[Evaluation], chart: Any) -> str:
@@ -263,15 +293,16 @@ def _comparison_figure(runs: Sequence[RunSummary]) -> Any:
     return _layout(figure, 420)
 
 
-def _headline_k(report: dict[str, Any]) -> int:
-    ks = [int(k) for k in report.get("protocol", {}).get("ks", [10])] or [10]
+def _headline_k(part: dict[str, Any]) -> int:
+    """The k charts show: 10 when measured, else the smallest of `part`'s ks (a report's protocol, its search)."""
+    ks = [int(k) for k in part.get("ks", [10])] or [10]
     return 10 if 10 in ks else min(ks)
 
 
 def _slice_figure(family: str, evaluations: Sequence[Evaluation]) -> Any:
     from plotly.subplots import make_subplots
 
-    k = _headline_k(evaluations[0].report)
+    k = _headline_k(evaluations[0].report.get("protocol", {}))
     figure = make_subplots(rows=1, cols=2, subplot_titles=(f"Recall@{k}", f"NDCG@{k}"))
     for i, evaluation in enumerate(evaluations):
         entries = evaluation.report["slices"][family]
@@ -286,6 +317,39 @@ def _slice_figure(family: str, evaluations: Sequence[Evaluation]) -> Any:
             )  # fmt: skip
     figure.update_xaxes(type="category")
     return _layout(figure, 380)
+
+
+def _search_figure(evaluations: Sequence[Evaluation]) -> Any:
+    """x = query level; a bar per (evaluation, system, setting), a dashed line per (evaluation, system) history-only."""
+    from plotly.subplots import make_subplots
+
+    k = _headline_k(evaluations[0].report["search"])
+    metrics = (f"recall@{k}", f"ndcg@{k}")
+    figure = make_subplots(rows=1, cols=2, subplot_titles=(f"Recall@{k}", f"NDCG@{k}"))
+    for i, evaluation in enumerate(evaluations):
+        search, colour = evaluation.report["search"], PALETTE[i % len(PALETTE)]
+        levels = list(search["levels"])
+        users = [f"n={search['queried'][level]}" for level in levels]
+        label = html.escape(evaluation.label)
+        for setting, pattern in SEARCH_SETTINGS.items():
+            for system in search["levels"][levels[0]][setting]:
+                for col, metric in enumerate(metrics, start=1):
+                    figure.add_bar(
+                        x=levels, y=[search["levels"][level][setting][system].get(metric, 0.0) for level in levels],
+                        text=users, textposition="outside", hovertemplate="%{x}: %{y:.4f} (%{text})",
+                        name=f"{label}: {html.escape(system)}, {setting}", legendgroup=f"{i}-{setting}",
+                        showlegend=col == 1, marker={"color": colour, "pattern": {"shape": pattern}}, cliponaxis=False,
+                        row=1, col=col,
+                    )  # fmt: skip
+        for system, history_only in search["history_only"].items():
+            for col, metric in enumerate(metrics, start=1):
+                figure.add_scatter(
+                    x=levels, y=[history_only.get(metric, 0.0)] * len(levels), mode="lines",
+                    line={"dash": "dash", "color": colour}, name=f"{label}: {html.escape(system)}, history-only",
+                    legendgroup=f"{i}-history-only", showlegend=col == 1, row=1, col=col,
+                )  # fmt: skip
+    figure.update_xaxes(type="category")
+    return _layout(figure, 400)
 
 
 def _sid_figure(evaluations: Sequence[Evaluation]) -> Any:

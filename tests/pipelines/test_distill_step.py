@@ -1,5 +1,6 @@
 """Distillation through the pipeline: a tiny SASRec teacher, a smaller SASRec student trained on its top-K, written,
-indexed and registered like any retriever; the teacher's cache reused while current."""
+indexed and registered like any retriever; the teacher's cache reused while current; its evaluation recording its
+teacher, beside the teacher's on the dashboard."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.distill import teacher_cache_path
-from pipelines.model_dir import load_model_dir
+from pipelines.model_dir import load_model_dir, model_sha256
 from tests.conftest import train_experiment, write_tiny_config
 
 STUDENT = {"name": "sasrec", "params": {"max_history": 20, "dim": 16, "num_heads": 1, "ffn_dim": 32}}
@@ -71,3 +72,23 @@ def test_a_student_must_be_a_next_item_model(teacher: tuple[Path, Path]) -> None
                 work, model={"name": "two_tower", "params": {}}, distill={"teacher_dir": str(teacher_dir)}
             )
         )
+
+
+def test_teacher_and_student_evaluated_into_one_store_side_by_side(teacher: tuple[Path, Path]) -> None:
+    from pipelines.dashboard import from_mlflow, render_dashboard
+    from pipelines.runner import run_pipeline
+
+    work, teacher_dir = teacher
+    run_pipeline(load_config(write_tiny_config(work, train={"epochs": 2})), work)  # the teacher's own pipeline
+    outputs, _ = run_pipeline(_student(work, teacher_dir, temperature=3.0), work)
+    assert outputs.evaluation is not None
+    report = json.loads((outputs.evaluation.evaluation_dir / "evaluation.json").read_text())
+    assert report["distill"] == {
+        "teacher": "tiny-sasrec", "teacher_dir": str(teacher_dir), "teacher_model_sha256": model_sha256(teacher_dir),
+        "top_k": 10, "temperature": 3.0, "alpha": 0.5,
+    }  # fmt: skip
+
+    data = from_mlflow(f"sqlite:///{work / 'mlflow.db'}")  # both experiments' latest evaluations, teacher first
+    assert [(e.name, e.teacher) for e in data.evaluations] == [("tiny-sasrec", None), ("tiny-student", "tiny-sasrec")]
+    assert "student of tiny-sasrec" in data.evaluations[1].label
+    assert "student of tiny-sasrec" in render_dashboard(data)

@@ -1,5 +1,5 @@
 """The pipeline's `evaluate` step on the tiny synthetic data: evaluation.json with the slices, dashboard.html,
-skipped when up to date, re-run when its output is gone."""
+skipped when up to date, re-run when its output is gone; a query-aware model's search slices."""
 
 from __future__ import annotations
 
@@ -13,6 +13,12 @@ import pytest
 import pipelines.runner as runner
 from pipelines.config import load_config
 from pipelines.evaluate import DASHBOARD_FILE, EVALUATION_FILE
+from pipelines.model_dir import load_model_dir
+from pipelines.search import evaluate_query_aware
+from recsys.evaluation.queries import LEVELS
+from recsys.models.query_aware import QueryAwareRetriever
+from tests.benchmarks.test_search_benchmark import PARAMS as QUERY_AWARE_PARAMS
+from tests.benchmarks.test_search_benchmark import SID
 
 
 def test_evaluate_writes_the_slices_and_is_skipped_when_up_to_date(
@@ -54,3 +60,33 @@ def test_evaluate_writes_the_slices_and_is_skipped_when_up_to_date(
     third = {r.name: r.status for r in runner.run_pipeline(config, tmp_path)[1]}
     assert third["evaluate"] == "ran" and third["train_retriever"] == third["build_index"] == "skipped"
     assert json.loads((evaluation_dir / EVALUATION_FILE).read_text())["slices"] == report["slices"]
+
+
+def test_a_query_aware_model_is_evaluated_on_the_search_protocol(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    config = load_config(tiny_config(
+        tmp_path, name="tiny-query-aware", model={"name": "query_aware", "params": QUERY_AWARE_PARAMS}, sid=SID,
+        train={"epochs": 1}, tracking={"enabled": False}, pipeline={"index": {"kind": "flat"}},
+    ))  # fmt: skip
+    outputs, _ = runner.run_pipeline(config, tmp_path)
+    assert outputs.evaluation is not None and outputs.content is not None and outputs.model is not None
+    report = json.loads((outputs.evaluation.evaluation_dir / EVALUATION_FILE).read_text())
+    search = report["search"]
+    assert search["users"] == report["users"] and set(search["queried"]) == set(LEVELS)
+    assert all(0 < users <= search["users"] for users in search["queried"].values())
+    tables = list(search["history_only"].values())
+    for level in LEVELS:
+        assert set(search["levels"][level]) == {"history+query", "no-history"}
+        tables += [table for setting in search["levels"][level].values() for table in setting.values()]
+    assert len(tables) == 1 + 2 * len(LEVELS)  # the query-aware model alone, in each of its settings
+    assert all(0.0 <= value <= 1.0 for table in tables for value in table.values())
+
+    # what the search benchmark's shared assembly gives for the same model and content directory
+    trained = load_model_dir(outputs.model.model_dir)
+    assert isinstance(trained.model, QueryAwareRetriever)
+    cache = runner.ExperimentPaths.under(tmp_path, config).cache_dir  # the step's query embeddings, read back
+    expected = evaluate_query_aware(trained.model, trained.data, outputs.content.path.parent, config.eval, cache)
+    assert {key: search[key] for key in expected.to_dict()} == json.loads(json.dumps(expected.to_dict()))
+    page = (outputs.evaluation.evaluation_dir / DASHBOARD_FILE).read_text()
+    assert 'id="chart-search"' in page and report["distill"] is None

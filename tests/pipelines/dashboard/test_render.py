@@ -1,4 +1,5 @@
-"""The dashboard page from its data: HTML escaping, semantic-ID health, expert load, empty states."""
+"""The dashboard page from its data: HTML escaping, semantic-ID health, expert load, search slices, distilled students'
+labels, empty states."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from pipelines.dashboard import DashboardData, Evaluation, RunSummary, render_dashboard
+from pipelines.dashboard import DashboardData, Evaluation, RunSummary, render, render_dashboard
+from pipelines.dashboard.data import students_beside_teachers
+from recsys.evaluation.queries import LEVELS
 from recsys.semantic_ids.codes import semantic_id_stats
 
 
@@ -53,3 +56,52 @@ def test_expert_load_per_epoch_and_its_empty_state() -> None:
     assert chart_ids(html) == ["chart-expert-load"]
     assert "busiest expert 1.12x the even share in the last epoch (4 experts)" in html
     assert "No mixture-of-experts head in the evaluated models" in semantic_id_page()
+
+
+def search_report(name: str) -> dict:
+    """A query-aware evaluation's report with the search block of `pipelines.evaluate.search_report`."""
+    with_history, alone = {"recall@10": 0.6, "ndcg@10": 0.4}, {"recall@10": 0.5, "ndcg@10": 0.3}
+    levels = {level: {"history+query": {"query-aware": with_history}, "no-history": {"query-aware": alone}}
+              for level in LEVELS}  # fmt: skip
+    queried = {"title-3": 298, "title-1-2": 297, "neighbour-mix": 296}
+    history_only = {"query-aware": {"recall@10": 0.2, "ndcg@10": 0.1}}
+    search = {"ks": [10], "users": 300, "queried": queried, "history_only": history_only, "levels": levels, "seed": 0}
+    return {"name": name, "model": "query_aware", "semantic_ids": None, "search": search}
+
+
+def test_search_slices_per_level_with_the_history_only_line_and_escaped_names() -> None:
+    evil = "<img src=x onerror=alert(1)>"  # (no "/": plotly's JSON writes it \u002f)
+    evaluation = Evaluation(search_report(evil), "e", "run1")
+    html = render_dashboard(DashboardData("Search", "test", runs=[], evaluations=[evaluation]))
+    assert chart_ids(html) == ["chart-search"] and '<section id="search">' in html
+    assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "n=298" in html and "history-only" in html
+
+    figure = render._search_figure([evaluation])
+    bars = [trace for trace in figure.data if trace.type == "bar"]
+    lines = [trace for trace in figure.data if trace.type == "scatter"]
+    assert len(bars) == 4 and len(lines) == 2  # (2 settings, 2 metrics) bars; history-only in both panels
+    assert all(list(bar.x) == list(LEVELS) for bar in bars)
+    assert (
+        list(bars[0].text) == ["n=298", "n=297", "n=296"]
+        and bars[0].name == "&lt;img src=x onerror=alert(1)&gt; (query_aware, run1): query-aware, history+query"
+    )
+    assert list(bars[1].y) == [0.4] * 3 and list(bars[3].y) == [0.3] * 3  # NDCG@10: with the history, without
+    assert lines[0].line.dash == "dash" and list(lines[1].y) == [0.1] * 3
+
+
+def test_search_empty_state_names_the_command() -> None:
+    html = semantic_id_page()
+    assert "No search evaluation yet" in html and "recsys pipeline run --config configs/beauty/query-aware.yaml" in html
+
+
+def test_a_distilled_student_is_labelled_with_its_teacher_and_follows_it() -> None:
+    distill = {"teacher": "beauty-two-stage", "teacher_dir": "runs/models/beauty-two-stage", "top_k": 50,
+               "temperature": 2.0, "alpha": 0.5, "teacher_model_sha256": "0" * 64}  # fmt: skip
+    student = Evaluation({"name": "beauty-student", "model": "sasrec", "distill": distill}, "s", "run2")
+    other = Evaluation({"name": "beauty-sasrec", "model": "sasrec", "distill": None}, "o", "run3")
+    teacher = Evaluation({"name": "beauty-two-stage", "model": "two_stage"}, "t", "run1")
+    assert student.label == "beauty-student (sasrec, student of beauty-two-stage, run2)"
+    assert other.label == "beauty-sasrec (sasrec, run3)" and other.teacher is None
+    assert students_beside_teachers([student, other, teacher]) == [other, teacher, student]
+    assert students_beside_teachers([student, other]) == [student, other]  # its teacher not evaluated: in place
