@@ -47,7 +47,7 @@ def distillation_recipe(recipe: Recipe, data: SequenceData, config: ExperimentCo
     directory = teacher_cache_path(out_dir)
     cache = None
     if Workers.from_environment().is_main:
-        scoring = TeacherScoring(key, settings.top_k, candidates, settings.teacher_batch_size, config.train.progress)
+        scoring = TeacherScoring(key, settings.top_k, candidates, settings.teacher_batch_size)
         teacher = teacher.eval().to(resolve_device(config.train.device))
         users = data.users[schema.USER_IDX].to_torch().long()
         cache = cached_teacher_topk(directory, teacher, rows, users, scoring)

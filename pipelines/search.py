@@ -64,7 +64,9 @@ def search_inputs(
     queries = level_queries(maker, split, QueryBank.load_texts(content_dir / QUERIES_FILE))
     logger.info("search protocol: %d test users' queries (seed %d), embedded by %s", len(split.targets), seed,
                 encoder.model)  # fmt: skip
-    return SearchInputs(encoder, content, split, queries, QueryEmbedder(encoder, cache_dir))
+    embed = QueryEmbedder(encoder, cache_dir)
+    embed([text for texts in queries.values() for text in texts if text])  # all at once: one write of the cache
+    return SearchInputs(encoder, content, split, queries, embed)
 
 
 def query_aware_search(model: QueryAwareRetriever, inputs: SearchInputs) -> QueryAwareSearch:

@@ -1,17 +1,22 @@
 """Query-aware sequential retrieval: one model for recommendation (a history), search (a text query) and both.
 
-A SASRec reads the history; the query is embedded by the platform's content encoder (MiniLM, as the items' titles)
-and mapped into the model's space by the same projection as the items' content, so a query and the titles it
-matches start close. The two meet in a gated sum:
+A SASRec reads the history; the query is embedded by the platform's content encoder (MiniLM, as the items' titles).
+Two towers meet in a gated sum, one learned, one textual:
 
-    item vector   e_i = id_i + P(c_i)                      c_i: the item's content embedding (C), P: C -> D
-    user state    h   = SASRec(history)   (a learned `h_0` when there is no history)
-    query         q   = P(encoder(query text))
-    fused         u   = h + g * q,   g = sigmoid(W [h; q] + b)    (per dimension; u = h without a query)
-    scores        u . e_i
+    item vector   e_i = [id_i + P(c_i) ; c_i / |c_i|]        c_i: the item's content embedding (C), P: C -> D
+    user state    h   = SASRec(history)   (a learned `h_0` when there is no history; its inputs are id_i + P(c_i))
+    query         q   = encoder(query text)
+    fused         u   = [h + g * P(q) ; t * s * q / |q|]      g = sigmoid(W [h; P(q)] + b) per dimension,
+                                                              t = sigmoid(w [h; P(q)] + b') one per row, s > 0 learned
+                  u   = [h ; 0]                               without a query
+    scores        u . e_i = (h + g * P(q)) . (id_i + P(c_i)) + t * s * cos(q, c_i)
 
+The learned tower (the first D dimensions) carries the history and what P keeps of the query; the text tower (the
+last C) is the cosine of the query and each title in the encoder's full space, which a D-dimensional projection
+blurs (a query's exact words tell one title from its neighbours), weighted by a scale s and a gate t that the history
+can lower. Every score stays one dot product, so the item vectors go into a FAISS index as any retriever's.
 Without a query it is a SASRec with content-aware item vectors; without a history it is a text search over the
-catalogue (h_0 + g * q against the item vectors). Trained on next items (`recsys.training.recipes.query_aware`):
+catalogue (h_0 + g * P(q), and the text tower). Trained on next items (`recsys.training.recipes.query_aware`):
 each target is given, at random, one of its training queries (made from its title), and some positions lose their
 history, so the model learns all three uses.
 
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from pydantic import NonNegativeInt, PositiveInt
 from torch import nn
 
@@ -59,8 +65,11 @@ class QueryAwareConfig:
         )  # fmt: skip
 
 
+TEXT_SCALE_INIT = 10.0  # the text tower's starting scale s (module docstring)
+
+
 class QueryAwareRetriever(nn.Module):
-    """SASRec + a text query, fused by a gate; scores every item by a dot product.
+    """SASRec + a text query, a learned and a text tower fused by gates; scores every item by a dot product.
 
     Args:
         config: sizes, and the query encoder's name.
@@ -91,28 +100,42 @@ class QueryAwareRetriever(nn.Module):
         self.text = nn.Linear(config.content_dim, config.dim, bias=False)  # P: content and queries alike
         self.gate = nn.Linear(2 * config.dim, config.dim)
         self.no_history = nn.Parameter(torch.zeros(config.dim))  # h_0
+        self.text_gate = nn.Linear(2 * config.dim, 1)  # t
+        # s = softplus(.): starts at TEXT_SCALE_INIT, a cosine gap of 0.1 between two titles worth a logit of 1
+        self.text_scale = nn.Parameter(torch.tensor(TEXT_SCALE_INIT).expm1().log())
         nn.init.normal_(self.text.weight, std=0.02)
 
     @property
     def max_history(self) -> int:
         return self.config.max_history
 
-    def item_embeddings(self) -> torch.Tensor:
-        """(V+1, D) item vectors: ID embedding + projected content (shared by the history's input and the output)."""
+    def input_embeddings(self) -> torch.Tensor:
+        """(V+1, D) the history's item vectors: ID embedding + projected content (the learned tower's items)."""
         return self.sasrec.item_embeddings() + self.text(self.content)
+
+    def item_embeddings(self) -> torch.Tensor:
+        """(V+1, D+C) output item vectors: the learned tower's, then the unit content vector (the text tower's)."""
+        return torch.cat([self.input_embeddings(), F.normalize(self.content, dim=-1)], dim=-1)
 
     def forward(
         self, item_ids: torch.Tensor, segments: torch.Tensor | None = None, positions: torch.Tensor | None = None
     ) -> torch.Tensor:
         """(B, L) items [+ packed `segments` and `positions`] -> (B, L, D) user states, no query (SASRec's)."""
-        return self.sasrec(item_ids, segments, positions, items=self.item_embeddings())
+        return self.sasrec(item_ids, segments, positions, items=self.input_embeddings())
 
     def fuse(self, states: torch.Tensor, queries: torch.Tensor, has_query: torch.Tensor) -> torch.Tensor:
-        """(N, D) user states + (N, C) query embeddings -> (N, D) fused states; rows where `has_query` (N,) bool is
-        False keep their state."""
+        """(N, D) user states + (N, C) query embeddings -> (N, D+C) user vectors against `item_embeddings`; rows
+        where `has_query` (N,) bool is False keep their state, and nothing in the text tower."""
         q = self.text(queries)  # (N, D)
-        gate = torch.sigmoid(self.gate(torch.cat([states, q], dim=-1)))
-        return torch.where(has_query[:, None], states + gate * q, states)
+        both = torch.cat([states, q], dim=-1)
+        learned = torch.where(has_query[:, None], states + torch.sigmoid(self.gate(both)) * q, states)
+        weight = torch.sigmoid(self.text_gate(both)) * F.softplus(self.text_scale)  # (N, 1): t * s
+        text = torch.where(has_query[:, None], weight * F.normalize(queries, dim=-1), torch.zeros_like(queries))
+        return torch.cat([learned, text], dim=-1)
+
+    def without_query(self, states: torch.Tensor) -> torch.Tensor:
+        """(N, D) user states -> (N, D+C) user vectors with an empty text tower."""
+        return torch.cat([states, states.new_zeros(len(states), self.config.content_dim)], dim=-1)
 
     def without_history(self, count: int) -> torch.Tensor:
         """(count, D) the state of users with no history (h_0)."""
@@ -121,8 +144,8 @@ class QueryAwareRetriever(nn.Module):
     def encode_queries(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
     ) -> torch.Tensor:
-        """(B, L) left-padded histories -> (B, D) user vectors, no text query (the recommender's use)."""
-        return self._states(histories)
+        """(B, L) left-padded histories -> (B, D+C) user vectors, no text query (the recommender's use)."""
+        return self.without_query(self._states(histories))
 
     def score(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit, TrainingRows
@@ -39,6 +38,7 @@ from recsys.errors import RecsysError
 from recsys.evaluation.protocol import history_batches
 from recsys.inference import Scorer, mask_unrankable, top_k
 from recsys.runtime.atomic import atomic_directory
+from recsys.runtime.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,6 @@ class TeacherScoring:
     top_k: int
     candidates: torch.Tensor  # (V+1,) bool, the items that may be among them (the training softmax's)
     batch_size: int = 512  # targets scored at once
-    progress: bool = True  # a progress bar on terminals
 
 
 @torch.no_grad()
@@ -141,10 +140,8 @@ def teacher_topk(teacher: Scorer, rows: TrainingRows, user_idx: torch.Tensor, se
     k = settings.top_k
     items = torch.zeros(len(rows.items.values), k, dtype=torch.int32)
     scores = torch.full((len(rows.items.values), k), float("-inf"))
-    batches = history_batches(split, teacher.max_history, settings.batch_size)
-    shown = tqdm(batches, desc=f"teacher top-{k}", total=-(-len(where) // settings.batch_size), unit="batch",
-                 leave=False, disable=None if settings.progress else True)  # fmt: skip
-    for batch, histories, width in shown:
+    progress = Progress(logger, f"teacher top-{k}", total=len(where), unit="targets", rows_are="targets")
+    for batch, histories, width in history_batches(split, teacher.max_history, settings.batch_size):
         all_scores = teacher.score(histories.to_padded(width), split.user_idx[batch], split.times(batch, width))
         best, columns = top_k(mask_unrankable(all_scores.float(), None, candidates=split.candidates), k)  # (B, k)
         known = best.isfinite()
@@ -156,6 +153,8 @@ def teacher_topk(teacher: Scorer, rows: TrainingRows, user_idx: torch.Tensor, se
             )
         items[where[batch], : columns.shape[1]] = torch.where(known, columns, 0).int().cpu()
         scores[where[batch], : best.shape[1]] = best.cpu()
+        progress.update(done=progress.rows + len(batch), rows=len(batch))
+    progress.finish()
     return TeacherTopK(items, scores, settings.key)
 
 

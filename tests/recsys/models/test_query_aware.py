@@ -15,6 +15,7 @@ from recsys.data.batching import PackedBatch, packed_next_item_batches
 from recsys.data.jagged import Jagged
 from recsys.models.query_aware import QueryAwareConfig, QueryAwareRetriever
 from recsys.models.registry import ModelInputs, build_model, load_model, save_model
+from recsys.training.losses import full_softmax_loss
 from recsys.training.recipes import NextItemRecipe, QueryAwareRecipe, QueryBank
 
 ITEMS, CONTENT_DIM = 12, 6
@@ -53,7 +54,7 @@ def test_a_history_a_query_or_both_score_every_item() -> None:
         search = m.score_with_queries(torch.zeros(2, 0, dtype=torch.long), queries)
         no_history_vector = m.without_history(1)
     assert alone.shape == both.shape == search.shape == (2, ITEMS + 1)
-    torch.testing.assert_close(alone[1], (no_history_vector @ m.item_embeddings().T)[0])  # h_0
+    torch.testing.assert_close(alone[1], (m.without_query(no_history_vector) @ m.item_embeddings().T)[0])  # h_0
     torch.testing.assert_close(search[1], both[1])  # an all-padding history is no history
     assert not torch.allclose(alone[0], both[0])  # the query moves the scores
 
@@ -62,8 +63,21 @@ def test_fuse_leaves_the_rows_without_a_query_alone() -> None:
     m = model()
     states, queries = torch.randn(3, 8), torch.randn(3, CONTENT_DIM)
     fused = m.fuse(states, queries, torch.tensor([True, False, True]))
-    torch.testing.assert_close(fused[1], states[1])
-    assert not torch.allclose(fused[0], states[0])
+    assert fused.shape == (3, 8 + CONTENT_DIM)
+    torch.testing.assert_close(fused[1], m.without_query(states)[1])  # its text tower empty
+    assert not torch.allclose(fused[0], m.without_query(states)[0])
+
+
+def test_the_text_tower_ranks_the_title_a_query_repeats_first() -> None:
+    """With the learned tower's query path off and the text tower's weight large, search is the cosine of the query
+    and the titles in the encoder's space: a query embedded like an item's title finds that item."""
+    m = model().eval()
+    with torch.no_grad():
+        m.gate.bias.fill_(-30.0)  # g = 0: P(q) adds nothing to the learned tower
+        m.text_gate.bias.fill_(30.0)  # t = 1
+        m.text_scale.fill_(1e3)
+        search = m.score_with_queries(torch.zeros(ITEMS, 0, dtype=torch.long), m.content[1:] * 3.0)
+    assert search[:, 1:].argmax(dim=1).tolist() == list(range(ITEMS))  # column j + 1 = item j + 1
 
 
 def test_the_bank_draws_each_items_own_queries() -> None:
@@ -76,13 +90,14 @@ def test_the_bank_draws_each_items_own_queries() -> None:
         assert not present or any(torch.equal(vector, row) for row in own)
 
 
-def test_without_queries_the_loss_is_the_next_item_loss() -> None:
+def test_without_queries_the_loss_is_the_learned_towers_next_item_loss() -> None:
     m, packed = model(), batch()
-    next_item = NextItemRecipe(max_history=6, rows_per_batch=4)
-    plain, n = next_item.loss(m, packed, torch.Generator().manual_seed(0))
-    recipe = QueryAwareRecipe(next_item, bank(), query_rate=0.0, no_history_rate=0.0)
-    with_recipe, n2 = recipe.loss(m, packed, torch.Generator().manual_seed(0))
-    assert n == n2 and torch.allclose(plain, with_recipe)
+    real = packed.targets != 0
+    states, targets = m(packed.inputs, packed.segments, packed.positions)[real], packed.targets[real]
+    plain = full_softmax_loss(states, m.input_embeddings(), targets)  # a SASRec over id + P(content)
+    recipe = QueryAwareRecipe(NextItemRecipe(max_history=6, rows_per_batch=4), bank(), 0.0, 0.0)
+    with_recipe, n = recipe.loss(m, packed, torch.Generator().manual_seed(0))
+    assert n == targets.numel() and torch.allclose(plain, with_recipe)
 
 
 def test_a_hidden_history_trains_h0_and_the_query_path_not_the_transformer() -> None:
@@ -94,6 +109,7 @@ def test_a_hidden_history_trains_h0_and_the_query_path_not_the_transformer() -> 
     loss.backward()
     assert m.no_history.grad is not None and m.no_history.grad.abs().sum() > 0
     assert m.gate.weight.grad is not None and m.text.weight.grad is not None
+    assert m.text_gate.weight.grad is not None and m.text_scale.grad is not None
     block = next(iter(m.sasrec.blocks.parameters()))
     assert block.grad is None or not block.grad.any()
 

@@ -33,7 +33,7 @@ def _sasrec(seed: int, dim: int = 8) -> SASRec:
 
 
 def _scoring(key: str = "k", k: int = 3) -> TeacherScoring:
-    return TeacherScoring(key, k, torch.ones(NUM_ITEMS + 1, dtype=torch.bool), batch_size=2, progress=False)
+    return TeacherScoring(key, k, torch.ones(NUM_ITEMS + 1, dtype=torch.bool), batch_size=2)
 
 
 def test_kl_matches_a_hand_computation() -> None:
