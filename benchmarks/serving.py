@@ -327,8 +327,8 @@ def _against_baseline(
     args: argparse.Namespace, name: str, uri: str, users: list[str], work: Path, reproduce: Reproduce
 ) -> dict[str, Any]:
     """--baseline-model-dir: it and the --model-dir champion `name` served one at a time (one worker), in --rounds
-    alternating wrk runs on `POST /v1/recommendations`, so both see the same machine; medians and the model's ratios
-    to the baseline (throughput > 1 and p99 < 1 favour the model)."""
+    alternating wrk runs on `POST /v1/recommendations` (which goes first alternating too), so both see the same
+    machine; medians and the model's ratios to the baseline (throughput > 1 and p99 < 1 favour the model)."""
     baseline_dir = args.baseline_model_dir.resolve()
     baseline_config = load_config(
         baseline_dir / CONFIG_FILE,
@@ -343,7 +343,8 @@ def _against_baseline(
     served = {"model": name, "baseline": baseline_config.registered_model_name}
     rounds: dict[str, list[dict[str, Any]]] = {role: [] for role in served}
     for round_ in range(args.rounds):
-        for role, registered in served.items():
+        order = list(served.items())
+        for role, registered in order[::-1] if round_ % 2 else order:  # ABBA: neither always runs first
             with serve(registered, uri, 1, args.history_store, args.redis_url) as server:
                 rounds[role].append(
                     wrk(server.base, RECOMMENDATIONS, users, args.duration, args.connections, seed=round_)

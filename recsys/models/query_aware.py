@@ -25,6 +25,7 @@ Dimension letters: B batch, L history length, D dim, C content (encoder) dim, V+
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -104,6 +105,7 @@ class QueryAwareRetriever(nn.Module):
         # s = softplus(.): starts at TEXT_SCALE_INIT, a cosine gap of 0.1 between two titles worth a logit of 1
         self.text_scale = nn.Parameter(torch.tensor(TEXT_SCALE_INIT).expm1().log())
         nn.init.normal_(self.text.weight, std=0.02)
+        self._cache: dict[str, tuple[tuple[object, ...], torch.Tensor]] = {}  # `_inference_cached`'s
 
     @property
     def max_history(self) -> int:
@@ -111,11 +113,25 @@ class QueryAwareRetriever(nn.Module):
 
     def input_embeddings(self) -> torch.Tensor:
         """(V+1, D) the history's item vectors: ID embedding + projected content (the learned tower's items)."""
-        return self.sasrec.item_embeddings() + self.text(self.content)
+        return self._inference_cached("input", lambda: self.sasrec.item_embeddings() + self.text(self.content))
 
     def item_embeddings(self) -> torch.Tensor:
         """(V+1, D+C) output item vectors: the learned tower's, then the unit content vector (the text tower's)."""
-        return torch.cat([self.input_embeddings(), F.normalize(self.content, dim=-1)], dim=-1)
+        return self._inference_cached(
+            "output", lambda: torch.cat([self.input_embeddings(), F.normalize(self.content, dim=-1)], dim=-1)
+        )
+
+    def _inference_cached(self, name: str, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """`compute()`, kept between calls without gradients until a parameter or buffer changes (an optimizer step
+        or a load bumps its version): projecting V contents costs V * C * D flops, per call of every request."""
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():  # training, or inside a graph: no state
+            return compute()
+        tensors = [*self.parameters(), *self.buffers()]
+        key = (torch.is_autocast_enabled(), *((t.data_ptr(), t._version) for t in tensors))
+        cached = self._cache.get(name)
+        if cached is None or cached[0] != key:
+            cached = self._cache[name] = (key, compute())
+        return cached[1]
 
     def forward(
         self, item_ids: torch.Tensor, segments: torch.Tensor | None = None, positions: torch.Tensor | None = None

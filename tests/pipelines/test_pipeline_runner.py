@@ -12,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
+import pipelines.index
 import pipelines.runner as runner
 from cli import app
 from pipelines.bundle import Bundle
@@ -79,7 +80,7 @@ def test_a_crashed_run_resumes_at_the_failed_step(
         raise RuntimeError("disk full")
 
     with monkeypatch.context() as patched:
-        patched.setattr(runner, "build_index_step", crash)
+        patched.setattr(pipelines.index, "build_index_step", crash)  # the runner imports it on use
         with pytest.raises(RuntimeError, match="disk full"):
             runner.run_pipeline(config, tmp_path)
     state = json.loads((tmp_path / "pipelines" / "tiny-sasrec" / "state.json").read_text())

@@ -80,6 +80,22 @@ def test_the_text_tower_ranks_the_title_a_query_repeats_first() -> None:
     assert search[:, 1:].argmax(dim=1).tolist() == list(range(ITEMS))  # column j + 1 = item j + 1
 
 
+def test_item_vectors_are_kept_between_inference_calls_until_the_weights_change() -> None:
+    m = model().eval()
+    with torch.no_grad():
+        first = m.item_embeddings()
+        assert m.item_embeddings() is first  # a request reuses them
+    loss = m.score_with_queries(torch.tensor([[0, 1, 2]]), torch.randn(1, CONTENT_DIM)).sum()
+    loss.backward()
+    torch.optim.SGD(m.parameters(), lr=0.1).step()
+    with torch.no_grad():
+        after = m.item_embeddings()
+        m.load_state_dict(model(seed=1).state_dict())
+        loaded = m.item_embeddings()
+    assert after is not first and not torch.allclose(after, first)  # the step changed them, and the cache saw it
+    torch.testing.assert_close(loaded, model(seed=1).eval().item_embeddings().detach())  # so did the load
+
+
 def test_the_bank_draws_each_items_own_queries() -> None:
     b = bank()
     items = torch.tensor([1, 2, 3, 5, 5, 5, 5])
