@@ -23,10 +23,15 @@ Largest catalogue (section "largest", GPUs only): SASRec's peak memory per GPU a
 (table replicated) and on `processes` (split by rows) gives the cost of an item; the catalogue that fills
 `memory_fraction` of a GPU is predicted from it, and a model of 90 % of that size trains a few steps to check it fits.
 
+All-reduce (section "allreduce"): the collective a replicated item table adds to every step, alone: DDP's all-reduce
+of a gradient the size of the table (`items` x `dim`, fp32) on `processes`, `warmup_steps` then `timed_steps` timed;
+its time per call and bus bandwidth (NCCL's convention: bytes x 2 (N - 1) / N per second), to set beside the steps.
+
 Beauty (section "beauty"): `beauty_config` trained by the pipeline's train step (`pipelines.train.train_step`,
 tracking off) on 1 process and on `processes`, same config and seed: best validation epoch, valid and test NDCG@10.
 
-Writes benchmarks/results/distributed-<device type>.json with the GPUs, world size, backend and versions.
+Writes benchmarks/results/<result_name>.json (`distributed-<device type>` unless the config names it) with the GPUs,
+world size, backend and versions.
 """
 
 from __future__ import annotations
@@ -66,7 +71,8 @@ logger = logging.getLogger("benchmarks.distributed")
 
 @dataclass(frozen=True)
 class Settings:
-    sections: tuple[str, ...] = ("throughput", "largest", "beauty")
+    sections: tuple[str, ...] = ("throughput", "largest", "beauty")  # and "allreduce"
+    result_name: str = "distributed-{device}"  # benchmarks/results/<result_name>.json; {device}: cuda or cpu
     device: str = "cuda"
     processes: int = 2
     # throughput
@@ -118,11 +124,13 @@ def main(argv: list[str] | None = None) -> Path:
             out["throughput"] = _throughput(settings, Path(scratch))
         if "largest" in settings.sections:
             out["largest"] = _largest(settings, Path(scratch))
+        if "allreduce" in settings.sections:
+            out["allreduce"] = _allreduce(settings, Path(scratch))
         if "beauty" in settings.sections:
             out["beauty"] = _beauty(settings, Path(scratch))
     out.update(provenance())
-    path = write_result(f"distributed-{device.type}", out, args.results_dir, reproduce)
-    shown = {k: out[k] for k in ("throughput", "largest", "beauty") if k in out}
+    path = write_result(settings.result_name.format(device=device.type), out, args.results_dir, reproduce)
+    shown = {k: out[k] for k in ("throughput", "largest", "allreduce", "beauty") if k in out}
     print(json.dumps(shown, indent=1), f"-> {path}", sep="\n")
     return path
 
@@ -152,7 +160,9 @@ def _throughput(settings: Settings, scratch: Path) -> dict[str, Any]:
     runs = [(1, False), (settings.processes, False)] + ([(settings.processes, True)] if settings.row_sharded else [])
     results: dict[str, Any] = {}
     for model in settings.models:
-        rows = [_run(settings, data_dir, scratch, model, processes, sharded) for processes, sharded in runs]
+        # a catalogue of `items` even where the interactions reach fewer of them: the table is sized by it
+        rows = [_run(settings, data_dir, scratch, model, processes, sharded, settings.items)
+                for processes, sharded in runs]  # fmt: skip
         single = rows[0]["tokens_per_second"]
         for row in rows[1:]:
             row["scaling_efficiency"] = significant(row["tokens_per_second"] / (row["processes"] * single))
@@ -248,6 +258,38 @@ def _train_steps(
             "read_and_pack_share": significant(data_seconds / seconds),
             "peak_memory_gib_per_process": [significant(p) for p in peaks],
             "memory": "torch.cuda.max_memory_allocated" if device.type == "cuda" else "peak resident set",
+        }))  # fmt: skip
+    leave()
+
+
+def _allreduce(settings: Settings, scratch: Path) -> dict[str, Any]:
+    report = scratch / "allreduce.json"
+    run_on_processes(settings.processes, _time_allreduce, asdict(settings), str(report))
+    result: dict[str, Any] = json.loads(report.read_text())
+    logger.info("all-reduce: %s", result)
+    return result
+
+
+def _time_allreduce(settings_dict: dict[str, Any], report: str) -> None:
+    """One process of the all-reduce timing; the first writes the report."""
+    settings = Settings(**settings_dict)
+    workers = join(resolve_device(settings.device))
+    device = workers.device(resolve_device(settings.device))
+    gradient = torch.ones(settings.items, settings.dim, device=device)
+    for _ in range(settings.warmup_steps):
+        torch.distributed.all_reduce(gradient)
+    _synchronize(device)
+    start = time.perf_counter()
+    for _ in range(settings.timed_steps):
+        torch.distributed.all_reduce(gradient)
+    _synchronize(device)
+    seconds = (time.perf_counter() - start) / settings.timed_steps
+    size = gradient.numel() * gradient.element_size()
+    if workers.is_main:
+        n = workers.world_size
+        Path(report).write_text(json.dumps({
+            "processes": n, "bytes": size, "milliseconds": significant(seconds * 1e3),
+            "bus_gb_per_second": significant(size * 2 * (n - 1) / n / seconds / 1e9),
         }))  # fmt: skip
     leave()
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from recsys.errors import RecsysError
@@ -22,6 +23,27 @@ from recsys.runtime.distributed import Workers
 logger = logging.getLogger(__name__)
 
 LAUNCHED_BY_US = "RECSYS_LAUNCHED_BY"  # set in the processes `launch` starts: the launching command reports, not them
+# The thread pools each process sizes from these at start (torch's intra-op pool, polars'): left unset, each of N
+# processes takes one thread per core, and N x cores spinning threads slow the CPU-side work (reading and packing
+# batches) many times over
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "POLARS_MAX_THREADS")
+
+
+@contextmanager
+def cores_shared(processes: int) -> Iterator[None]:
+    """While the processes start, give each `cores // processes` threads through `THREAD_VARIABLES` (the processes
+    inherit the environment); a variable the user set is kept."""
+    threads = str(max(1, (os.cpu_count() or 1) // processes))
+    chosen = {name: threads for name in THREAD_VARIABLES if name not in os.environ}
+    if chosen:
+        logger.info("%d processes on %d cores: %s thread(s) each (%s)", processes, os.cpu_count() or 1, threads,
+                    ", ".join(chosen))  # fmt: skip
+    os.environ.update(chosen)
+    try:
+        yield
+    finally:
+        for name in chosen:
+            del os.environ[name]
 
 
 def needs_launch(nproc_per_node: int) -> bool:
@@ -48,7 +70,8 @@ def launch(nproc_per_node: int, command: Sequence[str], max_restarts: int = 0) -
     logger.info("starting %d processes: recsys %s", nproc_per_node, " ".join(command))
     os.environ[LAUNCHED_BY_US] = str(os.getpid())  # the processes inherit this command's environment
     try:
-        torchrun.main([*args, *command])
+        with cores_shared(nproc_per_node):
+            torchrun.main([*args, *command])
     except ChildFailedError as err:
         failed = ", ".join(f"rank {rank} (exit code {failure.exitcode})" for rank, failure in err.failures.items())
         raise RecsysError(
@@ -70,5 +93,6 @@ def run_on_processes(
         min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=str(uuid.uuid4()), rdzv_backend="c10d",
         rdzv_endpoint="localhost:0", max_restarts=max_restarts, start_method="spawn", monitor_interval=0.1,
     )  # fmt: skip
-    returned: dict[int, Any] = elastic_launch(config, entry)(*arguments)
+    with cores_shared(processes):
+        returned: dict[int, Any] = elastic_launch(config, entry)(*arguments)
     return returned

@@ -288,9 +288,8 @@ def gathered_tables(model: nn.Module) -> Iterator[None]:
     score every item in evaluation); outside it, sharded again. Changes made inside are not written back. Nothing
     when no table is sharded; a collective per table when they are."""
     sharded = [(bags, bags.bags) for bags in _sharded_bags(model)]
-    device = _dense_device(model)
     for bags, shards in sharded:
-        bags.bags = _whole(shards, bags, device)
+        bags.bags = _whole(shards, bags, _dense_device(model))
     try:
         yield
     finally:
@@ -301,9 +300,8 @@ def gathered_tables(model: nn.Module) -> Iterator[None]:
 def unshard_tables(model: nn.Module) -> None:
     """Make the model's sharded tables plain torchrec collections again, whole on every process (the trained model:
     to evaluate, to write); a collective per table when they are sharded."""
-    device = _dense_device(model)
     for bags in _sharded_bags(model):
-        bags.bags = _whole(bags.bags, bags, device)
+        bags.bags = _whole(bags.bags, bags, _dense_device(model))
 
 
 def fused_table_parameters(model: nn.Module) -> list[nn.Parameter]:
