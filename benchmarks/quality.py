@@ -3,12 +3,16 @@
 Usage:
     .venv/bin/python -m benchmarks.quality --config configs/beauty/sasrec.yaml --data-dir ../shared/data/amazon-beauty
     .venv/bin/python -m benchmarks.quality --config configs/synthetic/sessions-hstu-time.yaml  # generated data
+    .venv/bin/python -m benchmarks.quality --config configs/beauty/sasrec.yaml --seeds 3  # train.seed, +1, +2
 
 Runs the config's pipeline until its train step (prepare, content embeddings and semantic IDs when the config has a
 `sid` section, train) and writes benchmarks/results/<config name>.json with the dataset, protocol, the config's
 settings, valid/test metrics, training time (total, median seconds per epoch), best epoch, machine, versions and
-how to reproduce it. Each run trains afresh; `--resume` continues a time-boxed one (`--set
-train.max_train_seconds=S`, then a larger S) from the training state it left in the work dir.
+how to reproduce it. With `--seeds N`, the config is trained N times (train.seed = its seed + i; the runs after the
+first under the name `<name>-seed<seed>`, `seeded`): the result's `metrics` stay the first seed's, `seeds` gives every
+seed's metrics and `over_seeds` each test metric's mean and sample std over the N seeds. Each run trains afresh;
+`--resume` continues a time-boxed one (`--set train.max_train_seconds=S`, then a larger S) from the training state it
+left in the work dir.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import benchmark_parser, log_to_console, provenance, reproduce_of, write_result
 from pipelines.config import ExperimentConfig, load_config
-from pipelines.runner import ExperimentPaths, run_pipeline
+from pipelines.runner import ExperimentPaths, PipelineOutputs, run_pipeline
+from recsys.evaluation.uncertainty import seed_summary
 from recsys.runtime.device import resolve_device, use_bf16_autocast
 from recsys.semantic_ids.codes import read_semantic_ids
 from recsys.training.recipes import NextItemTraining
@@ -72,6 +77,28 @@ def recorded_mismatches(
         yield "no `settings` recorded"
 
 
+def seeded(config: ExperimentConfig, offset: int) -> ExperimentConfig:
+    """`config` trained with train.seed + `offset`, under a name of its own (its own model directory) unless offset 0.
+
+    Example:
+        >>> from pipelines.config import ExperimentConfig
+        >>> later = seeded(ExperimentConfig(name="beauty-sasrec"), 2)
+        >>> later.name, later.train.seed
+        ('beauty-sasrec-seed2', 2)
+    """
+    if offset == 0:
+        return config
+    seed = config.train.seed + offset
+    return config.model_copy(update={"name": f"{config.name}-seed{seed}", "train": replace(config.train, seed=seed)})
+
+
+def train_seeds(
+    config: ExperimentConfig, work: Path, seeds: int, until: str, rerun: list[str]
+) -> list[PipelineOutputs]:
+    """The pipeline of `config` until step `until` under `work`, once per seed (`seeded`, offsets 0..seeds-1)."""
+    return [run_pipeline(seeded(config, offset), work, until=until, rerun=rerun)[0] for offset in range(seeds)]
+
+
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__)
     parser.add_argument(
@@ -83,6 +110,7 @@ def main(argv: list[str] | None = None) -> Path:
         action="store_true",
         help="continue from the training state an earlier (time-boxed) run left in the work dir; default: train afresh",
     )
+    parser.add_argument("--seeds", type=int, default=1, help="train N times, train.seed + 0..N-1: mean and std")
     args = parser.parse_args(argv)
     log_to_console()
     logging.getLogger("mlflow").setLevel(logging.ERROR)
@@ -96,7 +124,8 @@ def main(argv: list[str] | None = None) -> Path:
     start = time.perf_counter()
     # a benchmark measures a whole run from scratch, not the rest of an earlier one (unless asked to resume)
     rerun = [] if args.resume else ["train_retriever"]
-    outputs, _ = run_pipeline(config, work, until="train_retriever", rerun=rerun)
+    runs = train_seeds(config, work, args.seeds, "train_retriever", rerun)
+    outputs = runs[0]
     assert outputs.model is not None
     m = outputs.model.metrics
     meta = json.loads((paths.data_dir / "meta.json").read_text())
@@ -123,6 +152,7 @@ def main(argv: list[str] | None = None) -> Path:
         **provenance(),
         "semantic_ids": semantic_id_health(outputs.semantic_ids.path) if outputs.semantic_ids else None,
         "mlflow_run_id": outputs.model.run_id,
+        **(over_seeds(config, runs) if args.seeds > 1 else {}),
     }
     path = write_result(config.name, result, args.results_dir, reproduce)
     test = m["test"]
@@ -131,7 +161,23 @@ def main(argv: list[str] | None = None) -> Path:
         f"R@5 {test['recall@5']:.4f} N@5 {test['ndcg@5']:.4f} | best epoch {m['best_epoch']} | "
         f"{m['seconds_per_epoch']:.1f} s/epoch (train), {m['train_seconds']:.0f} s total -> {path}"
     )
+    if args.seeds > 1:
+        summary = result["over_seeds"]["test"]["ndcg@10"]
+        print(f"{config.name}: test N@10 {summary['mean']:.4f} ± {summary['std']:.4f} over {args.seeds} seeds")
     return path
+
+
+def over_seeds(config: ExperimentConfig, runs: list[PipelineOutputs]) -> dict[str, Any]:
+    """`seeds`: each run's seed, valid/test metrics, best epoch and training time; `over_seeds`: each test metric's
+    mean and sample std over the runs (`recsys.evaluation.uncertainty.seed_summary`)."""
+    records = []
+    for offset, run in enumerate(runs):
+        assert run.model is not None
+        m = run.model.metrics
+        records.append({"seed": seeded(config, offset).train.seed, "valid": m["valid"], "test": m["test"],
+                        "best_epoch": m["best_epoch"], "train_seconds": round(m["train_seconds"], 1)})  # fmt: skip
+    test = {metric: seed_summary([r["test"][metric] for r in records]) for metric in records[0]["test"]}
+    return {"seeds": records, "over_seeds": {"test": test}}
 
 
 def semantic_id_health(path: Path) -> dict[str, Any]:

@@ -99,7 +99,7 @@ from pipelines.bundle import Bundle
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.index import build_index_step
 from pipelines.model_dir import CONFIG_FILE
-from pipelines.registry import register_bundle
+from pipelines.registry import POINT, register_bundle
 from pipelines.runner import PipelineOutputs, run_pipeline
 from pipelines.tracking import start_tracking
 from recsys.data.prepared import SequenceData, load_prepared
@@ -492,7 +492,7 @@ def _hot_swap_under_load(
     metrics["valid"]["ndcg@10"] += 1.0  # a copy that the gate must promote
     (model / "metrics.json").write_text(json.dumps(metrics))
     bundle = Bundle.write(work / "swap-bundle", name=name, model_dir=model)
-    decision = register_bundle(bundle, name, uri)
+    decision = register_bundle(bundle, name, uri, POINT)  # better by its metrics.json alone: the point rule
     start = time.perf_counter()
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     reload = httpx.post(f"{base}/v1/admin/reload", headers=headers, timeout=120).json()

@@ -131,8 +131,18 @@ def evaluate_command(
             "--max-memory-gb", help="Stop with an error when the process's resident memory grows past this (GiB)."
         ),
     ] = None,
+    compare: Annotated[
+        Path | None,
+        typer.Option(
+            "--compare",
+            help="Another model directory, evaluated the same way on the same users: prints each metric's difference "
+            "(this minus other) with its 95 % interval and p-value, and writes the comparison JSON beside this model "
+            "directory (NAME.vs-OTHER.SPLIT.json).",
+        ),
+    ] = None,
 ) -> None:
-    """Evaluate a trained model with the full-ranking leave-one-out protocol (or, with --users, a sample of it)."""
+    """Evaluate a trained model with the full-ranking leave-one-out protocol (or, with --users, a sample of it);
+    with --compare, against another model on the same users (paired bootstrap interval, randomisation p-value)."""
     from dataclasses import replace
 
     from pipelines.model_dir import load_model_dir
@@ -151,6 +161,11 @@ def evaluate_command(
             sample = UserSample(users) if seed is None else UserSample(users, seed)
         eval_split = trained.data.eval_split(split)
         result = evaluate(trained.model, eval_split, trained.data.num_items, config, sample)
+        if compare is not None:
+            from cli.compare import compare_models
+
+            compare_models((model_dir, trained, result), compare, data_dir, split)
+            return
     title = f"{model_dir} on {split}"
     if result.sample is not None:
         title += (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -23,6 +24,22 @@ def metrics_table(title: str, rows: Mapping[str, Mapping[str, float]], extra: Se
     for key in (*METRIC_COLUMNS, *extra):
         if any(key in metrics for metrics in rows.values()):
             table.add_row(_header(key), *(_fmt(metrics.get(key)) for metrics in rows.values()))
+    return table
+
+
+def comparison_table(title: str, comparison: Mapping[str, Any], rows: Mapping[str, Mapping[str, float]]) -> Table:
+    """One row per metric compared (`pipelines.comparison`): each model's value, the difference (first minus
+    second), its interval and p-value; `rows` = {model name: its metrics}, the challenger's first."""
+    confidence = comparison["uncertainty"]["confidence"]
+    table = Table(title=title, min_width=len(title) + 4)
+    for header in ("metric", *rows, "difference", f"{confidence:.0%} interval", "p-value"):
+        table.add_column(header, justify="left" if header == "metric" else "right")
+    for key in METRIC_COLUMNS:
+        paired = comparison["overall"].get(key)
+        if paired is not None:
+            interval = f"[{paired['low']:+.4f}, {paired['high']:+.4f}]"
+            values = (_fmt(metrics.get(key)) for metrics in rows.values())
+            table.add_row(_header(key), *values, f"{paired['difference']:+.4f}", interval, f"{paired['p_value']:.3g}")
     return table
 
 

@@ -132,8 +132,11 @@ class RegistrySection(Section):
     """The MLflow registered model a pipeline's bundles become versions of, and the champion gate."""
 
     model_name: str | None = None  # defaults to the config name
-    # a new version becomes `champion` unless its validation NDCG@10 is below the champion's by more than this
-    tolerance: float = 0.0
+    # strict: a new version becomes `champion` only when the paired difference of validation NDCG@10 against the
+    # champion (same users) has its whole interval (eval.uncertainty) above 0; point: when its validation NDCG@10 is
+    # not below the champion's by more than `tolerance` (pipelines/registry.py, docs/pipelines.md)
+    gate: Literal["strict", "point"] = "strict"
+    tolerance: float = 0.0  # of the point rule (and of strict's fallback to it)
 
 
 class PipelineSection(Section):
@@ -167,6 +170,15 @@ class ExperimentConfig(Section):
         if self.data.stream_parts is not None:
             raise ConfigError(
                 "distill: the teacher's cache covers the training rows in memory. Fix: remove data.stream_parts"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _strict_gate_has_intervals(self) -> ExperimentConfig:
+        if self.pipeline.registry.gate == "strict" and not self.eval.uncertainty.resamples:
+            raise ConfigError(
+                "pipeline.registry.gate: strict compares with the champion by an interval, and "
+                "eval.uncertainty.resamples is 0. Fix: set resamples (e.g. 1000), or pipeline.registry.gate: point"
             )
         return self
 

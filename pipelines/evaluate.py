@@ -5,18 +5,23 @@ docs/training.md, the experiment's `eval` settings), and splits the users into t
 `recsys.evaluation.slices` (cold-start targets, target popularity deciles, history length, target domain).
 It writes, atomically, one evaluation directory:
 
-    evaluation.json   the report: overall metrics, per-slice metrics and user counts, the metrics of the tasks
-                      beside ranking (multi-task models), semantic-ID health (when the model was built with
+    evaluation.json   the report: overall metrics and their intervals (`intervals`: {metric: [low, high]}, a
+                      percentile bootstrap over users, how in `uncertainty`; coverage@k, a property of the whole
+                      catalogue's lists, has none), per-slice metrics, intervals and user counts, the metrics of the
+                      tasks beside ranking (multi-task models), semantic-ID health (when the model was built with
                       semantic IDs), the search protocol's slices by query difficulty (`search`: a query-aware
                       model, `pipelines.search`), the teacher and settings of a distilled student (`distill`), the
                       training run's validation/test metrics and the popularity baseline's validation metrics (the
                       champion gate's bar)
     dashboard.html    this run's evaluation dashboard (pipelines.dashboard, plotly inlined, no network)
+    per_user.npz      every user's test rank and slices (`pipelines.per_user`): what pairs two evaluations
+                      (`pipelines.comparison`; evaluation.json's `split_digest` says which users they ranked)
 
 and, with tracking on, logs them as artifacts `evaluation/` of an MLflow run `evaluate` (nested in the
 pipeline's run), with the slice metrics as `slice.<family>_<slice>.<metric>` (e.g.
 `slice.popularity_decile_3.ndcg_at_10`), the tasks' as `task.<task>.<metric>`, the search slices as
-`search.levels.<level>.<setting>.query-aware.<metric>` and the overall ones as `test.<metric>`.
+`search.levels.<level>.<setting>.query-aware.<metric>` and the overall ones as `test.<metric>` with their interval's
+bounds as `test.<metric>.low` and `test.<metric>.high`.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from pipelines.dashboard import (
 )
 from pipelines.distill import TEACHER_KEY
 from pipelines.model_dir import POPULARITY_VALID, TrainedModel, load_model_dir, model_sha256, trained_config_name
+from pipelines.per_user import PER_USER_FILE, PerUserRanks
 from pipelines.search import SEARCH_SEED, evaluate_query_aware
 from pipelines.tracking import flatten, start_tracking
 from pipelines.train import CatalogFeatures, TrainOutputs
@@ -46,6 +52,7 @@ from recsys.data.splits import TEST, VALID
 from recsys.errors import ConfigError
 from recsys.evaluation import evaluate, evaluate_tasks
 from recsys.evaluation.slices import flat_slice_metrics, slice_families, slice_report
+from recsys.evaluation.uncertainty import metric_intervals
 from recsys.inference import MultiTaskScorer
 from recsys.models.query_aware import QueryAwareRetriever
 from recsys.runtime.atomic import atomic_directory
@@ -99,14 +106,15 @@ def evaluate_step(
              "semantic_ids": str(features.semantic_ids), "content_embeddings": str(features.content_embeddings),
              "training_run_id": str(training_run_id)}
         )  # fmt: skip
-        report = evaluation_report(config, trained, features.semantic_ids)
+        report, per_user = evaluation_report(config, trained, features.semantic_ids)
         report |= {"search": search_report(config, trained, features, cache_dir), "distill": distill_report(config)}
         training_metrics = {split: trained.metrics.get(split, {}) for split in (VALID, TEST, POPULARITY_VALID)}
         report |= {"model_sha256": sha256, "run_id": tracker.run_id,
                    "training": {"run_id": training_run_id, "metrics": training_metrics},
                    "expert_load": trained.metrics.get("expert_load")}  # fmt: skip
-        write_evaluation(out_dir, report)
+        write_evaluation(out_dir, report, per_user)
         tracker.log_metrics(report["overall"], prefix="test.")
+        tracker.log_metrics(interval_metrics(report["intervals"]), prefix="test.")
         tracker.log_metrics(flat_slice_metrics(report["slices"]))
         tracker.log_metrics({f"task.{t}.{k}": v for t, m in report["tasks"].items() for k, v in m.items()})
         if report["search"] is not None:
@@ -118,29 +126,48 @@ def evaluate_step(
     return EvaluateOutputs(out_dir, report["overall"], slices, tracker.run_id)
 
 
-def evaluation_report(config: ExperimentConfig, trained: TrainedModel, sid_path: Path | None) -> dict[str, Any]:
-    """Rank the test split once and slice it, measure the tasks beside ranking; the JSON-able report without the
-    run ids."""
+def evaluation_report(
+    config: ExperimentConfig, trained: TrainedModel, sid_path: Path | None
+) -> tuple[dict[str, Any], PerUserRanks]:
+    """Rank the test split once and slice it, with intervals, measure the tasks beside ranking: the JSON-able report
+    without the run ids, and the per-user ranks it was computed from."""
     eval_config = config.eval
     model = trained.model.to(resolve_device(config.train.device))
     split = trained.data.eval_split(TEST)
     result = evaluate(model, split, trained.data.num_items, eval_config)
     families = slice_families(trained.data, split)
     tasks = evaluate_tasks(model, split, eval_config.batch_size) if isinstance(model, MultiTaskScorer) else {}
-    return {
+    per_user = PerUserRanks.of(result.ranks, split, families)
+    uncertainty = eval_config.uncertainty
+    report = {
         "name": config.name,
         "experiment": config.experiment_name,
         "model": trained.name,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "split": TEST,
+        "split_digest": per_user.split_digest,
         "protocol": {**asdict(eval_config), "ks": list(eval_config.ks), "max_history": model.max_history},
         "users": len(split.targets),
         "items": trained.data.num_items,
         "overall": result.metrics,
-        "slices": slice_report(result.ranks, families, eval_config.ks),
+        "intervals": metric_intervals(result.ranks, eval_config.ks, uncertainty),
+        "uncertainty": uncertainty.to_dict(),
+        "slices": slice_report(result.ranks, families, eval_config.ks, uncertainty),
         "tasks": tasks,
         "semantic_ids": read_semantic_ids(sid_path)[1].to_dict() if sid_path is not None else None,
     }
+    return report, per_user
+
+
+def interval_metrics(intervals: dict[str, list[float]]) -> dict[str, float]:
+    """{"<metric>.low": low, "<metric>.high": high} of a report's intervals, as MLflow metrics.
+
+    Example:
+        >>> interval_metrics({"ndcg@10": [0.1, 0.2]})
+        {'ndcg@10.low': 0.1, 'ndcg@10.high': 0.2}
+    """
+    return {f"{metric}.{bound}": value for metric, (low, high) in intervals.items()
+            for bound, value in (("low", low), ("high", high))}  # fmt: skip
 
 
 def search_report(
@@ -173,9 +200,11 @@ def distill_report(config: ExperimentConfig) -> dict[str, Any] | None:
             "temperature": settings.temperature, "alpha": settings.alpha}  # fmt: skip
 
 
-def write_evaluation(out_dir: Path, report: dict[str, Any]) -> None:
-    """evaluation.json and dashboard.html, swapped in together (a crash leaves the previous pair or none)."""
+def write_evaluation(out_dir: Path, report: dict[str, Any], per_user: PerUserRanks) -> None:
+    """evaluation.json, dashboard.html and per_user.npz, swapped in together (a crash leaves the previous ones or
+    none)."""
     page = render_dashboard(from_evaluation(report, source=str(out_dir / EVALUATION_FILE)))
     with atomic_directory(out_dir, marker=EVALUATION_FILE) as tmp:
         (tmp / EVALUATION_FILE).write_text(json.dumps(report, indent=2) + "\n")
         (tmp / DASHBOARD_FILE).write_text(page)
+        per_user.write(tmp / PER_USER_FILE)

@@ -7,6 +7,8 @@
     items.parquet, users.parquet   the id maps of the training data
     data.json       where the training data lives (for user histories), the domain it was restricted to, and
                     the data's meta.json
+    valid_ranks.npz every validation user's target rank (`pipelines.per_user`): what pairs two models' validation
+                    metrics user by user (the champion gate's paired test); absent in directories written before
 Written atomically: a crash leaves the previous directory (or none), never a partial one.
 """
 
@@ -23,6 +25,7 @@ import yaml
 
 from pipelines.config import ExperimentConfig
 from pipelines.data import load_data
+from pipelines.per_user import VALID_RANKS_FILE, PerUserRanks
 from recsys.data.prepared import SequenceData
 from recsys.data.schema import ITEMS_FILE, META_FILE, USERS_FILE
 from recsys.errors import RecsysError
@@ -45,9 +48,16 @@ class TrainedModel:
 
 
 def write_model_dir(
-    out_dir: Path, config: ExperimentConfig, model: Model, data_dir: Path, metrics: dict[str, Any]
+    out_dir: Path,
+    config: ExperimentConfig,
+    model: Model,
+    data_dir: Path,
+    metrics: dict[str, Any],
+    *,
+    valid_ranks: PerUserRanks | None = None,
 ) -> None:
-    """Write the model directory for `model` trained on `data_dir` (restricted to `config.data.domain`, if set)."""
+    """Write the model directory for `model` trained on `data_dir` (restricted to `config.data.domain`, if set), with
+    the ranks of every validation user (None: the whole validation split was not ranked)."""
     meta = json.loads((data_dir / META_FILE).read_text())
     data = {"data_dir": str(data_dir.resolve()), "domain": config.data.domain, "meta": meta}
     with atomic_directory(out_dir, marker=MODEL_FILE) as tmp:
@@ -55,6 +65,8 @@ def write_model_dir(
         (tmp / CONFIG_FILE).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
         (tmp / DATA_FILE).write_text(json.dumps(data, indent=2))
+        if valid_ranks is not None:
+            valid_ranks.write(tmp / VALID_RANKS_FILE)
         for name in (ITEMS_FILE, USERS_FILE):
             shutil.copyfile(data_dir / name, tmp / name)
 

@@ -2,26 +2,51 @@
 
 `register_bundle` logs a bundle as the artifacts of an MLflow run, creates a new version of the registered model,
 and moves the alias `champion` to it only when its validation NDCG@10 beats the popularity baseline's on the same
-validation split (every promotion, the first included) and is not worse than the current champion's by more than
-`tolerance`; the decision and the numbers (exact) are logged and kept as tags of the new version and its run.
+validation split (every promotion, the first included) and wins against the current champion by the gate's rule
+(`GateRule`, docs/pipelines.md):
+
+    strict   the paired difference of validation NDCG@10 (new minus champion, per user, on the same validation users)
+             must have its whole interval above 0: the new version is better by more than the interval allows. When
+             the pairing is impossible (a bundle without per-user validation ranks, or validated on other users) the
+             gate says why and applies the point rule.
+    point    the new value is not below the champion's by more than `tolerance` (point estimates only)
+
+The decision and the numbers (exact; with strict, the difference, its interval and p-value) are logged and kept as
+tags of the new version and metrics of its run.
 `resolve_bundle` finds the bundle to serve: a directory, or a registered model's champion.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pipelines.bundle import Bundle, BundleError
+from pipelines.per_user import VALID_RANKS_FILE, PerUserRanks
 from pipelines.tracking import artifact_root, store_lock
+from recsys.evaluation.uncertainty import PairedDifference, Uncertainty, paired_difference, per_user_metrics
 
 logger = logging.getLogger(__name__)
 
 CHAMPION = "champion"
 GATE_METRIC = "valid_ndcg_at_10"
 POPULARITY_METRIC = "popularity_valid_ndcg_at_10"  # the bar: the popularity baseline on the same validation split
+GATE_K = 10  # the gate's metric is NDCG@GATE_K
+GateMode = Literal["strict", "point"]
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """How a new version must compare with the champion (`pipeline.registry` of a config)."""
+
+    mode: GateMode = "strict"
+    tolerance: float = 0.0  # point: how far below the champion's value a new version may be
+    uncertainty: Uncertainty = field(default_factory=Uncertainty)  # strict: the paired test's resamples, confidence
+
+
+POINT = GateRule(mode="point")
 
 
 @dataclass(frozen=True)
@@ -37,10 +62,13 @@ class GateDecision:
     champion_value: float | None
     tolerance: float
     reason: str
+    gate: GateMode = "point"  # the rule applied (strict falls back to point when it cannot pair; the reason says why)
+    paired: PairedDifference | None = None  # strict: new minus champion, per user, with its interval and p-value
 
 
-def register_bundle(bundle: Bundle, model_name: str, tracking_uri: str, tolerance: float = 0.0) -> GateDecision:
-    """Log the bundle to MLflow, register it as a new version of `model_name`, and apply the champion gate.
+def register_bundle(bundle: Bundle, model_name: str, tracking_uri: str, gate: GateRule | None = None) -> GateDecision:
+    """Log the bundle to MLflow, register it as a new version of `model_name`, and apply the champion gate (`gate`,
+    strict by default).
 
     Runs inside the active MLflow run when there is one (as a nested run), else in a run of its own in the experiment
     named after the registered model (in this store: an experiment another store's run left active does not count).
@@ -66,12 +94,23 @@ def register_bundle(bundle: Bundle, model_name: str, tracking_uri: str, toleranc
                 model_name, source=f"{run.info.artifact_uri}/bundle", run_id=run.info.run_id,
                 tags={GATE_METRIC: str(value)},
             ).version  # fmt: skip
-            decision = _decide(model_name, str(version), value, popularity, _champion(client, model_name), tolerance)
+            champion, rule = _champion(client, model_name), gate or GateRule()
+            paired = None
+            if champion is not None and rule.mode == "strict":
+                paired = _paired(bundle, champion, tracking_uri, rule.uncertainty)
+                if isinstance(paired, str):
+                    logger.warning("champion gate for %s: strict rule not applicable, point rule instead: %s",
+                                   model_name, paired)  # fmt: skip
+            decision = _decide(model_name, str(version), value, popularity, champion, rule, paired)
             if decision.promoted:
                 client.set_registered_model_alias(model_name, CHAMPION, str(version))
         for key, tag in asdict(decision).items():
             client.set_model_version_tag(model_name, str(version), f"gate.{key}", str(tag))
-        mlflow.set_tags({"gate.promoted": str(decision.promoted), "gate.reason": decision.reason})
+        mlflow.set_tags(
+            {"gate.promoted": str(decision.promoted), "gate.reason": decision.reason, "gate.rule": decision.gate}
+        )
+        if decision.paired is not None:
+            mlflow.log_metrics({f"gate.{key}": value for key, value in decision.paired.to_dict().items()})
         mlflow.log_dict(asdict(decision), "gate_decision.json")
     level = logging.INFO if decision.promoted else logging.WARNING
     logger.log(level, "champion gate for %s v%s: %s", model_name, version, decision.reason)
@@ -142,19 +181,46 @@ def _champion(client: Any, model_name: str) -> Any | None:
         return None
 
 
+def _paired(bundle: Bundle, champion: Any, tracking_uri: str, uncertainty: Uncertainty) -> PairedDifference | str:
+    """The strict rule's paired difference of validation NDCG@10, new minus champion, over the same users; or why it
+    cannot be made (the point rule then applies)."""
+    champion_ranks = download_bundle(str(champion.source), tracking_uri).model_dir / VALID_RANKS_FILE
+    new_ranks = bundle.model_dir / VALID_RANKS_FILE
+    for who, ranks in (("the new version", new_ranks), (f"champion v{champion.version}", champion_ranks)):
+        if not ranks.is_file():
+            return (f"{who}'s bundle keeps no per-user validation ranks (trained before they were kept; "
+                    "`recsys pipeline run --rerun train_retriever` keeps them)")  # fmt: skip
+    new, old = PerUserRanks.read(new_ranks), PerUserRanks.read(champion_ranks)
+    if new.split_digest != old.split_digest:
+        return (f"champion v{champion.version} was validated on other users or targets (other data): a paired "
+                "test needs the same validation split")  # fmt: skip
+    names, values = per_user_metrics(new.ranks, (GATE_K,))
+    column = names.index(f"ndcg@{GATE_K}")
+    old_values = per_user_metrics(old.ranks, (GATE_K,))[1]
+    return paired_difference(values[:, [column]], old_values[:, [column]], [names[column]], uncertainty)[0]
+
+
 def _decide(
-    model_name: str, version: str, value: float, popularity: float | None, champion: Any | None, tolerance: float
+    model_name: str,
+    version: str,
+    value: float,
+    popularity: float | None,
+    champion: Any | None,
+    rule: GateRule,
+    paired: PairedDifference | str | None,
 ) -> GateDecision:
-    """Promote when `value` beats `popularity` and is not below the champion's value by more than `tolerance`.
+    """Promote when `value` beats `popularity` and wins against the champion by `rule` (strict: `paired`, the
+    difference with its interval, or why there is none; the point rule then decides, and the reason says why).
 
     The reason gives the values exactly (repr) and their difference: rounded, two close values look equal.
     """
     champion_version = None if champion is None else str(champion.version)
     champion_value = None if champion is None else float(champion.tags[GATE_METRIC])
+    strict = paired if isinstance(paired, PairedDifference) else None
 
     def decision(promoted: bool, reason: str) -> GateDecision:
         return GateDecision(model_name, version, promoted, value, popularity, champion_version, champion_value,
-                            tolerance, reason)  # fmt: skip
+                            rule.tolerance, reason, "strict" if strict else "point", strict)  # fmt: skip
 
     kept = "kept the champion" if champion is not None else "no champion yet"
     if popularity is None:
@@ -166,13 +232,30 @@ def _decide(
         return decision(False, f"{kept}: does not beat the popularity baseline: {against_popularity}")
     if champion_value is None:
         return decision(True, f"first champion: beats the popularity baseline: {against_popularity}")
-    promoted = value >= champion_value - tolerance
+    against_champion = f"validation NDCG@10 {value!r} vs champion v{champion_version} {champion_value!r}"
+    if strict is not None:
+        promoted = strict.low > 0
+        verdict = "promoted" if promoted else "kept the champion"
+        return decision(
+            promoted,
+            f"{verdict} (strict): {against_champion}; {describe(strict, rule.uncertainty.confidence)}: "
+            f"{'wins' if promoted else 'does not win'} by more than its interval; popularity {popularity!r}",
+        )
+    promoted = value >= champion_value - rule.tolerance
     verdict = "promoted" if promoted else "kept the champion"
+    fallback = f" (strict rule not applicable: {paired})" if isinstance(paired, str) else ""
     return decision(
         promoted,
-        f"{verdict}: validation NDCG@10 {value!r} vs champion v{champion_version} {champion_value!r} "
-        f"({_difference(value, champion_value)}, tolerance {tolerance!r}); popularity {popularity!r}",
+        f"{verdict}{fallback}: {against_champion} ({_difference(value, champion_value)}, "
+        f"tolerance {rule.tolerance!r}); popularity {popularity!r}",
     )
+
+
+def describe(paired: PairedDifference, confidence: float = 0.95) -> str:
+    """A paired difference in words, e.g. "paired difference +0.0012 (95 % interval [-0.0003, +0.0027], p 0.12,
+    21,000 users)"."""
+    return (f"paired difference {paired.difference:+.3g} ({confidence:.0%} interval [{paired.low:+.3g}, "
+            f"{paired.high:+.3g}], p {paired.p_value:.3g}, {paired.users:,} users)")  # fmt: skip
 
 
 def _difference(value: float, other: float) -> str:

@@ -42,7 +42,7 @@ from pipelines.data import data_fingerprint, prepare_step
 from pipelines.distill import TEACHER_KEY, teacher_cache_path
 from pipelines.evaluate import EvaluateOutputs, evaluate_step
 from pipelines.model_dir import MODEL_FILE, file_sha256, model_sha256
-from pipelines.registry import GateDecision, register_bundle
+from pipelines.registry import GateDecision, GateRule, register_bundle
 from pipelines.semantic_ids import SEMANTIC_IDS_FILE, build_semantic_ids_step
 from pipelines.tracking import PARENT_TAG, OfflineTracker, Tracker, end_orphaned_runs, start_tracking
 from pipelines.train import CatalogFeatures, TrainOutputs, train_step, training_state_path
@@ -481,7 +481,9 @@ HOW_IT_RUNS = {
 
 def _train_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any]:
     student = {"distill"} if config.distill is not None else set()  # (absent: the fingerprints of before it came)
-    sections = config.model_dump(mode="json", include={"model", "train", "eval", *student}, exclude=HOW_IT_RUNS)
+    # the intervals are the evaluate step's: they do not change what training makes
+    exclude = {**HOW_IT_RUNS, "eval": HOW_IT_RUNS["eval"] | {"uncertainty"}}
+    sections = config.model_dump(mode="json", include={"model", "train", "eval", *student}, exclude=exclude)
     upstream = {role: model_sha256(path, _config_key(role)) for role, path in config.model.upstream_dirs().items()}
     if config.distill is not None:
         upstream["teacher"] = model_sha256(config.distill.teacher_dir, TEACHER_KEY)
@@ -550,6 +552,7 @@ def _register_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[st
     assert done.model is not None
     return {
         "registry": config.pipeline.registry.model_dump(mode="json"),
+        "uncertainty": dataclasses.asdict(config.eval.uncertainty),  # the strict gate's interval
         "model_sha256": done.model.model_sha256,
         "index": _json(done.index),
         "sids": _json(done.semantic_ids),
@@ -564,7 +567,8 @@ def _register(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOu
         source={"model_sha256": done.model.model_sha256, "config": config.model_dump(mode="json")},
     )  # fmt: skip
     registry = config.pipeline.registry
-    decision = register_bundle(bundle, config.registered_model_name, config.tracking.resolved_uri(), registry.tolerance)
+    gate = GateRule(registry.gate, registry.tolerance, config.eval.uncertainty)
+    decision = register_bundle(bundle, config.registered_model_name, config.tracking.resolved_uri(), gate)
     return Registration(bundle.path, decision)
 
 

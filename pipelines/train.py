@@ -16,6 +16,7 @@ from pipelines.config import ExperimentConfig
 from pipelines.data import load_data
 from pipelines.distill import distillation_recipe
 from pipelines.model_dir import POPULARITY_VALID, load_trained_model, model_sha256, write_model_dir
+from pipelines.per_user import PerUserRanks
 from pipelines.tracking import OfflineTracker, Tracker, start_tracking
 from recsys.data.prepared import PreparedParts, SequenceData, TrainingData
 from recsys.data.splits import TEST, VALID
@@ -78,7 +79,9 @@ def train_step(
         tracker.log_params({**_logged_config(config), "data_dir": str(data_dir)})
         start = time.perf_counter()
         fitted = _train(model, data, config, tracker, out_dir, data_dir, features)
-        valid = evaluate(model, data.eval_split(VALID), data.num_items, config.eval, workers=workers).metrics
+        valid_split = data.eval_split(VALID)
+        validated = evaluate(model, valid_split, data.num_items, config.eval, workers=workers)
+        valid = validated.metrics
         test = _test_metrics(model, data, config, workers)
         if not workers.is_main:
             return TrainOutputs(out_dir, "", {VALID: valid, **test}, None, isinstance(model, VectorScorer))
@@ -94,7 +97,9 @@ def train_step(
             if split in metrics:
                 tracker.log_metrics(metrics[split], prefix=f"{split}_")
         tracker.log_metrics({k: float(metrics[k]) for k in ("best_epoch", "train_seconds", "seconds_per_epoch")})
-        write_model_dir(out_dir, config, model, data_dir, metrics)
+        write_model_dir(
+            out_dir, config, model, data_dir, metrics, valid_ranks=PerUserRanks.of(validated.ranks, valid_split)
+        )
         tracker.log_artifacts(out_dir, artifact_path="model_dir")
         tracker.log_model(model)
     logger.info("model written to %s (MLflow run %s)", out_dir, tracker.run_id)

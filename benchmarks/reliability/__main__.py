@@ -14,7 +14,7 @@ from benchmarks.reliability import __doc__ as DOC
 from benchmarks.reliability.cases import Case
 from pipelines.bundle import Bundle
 from pipelines.model_dir import MODEL_FILE
-from pipelines.registry import register_bundle
+from pipelines.registry import POINT, register_bundle
 from pipelines.runner import run_pipeline
 from recsys.data.prepared import load_prepared
 
@@ -122,7 +122,7 @@ def _api_cases(settings: Settings, work: Path) -> tuple[list[Case], dict[str, An
         metrics["valid"]["ndcg@10"] += 1.0
         (broken / "metrics.json").write_text(json.dumps(metrics))
         (broken / MODEL_FILE).write_bytes(b"not a model")
-        register_bundle(Bundle.write(work / "broken-bundle", name=name, model_dir=broken), name, uri)
+        register_bundle(Bundle.write(work / "broken-bundle", name=name, model_dir=broken), name, uri, POINT)
         cases += api.broken_champion(server, settings.reload_flood)
     return cases, fuzz, outputs.model.model_dir
 

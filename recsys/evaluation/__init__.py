@@ -3,6 +3,7 @@
 from recsys.evaluation.metrics import catalog_coverage, ranking_metrics, target_ranks
 from recsys.evaluation.protocol import DEFAULT_KS, EvalConfig, EvalResult, UserSample, evaluate
 from recsys.evaluation.tasks import evaluate_tasks
+from recsys.evaluation.uncertainty import Uncertainty
 from recsys.inference import Scorer
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "EvalConfig",
     "EvalResult",
     "Scorer",
+    "Uncertainty",
     "UserSample",
     "catalog_coverage",
     "evaluate",

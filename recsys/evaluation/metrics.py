@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from recsys.evaluation.uncertainty import per_user_metrics
+
 
 def target_ranks(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """0-based rank of each target among all items.
@@ -45,21 +47,15 @@ def scored_at_or_above(scores: torch.Tensor, target_scores: torch.Tensor) -> tor
 
 
 def ranking_metrics(ranks: torch.Tensor, ks: tuple[int, ...]) -> dict[str, float]:
-    """Recall@k, NDCG@k for every k, and MRR, averaged over users.
+    """Recall@k, NDCG@k for every k, and MRR, averaged over users (of `per_user_metrics`, the formulas' one owner).
 
     Example:
         >>> m = ranking_metrics(torch.tensor([0, 3, 20]), ks=(5,))
         >>> round(m["recall@5"], 4), round(m["ndcg@5"], 4), round(m["mrr"], 4)
         (0.6667, 0.4769, 0.4325)
     """
-    ranks = ranks.double()
-    out: dict[str, float] = {}
-    for k in ks:
-        hit = ranks < k
-        out[f"recall@{k}"] = hit.double().mean().item()
-        out[f"ndcg@{k}"] = torch.where(hit, 1.0 / torch.log2(ranks + 2.0), 0.0).mean().item()
-    out["mrr"] = (1.0 / (ranks + 1.0)).mean().item()
-    return out
+    names, values = per_user_metrics(ranks, ks)  # (U, M)
+    return dict(zip(names, values.mean(dim=0).tolist(), strict=True))
 
 
 def catalog_coverage(top_items: torch.Tensor, num_items: int) -> float:

@@ -16,6 +16,7 @@ from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit
 from recsys.evaluation.item_blocks import rank_in_item_blocks
 from recsys.evaluation.metrics import catalog_coverage, ranking_metrics, target_ranks
+from recsys.evaluation.uncertainty import Uncertainty
 from recsys.inference import Scorer, VectorScorer, mask_unrankable, top_k
 from recsys.runtime.budget import Budget, limit
 from recsys.runtime.distributed import Workers, gather_rows
@@ -43,6 +44,8 @@ class EvalConfig:
     # instead of a kernel OOM kill (docs/scale.md). They bound the run, not its result; None: unbounded.
     max_seconds: PositiveFloat | None = None
     max_memory_gb: PositiveFloat | None = None  # the process's resident memory (not the GPU's), GiB
+    # the intervals of every metric and the paired test of two models (`recsys.evaluation.uncertainty`)
+    uncertainty: Uncertainty = field(default_factory=Uncertainty)
 
     def budget(self) -> Budget:
         """The budget of one `evaluate` call, with the knobs that raise it and the ways to shrink the work."""

@@ -22,6 +22,7 @@ import torch
 from recsys.data.prepared import EvalSplit, SequenceData
 from recsys.data.schema import DOMAIN
 from recsys.evaluation.metrics import ranking_metrics
+from recsys.evaluation.uncertainty import Uncertainty, metric_intervals
 
 SliceMasks = dict[str, torch.Tensor]  # slice name -> (U,) bool, in display order
 
@@ -140,24 +141,51 @@ def domain_masks(targets: torch.Tensor, item_domains: Sequence[str | None]) -> S
 
 
 def slice_report(
-    ranks: torch.Tensor, families: Mapping[str, SliceMasks], ks: tuple[int, ...]
+    ranks: torch.Tensor,
+    families: Mapping[str, SliceMasks],
+    ks: tuple[int, ...],
+    uncertainty: Uncertainty | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Per family, one entry per slice: {"name", "users", recall@k, ndcg@k, mrr} (metrics absent when empty).
+    """Per family, one entry per slice: {"name", "users", recall@k, ndcg@k, mrr} (metrics absent when empty), and
+    with `uncertainty` on, "intervals": {metric: [low, high]} over the slice's users.
 
     Args:
         ranks: (U,) 0-based rank of each user's target (`EvalResult.ranks`).
         families: family name -> its masks, each (U,) bool aligned with `ranks`.
         ks: the cut-offs.
+        uncertainty: how the intervals are made (None or 0 resamples: no intervals).
 
     Example:
         >>> report = slice_report(torch.tensor([0, 5]), {"f": {"a": torch.tensor([True, False])}}, ks=(1,))
         >>> report["f"][0]["name"], report["f"][0]["users"], report["f"][0]["recall@1"]
         ('a', 1, 1.0)
     """
-    return {
-        family: [{"name": name, **slice_metrics(ranks, members, ks)} for name, members in masks.items()]
-        for family, masks in families.items()
-    }
+    report: dict[str, list[dict[str, Any]]] = {}
+    for family, masks in families.items():
+        report[family] = []
+        for name, members in masks.items():
+            entry = {"name": name, **slice_metrics(ranks, members, ks)}
+            if uncertainty is not None and uncertainty.resamples and entry["users"]:
+                entry["intervals"] = metric_intervals(ranks[members], ks, uncertainty)
+            report[family].append(entry)
+    return report
+
+
+def slice_codes(masks: SliceMasks) -> torch.Tensor:
+    """(U,) int16: the index of each user's slice in `masks` (display order), -1 for a user in none; the slices of
+    a family are disjoint (a user in two is an error).
+
+    Example:
+        >>> slice_codes({"a": torch.tensor([True, False, False]), "b": torch.tensor([False, True, False])}).tolist()
+        [0, 1, -1]
+    """
+    stacked = torch.stack(list(masks.values()))  # (S, U)
+    if bool((stacked.sum(dim=0) > 1).any()):
+        raise ValueError(f"slices {list(masks)} overlap: a user is in two. Fix: make the family's masks disjoint")
+    codes = torch.full((stacked.shape[1],), -1, dtype=torch.int16)
+    for index, members in enumerate(stacked):
+        codes[members] = index
+    return codes
 
 
 def flat_slice_metrics(report: Mapping[str, list[dict[str, Any]]], prefix: str = "slice.") -> dict[str, float]:
@@ -172,7 +200,7 @@ def flat_slice_metrics(report: Mapping[str, list[dict[str, Any]]], prefix: str =
         for family, entries in report.items()
         for entry in entries
         for metric, value in entry.items()
-        if metric != "name"
+        if metric not in ("name", "intervals")
     }
 
 

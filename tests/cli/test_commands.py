@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -109,3 +110,30 @@ def test_sid_build_writes_unique_ids_and_prints_health(tmp_path: Path, tiny_conf
 def test_sid_build_without_a_sid_section_exits_2(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
     result = runner.invoke(app, ["sid", "build", "--config", str(tiny_config(tmp_path))])
     assert result.exit_code == 2 and "no `sid` section" in result.output
+
+
+def test_evaluate_compare_prints_the_paired_differences_and_writes_them_beside(
+    trained_dir: Path, tiny_config: Callable[..., Path]
+) -> None:
+    work = trained_dir.parents[1]
+    other = ["train", "--config", str(tiny_config(work)), "--work-dir", str(work), "--epochs", "1",
+             "--set", "name=tiny-other", "--set", "train.seed=1"]  # fmt: skip
+    assert runner.invoke(app, other).exit_code == 0
+    other_dir = work / "models" / "tiny-other"
+    result = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--compare", str(other_dir)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "tiny-sasrec vs tiny-other on test, 300 users" in text
+    assert all(header in text for header in ("difference", "95% interval", "p-value", "N@10"))
+    written = work / "models" / "tiny-sasrec.vs-tiny-other.test.json"
+    assert f"comparison: {written}" in text
+    comparison = json.loads(written.read_text())
+    assert comparison["challenger"] == "tiny-sasrec" and comparison["champion"] == "tiny-other"
+    assert comparison["users"] == 300 and comparison["sample"] is None
+    paired = comparison["overall"]["ndcg@10"]
+    shown = f"{paired['difference']:+.4f} │ [{paired['low']:+.4f},"  # (the interval may wrap in 80 columns)
+    assert re.search(rf"N@10 .*{re.escape(shown)}", text) and f"{paired['high']:+.4f}]" in text
+    assert set(comparison["slices"]) >= {"cold_start", "popularity_decile", "history_length"}
+
+    missing = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--compare", str(work / "nope")])
+    assert missing.exit_code == 2 and "is not a model directory" in missing.stderr

@@ -59,7 +59,8 @@ def test_pipeline_runs_every_step_then_skips_them(tmp_path: Path, tiny_config: C
         set(), {"prepare_data", "tiny-sasrec", "build_index", "evaluate", "register tiny-sasrec"}
     ]  # fmt: skip
 
-    # the evaluate step's run: slice metrics (MLflow-safe names) and evaluation.json + dashboard.html as artifacts
+    # the evaluate step's run: slice metrics (MLflow-safe names), the test metrics' interval bounds, and
+    # evaluation.json + dashboard.html + per_user.npz as artifacts
     (evaluate,) = [r for r in runs if r.info.run_name == "evaluate"]
     assert evaluate.info.run_id == outputs.evaluation.run_id
     metrics = evaluate.data.metrics
@@ -67,8 +68,9 @@ def test_pipeline_runs_every_step_then_skips_them(tmp_path: Path, tiny_config: C
         metrics
     )
     assert metrics["test.ndcg_at_10"] == pytest.approx(outputs.model.metrics["test"]["ndcg@10"])
+    assert metrics["test.ndcg_at_10.low"] <= metrics["test.ndcg_at_10"] <= metrics["test.ndcg_at_10.high"]
     artifacts = {a.path for a in client.list_artifacts(evaluate.info.run_id, "evaluation")}
-    assert artifacts == {"evaluation/evaluation.json", "evaluation/dashboard.html"}
+    assert artifacts == {"evaluation/evaluation.json", "evaluation/dashboard.html", "evaluation/per_user.npz"}
 
 
 def test_a_crashed_run_resumes_at_the_failed_step(

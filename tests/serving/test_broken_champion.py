@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.model_dir import MODEL_FILE
-from pipelines.registry import register_bundle
+from pipelines.registry import POINT, register_bundle
 from pipelines.runner import run_pipeline
 from serving.main import create_app
 from serving.settings import ServingSettings
@@ -40,7 +40,8 @@ def test_a_broken_champion_leaves_the_served_model_and_says_so(
     )
     with TestClient(create_app(settings)) as client:
         serving = client.get("/readyz").json()["model_version"]
-        assert register_bundle(Bundle.write(tmp_path / "bundle-v2", name=name, model_dir=broken), name, uri).promoted
+        bundle = Bundle.write(tmp_path / "bundle-v2", name=name, model_dir=broken)
+        assert register_bundle(bundle, name, uri, POINT).promoted  # better by its metrics.json: the point rule
         with caplog.at_level(logging.INFO, logger="serving"):
             reloads = [client.post("/v1/admin/reload", headers=ADMIN) for _ in range(20)]
         ready = client.get("/readyz").json()

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from pipelines.bundle import Bundle
 from pipelines.config import load_config
-from pipelines.registry import register_bundle
+from pipelines.registry import POINT, register_bundle
 from pipelines.runner import run_pipeline
 from serving.main import create_app
 from serving.settings import ServingSettings
@@ -51,7 +51,7 @@ def test_new_champion_is_swapped_in_under_load(tmp_path: Path, tiny_config: Call
         metrics["valid"]["ndcg@10"] += 0.01
         (better / "metrics.json").write_text(json.dumps(metrics))
         bundle = Bundle.write(tmp_path / "bundle-v2", name=name, model_dir=better)
-        assert register_bundle(bundle, name, uri).promoted
+        assert register_bundle(bundle, name, uri, POINT).promoted  # better by its metrics.json: the point rule
         swap = client.post("/v1/admin/reload", headers=ADMIN).json()
         requests_before_stop = len(statuses)
         stop.set()

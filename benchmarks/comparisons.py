@@ -1,0 +1,140 @@
+"""Comparisons with intervals: several experiment configs, several seeds each, every pair's paired test; writes JSON.
+
+Usage:
+    .venv/bin/python -m benchmarks.comparisons                                   # Beauty: SASRec, + SID, two-stage
+    .venv/bin/python -m benchmarks.comparisons --set device=cuda                 # the same on a GPU
+    .venv/bin/python -m benchmarks.comparisons --config configs/benchmarks/comparisons-smoke.yaml  # seconds, synthetic
+
+The config (configs/benchmarks/beauty-comparisons.yaml) names the models (a label and an experiment config each; a
+model built on another's retriever names it, and gets that model's run of the same seed), the seeds, the device, the
+work directory and the intervals' settings. Every (model, seed) is trained and evaluated on test by the pipeline
+(`benchmarks.quality.train_seeds`: train.seed = the config's + i, until the `evaluate` step, which keeps every test
+user's rank): a (model, seed) already up to date in the work directory is skipped, so the benchmark resumes where it
+stopped. benchmarks/results/<result_name>.json then gives:
+
+    models   per model: test N@10 and R@10 per seed with its bootstrap interval, and mean ± std over the seeds
+    pairs    per pair of models (a minus b) and per seed: the paired difference of N@10 on the same test users, its
+             interval and p-value (`recsys.evaluation.uncertainty`); pooled: the mean difference over the seeds ± its
+             std, and in how many seeds the interval excludes 0 either way
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
+from benchmarks.quality import seeded, train_seeds, work_overrides
+from pipelines.comparison import compare_evaluation_dirs
+from pipelines.config import ExperimentConfig, load_config
+from pipelines.dashboard import EVALUATION_FILE
+from recsys.evaluation.uncertainty import Uncertainty, seed_summary
+
+logger = logging.getLogger(__name__)
+METRICS = ("ndcg@10", "recall@10")  # per model; the pairs compare the first
+
+
+@dataclass(frozen=True)
+class Model:
+    label: str  # how the result names it, e.g. "SASRec + SID features"
+    config: str  # its experiment config, a path in the repo
+    retriever: str | None = None  # the label of the model whose run (of the same seed) is its model.retriever_dir
+    overrides: dict[str, Any] = field(default_factory=dict)  # dotted, of this model's config only
+
+
+@dataclass(frozen=True)
+class Settings:
+    models: list[Model]
+    seeds: int = 3  # runs per model: train.seed = the config's + 0..seeds-1
+    device: str = "cpu"  # train.device of every run (cuda on a GPU)
+    work_dir: str = ".cache/bench-comparisons"  # prepared data, models, evaluations, MLflow; what is there is reused
+    result_name: str = "beauty-comparisons"
+    experiment: dict[str, Any] = field(default_factory=dict)  # dotted overrides of every model's config
+    uncertainty: Uncertainty = field(default_factory=Uncertainty)
+
+
+def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
+    settings = settings_from(Settings, config, overrides)
+    labels = [model.label for model in settings.models]
+    for model in settings.models:
+        if model.retriever is not None and labels.index(model.retriever) >= labels.index(model.label):
+            raise SystemExit(f"{model.label}: its retriever {model.retriever!r} must be a model listed before it")
+        model_config(settings, model, 0, REPO / settings.work_dir)  # every config must load
+    return settings
+
+
+def model_config(settings: Settings, model: Model, offset: int, work: Path) -> ExperimentConfig:
+    """The experiment config of `model`'s run `offset` (its retriever: that model's run of the same offset)."""
+    own = {"train.device": settings.device, "eval.uncertainty": asdict(settings.uncertainty)}
+    overrides = {**work_overrides(work), **own, **settings.experiment, **model.overrides}
+    if model.retriever is not None:
+        retriever = next(m for m in settings.models if m.label == model.retriever)
+        overrides["model.retriever_dir"] = str(work / "models" / model_config(settings, retriever, offset, work).name)
+    return seeded(load_config(REPO / model.config, overrides), offset)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = benchmark_parser(__doc__, "configs/benchmarks/beauty-comparisons.yaml")
+    args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
+    logging.getLogger("mlflow").setLevel(logging.ERROR)
+    work = (REPO / settings.work_dir).resolve()
+    evaluations: dict[str, list[Path]] = {}
+    for model in settings.models:
+        for offset in range(settings.seeds):  # the retriever's run of this seed exists before its ranker's
+            (outputs,) = train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [])
+            assert outputs.evaluation is not None
+            evaluations.setdefault(model.label, []).append(outputs.evaluation.evaluation_dir)
+    result = {
+        "settings": {"seeds": settings.seeds, "device": settings.device, "work_dir": settings.work_dir,
+                     "models": [asdict(m) for m in settings.models], "experiment": settings.experiment},
+        "uncertainty": settings.uncertainty.to_dict(),
+        "models": {label: model_record(dirs) for label, dirs in evaluations.items()},
+        "pairs": [pair_record(a, b, evaluations, settings.uncertainty)
+                  for a, b in itertools.combinations(evaluations, 2)],
+        **provenance(),
+    }  # fmt: skip
+    path = write_result(settings.result_name, result, args.results_dir, reproduce)
+    for label, record in result["models"].items():
+        n10 = record["ndcg@10"]
+        print(f"{label}: test N@10 {n10['mean']:.4f} ± {n10['std']:.4f} ({n10['seeds']} seeds)")
+    for pair in result["pairs"]:
+        pooled = pair["pooled"]
+        better = f"{pair['a']} in {pooled['seeds_a_better']}, {pair['b']} in {pooled['seeds_b_better']}"
+        print(f"{pair['a']} - {pair['b']}: N@10 {pooled['mean']:+.4f} ± {pooled['std']:.4f}; better beyond the "
+              f"interval: {better} of {pooled['seeds']} seeds")  # fmt: skip
+    print(f"-> {path}")
+    return path
+
+
+def model_record(evaluation_dirs: list[Path]) -> dict[str, Any]:
+    """Per metric of METRICS: each seed's value with its interval, and the mean ± std over the seeds."""
+    reports = [json.loads((directory / EVALUATION_FILE).read_text()) for directory in evaluation_dirs]
+    record: dict[str, Any] = {"configs": [report["name"] for report in reports]}
+    for metric in METRICS:
+        values = [report["overall"][metric] for report in reports]
+        per_seed = [{"value": report["overall"][metric], "interval": report["intervals"][metric]} for report in reports]
+        record[metric] = {**seed_summary(values), "per_seed": per_seed}
+    return record
+
+
+def pair_record(a: str, b: str, evaluations: dict[str, list[Path]], uncertainty: Uncertainty) -> dict[str, Any]:
+    """a minus b on test N@10, seed by seed on the same users, and pooled over the seeds."""
+    metric = METRICS[0]
+    per_seed = [
+        compare_evaluation_dirs(dir_a, dir_b, uncertainty)["overall"][metric]
+        for dir_a, dir_b in zip(evaluations[a], evaluations[b], strict=True)
+    ]
+    pooled = {
+        **seed_summary([seed["difference"] for seed in per_seed]),
+        "seeds_a_better": sum(seed["low"] > 0 for seed in per_seed),  # the interval above 0
+        "seeds_b_better": sum(seed["high"] < 0 for seed in per_seed),
+    }
+    return {"a": a, "b": b, "metric": metric, "per_seed": per_seed, "pooled": pooled}
+
+
+if __name__ == "__main__":
+    main()

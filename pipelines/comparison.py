@@ -1,0 +1,96 @@
+"""Challenger vs champion on the same users: the paired difference of every ranking metric, overall and per slice.
+
+Two evaluations pair only when they ranked the same users' same targets (equal split digests, `pipelines.per_user`);
+each metric's difference (challenger minus champion) comes with its paired-bootstrap interval and the p-value of a
+paired randomisation test (`recsys.evaluation.uncertainty`). Slices are the challenger's (the same users, so the
+same slices when both were trained on the same data). The result, JSON-able:
+
+    {"challenger": name, "champion": name, "users": U, "uncertainty": {...}, "split": "test",
+     "overall": {metric: {"difference", "low", "high", "p_value"}},
+     "slices": {family: [{"slice": name, "users": n, "metrics": {metric: {...}}}]}}
+
+(an empty slice has "metrics": {}).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pipelines.dashboard import EVALUATION_FILE
+from pipelines.per_user import PER_USER_FILE, PerUserRanks
+from recsys.errors import ConfigError, RecsysError
+from recsys.evaluation.uncertainty import Uncertainty, paired_difference, per_user_metrics
+
+
+def compare_ranks(
+    challenger: PerUserRanks,
+    champion: PerUserRanks,
+    names: tuple[str, str],
+    ks: Sequence[int],
+    uncertainty: Uncertainty,
+) -> dict[str, Any]:
+    """The comparison of two models' per-user ranks on one split (the module's JSON shape; `split` left out).
+
+    Args:
+        challenger, champion: the two evaluations' ranks, of the same users (else `ConfigError`).
+        names: (challenger's name, champion's name).
+        ks: the cut-offs of the metrics compared.
+        uncertainty: the intervals' resamples, confidence and seed (resamples > 0).
+    """
+    if challenger.split_digest != champion.split_digest:
+        raise ConfigError(
+            f"{names[0]} and {names[1]} were evaluated on different users or targets ({len(challenger.ranks)} vs "
+            f"{len(champion.ranks)} users, split digests {challenger.split_digest[:12]} vs "
+            f"{champion.split_digest[:12]}): a paired comparison needs the same split. Fix: evaluate both on the same "
+            "prepared data (`recsys evaluate --data-dir DIR` for both, or configs with the same data section)"
+        )
+    metric_names, a = per_user_metrics(challenger.ranks, ks)
+    b = per_user_metrics(champion.ranks, ks)[1]
+
+    def differences(members: Any = slice(None)) -> dict[str, dict[str, float]]:
+        paired = paired_difference(a[members], b[members], metric_names, uncertainty)
+        return {difference.metric: difference.to_dict() for difference in paired}
+
+    slices = {
+        family: [
+            {"slice": name, "users": int(members.sum()), "metrics": differences(members) if members.any() else {}}
+            for name, members in challenger.slice_masks(family).items()
+        ]
+        for family in challenger.slices
+    }
+    return {"challenger": names[0], "champion": names[1], "users": len(challenger.ranks),
+            "uncertainty": uncertainty.to_dict(), "overall": differences(), "slices": slices}  # fmt: skip
+
+
+def compare_evaluation_dirs(challenger_dir: Path, champion_dir: Path, uncertainty: Uncertainty) -> dict[str, Any]:
+    """The comparison of two evaluation directories of the pipeline's `evaluate` step (evaluation.json and
+    per_user.npz each), over the challenger's metrics and slices."""
+    reports = [_report(directory) for directory in (challenger_dir, champion_dir)]
+    if reports[0]["split_digest"] != reports[1]["split_digest"]:
+        raise ConfigError(
+            f"{challenger_dir} ({reports[0]['name']}, {reports[0]['users']} users) and {champion_dir} "
+            f"({reports[1]['name']}, {reports[1]['users']} users) ranked different users or targets (split digests "
+            "differ): a paired comparison needs the same split. Fix: train both on the same data (the same data "
+            "section and seed), then evaluate them again"
+        )
+    ranks = [PerUserRanks.read(directory / PER_USER_FILE) for directory in (challenger_dir, champion_dir)]
+    ks = reports[0]["protocol"]["ks"]
+    names = (str(reports[0]["name"]), str(reports[1]["name"]))
+    return {**compare_ranks(ranks[0], ranks[1], names, ks, uncertainty), "split": reports[0]["split"]}
+
+
+def _report(evaluation_dir: Path) -> dict[str, Any]:
+    path = evaluation_dir / EVALUATION_FILE
+    if not path.is_file():
+        raise RecsysError(f"{evaluation_dir} holds no {EVALUATION_FILE}. Fix: pass an evaluation directory of "
+                          "`recsys pipeline run` (WORK/evaluations/NAME)")  # fmt: skip
+    report: dict[str, Any] = json.loads(path.read_text())
+    if "split_digest" not in report or not (evaluation_dir / PER_USER_FILE).is_file():
+        raise RecsysError(
+            f"{evaluation_dir} predates per-user ranks (no split_digest or {PER_USER_FILE}). Fix: evaluate it again: "
+            "`recsys pipeline run --config CONFIG --rerun evaluate`"
+        )
+    return report

@@ -1,0 +1,91 @@
+"""Per-user ranks of one evaluation on disk: what pairs two models' evaluations user by user (`pipelines.comparison`,
+the champion gate).
+
+One .npz file (no pickles):
+
+    ranks               (U,) int64 0-based rank of each user's target, in the split's user order
+    user_idx            (U,) int64 the users
+    targets             (U,) int64 their held-out items
+    slice.<family>      (U,) int16 index of the user's slice in the family's list, -1 in none (evaluations only)
+    slice_names.<family>  (S,) str the family's slice names, in that order
+
+The split digest (SHA-256 of user_idx and targets) says whether two evaluations ranked the same users' same targets.
+Evaluations keep it as per_user.npz beside evaluation.json; model directories as valid_ranks.npz (the validation
+split, for the champion gate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from recsys.data.prepared import EvalSplit
+from recsys.errors import RecsysError
+from recsys.evaluation.slices import SliceMasks, slice_codes
+
+PER_USER_FILE = "per_user.npz"  # of an evaluation directory
+VALID_RANKS_FILE = "valid_ranks.npz"  # of a model directory
+SLICE, SLICE_NAMES = "slice.", "slice_names."
+
+
+@dataclass(frozen=True)
+class PerUserRanks:
+    """Each user's target rank on one split, with the users, their targets and their slices."""
+
+    ranks: torch.Tensor  # (U,) int64
+    user_idx: torch.Tensor  # (U,) int64
+    targets: torch.Tensor  # (U,) int64
+    slices: dict[str, tuple[list[str], torch.Tensor]] = field(default_factory=dict)  # family -> (names, (U,) int16)
+
+    @staticmethod
+    def of(
+        ranks: torch.Tensor,
+        split: EvalSplit,
+        families: dict[str, SliceMasks] | None = None,
+        rows: torch.Tensor | None = None,
+    ) -> PerUserRanks:
+        """The ranks of an evaluation of `split`'s users (of its `rows` only: a sample's, `UserSample.rows`), with the
+        slice families (masks over every user of the split) it was sliced by."""
+        rows = torch.arange(len(split.targets)) if rows is None else rows
+        slices = {family: (list(masks), slice_codes({name: mask[rows] for name, mask in masks.items()}))
+                  for family, masks in (families or {}).items()}  # fmt: skip
+        return PerUserRanks(ranks.long(), split.user_idx[rows].long(), split.targets[rows].long(), slices)
+
+    @property
+    def split_digest(self) -> str:
+        """SHA-256 of the users and their targets: equal for two evaluations of the same users' same targets."""
+        digest = hashlib.sha256(self.user_idx.numpy().astype("<i8").tobytes())
+        digest.update(self.targets.numpy().astype("<i8").tobytes())
+        return digest.hexdigest()
+
+    def slice_masks(self, family: str) -> SliceMasks:
+        """The family's masks back from the codes: name -> (U,) bool."""
+        names, codes = self.slices[family]
+        return {name: codes == index for index, name in enumerate(names)}
+
+    def write(self, path: Path) -> None:
+        """Write the .npz (inside the caller's atomic directory: this is not atomic on its own)."""
+        arrays = {"ranks": self.ranks.numpy(), "user_idx": self.user_idx.numpy(), "targets": self.targets.numpy()}
+        for family, (names, codes) in self.slices.items():
+            arrays[f"{SLICE}{family}"] = codes.numpy()
+            arrays[f"{SLICE_NAMES}{family}"] = np.array(names, dtype=str)
+        np.savez(path, **arrays)  # type: ignore[arg-type]
+
+    @staticmethod
+    def read(path: Path) -> PerUserRanks:
+        if not path.is_file():
+            raise RecsysError(f"{path}: no per-user ranks. Fix: re-run the step that writes it (its evaluation)")
+        with np.load(path, allow_pickle=False) as stored:
+            arrays = {key: stored[key] for key in stored.files}
+        slices = {
+            key.removeprefix(SLICE): ([str(n) for n in arrays[SLICE_NAMES + key.removeprefix(SLICE)]],
+                                      torch.from_numpy(arrays[key]))
+            for key in arrays
+            if key.startswith(SLICE)
+        }  # fmt: skip
+        tensors = {key: torch.from_numpy(arrays[key]).long() for key in ("ranks", "user_idx", "targets")}
+        return PerUserRanks(slices=slices, **tensors)

@@ -1,0 +1,56 @@
+"""The comparisons benchmark end to end on its smoke config: every model and seed trained and evaluated, each pair's
+paired difference per seed and pooled; a second run reuses what the work dir holds; Beauty's ranker runs over the
+SASRec of its own seed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import benchmarks.comparisons as comparisons
+from benchmarks.common import REPO
+from benchmarks.reproduce import problems_of
+
+SMOKE = "configs/benchmarks/comparisons-smoke.yaml"
+
+
+def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: Path) -> None:
+    argv = ["--config", SMOKE, "--set", f"work_dir={tmp_path / 'work'}", "--results-dir", str(tmp_path)]
+    path = comparisons.main(argv)
+    assert path == tmp_path / "comparisons-smoke.json" and problems_of(path) == []
+    result = json.loads(path.read_text())
+    assert list(result["models"]) == ["SASRec", "SASRec small"]
+    for record in result["models"].values():
+        n10 = record["ndcg@10"]
+        assert n10["seeds"] == 2 and len(n10["per_seed"]) == 2 and n10["std"] >= 0
+        assert all(low <= seed["value"] <= high for seed in n10["per_seed"] for low, high in [seed["interval"]])
+    assert result["models"]["SASRec"]["configs"] == ["smoke-sasrec", "smoke-sasrec-seed1"]
+    (pair,) = result["pairs"]
+    assert (pair["a"], pair["b"], pair["metric"]) == ("SASRec", "SASRec small", "ndcg@10")
+    a, b = (result["models"][label]["ndcg@10"]["per_seed"] for label in ("SASRec", "SASRec small"))
+    for seed, paired in enumerate(pair["per_seed"]):
+        assert paired["difference"] == pytest.approx(a[seed]["value"] - b[seed]["value"])
+        assert paired["low"] <= paired["difference"] <= paired["high"] and 0 < paired["p_value"] <= 1
+    assert (
+        pair["pooled"]["seeds"] == 2 and 0 <= pair["pooled"]["seeds_a_better"] + pair["pooled"]["seeds_b_better"] <= 2
+    )
+
+    models = tmp_path / "work" / "models" / "smoke-sasrec"
+    trained = (models / "model.pt").stat().st_mtime_ns
+    comparisons.main(argv)  # resumable: nothing is trained again
+    assert (models / "model.pt").stat().st_mtime_ns == trained
+
+
+def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:
+    settings = comparisons.load_settings(REPO / "configs/benchmarks/beauty-comparisons.yaml", {"device": "cuda"})
+    assert [m.label for m in settings.models] == ["SASRec", "SASRec + SID features", "two-stage"]
+    work = Path("/work-dir")
+    two_stage = comparisons.model_config(settings, settings.models[2], 1, work)
+    assert two_stage.name == "beauty-two-stage-seed1" and two_stage.train.seed == 1
+    assert two_stage.model.retriever_dir == work / "models" / "beauty-sasrec-seed1"
+    assert two_stage.train.device == "cuda" and two_stage.eval.uncertainty.resamples == 1000
+    assert comparisons.model_config(settings, settings.models[2], 0, work).model.retriever_dir == (
+        work / "models" / "beauty-sasrec"
+    )
