@@ -262,13 +262,27 @@ def main(argv: list[str] | None = None) -> Path:
     device = resolve_device(s.device)
     build = builders(s)
     timed, skipped = variants(s, device)
-    rows = {}
+    if not s.models:
+        raise SystemExit("no models to measure. Fix: name some in `models` (sasrec, hstu, hstu_time_buckets)")
+    rows: dict[str, Any] = {}
     for model in s.models:
         rows[model] = measure(build[model], timed, device, s)
         print(summary(model, rows[model]))
+        # written after every model: a run cut off (a device lease's limit, a hang in a later model's compile) keeps
+        # the rows it measured, and says which models it lacks
+        missing = [m for m in s.models if m not in rows]
+        path = write_result(f"compile-speedup-{device.type}", _result(s, device, rows, skipped, missing),
+                            args.results_dir, reproduce)  # fmt: skip
     for mode, reason in skipped.items():
         print(f"skipped {mode}: {reason}")
-    result = {
+    print(f"-> {path}")
+    return path
+
+
+def _result(
+    s: Settings, device: torch.device, rows: dict[str, Any], skipped: dict[str, str], missing: list[str]
+) -> dict[str, Any]:
+    return {
         "config": {
             "items": s.items,
             "rows": s.rows,
@@ -283,14 +297,12 @@ def main(argv: list[str] | None = None) -> Path:
             "count_rows": list(s.count_rows),
         },
         "models": rows,
+        "not_measured_yet": missing,
         "skipped": skipped,
         "device": str(device),
         "settings": asdict(s),
         **provenance(),
     }
-    path = write_result(f"compile-speedup-{device.type}", result, args.results_dir, reproduce)
-    print(f"-> {path}")
-    return path
 
 
 def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[str]:
