@@ -1,11 +1,14 @@
 """What the evaluation dashboard shows, gathered from an MLflow store (or from one evaluation report).
 
 From MLflow (`from_mlflow`): every training run (a run that logged its model config and the standard
-metrics valid/test recall@k and ndcg@k: run name, model, a few params, start time), and for each experiment the latest
-`evaluate` run's `evaluation/evaluation.json` artifact (the slices, search slices and semantic-ID health written by
-`pipelines.evaluate`), a distilled student's right after its teacher's. From one report (`from_evaluation`): the
-same page for a single pipeline run, which the `evaluate` step writes as `dashboard.html` beside its
-`evaluation.json`.
+metrics valid/test recall@k and ndcg@k: run name, model, the params of its model, start time, the 95 % intervals its
+pipeline's `evaluate` run logged), for each experiment the latest `evaluate` run's `evaluation/evaluation.json`
+artifact (the slices, search slices and semantic-ID health written by `pipelines.evaluate`), a distilled student's
+right after its teacher's; the trend of every `evaluate` run's test metric and whether its pipeline's registration
+promoted it; and the newest challenger against the champion, user by user (`pipelines.comparison`). A run's steps are
+nested runs of its pipeline's run, which ties a training run, its evaluation and its registration together. From one
+report (`from_evaluation`): the same page for a single pipeline run, which the `evaluate` step writes as
+`dashboard.html` beside its `evaluation.json`.
 
 MLflow is imported only when the store is read (it is slow to import).
 """
@@ -33,7 +36,12 @@ EVALUATION_ARTIFACT = f"{EVALUATION_ARTIFACT_DIR}/{EVALUATION_FILE}"
 # MLflow names of the standard metrics: valid_recall_at_10, test_ndcg_at_50, ... (pipelines/tracking.py)
 STANDARD_METRIC = re.compile(r"^(valid|test)_(recall|ndcg)_at_(\d+)$")
 SHOWN_PARAMS = ("data.source", "train.epochs", "train.batch_size", "train.lr", "model.training.loss")
+FITTED_PARAMS = ("data.source",)  # of a model fitted without gradient steps (popularity: no epochs, lr, loss)
 SQLITE_PREFIX = "sqlite:///"
+PARENT_TAG = "mlflow.parentRunId"  # MLflow's tag on a nested run: a pipeline's steps share their pipeline's run
+PROMOTED_TAG = "gate.promoted"  # the champion gate's decision on its register run (pipelines.registry)
+TREND_METRIC = "ndcg@10"  # the trend's and the champion comparison's headline metric
+STALE_AFTER_HOURS = 24  # a run still RUNNING this long after its start has most likely died without ending
 
 
 class DashboardUnavailable(RecsysError):
@@ -57,11 +65,31 @@ class RunSummary:
     start_time: datetime | None
     metrics: dict[str, float]
     params: dict[str, str] = field(default_factory=dict)
+    # "test/ndcg@10" -> its 95 % interval, from the evaluate run of the same pipeline run (empty: none logged)
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         """A short, unique legend entry: name, model and the run id's first characters."""
         return f"{self.name} ({self.model}, {self.run_id[:6]})"
+
+    def shown_status(self, now: datetime) -> str:
+        """The status, with RUNNING runs older than `STALE_AFTER_HOURS` marked as most likely dead."""
+        stale = self.start_time is not None and (now - self.start_time).total_seconds() > STALE_AFTER_HOURS * 3600
+        return f"{self.status} (stale?)" if self.status == "RUNNING" and stale else self.status
+
+
+@dataclass(frozen=True)
+class TrendPoint:
+    """One evaluate run's headline test metric, with its interval, and what the champion gate made of its model."""
+
+    run_id: str
+    name: str
+    experiment: str
+    start_time: datetime
+    value: float
+    interval: tuple[float, float] | None
+    promoted: bool | None  # None: its pipeline registered no version (or the run predates the gate's tag)
 
 
 @dataclass(frozen=True)
@@ -101,6 +129,9 @@ class DashboardData:
         evaluations: evaluate reports, newest first.
         notes: what could not be read (shown on the page, never an error page).
         hint: the command that adds runs to this source (used by the empty states).
+        trend: every evaluate run's `TREND_METRIC` on test, oldest first.
+        comparison: the newest challenger against the champion (`pipelines.comparison.compare_evaluation_dirs`'s
+            report); None when there is no champion or no other evaluation to compare.
     """
 
     title: str
@@ -108,6 +139,8 @@ class DashboardData:
     runs: list[RunSummary]
     evaluations: list[Evaluation]
     notes: list[str] = field(default_factory=list)
+    trend: list[TrendPoint] = field(default_factory=list)
+    comparison: dict[str, Any] | None = None
     hint: str = "recsys pipeline run --config configs/synthetic/sasrec.yaml --work-dir runs"
     generated: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -196,9 +229,17 @@ def from_mlflow(tracking_uri: str, experiment: str | None = None, *, max_runs: i
             f"the MLflow store at {source} could not be read ({err}). "
             "Fix: check the tracking URI (--tracking-uri or RECSYS_TRACKING_URI) and that the store answers"
         ) from err
-    summaries = [_summary(run, experiments) for run in runs if _is_training_run(run)]
+    evaluate_runs = {
+        run.data.tags[PARENT_TAG]: run
+        for run in runs
+        if run.info.run_name == EVALUATE_RUN_NAME and run.info.status == "FINISHED" and PARENT_TAG in run.data.tags
+    }
+    summaries = [_summary(run, experiments, evaluate_runs) for run in runs if _is_training_run(run)]
     evaluations = students_beside_teachers(_latest_evaluations(runs, experiments, tracking_uri, notes))
-    return DashboardData(title=title, source=source, runs=summaries, evaluations=evaluations, notes=notes)
+    trend = _trend(runs, experiments)
+    comparison = _champion_comparison(runs, trend, tracking_uri, notes)
+    return DashboardData(title=title, source=source, runs=summaries, evaluations=evaluations, notes=notes,
+                         trend=trend, comparison=comparison)  # fmt: skip
 
 
 def students_beside_teachers(evaluations: list[Evaluation]) -> list[Evaluation]:
@@ -237,8 +278,10 @@ def _is_training_run(run: Any) -> bool:
     return "model.name" in run.data.params and bool(standard_metrics(run.data.metrics))
 
 
-def _summary(run: Any, experiments: dict[str, str]) -> RunSummary:
+def _summary(run: Any, experiments: dict[str, str], evaluate_runs: dict[str, Any]) -> RunSummary:
     params = run.data.params
+    shown = SHOWN_PARAMS if run.data.metrics.get("best_epoch", 0) > 0 else FITTED_PARAMS
+    evaluated = evaluate_runs.get(run.data.tags.get(PARENT_TAG, ""))
     return RunSummary(
         run_id=run.info.run_id,
         name=run.info.run_name or run.info.run_id,
@@ -247,8 +290,85 @@ def _summary(run: Any, experiments: dict[str, str]) -> RunSummary:
         status=run.info.status,
         start_time=_from_millis(run.info.start_time),
         metrics=standard_metrics(run.data.metrics),
-        params={key: params[key] for key in SHOWN_PARAMS if key in params},
+        params={key: params[key] for key in shown if key in params},
+        intervals={} if evaluated is None else logged_intervals(evaluated.data.metrics),
     )
+
+
+def logged_intervals(mlflow_metrics: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """The test intervals an evaluate run logged (`test.<metric>.low` / `.high`), as "test/metric@k" -> (low, high).
+
+    Example:
+        >>> logged_intervals({"test.ndcg_at_10": 0.1, "test.ndcg_at_10.low": 0.09, "test.ndcg_at_10.high": 0.11})
+        {'test/ndcg@10': (0.09, 0.11)}
+    """
+    out = {}
+    for name, low in mlflow_metrics.items():
+        if name.startswith("test.") and name.endswith(".low"):
+            high = mlflow_metrics.get(name[: -len(".low")] + ".high")
+            metric = name[len("test.") : -len(".low")].replace("_at_", "@")
+            if high is not None:
+                out[f"test/{metric}"] = (float(low), float(high))
+    return out
+
+
+def _trend(runs: list[Any], experiments: dict[str, str]) -> list[TrendPoint]:
+    """Every finished evaluate run's `TREND_METRIC` on test with its interval, oldest first, and the gate's decision
+    on the version its pipeline registered (the register run beside it)."""
+    promoted = {
+        run.data.tags[PARENT_TAG]: run.data.tags[PROMOTED_TAG] == "True"
+        for run in runs
+        if PROMOTED_TAG in run.data.tags and PARENT_TAG in run.data.tags
+    }
+    key = "test." + TREND_METRIC.replace("@", "_at_")
+    names = {run.info.run_id: run.info.run_name for run in runs}  # a pipeline's run is named after its config
+    points = []
+    for run in runs:
+        metrics = run.data.metrics
+        if run.info.run_name != EVALUATE_RUN_NAME or run.info.status != "FINISHED" or key not in metrics:
+            continue
+        interval = logged_intervals(metrics).get(f"test/{TREND_METRIC}")
+        points.append(TrendPoint(
+            run_id=run.info.run_id, name=names.get(run.data.tags.get(PARENT_TAG, "")) or run.info.run_id,
+            experiment=experiments.get(run.info.experiment_id, run.info.experiment_id),
+            start_time=_from_millis(run.info.start_time) or datetime.min.replace(tzinfo=UTC), value=metrics[key],
+            interval=interval, promoted=promoted.get(run.data.tags.get(PARENT_TAG, "")),
+        ))  # fmt: skip
+    return sorted(points, key=lambda point: point.start_time)
+
+
+def _champion_comparison(runs: list[Any], trend: list[TrendPoint], uri: str, notes: list[str]) -> dict[str, Any] | None:
+    """The newest evaluation against the champion's (the newest promoted one of the same experiment), user by user,
+    from both evaluate runs' artifacts; None when either is missing."""
+    champions = [point for point in trend if point.promoted]
+    if not champions:
+        return None
+    champion = champions[-1]
+    others = [p for p in trend if p.experiment == champion.experiment and p.run_id != champion.run_id]
+    if not others:
+        return None
+    challenger = others[-1]
+    from pipelines.comparison import compare_evaluation_dirs  # it reads evaluation files named by this package
+    from recsys.evaluation.uncertainty import Uncertainty
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="recsys-dashboard-") as tmp:
+            dirs = [_download_evaluation(p.run_id, Path(tmp) / p.run_id, uri) for p in (challenger, champion)]
+            return compare_evaluation_dirs(dirs[0], dirs[1], Uncertainty())
+    except Exception as err:  # evaluations that cannot be paired cost that section, not the page
+        logger.warning("champion comparison of %s with %s: %s", challenger.run_id, champion.run_id, err)
+        notes.append(f"the newest evaluation ({challenger.run_id[:8]}) and the champion's ({champion.run_id[:8]}) "
+                     f"could not be compared: {err}")  # fmt: skip
+        return None
+
+
+def _download_evaluation(run_id: str, into: Path, uri: str) -> Path:
+    import mlflow
+
+    into.mkdir(parents=True)
+    path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=EVALUATION_ARTIFACT_DIR, dst_path=str(into),
+                                               tracking_uri=uri)  # fmt: skip
+    return Path(path)
 
 
 def _latest_evaluations(runs: list[Any], experiments: dict[str, str], uri: str, notes: list[str]) -> list[Evaluation]:

@@ -2,10 +2,16 @@
 
 Sections (each with an empty state that says what to run to fill it):
 
-    runs            the training runs table (newest first; the best value of each metric column in bold)
-    comparison      validation and test Recall@k / NDCG@k across runs, grouped bars
+    runs            the training runs table (newest first; the best value of each metric column in bold; a few key
+                    columns shown, the rest one click away; test figures with their 95 % interval where logged)
+    comparison      validation and test Recall@k / NDCG@k across runs, grouped bars (test: with error bars)
+    champion        the newest evaluation against the champion's, user by user: each slice's difference with its
+                    95 % paired interval, sorted by effect, slices whose interval excludes 0 marked
+    trend           every evaluation's test NDCG@10 over time with its interval, promoted runs marked, the
+                    champion's value as a step line
     slices          one chart per slice family (cold start, popularity deciles, history length, domain):
-                    Recall@K and NDCG@K per slice of each evaluation, bars labelled with the slice's users
+                    Recall@K and NDCG@K per slice of each evaluation (error bars: 95 % intervals), bars labelled with
+                    the slice's users
     search          Recall@K and NDCG@K per query difficulty level of each query-aware evaluation, with history+query
                     and with the query alone, its history-only figure a dashed line, bars labelled with the users
                     the level queries
@@ -21,7 +27,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.dashboard.data import DashboardData, Evaluation, RunSummary
+from pipelines.dashboard.data import TREND_METRIC, DashboardData, Evaluation, RunSummary, TrendPoint
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 SLICE_FAMILIES = {  # family -> (heading, what a slice is)
@@ -38,6 +44,12 @@ NO_DOMAINS = (
 )
 COMPARED_METRICS = ("recall", "ndcg")
 MAX_COMPARED_RUNS = 12  # the newest runs in the comparison chart (the table lists them all)
+RUN_COLUMNS = ("run", "experiment", "model", "started (UTC)", "status", "params")
+# shown before any click: what tells runs apart; the other columns are one checkbox away
+DEFAULT_COLUMNS = ("run", "model", "started (UTC)", "status", "test/ndcg@10", "test/recall@10", "valid/ndcg@10")
+INTERVAL_TEXT = "error bars: 95 % bootstrap intervals over users"
+COMPARISON_HINT = "recsys pipeline run --config CONFIG (a second run of a registered model: its evaluation is paired "
+COMPARISON_HINT += "with the champion's)"
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1200px;
@@ -51,6 +63,9 @@ th, td { padding: 4px 8px; border-bottom: 1px solid #eceef2; text-align: left; w
 td.params { white-space: normal; min-width: 180px; max-width: 260px; }
 th { position: sticky; top: 0; background: #f4f6f9; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.best { font-weight: 700; } code { background: #f4f6f9; padding: 1px 4px; border-radius: 3px; }
+td.num small { color: #5b6475; font-weight: 400; } .hidden { display: none; } details.columns { margin: 4px 0 8px; }
+details.columns label { margin-right: 12px; white-space: nowrap; } .status-running { color: #8a4b00; }
+.status-stale { color: #b00020; font-weight: 700; }
 .empty { border: 1px dashed #b8bfcc; background: #fafbfc; padding: 12px 14px; border-radius: 4px; }
 .notes li { color: #8a4b00; }
 """
@@ -66,12 +81,22 @@ def render_dashboard(data: DashboardData) -> str:
 
     evaluations = data.evaluations
     sections = [
-        _section("runs", "Runs", _runs_table(data.runs) if data.runs else _empty_runs(data)),
+        _section("runs", "Runs", _runs_table(data.runs, data) if data.runs else _empty_runs(data)),
         _section(
             "comparison",
             "Metrics across runs",
             chart(_comparison_figure(data.runs), "comparison") if data.runs else _empty_runs(data),
-            "Validation and test metrics of the newest runs (leave-one-out, all items ranked).",
+            "Validation and test metrics of the newest runs (leave-one-out, all items ranked)"
+            + (f"; {INTERVAL_TEXT} where the run's evaluation logged them." if _any_interval(data.runs) else "."),
+        ),
+        _section("champion", "Champion vs challenger", _champion(data, chart), _champion_explain(data)),
+        _section(
+            "trend",
+            "Trend",
+            chart(_trend_figure(data.trend), "trend")
+            if data.trend
+            else _empty("No evaluations over time yet: each scheduled run's evaluate step adds a point.", data.hint),
+            _trend_explain(data.trend),
         ),
         _section("slices", "Slices", _slices(evaluations, data.hint, chart), _slices_explain(evaluations)),
         _section("search", "Search", _search(evaluations, chart), _search_explain(evaluations)),
@@ -92,8 +117,9 @@ def render_dashboard(data: DashboardData) -> str:
     )
     nav = " ".join(
         f'<a href="#{anchor}">{title}</a>'
-        for anchor, title in (("runs", "Runs"), ("comparison", "Comparison"), ("slices", "Slices"),
-                              ("search", "Search"), ("semantic-ids", "Semantic IDs"), ("expert-load", "Expert load"))
+        for anchor, title in (("runs", "Runs"), ("comparison", "Comparison"), ("champion", "Champion vs challenger"),
+                              ("trend", "Trend"), ("slices", "Slices"), ("search", "Search"),
+                              ("semantic-ids", "Semantic IDs"), ("expert-load", "Expert load"))
     )  # fmt: skip
     body = f'<header><h1>{html.escape(data.title)}</h1><p class="meta">{meta}</p><nav>{nav}</nav></header>'
     return _page(data.title, body + "".join(sections))
@@ -144,28 +170,115 @@ def _metric_columns(runs: Sequence[RunSummary]) -> list[str]:
     return sorted(names, key=order)
 
 
-def _runs_table(runs: Sequence[RunSummary]) -> str:
-    columns = _metric_columns(runs)
-    best = {c: max((r.metrics[c] for r in runs if c in r.metrics), default=None) for c in columns}
+def _runs_table(runs: Sequence[RunSummary], data: DashboardData) -> str:
+    """Every run, every column; those outside `DEFAULT_COLUMNS` hidden until their checkbox is ticked (a few lines
+    of inline script: the page stays self-contained)."""
+    metric_columns = _metric_columns(runs)
+    columns = [*RUN_COLUMNS, *metric_columns]
+    best = {c: max((r.metrics[c] for r in runs if c in r.metrics), default=None) for c in metric_columns}
+    shown = [c for c in columns if c in DEFAULT_COLUMNS] or columns
+
+    def cell(column: str, content: str, css: str = "") -> str:
+        hidden = "" if column in shown else " hidden"
+        return f'<td class="c{columns.index(column)}{css}{hidden}">{content}</td>'
+
     head = "".join(
-        f"<th>{html.escape(h)}</th>" for h in ("run", "experiment", "model", "started (UTC)", "status", "params")
-    ) + "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+        f'<th class="c{i}{"" if c in shown else " hidden"}">{html.escape(c)}</th>' for i, c in enumerate(columns)
+    )
     rows = []
     for run in runs:
         started = f"{run.start_time:%Y-%m-%d %H:%M}" if run.start_time else ""
         params = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in run.params.items())
+        status = run.shown_status(data.generated)
+        stale, running = status.endswith("(stale?)"), status.startswith("RUNNING")
+        status_css = " status-stale" if stale else " status-running" if running else ""
         run_id = html.escape(run.run_id)
         cells = [
-            f'<td title="{run_id}">{html.escape(run.name)} <small>{run_id[:8]}</small></td>',
-            *(f"<td>{html.escape(text)}</td>" for text in (run.experiment, run.model, started, run.status)),
-            f'<td class="params">{html.escape(params)}</td>',
-        ]
-        for column in columns:
+            cell("run", f'<span title="{run_id}">{html.escape(run.name)} <small>{run_id[:8]}</small></span>'),
+            *(cell(c, html.escape(text)) for c, text in zip(("experiment", "model", "started (UTC)"),
+                                                            (run.experiment, run.model, started), strict=True)),
+            cell("status", html.escape(status), status_css),
+            cell("params", html.escape(params), " params"),
+        ]  # fmt: skip
+        for column in metric_columns:
             value = run.metrics.get(column)
             is_best = value is not None and value == best[column] and len(runs) > 1
-            cells.append(f'<td class="num{" best" if is_best else ""}">{"" if value is None else f"{value:.4f}"}</td>')
+            text = "" if value is None else f"{value:.4f}"
+            if value is not None and column in run.intervals:
+                low, high = run.intervals[column]
+                text += f" <small>[{low:.4f}, {high:.4f}]</small>"
+            cells.append(cell(column, text, " num best" if is_best else " num"))
         rows.append(f"<tr>{''.join(cells)}</tr>")
-    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    chooser = "".join(
+        f'<label><input type="checkbox" data-column="c{i}"{" checked" if c in shown else ""}> {html.escape(c)}</label>'
+        for i, c in enumerate(columns)
+    )
+    script = (
+        "<script>document.querySelectorAll('details.columns input').forEach(box => box.addEventListener('change', "
+        "() => document.querySelectorAll('.' + box.dataset.column).forEach(el => el.classList.toggle('hidden', "
+        "!box.checked))));</script>"
+    )
+    return (
+        f'<details class="columns"><summary>Columns ({len(shown)} of {len(columns)} shown)</summary>{chooser}</details>'
+        f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+        + script
+    )
+
+
+def _any_interval(runs: Sequence[RunSummary]) -> bool:
+    return any(run.intervals for run in runs)
+
+
+def _champion_explain(data: DashboardData) -> str:
+    comparison = data.comparison
+    if comparison is None:
+        return ""
+    uncertainty = comparison.get("uncertainty", {})
+    return (
+        f"{comparison['challenger']} (the newest evaluation) minus the champion {comparison['champion']}, on the same "
+        f"{comparison['users']:,} test users: each slice's difference of {TREND_METRIC} with its "
+        f"{uncertainty.get('confidence', 0.95):.0%} paired bootstrap interval ({uncertainty.get('resamples', '?')} "
+        "resamples), sorted by effect; a filled marker: the interval excludes 0 (randomisation p-value in the table)."
+    )
+
+
+def _champion(data: DashboardData, chart: Any) -> str:
+    comparison = data.comparison
+    if comparison is None:
+        return _empty("No challenger to compare with a champion yet: it takes a promoted evaluation and a newer one.",
+                      COMPARISON_HINT)  # fmt: skip
+    rows = _comparison_rows(comparison)
+    table = "".join(
+        f'<tr><td>{html.escape(label)}</td><td class="num">{users:,}</td><td class="num">{d["difference"]:+.4f}</td>'
+        f'<td class="num">[{d["low"]:+.4f}, {d["high"]:+.4f}]</td><td class="num">{d["p_value"]:.3g}</td></tr>'
+        for label, users, d in rows
+    )
+    head = "".join(f"<th>{h}</th>" for h in ("slice", "users", "difference", "95 % interval", "p-value"))
+    return chart(_champion_figure(rows), "champion") + (
+        f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{table}</tbody></table></div>'
+    )
+
+
+def _comparison_rows(comparison: dict[str, Any]) -> list[tuple[str, int, dict[str, float]]]:
+    """(label, users, the headline metric's difference) for the whole test set and every non-empty slice, the
+    overall first, then the slices by effect (largest first)."""
+    overall = ("all users", int(comparison["users"]), comparison["overall"][TREND_METRIC])
+    slices = [
+        (f"{family}: {entry['slice']}", int(entry["users"]), entry["metrics"][TREND_METRIC])
+        for family, entries in comparison["slices"].items()
+        for entry in entries
+        if TREND_METRIC in entry.get("metrics", {})
+    ]
+    return [overall, *sorted(slices, key=lambda row: row[2]["difference"], reverse=True)]
+
+
+def _trend_explain(trend: Sequence[TrendPoint]) -> str:
+    if not trend:
+        return ""
+    return (
+        f"Test {TREND_METRIC} of every evaluate run over time (each scheduled run adds one), with its 95 % bootstrap "
+        "interval where logged; a star: the champion gate promoted that run's model; the line: the champion's value."
+    )
 
 
 def _slices_explain(evaluations: Sequence[Evaluation]) -> str:
@@ -174,8 +287,10 @@ def _slices_explain(evaluations: Sequence[Evaluation]) -> str:
     k = _headline_k(evaluations[0].report.get("protocol", {}))
     return (
         f"Test split, per slice of users: Recall@{k} and NDCG@{k} of the latest evaluate run of each experiment; "
-        "each bar is labelled with its slice's number of users."
-    )
+        "each bar is labelled with its slice's number of users"
+        + ("; " + INTERVAL_TEXT + "." if any("intervals" in e.report for e in evaluations) else
+           " (these evaluations recorded no intervals: evaluate again to get them).")
+    )  # fmt: skip
 
 
 def _slices(evaluations: Sequence[Evaluation], hint: str, chart: Any) -> str:
@@ -285,12 +400,67 @@ def _comparison_figure(runs: Sequence[RunSummary]) -> Any:
     for i, run in enumerate(reversed(runs)):  # oldest first: colours stay put as runs are added
         for col, split in enumerate(("valid", "test"), start=1):
             names = [c for c in columns if c.startswith(f"{split}/")]
+            values = [run.metrics.get(n) for n in names]
             figure.add_bar(
-                x=[n.split("/")[1] for n in names], y=[run.metrics.get(n) for n in names], row=1, col=col,
+                x=[n.split("/")[1] for n in names], y=values, row=1, col=col,
                 name=html.escape(run.label), legendgroup=run.run_id, showlegend=col == 1,
                 marker_color=PALETTE[i % len(PALETTE)],
+                error_y=_error_bars(values, [run.intervals.get(n) for n in names]),
             )  # fmt: skip
     return _layout(figure, 420)
+
+
+def _error_bars(values: Sequence[float | None], intervals: Sequence[Sequence[float] | None]) -> dict[str, Any] | None:
+    """Plotly's asymmetric error bars for `values` from their (low, high) intervals; None when none has one (a
+    value without an interval gets no bar)."""
+    if not any(intervals):
+        return None
+    above = [None if v is None or i is None else i[1] - v for v, i in zip(values, intervals, strict=True)]
+    below = [None if v is None or i is None else v - i[0] for v, i in zip(values, intervals, strict=True)]
+    return {"type": "data", "symmetric": False, "array": above, "arrayminus": below, "thickness": 1.2, "width": 3}
+
+
+def _champion_figure(rows: Sequence[tuple[str, int, dict[str, float]]]) -> Any:
+    """A dot per row (overall on top, then by effect) at its difference, its interval as a horizontal error bar; a
+    filled dot when the interval excludes 0."""
+    import plotly.graph_objects as go
+
+    labels = [f"{html.escape(label)} (n={users:,})" for label, users, _ in rows]
+    differences = [d["difference"] for _, _, d in rows]
+    excludes_zero = [d["low"] > 0 or d["high"] < 0 for _, _, d in rows]
+    figure = go.Figure()
+    figure.add_scatter(
+        x=differences, y=labels, mode="markers", name=f"difference of {TREND_METRIC}",
+        marker={"size": 9, "color": PALETTE[0], "symbol": ["circle" if e else "circle-open" for e in excludes_zero]},
+        error_x={"type": "data", "symmetric": False, "array": [d["high"] - d["difference"] for _, _, d in rows],
+                 "arrayminus": [d["difference"] - d["low"] for _, _, d in rows], "thickness": 1.2, "width": 3},
+        hovertemplate="%{y}: %{x:+.4f}",
+    )  # fmt: skip
+    figure.add_vline(x=0, line={"color": "#5b6475", "dash": "dash"})
+    figure.update_yaxes(autorange="reversed", type="category")
+    return _layout(figure, max(260, 24 * len(rows) + 120), f"challenger minus champion, test {TREND_METRIC}")
+
+
+def _trend_figure(trend: Sequence[TrendPoint]) -> Any:
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    figure.add_scatter(
+        x=[p.start_time for p in trend], y=[p.value for p in trend], mode="markers+lines", name="each evaluation",
+        text=[html.escape(f"{p.name} ({p.experiment}, {p.run_id[:6]})") for p in trend],
+        hovertemplate="%{text}: %{y:.4f}", line={"color": "#b8bfcc", "width": 1},
+        marker={"size": [13 if p.promoted else 8 for p in trend], "color": PALETTE[0],
+                "symbol": ["star" if p.promoted else "circle" for p in trend]},
+        error_y=_error_bars([p.value for p in trend], [p.interval for p in trend]),
+    )  # fmt: skip
+    champion, line = None, []
+    for point in trend:
+        champion = point.value if point.promoted else champion
+        line.append(champion)
+    if any(value is not None for value in line):
+        figure.add_scatter(x=[p.start_time for p in trend], y=line, mode="lines", name="champion",
+                           line={"shape": "hv", "color": PALETTE[2], "width": 2})  # fmt: skip
+    return _layout(figure, 360, f"test {TREND_METRIC} over time")
 
 
 def _headline_k(part: dict[str, Any]) -> int:
@@ -309,9 +479,11 @@ def _slice_figure(family: str, evaluations: Sequence[Evaluation]) -> Any:
         names = [html.escape(str(entry["name"])) for entry in entries]
         users = [f"n={entry['users']}" for entry in entries]
         for col, metric in enumerate((f"recall@{k}", f"ndcg@{k}"), start=1):
+            values = [entry.get(metric, 0.0) for entry in entries]
+            intervals = [entry.get("intervals", {}).get(metric) for entry in entries]
             figure.add_bar(  # an empty slice is a 0-high bar labelled n=0
-                x=names, y=[entry.get(metric, 0.0) for entry in entries], text=users, textposition="outside",
-                hovertemplate="%{x}: %{y:.4f} (%{text})",
+                x=names, y=values, text=users, textposition="outside",
+                hovertemplate="%{x}: %{y:.4f} (%{text})", error_y=_error_bars(values, intervals),
                 name=html.escape(evaluation.label), legendgroup=str(i), showlegend=col == 1, row=1, col=col,
                 marker_color=PALETTE[i % len(PALETTE)], cliponaxis=False,
             )  # fmt: skip

@@ -22,10 +22,12 @@ from fastapi.testclient import TestClient
 from pipelines.dashboard.render import PALETTE
 from serving.main import create_app
 from serving.settings import ServingSettings
+from tests.pipelines.dashboard.test_honest_views import honest_views_page
 from tests.pipelines.dashboard.test_render import chart_ids, semantic_id_page
 
 CHARTS = {
     "chart-comparison",
+    "chart-trend",
     *(f"chart-slice-{f}" for f in ("cold_start", "popularity_decile", "history_length", "domain")),
 }
 INSTALL_HINT = "apt-get install -y chromium"
@@ -47,10 +49,16 @@ def page(client: TestClient) -> str:
 
 
 def test_dashboard_shows_runs_comparison_and_slices(page: str) -> None:
-    for section in ("runs", "comparison", "slices", "semantic-ids"):
+    for section in ("runs", "comparison", "champion", "trend", "slices", "semantic-ids"):
         assert f'<section id="{section}">' in page
-    assert "tiny-sasrec" in page and "<td>sasrec</td>" in page  # the training run: name, model
-    assert re.search(r"test/ndcg@10</th>", page) and re.search(r'<td class="num">0\.\d{4}</td>', page)
+    assert "tiny-sasrec" in page and re.search(r'<td class="c\d+">sasrec</td>', page)  # the training run: name, model
+    assert re.search(r"test/ndcg@10</th>", page) and re.search(r'<td class="c\d+ num[^"]*">0\.\d{4}', page)
+    # its test NDCG@10 with the interval its evaluate run logged, around the value
+    low, value, high = map(float, re.search(
+        r'<td class="c\d+ num[^"]*">(0\.\d{4}) <small>\[(0\.\d{4}), (0\.\d{4})\]</small>', page).group(2, 1, 3)
+    )  # fmt: skip
+    assert low <= value <= high and low < high
+    assert "No challenger to compare with a champion yet" in page  # one run: the champion alone
     assert set(chart_ids(page)) == CHARTS  # the comparison and one chart per slice family
     assert "No semantic IDs" in page  # the empty state of a model without them, with what to run
     assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.IGNORECASE)  # plotly.js is inlined ...
@@ -162,7 +170,10 @@ def test_dashboard_draws_in_headless_chromium(page: str, tmp_path: Path) -> None
     start = time.perf_counter()
     sid_path = tmp_path / "semantic-ids.html"
     sid_path.write_text(semantic_id_page())
-    for path, expected in ((html_path, CHARTS), (sid_path, {"chart-semantic-ids"})):
+    honest_path = tmp_path / "champion-and-trend.html"
+    honest_path.write_text(honest_views_page())
+    honest_charts = {"chart-comparison", "chart-champion", "chart-trend"}
+    for path, expected in ((html_path, CHARTS), (sid_path, {"chart-semantic-ids"}), (honest_path, honest_charts)):
         dom = run_chromium(chromium, tmp_path / "profile", "--dump-dom", path.as_uri()).stdout
         # every chart div got plotly's drawing: an <svg class="main-svg"> before the next chart's div
         assert set(chart_ids(path.read_text())) == expected
