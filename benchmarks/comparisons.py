@@ -4,6 +4,8 @@ Usage:
     .venv/bin/python -m benchmarks.comparisons                                   # Beauty: SASRec, + SID, two-stage
     .venv/bin/python -m benchmarks.comparisons --set device=cuda                 # the same on a GPU
     .venv/bin/python -m benchmarks.comparisons --config configs/benchmarks/comparisons-smoke.yaml  # seconds, synthetic
+    .venv/bin/python -m benchmarks.comparisons --only-seed 2    # one seed's runs, beside others in parallel; then the
+                                                               # command without it gathers them (nothing retrained)
 
 The config (configs/benchmarks/beauty-comparisons.yaml) names the models (a label and an experiment config each; a
 model built on another's retriever names it, and gets that model's run of the same seed), the seeds, the device, the
@@ -79,9 +81,19 @@ def model_config(settings: Settings, model: Model, offset: int, work: Path) -> E
 
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "configs/benchmarks/beauty-comparisons.yaml")
+    parser.add_argument("--only-seed", type=int, metavar="I", help="train and evaluate only run I (0..seeds-1) of "
+                        "every model, and write no result: seeds run side by side in processes (or hosts sharing the "
+                        "work dir) of their own; the command without it then gathers them")  # fmt: skip
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     work = (REPO / settings.work_dir).resolve()
+    if args.only_seed is not None:
+        if not 0 <= args.only_seed < settings.seeds:
+            raise SystemExit(f"--only-seed {args.only_seed}: the config has seeds 0..{settings.seeds - 1}")
+        for model in settings.models:  # the retriever's run of this seed exists before its ranker's
+            train_seeds(model_config(settings, model, args.only_seed, work), work, 1, "evaluate", [])
+        print(f"run {args.only_seed} of every model trained and evaluated in {work}")
+        return work
     evaluations: dict[str, list[Path]] = {}
     for model in settings.models:
         for offset in range(settings.seeds):  # the retriever's run of this seed exists before its ranker's

@@ -1,5 +1,6 @@
-"""The comparisons benchmark end to end on its smoke config: every model and seed trained and evaluated, each pair's
-paired difference per seed and pooled; a second run reuses what the work dir holds; Beauty's ranker runs over the
+"""The comparisons benchmark end to end on its smoke config: one seed run on its own first (--only-seed), then every
+model and seed trained and evaluated, each pair's paired difference per seed and pooled; a second run reuses what the
+work dir holds; Beauty's ranker runs over the
 SASRec of its own seed."""
 
 from __future__ import annotations
@@ -18,8 +19,13 @@ SMOKE = "configs/benchmarks/comparisons-smoke.yaml"
 
 def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: Path) -> None:
     argv = ["--config", SMOKE, "--set", f"work_dir={tmp_path / 'work'}", "--results-dir", str(tmp_path)]
+    assert comparisons.main([*argv, "--only-seed", "1"]) == tmp_path / "work"  # a seed on its own: no result yet
+    assert not (tmp_path / "comparisons-smoke.json").exists()
+    seed1 = tmp_path / "work" / "models" / "smoke-sasrec-seed1" / "model.pt"
+    seed1_trained = seed1.stat().st_mtime_ns
     path = comparisons.main(argv)
     assert path == tmp_path / "comparisons-smoke.json" and problems_of(path) == []
+    assert seed1.stat().st_mtime_ns == seed1_trained  # the gathering run reused it
     result = json.loads(path.read_text())
     assert list(result["models"]) == ["SASRec", "SASRec small"]
     for record in result["models"].values():
