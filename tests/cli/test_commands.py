@@ -90,8 +90,9 @@ def test_demo_runs_end_to_end(tmp_path: Path, tiny_config: Callable[..., Path]) 
     assert result.output.count("POST /v1/recommendations user") == 3
     assert "(source: popularity)" in result.output and "after POST /v1/events" in result.output
     assert "GET /v1/similar-items/" in result.output
-    # the dashboard was fetched from the live API: the comparison (popularity vs SASRec) and the 4 slice charts
-    assert re.search(r"evaluation dashboard: http://127\.0\.0\.1:\d+/dashboard \(5 charts", result.output)
+    # the dashboard was fetched from the live API: the comparison (popularity vs SASRec), the trend (one evaluation)
+    # and the 4 slice charts
+    assert re.search(r"evaluation dashboard: http://127\.0\.0\.1:\d+/dashboard \(6 charts", result.output)
 
 
 def test_sid_build_writes_unique_ids_and_prints_health(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
