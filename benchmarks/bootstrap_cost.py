@@ -12,15 +12,21 @@ warm-up, medians reported. Writes benchmarks/results/bootstrap-cost.json.
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.common import (
+    benchmark_parser,
+    median_seconds,
+    parse_run,
+    provenance,
+    settings_from,
+    significant,
+    write_result,
+)
 from recsys.evaluation.uncertainty import Uncertainty, bootstrap_intervals, paired_difference, per_user_metrics
 
 
@@ -50,8 +56,8 @@ def main(argv: list[str] | None = None) -> Path:
     values_b = per_user_metrics(ranks[1], s.ks)[1]
     uncertainty = Uncertainty(resamples=s.resamples, seed=s.seed)
     timings = {
-        "bootstrap_intervals": _median_seconds(lambda: bootstrap_intervals(values_a, uncertainty), s.repeats),
-        "paired_difference": _median_seconds(
+        "bootstrap_intervals": median_seconds(lambda: bootstrap_intervals(values_a, uncertainty), s.repeats),
+        "paired_difference": median_seconds(
             lambda: paired_difference(values_a, values_b, names, uncertainty), s.repeats
         ),
     }
@@ -69,16 +75,6 @@ def _ranks(s: Settings, generator: torch.Generator) -> torch.Tensor:
     """(users,) 0-based target ranks, geometric with a mean of ~1/20 of the catalogue, capped at its size."""
     uniform = torch.rand(s.users, generator=generator, dtype=torch.float64)
     return (-(s.items / 20) * torch.log1p(-uniform)).long().clamp(max=s.items - 1)
-
-
-def _median_seconds(call: Any, repeats: int) -> float:
-    call()  # warm-up
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import logging
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -123,6 +124,17 @@ def settings_from(cls: type[T], config: Path, overrides: dict[str, Any]) -> T:
     for dotted, value in overrides.items():
         set_dotted(raw, dotted, value)
     return config_from(cls, raw, "")
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
+    """The median wall time of `repeats` calls of `fn`, after one untimed warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def wait_until_ok(url: str, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> bool:

@@ -22,16 +22,22 @@ IVF-PQ's refine_k_factor) is swept; sweeps of one index that differ only in sear
 from __future__ import annotations
 
 import logging
-import statistics
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.common import (
+    benchmark_parser,
+    median_seconds,
+    parse_run,
+    provenance,
+    settings_from,
+    significant,
+    write_result,
+)
 from benchmarks.reproduce import jsonable, mismatches
 from recsys.errors import ConfigError
 from recsys.retrieval import ExactTopK, IndexConfig, recall_at_k
@@ -103,16 +109,6 @@ def clustered(num: int, centres: torch.Tensor, noise: float, gen: torch.Generato
     """`num` unit vectors: a random centre plus N(0, noise^2) per coordinate, normalised."""
     points = centres[torch.randint(0, centres.shape[0], (num,), generator=gen)]
     return torch.nn.functional.normalize(points + noise * torch.randn(points.shape, generator=gen), dim=1)
-
-
-def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 @dataclass(frozen=True)
