@@ -10,8 +10,9 @@ Settings: configs/benchmarks/distributed.yaml (`--config`, `--set KEY=VALUE`).
 Throughput (section "throughput"): the synthetic data set of `users` x `items` (`features.synthetic`, prepared into
 `data_dir` unless it is there) feeds each model of `models` (SASRec, HSTU at `dim`, the sampled softmax with
 `num_negatives` shared negatives) through the trainer's own step (`recsys.training.trainer.train_one_epoch`, the
-data-parallel loss): `warmup_steps` steps, then `timed_steps` timed, on 1 process and on `processes`, each process
-taking `rows_per_process` packed rows of every batch (weak scaling: N processes train N times the rows per step).
+data-parallel loss): `warmup_steps` steps, then `timed_steps` timed, on 1 process, on each count of `between` and on
+`processes`, each process taking `rows_per_process` packed rows of every batch (weak scaling: N processes train N
+times the rows per step).
 The batches are read from the prepared parts and packed as the steps ask for them, as in training, so the timed
 steps include that work (every process packs every batch: `read_and_pack_share` is its share of the time).
 tokens/s counts the targets of every process; scaling efficiency = tokens/s on N / (N * tokens/s on 1). Each
@@ -75,6 +76,8 @@ class Settings:
     result_name: str = "distributed-{device}"  # benchmarks/results/<result_name>.json; {device}: cuda or cpu
     device: str = "cuda"
     processes: int = 2
+    # throughput: also on these process counts between 1 and `processes` (e.g. [2] on a 4-GPU host: 1, 2 and 4)
+    between: tuple[int, ...] = ()
     # throughput
     users: int = 100_000
     items: int = 1_000_000
@@ -116,7 +119,7 @@ def main(argv: list[str] | None = None) -> Path:
         "settings": asdict(settings),
         "device": device.type,
         "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-        "world_sizes": [1, settings.processes],
+        "world_sizes": _world_sizes(settings),
         "backend": backend_for(device),
     }
     with tempfile.TemporaryDirectory() as scratch:
@@ -157,7 +160,8 @@ def _run(settings: Settings, data_dir: Path, scratch: Path, model: str, processe
 
 def _throughput(settings: Settings, scratch: Path) -> dict[str, Any]:
     data_dir = _synthetic_data(settings)
-    runs = [(1, False), (settings.processes, False)] + ([(settings.processes, True)] if settings.row_sharded else [])
+    sizes = _world_sizes(settings)
+    runs = [(n, False) for n in sizes] + ([(n, True) for n in sizes[1:]] if settings.row_sharded else [])
     results: dict[str, Any] = {}
     for model in settings.models:
         # a catalogue of `items` even where the interactions reach fewer of them: the table is sized by it
@@ -168,6 +172,14 @@ def _throughput(settings: Settings, scratch: Path) -> dict[str, Any]:
             row["scaling_efficiency"] = significant(row["tokens_per_second"] / (row["processes"] * single))
         results[model] = rows
     return results
+
+
+def _world_sizes(settings: Settings) -> list[int]:
+    """1, the `between` counts and `processes`, ascending, each once."""
+    if any(not 1 < n < settings.processes for n in settings.between):
+        raise SystemExit(f"between {list(settings.between)}: each count must lie strictly between 1 and processes "
+                         f"({settings.processes}). Fix: --set between=[2] with processes=4, say")  # fmt: skip
+    return sorted({1, *settings.between, settings.processes})
 
 
 def _largest(settings: Settings, scratch: Path) -> dict[str, Any]:

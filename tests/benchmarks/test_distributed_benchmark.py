@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import benchmarks.distributed as distributed
+from benchmarks.common import REPO
 
 SMOKE = "configs/benchmarks/distributed-smoke.yaml"
 
@@ -29,3 +30,12 @@ def test_smoke_run_reports_each_configuration(tmp_path: Path) -> None:
     for run in runs[1:]:  # tokens/s of N processes over N times one process's
         expected = run["tokens_per_second"] / (2 * runs[0]["tokens_per_second"])
         assert run["scaling_efficiency"] == pytest.approx(expected, rel=1e-3)
+
+
+def test_the_4_gpu_config_runs_1_2_and_4_processes_and_refuses_counts_out_of_range() -> None:
+    settings = distributed.load_settings(REPO / "configs/benchmarks/distributed-4gpu.yaml", {})
+    assert distributed._world_sizes(settings) == [1, 2, 4] and settings.result_name == "distributed-4gpu-h200"
+    with pytest.raises(SystemExit, match="strictly between 1 and processes"):
+        distributed._world_sizes(
+            distributed.load_settings(REPO / "configs/benchmarks/distributed.yaml", {"between": [2]})
+        )
