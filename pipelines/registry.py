@@ -31,6 +31,7 @@ from recsys.evaluation.uncertainty import PairedDifference, Uncertainty, paired_
 logger = logging.getLogger(__name__)
 
 CHAMPION = "champion"
+PROMOTED_TAG = "gate.promoted"  # the decision, on the register run (the dashboard's trend reads it)
 GATE_METRIC = "valid_ndcg_at_10"
 POPULARITY_METRIC = "popularity_valid_ndcg_at_10"  # the bar: the popularity baseline on the same validation split
 GATE_K = 10  # the gate's metric is NDCG@GATE_K
@@ -107,7 +108,7 @@ def register_bundle(bundle: Bundle, model_name: str, tracking_uri: str, gate: Ga
         for key, tag in asdict(decision).items():
             client.set_model_version_tag(model_name, str(version), f"gate.{key}", str(tag))
         mlflow.set_tags(
-            {"gate.promoted": str(decision.promoted), "gate.reason": decision.reason, "gate.rule": decision.gate}
+            {PROMOTED_TAG: str(decision.promoted), "gate.reason": decision.reason, "gate.rule": decision.gate}
         )
         if decision.paired is not None:
             mlflow.log_metrics({f"gate.{key}": value for key, value in decision.paired.to_dict().items()})

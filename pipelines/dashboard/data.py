@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pipelines.registry import PROMOTED_TAG
+from pipelines.tracking import PARENT_TAG  # a pipeline's steps are nested runs of its pipeline's run
 from recsys.errors import RecsysError
 
 logger = logging.getLogger(__name__)
@@ -38,8 +40,6 @@ STANDARD_METRIC = re.compile(r"^(valid|test)_(recall|ndcg)_at_(\d+)$")
 SHOWN_PARAMS = ("data.source", "train.epochs", "train.batch_size", "train.lr", "model.training.loss")
 FITTED_PARAMS = ("data.source",)  # of a model fitted without gradient steps (popularity: no epochs, lr, loss)
 SQLITE_PREFIX = "sqlite:///"
-PARENT_TAG = "mlflow.parentRunId"  # MLflow's tag on a nested run: a pipeline's steps share their pipeline's run
-PROMOTED_TAG = "gate.promoted"  # the champion gate's decision on its register run (pipelines.registry)
 TREND_METRIC = "ndcg@10"  # the trend's and the champion comparison's headline metric
 STALE_AFTER_HOURS = 24  # a run still RUNNING this long after its start has most likely died without ending
 

@@ -12,8 +12,9 @@ import pytest
 
 from pipelines.config import load_config
 from pipelines.dashboard import from_mlflow, render_dashboard
-from pipelines.dashboard.data import PARENT_TAG, PROMOTED_TAG
+from pipelines.registry import PROMOTED_TAG
 from pipelines.runner import run_pipeline
+from pipelines.tracking import PARENT_TAG
 
 # a 200-run store is read (one search, no artifact downloads but the latest evaluations') and drawn well within this
 # on a busy 2-core CI machine: measured 1.1 s here
