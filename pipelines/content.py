@@ -90,9 +90,11 @@ def embed_training_queries(
     texts = [q for item in range(1, len(titles)) for q in made[item]]
     counts = torch.tensor([0, 0, *(len(made[item]) for item in range(1, len(titles)))])
     vectors = embed_texts(texts, config, cache_dir) if texts else np.zeros((0, 1), dtype=np.float32)
-    bank = QueryBank(torch.from_numpy(vectors.astype(np.float32, copy=False)), torch.cumsum(counts, dim=0))
+    bank = QueryBank(
+        torch.from_numpy(vectors.astype(np.float32, copy=False)), torch.cumsum(counts, dim=0), tuple(texts)
+    )
     path = out_dir / QUERIES_FILE
     out_dir.mkdir(parents=True, exist_ok=True)
-    bank.save(path, texts)
+    bank.save(path)
     logger.info("made and embedded %d training queries of %d items into %s", len(texts), items.height, path)
     return path

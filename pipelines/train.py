@@ -19,6 +19,7 @@ from pipelines.model_dir import POPULARITY_VALID, load_trained_model, model_sha2
 from pipelines.per_user import PerUserRanks
 from pipelines.tracking import OfflineTracker, Tracker, start_tracking
 from recsys.data.prepared import PreparedParts, SequenceData, TrainingData
+from recsys.data.schema import ITEM_IDX
 from recsys.data.splits import TEST, VALID
 from recsys.errors import ConfigError
 from recsys.evaluation import evaluate
@@ -28,7 +29,7 @@ from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.models.registry import Model, ModelInputs, build_model
 from recsys.runtime.distributed import Workers
 from recsys.semantic_ids.codes import read_semantic_ids
-from recsys.semantic_ids.content import read_content_embeddings
+from recsys.semantic_ids.content import item_texts, read_content_embeddings
 from recsys.training.recipes import NextItemTraining, QueryBank, Recipe, recipe_for
 from recsys.training.trainer import FitResult, fit
 
@@ -109,10 +110,12 @@ def train_step(
 def model_inputs(config: ExperimentConfig, data: SequenceData, features: CatalogFeatures | None) -> ModelInputs:
     """What the model is built on: the catalog's features and domains, and the trained models the config names."""
     features = features or CatalogFeatures()
-    content = None
+    content, texts = None, None
     if features.content_embeddings is not None:
         vectors = torch.from_numpy(read_content_embeddings(features.content_embeddings, data.num_items)).float()
         content = torch.cat([torch.zeros(1, vectors.shape[1]), vectors])  # row 0: the padding item
+        if config.sid is not None:  # the texts those vectors embed
+            texts = tuple(item_texts(data.items.sort(ITEM_IDX), config.sid.content.text_fields))
     section = config.model
 
     def trained(path: Path | None, key: str) -> Model | None:
@@ -122,6 +125,7 @@ def model_inputs(config: ExperimentConfig, data: SequenceData, features: Catalog
         semantic_ids=None if features.semantic_ids is None else read_semantic_ids(features.semantic_ids)[0],
         content=content,
         content_encoder=features.content_encoder,
+        item_texts=texts,
         item_domains=data.item_domains() if data.domains else None,
         domains=tuple(data.domains),
         new_items=data.cold_mask,

@@ -189,9 +189,10 @@ class Recommender:
                              "query_aware model (docs/search.md)")  # fmt: skip
         assert isinstance(self.model, QueryAwareRetriever)
         encoding, encoder = self._queries
-        vectors = torch.from_numpy(embed_texts([q.text or "" for q in queries], encoding, encoder=encoder))
+        texts = [q.text or "" for q in queries]
+        vectors = torch.from_numpy(embed_texts(texts, encoding, encoder=encoder))
         histories = Jagged.from_lists([q.history for q in queries])
-        scores = self.model.score_with_queries(histories.to_padded(self.max_history), vectors)  # (Q, V+1)
+        scores = self.model.score_with_queries(histories.to_padded(self.max_history), vectors, texts)  # (Q, V+1)
         scores[:, 0] = -torch.inf  # the padding is never an item
         for row, q in enumerate(queries):
             if q.exclude_seen and q.history:

@@ -114,7 +114,7 @@ class QueryAwareSearch:
             return self.model.score(histories)
         if histories is None:
             histories = torch.zeros(len(queries), 0, dtype=torch.long)  # (B, 0): no history
-        return self.model.score_with_queries(histories, self.embed(queries))
+        return self.model.score_with_queries(histories, self.embed(queries), queries)
 
 
 @dataclass(frozen=True)

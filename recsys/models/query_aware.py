@@ -1,7 +1,7 @@
 """Query-aware sequential retrieval: one model for recommendation (a history), search (a text query) and both.
 
 A SASRec reads the history; the query is embedded by the platform's content encoder (MiniLM, as the items' titles).
-Two towers meet in a gated sum, one learned, one textual:
+Three towers meet in a gated sum: a learned one, a textual one and a lexical one:
 
     item vector   e_i = [id_i + P(c_i) ; c_i / |c_i|]        c_i: the item's content embedding (C), P: C -> D
     user state    h   = SASRec(history)   (a learned `h_0` when there is no history; its inputs are id_i + P(c_i))
@@ -9,23 +9,28 @@ Two towers meet in a gated sum, one learned, one textual:
     fused         u   = [h + g * P(q) ; t * s * q / |q|]      g = sigmoid(W [h; P(q)] + b) per dimension,
                                                               t = sigmoid(w [h; P(q)] + b') one per row, s > 0 learned
                   u   = [h ; 0]                               without a query
-    scores        u . e_i = (h + g * P(q)) . (id_i + P(c_i)) + t * s * cos(q, c_i)
+    scores        u . e_i + l * r * BM25(query text, text_i)  l = sigmoid(w' [h; P(q)] + b'') one per row, r > 0
+                                                              learned; 0 without a query
 
 The learned tower (the first D dimensions) carries the history and what P keeps of the query; the text tower (the
 last C) is the cosine of the query and each title in the encoder's full space, which a D-dimensional projection
 blurs (a query's exact words tell one title from its neighbours), weighted by a scale s and a gate t that the history
-can lower. Every score stays one dot product, so the item vectors go into a FAISS index as any retriever's.
-Without a query it is a SASRec with content-aware item vectors; without a history it is a text search over the
-catalogue (h_0 + g * P(q), and the text tower). Trained on next items (`recsys.training.recipes.query_aware`):
-each target is given, at random, one of its training queries (made from its title), and some positions lose their
-history, so the model learns all three uses.
+can lower. The lexical tower (`lexical`, on by default) is BM25 of the query's words against each item's text
+(`recsys.retrieval.lexical`, the items' texts saved with the model): a sentence encoder maps "acne wash" near every
+cleanser, BM25 ranks the titles holding both words first; its weight l * r is learned as the others' (a specific
+query can outweigh the history, a vague one not). BM25 is a sparse dot product (query words . each item's term
+weights), computed beside the dense one; the dense part alone (a history without a query) goes into a FAISS index as
+any retriever's. Without a query it is a SASRec with content-aware item vectors; without a history it is a text
+search over the catalogue (h_0 + g * P(q), and the text and lexical towers). Trained on next items
+(`recsys.training.recipes.query_aware`): each target is given, at random, one of its training queries (made from its
+title), and some positions lose their history, so the model learns all three uses.
 
 Dimension letters: B batch, L history length, D dim, C content (encoder) dim, V+1 items.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -35,8 +40,10 @@ from pydantic import NonNegativeInt, PositiveInt
 from torch import nn
 
 from recsys.data.times import HistoryTimes
+from recsys.errors import RecsysError
 from recsys.models import TrainingFamily
 from recsys.models.sasrec import SASRec, SASRecConfig
+from recsys.retrieval.lexical import BM25Retriever
 from recsys.runtime.validation import Fraction, check_heads
 from recsys.semantic_ids.content import DEFAULT_MODEL
 
@@ -55,6 +62,7 @@ class QueryAwareConfig:
     # the encoder of queries at scoring time: the one that embedded the items' content (the experiment's
     # `sid.content.model`, filled in by the registry), recorded so that serving embeds queries the same way
     encoder: str = DEFAULT_MODEL
+    lexical: bool = True  # the lexical tower: BM25 of the query against the items' texts (module docstring)
 
     def __post_init__(self) -> None:
         check_heads(self.num_heads, self.dim)
@@ -67,6 +75,48 @@ class QueryAwareConfig:
 
 
 TEXT_SCALE_INIT = 10.0  # the text tower's starting scale s (module docstring)
+LEXICAL_SCALE_INIT = 1.0  # the lexical tower's starting scale r: a BM25 point worth a logit
+
+
+class LexicalTower(nn.Module):
+    """BM25 scores of text queries against every item's text, the texts kept in the model's state dict (its extra
+    state), so that a saved model searches as it was trained without the catalogue beside it.
+
+    Args:
+        texts: (V,) the text of items 1..V (`recsys.semantic_ids.content.item_texts` of the items sorted by index),
+            or None: filled in by `load_state_dict`.
+    """
+
+    def __init__(self, texts: Sequence[str] | None = None) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+        self.bm25: BM25Retriever | None = None
+        if texts is not None:
+            self.index(texts)
+
+    def index(self, texts: Sequence[str]) -> None:
+        self.texts = list(texts)
+        self.bm25 = BM25Retriever(self.texts)
+
+    def scores(self, queries: Sequence[str]) -> torch.Tensor:
+        """(B,) non-empty query texts -> (B, V+1) float32 BM25 scores, column 0 (the padding) 0."""
+        if self.bm25 is None:
+            raise RecsysError(
+                "the query-aware model's lexical tower holds no item texts. Fix: build the model with the items' "
+                "texts (ModelInputs.item_texts, as the pipeline's train step does), or load a trained model"
+            )
+        scores = self.bm25.score(queries)
+        scores[:, 0] = 0.0
+        return scores
+
+    def get_extra_state(self) -> dict[str, list[str]]:
+        return {"texts": self.texts}
+
+    def set_extra_state(self, state: dict[str, list[str]]) -> None:
+        self.index(state["texts"])
+
+    def extra_repr(self) -> str:
+        return f"items={len(self.texts)}"
 
 
 class QueryAwareRetriever(nn.Module):
@@ -75,19 +125,24 @@ class QueryAwareRetriever(nn.Module):
     Args:
         config: sizes, and the query encoder's name.
         content: (V+1, content_dim) the items' content embeddings, row 0 zero (None: from a state dict).
+        texts: (V,) the texts of items 1..V, which the lexical tower indexes (None: from a state dict).
 
     Example:
+        >>> titles = ["red lipstick", "blue eye shadow", "lipstick brush", "nail polish", "face cream"]
         >>> model = QueryAwareRetriever(QueryAwareConfig(num_items=5, max_history=4, dim=8, num_heads=1, ffn_dim=16,
-        ...                                              content_dim=3), torch.randn(6, 3))
+        ...                                              content_dim=3), torch.randn(6, 3), titles)
         >>> model.eval().score(torch.tensor([[0, 1, 2]])).shape            # a history alone
         torch.Size([1, 6])
-        >>> model.score_with_queries(torch.zeros(2, 0, dtype=torch.long), torch.randn(2, 3)).shape   # queries alone
+        >>> no_history = torch.zeros(2, 0, dtype=torch.long)
+        >>> model.score_with_queries(no_history, torch.randn(2, 3), ["lipstick", "cream"]).shape   # queries alone
         torch.Size([2, 6])
     """
 
     training_family: ClassVar[TrainingFamily] = "query_aware"
 
-    def __init__(self, config: QueryAwareConfig, content: torch.Tensor | None = None) -> None:
+    def __init__(
+        self, config: QueryAwareConfig, content: torch.Tensor | None = None, texts: Sequence[str] | None = None
+    ) -> None:
         super().__init__()
         if config.content_dim < 1:
             raise ValueError("a query-aware model needs the items' content embeddings (content_dim >= 1)")
@@ -104,6 +159,10 @@ class QueryAwareRetriever(nn.Module):
         self.text_gate = nn.Linear(2 * config.dim, 1)  # t
         # s = softplus(.): starts at TEXT_SCALE_INIT, a cosine gap of 0.1 between two titles worth a logit of 1
         self.text_scale = nn.Parameter(torch.tensor(TEXT_SCALE_INIT).expm1().log())
+        self.lexical = LexicalTower(texts) if config.lexical else None
+        self.lexical_gate = nn.Linear(2 * config.dim, 1) if config.lexical else None  # l
+        # r = softplus(.), as s
+        self.lexical_scale = nn.Parameter(torch.tensor(LEXICAL_SCALE_INIT).expm1().log()) if config.lexical else None
         nn.init.normal_(self.text.weight, std=0.02)
         self._cache: dict[str, tuple[tuple[object, ...], torch.Tensor]] = {}  # `_inference_cached`'s
 
@@ -139,15 +198,33 @@ class QueryAwareRetriever(nn.Module):
         """(B, L) items [+ packed `segments` and `positions`] -> (B, L, D) user states, no query (SASRec's)."""
         return self.sasrec(item_ids, segments, positions, items=self.input_embeddings())
 
-    def fuse(self, states: torch.Tensor, queries: torch.Tensor, has_query: torch.Tensor) -> torch.Tensor:
-        """(N, D) user states + (N, C) query embeddings -> (N, D+C) user vectors against `item_embeddings`; rows
-        where `has_query` (N,) bool is False keep their state, and nothing in the text tower."""
+    def fuse(
+        self, states: torch.Tensor, queries: torch.Tensor, has_query: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, D) user states + (N, C) query embeddings -> ((N, D+C) user vectors against `item_embeddings`, (N, 1)
+        the lexical tower's weight l * r); rows where `has_query` (N,) bool is False keep their state, and nothing
+        in the text and lexical towers (weight 0, as without the tower)."""
         q = self.text(queries)  # (N, D)
         both = torch.cat([states, q], dim=-1)
         learned = torch.where(has_query[:, None], states + torch.sigmoid(self.gate(both)) * q, states)
         weight = torch.sigmoid(self.text_gate(both)) * F.softplus(self.text_scale)  # (N, 1): t * s
         text = torch.where(has_query[:, None], weight * F.normalize(queries, dim=-1), torch.zeros_like(queries))
-        return torch.cat([learned, text], dim=-1)
+        lexical = torch.zeros_like(weight)
+        if self.lexical_gate is not None and self.lexical_scale is not None:
+            lexical = torch.sigmoid(self.lexical_gate(both)) * F.softplus(self.lexical_scale)  # (N, 1): l * r
+            lexical = torch.where(has_query[:, None], lexical, 0.0)
+        return torch.cat([learned, text], dim=-1), lexical
+
+    def lexical_scores(self, texts: Sequence[str], has_query: torch.Tensor) -> torch.Tensor | None:
+        """(N,) query texts ("" where `has_query` (N,) bool is False) -> (N, V+1) BM25 scores, 0 in rows without a
+        query; None for a model without the lexical tower."""
+        if self.lexical is None:
+            return None
+        rows = has_query.nonzero().flatten().cpu()
+        scores = torch.zeros(len(texts), self.config.num_items + 1)
+        if len(rows):
+            scores[rows] = self.lexical.scores([texts[row] for row in rows.tolist()])
+        return scores.to(has_query.device)
 
     def without_query(self, states: torch.Tensor) -> torch.Tensor:
         """(N, D) user states -> (N, D+C) user vectors with an empty text tower."""
@@ -169,12 +246,24 @@ class QueryAwareRetriever(nn.Module):
         """(B, L) left-padded histories -> (B, V+1) scores over all items."""
         return self.encode_queries(histories) @ self.item_embeddings().T
 
-    def score_with_queries(self, histories: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
-        """(B, L) left-padded histories (an all-padding row, or L = 0: no history) + (B, C) query embeddings ->
-        (B, V+1) scores over all items."""
+    def score_with_queries(
+        self, histories: torch.Tensor, queries: torch.Tensor, texts: Sequence[str] | None = None
+    ) -> torch.Tensor:
+        """(B, L) left-padded histories (an all-padding row, or L = 0: no history) + (B, C) query embeddings and
+        their (B,) non-empty texts (which the lexical tower reads; None only for a model without it) -> (B, V+1)
+        scores over all items."""
         states = self._states(histories)
-        fused = self.fuse(states, queries.to(states), torch.ones(len(states), dtype=torch.bool, device=states.device))
-        return fused @ self.item_embeddings().T
+        has_query = torch.ones(len(states), dtype=torch.bool, device=states.device)
+        fused, weight = self.fuse(states, queries.to(states), has_query)
+        scores = fused @ self.item_embeddings().T
+        if self.lexical is None:
+            return scores
+        if texts is None or len(texts) != len(states):
+            raise ValueError(
+                f"the lexical tower reads each query's text: got {'none' if texts is None else len(texts)} for "
+                f"{len(states)} queries. Fix: pass the texts the query embeddings were made from"
+            )
+        return scores + weight * self.lexical.scores(texts).to(scores)  # every row has a query
 
     def _states(self, histories: torch.Tensor) -> torch.Tensor:
         """(B, L) left-padded histories -> (B, D): the last position's state, h_0 for an empty history."""

@@ -56,6 +56,7 @@ class ModelInputs:
             `use_content`; the query-aware model).
         content_encoder: the encoder that made `content` (`ContentConfig.model`): the query-aware model embeds its
             queries with it.
+        item_texts: (V,) the texts `content` embeds, of items 1..V (the query-aware model's lexical tower).
         item_domains: (V+1,) every item's domain index, -1 for the padding (domain adapters).
         domains: the domain names those indices stand for (`SequenceData.domains`).
         new_items: (V+1,) bool, the items the generative model serves through `new_item_slots` (cold-start items).
@@ -69,6 +70,7 @@ class ModelInputs:
     semantic_ids: SemanticIds | None = None
     content: torch.Tensor | None = None
     content_encoder: str | None = None
+    item_texts: tuple[str, ...] | None = None
     item_domains: torch.Tensor | None = None
     domains: tuple[str, ...] = ()
     new_items: torch.Tensor | None = None
@@ -187,7 +189,13 @@ def _query_aware(fields: dict[str, Any], inputs: ModelInputs) -> QueryAwareRetri
     encoder = _required(inputs.content_encoder, "model 'query_aware' embeds queries with the items' content encoder. "
                         "Fix: add a `sid` section whose `content` names it")  # fmt: skip
     config: QueryAwareConfig = _validate("query_aware", {**fields, "content_dim": content.shape[1], "encoder": encoder})
-    return QueryAwareRetriever(config, content)
+    if not config.lexical:
+        return QueryAwareRetriever(config, content)
+    texts = _required(inputs.item_texts, "model 'query_aware' with its lexical tower (model.params.lexical) indexes "
+                      "the items' texts. Fix: add a `sid` section whose `content` names the text fields")  # fmt: skip
+    if len(texts) != config.num_items:
+        raise ConfigError(f"{len(texts)} item texts for {config.num_items} items. Fix: one text per item, by index")
+    return QueryAwareRetriever(config, content, texts)
 
 
 def _ranker(fields: dict[str, Any], inputs: ModelInputs) -> TwoStageRanker:

@@ -14,7 +14,11 @@ from recsys.data.tasks import TaskKind
 
 
 def full_softmax_loss(
-    hidden: torch.Tensor, item_emb: torch.Tensor, targets: torch.Tensor, excluded: torch.Tensor | None = None
+    hidden: torch.Tensor,
+    item_emb: torch.Tensor,
+    targets: torch.Tensor,
+    excluded: torch.Tensor | None = None,
+    biases: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Cross-entropy over every item.
 
@@ -24,8 +28,11 @@ def full_softmax_loss(
         targets: (N,) item_idx >= 1.
         excluded: (V+1,) bool, items left out of the softmax (cold-start items, which do not exist yet
             at training time: as negatives they would be trained to score low); or (N, V+1), per target.
+        biases: (N, V+1) logits added to the dot products (a query-aware model's lexical scores), or None.
     """
     logits = (hidden @ item_emb[1:].T).float()  # (N, V)
+    if biases is not None:
+        logits = logits + biases[:, 1:].float()
     if excluded is not None:
         logits = logits.masked_fill(excluded[..., 1:], float("-inf"))
     return F.cross_entropy(logits, targets - 1)
@@ -43,6 +50,7 @@ def sampled_softmax_loss(
     targets: torch.Tensor,
     negatives: torch.Tensor,
     sampling_probs: torch.Tensor,
+    biases: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Softmax over the target and S shared negatives, with logQ correction.
 
@@ -57,10 +65,14 @@ def sampled_softmax_loss(
         hidden: (N, D); target_vectors: (N, D) and negative_vectors: (S, D), the output vectors of
         targets: (N,) item_idx >= 1 and negatives: (S,) item_idx.
         sampling_probs: (V+1,) the distribution the negatives were drawn from, 0 at the padding index.
+        biases: (N, V+1) logits added to the dot products (a query-aware model's lexical scores), or None.
     """
     log_q = torch.log(sampling_probs.to(hidden.device) * negatives.numel())
     pos_logits = (hidden * target_vectors).sum(-1, keepdim=True) - log_q[targets][:, None]  # (N, 1)
     neg_logits = hidden @ negative_vectors.T - log_q[negatives][None, :]  # (N, S)
+    if biases is not None:
+        pos_logits = pos_logits + biases.gather(1, targets[:, None]).to(pos_logits)
+        neg_logits = neg_logits + biases[:, negatives].to(neg_logits)
     neg_logits = neg_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
     logits = torch.cat([pos_logits, neg_logits], dim=1).float()
     return F.cross_entropy(logits, torch.zeros_like(targets))

@@ -50,7 +50,7 @@ def test_search_ranks_the_catalogue_for_the_query_alone(query_bundle: tuple[str,
     model = recommender.model
     vector = torch.from_numpy(embed_texts([query], ContentConfig(model=model.config.encoder, progress=False)))
     with torch.no_grad():
-        scores = model.score_with_queries(torch.zeros(1, 0, dtype=torch.long), vector)[0]
+        scores = model.score_with_queries(torch.zeros(1, 0, dtype=torch.long), vector, [query])[0]
     scores[0] = -torch.inf
     expected = scores.topk(5)
     item_ids = ["", *recommender.data.items["item_id"].to_list()]

@@ -171,22 +171,30 @@ class NextItemRecipe:
         return hidden, batch.targets[real]
 
     def targets_loss(
-        self, model: NextItemModel, hidden: torch.Tensor, targets: torch.Tensor, generator: torch.Generator
+        self,
+        model: NextItemModel,
+        hidden: torch.Tensor,
+        targets: torch.Tensor,
+        generator: torch.Generator,
+        biases: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Mean loss of (N, D) states predicting their (N,) targets, over the catalogue or a sample of it."""
+        """Mean loss of (N, D) states predicting their (N,) targets, over the catalogue or a sample of it; `biases`
+        (N, V+1): logits added to the dot products, or None."""
         if self.sampling_probs is not None:
             drawn = draw_negatives(self.sampling_probs, self.num_negatives, generator).to(hidden.device)
             vectors = item_rows(model, torch.cat([targets, drawn]))  # one lookup: one sparse gradient
             positives, negatives, negative_vectors = vectors[: targets.numel()], drawn, vectors[targets.numel() :]
             if self.in_batch_negatives:
                 negatives, negative_vectors = torch.cat([drawn, targets]), torch.cat([negative_vectors, positives])
-            return sampled_softmax_loss(hidden, positives, negative_vectors, targets, negatives, self.sampling_probs)
+            return sampled_softmax_loss(
+                hidden, positives, negative_vectors, targets, negatives, self.sampling_probs, biases
+            )
         excluded = None if self.excluded is None else self.excluded.to(hidden.device)
         if self.item_domains is not None:  # (N, V+1): other domains' items are out of each target's softmax
             domains = self.item_domains.to(hidden.device)
             other = domains[None, :] != domains[targets][:, None]
             excluded = other if excluded is None else other | excluded[None, :]
-        return full_softmax_loss(hidden, model.item_embeddings(), targets, excluded)
+        return full_softmax_loss(hidden, model.item_embeddings(), targets, excluded, biases)
 
 
 def item_rows(model: NextItemModel, items: torch.Tensor) -> torch.Tensor:

@@ -41,20 +41,22 @@ class QueryAwareTraining(NextItemTraining):
 
 @dataclass(frozen=True)
 class QueryBank:
-    """Every item's training queries, embedded: item i's are rows offsets[i]:offsets[i+1] of `vectors`."""
+    """Every item's training queries, embedded: item i's are rows offsets[i]:offsets[i+1] of `vectors` and `texts`."""
 
     vectors: torch.Tensor  # (Q, C) float32
     offsets: torch.Tensor  # (V+2,) int64
+    texts: tuple[str, ...]  # (Q,) what the vectors embed (the lexical tower reads them)
 
-    def save(self, path: Path, texts: list[str]) -> None:
-        """Write the bank (and its texts, to read what was trained on) as one .npz, atomically."""
+    def save(self, path: Path) -> None:
+        """Write the bank as one .npz, atomically."""
         with atomic_file(path) as tmp, tmp.open("wb") as handle:
-            np.savez(handle, vectors=self.vectors.numpy(), offsets=self.offsets.numpy(), texts=np.array(texts))
+            np.savez(handle, vectors=self.vectors.numpy(), offsets=self.offsets.numpy(), texts=np.array(self.texts))
 
     @staticmethod
     def load(path: Path) -> QueryBank:
         with np.load(path) as saved:
-            return QueryBank(torch.from_numpy(saved["vectors"]), torch.from_numpy(saved["offsets"]))
+            vectors, offsets = torch.from_numpy(saved["vectors"]), torch.from_numpy(saved["offsets"])
+            return QueryBank(vectors, offsets, tuple(saved["texts"].tolist()))
 
     @staticmethod
     def load_texts(path: Path) -> dict[int, list[str]]:
@@ -63,14 +65,25 @@ class QueryBank:
             offsets, texts = saved["offsets"].tolist(), saved["texts"].tolist()
         return {item: texts[offsets[item] : offsets[item + 1]] for item in range(1, len(offsets) - 1)}
 
-    def draw(self, items: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """For (N,) items: ((N, C) one of each item's queries, drawn uniformly; (N,) bool whether it has any)."""
+    def draw(self, items: torch.Tensor, generator: torch.Generator) -> DrawnQueries:
+        """One of each of (N,) items' queries, drawn uniformly."""
         items = items.cpu()
         start, count = self.offsets[items], self.offsets[items + 1] - self.offsets[items]
         pick = (torch.rand(len(items), generator=generator) * count).long()
         rows = (start + pick.clamp(max=(count - 1).clamp(min=0))).clamp(max=max(len(self.vectors) - 1, 0))
         vectors = self.vectors[rows] if len(self.vectors) else torch.zeros(len(items), self.vectors.shape[1])
-        return vectors, count > 0
+        has_any = count > 0
+        texts = [self.texts[row] if has else "" for row, has in zip(rows.tolist(), has_any.tolist(), strict=True)]
+        return DrawnQueries(vectors, texts, has_any)
+
+
+@dataclass(frozen=True)
+class DrawnQueries:
+    """A query for each of N targets (`QueryBank.draw`)."""
+
+    vectors: torch.Tensor  # (N, C) their embeddings (zero rows where none)
+    texts: list[str]  # (N,) their texts ("" where none)
+    has_any: torch.Tensor  # (N,) bool: whether the target has a training query at all
 
 
 @dataclass(frozen=True)
@@ -115,12 +128,14 @@ class QueryAwareRecipe:
         real = batch.targets != 0  # (B, L)
         states = model(batch.inputs, batch.segments, batch.positions)[real]  # (N, D)
         targets = batch.targets[real]  # (N,)
-        queries, has_any = self.bank.draw(targets, generator)  # (N, C), (N,)
+        queries = self.bank.draw(targets, generator)
         draws = torch.rand(2, len(targets), generator=generator)
-        queried = has_any & (draws[0] < self.query_rate)
+        queried = queries.has_any & (draws[0] < self.query_rate)
         hidden = queried & (draws[1] < self.no_history_rate)
         device = states.device
         queried, hidden = queried.to(device), hidden.to(device)
         states = torch.where(hidden[:, None], model.without_history(len(states)), states)
-        fused = model.fuse(states, queries.to(states), queried)
-        return self.next_item.targets_loss(model, fused, targets, generator), targets.numel()
+        fused, lexical_weight = model.fuse(states, queries.vectors.to(states), queried)
+        lexical = model.lexical_scores(queries.texts, queried)  # (N, V+1) BM25, or None without the tower
+        biases = None if lexical is None else lexical_weight * lexical.to(lexical_weight)
+        return self.next_item.targets_loss(model, fused, targets, generator, biases), targets.numel()

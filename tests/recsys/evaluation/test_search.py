@@ -45,10 +45,10 @@ def sasrec(num_items: int) -> SASRec:
     return SASRec(SASRecConfig(num_items, max_history=10, dim=16, num_heads=1, ffn_dim=32)).eval()
 
 
-def query_aware(num_items: int, content: torch.Tensor) -> QueryAwareRetriever:
+def query_aware(num_items: int, content: torch.Tensor, titles: list[str]) -> QueryAwareRetriever:
     torch.manual_seed(0)
     config = QueryAwareConfig(num_items, max_history=10, dim=16, num_heads=1, ffn_dim=32, content_dim=content.shape[1])
-    return QueryAwareRetriever(config, torch.cat([torch.zeros(1, content.shape[1]), content])).eval()
+    return QueryAwareRetriever(config, torch.cat([torch.zeros(1, content.shape[1]), content]), titles).eval()
 
 
 def by_hand(scores: torch.Tensor, split: EvalSplit, rows: torch.Tensor) -> dict[str, float]:
@@ -71,7 +71,7 @@ def test_every_setting_and_level_ranks_the_users_with_a_query(data: SequenceData
     split = data.eval_split("test")
     queries = level_queries(QueryMaker(titles, most_similar(content.numpy()), seed=0), split)
     queries["title-3"][:5] = [""] * 5  # five users without a query at this level
-    bm25, unified = BM25Retriever(titles[1:]), query_aware(data.num_items, content)
+    bm25, unified = BM25Retriever(titles[1:]), query_aware(data.num_items, content, titles[1:])
     systems: dict[str, SearchSystem] = {"bm25": TextSearch(bm25), "sasrec": HistoryOnly(sasrec(data.num_items)),
                "query-aware": QueryAwareSearch(unified, embed)}  # fmt: skip
     found = evaluate_search(systems, split, queries, CONFIG)
@@ -86,8 +86,8 @@ def test_every_setting_and_level_ranks_the_users_with_a_query(data: SequenceData
     texts = queries["title-3"][5:]
     assert found.levels["title-3"]["no-history"]["bm25"] == pytest.approx(by_hand(bm25.score(texts), split, rows))
     with torch.no_grad():
-        search = unified.score_with_queries(torch.zeros(len(rows), 0, dtype=torch.long), embed(texts))
-        both = unified.score_with_queries(split.histories.select(rows).to_padded(10), embed(texts))
+        search = unified.score_with_queries(torch.zeros(len(rows), 0, dtype=torch.long), embed(texts), texts)
+        both = unified.score_with_queries(split.histories.select(rows).to_padded(10), embed(texts), texts)
     setting = found.levels["title-3"]
     assert setting["no-history"]["query-aware"] == pytest.approx(by_hand(search, split, rows), abs=1e-6)
     assert setting["history+query"]["query-aware"] == pytest.approx(by_hand(both, split, rows), abs=1e-6)

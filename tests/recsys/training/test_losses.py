@@ -27,3 +27,23 @@ def test_sampled_softmax_with_uniform_q_matches_the_manual_formula() -> None:
     neg = (hidden @ emb[negatives].T - log_q).masked_fill(negatives[None] == targets[:, None], float("-inf"))
     expected = F.cross_entropy(torch.cat([pos, neg], 1), torch.zeros(4, dtype=torch.long))
     torch.testing.assert_close(loss, expected)
+
+
+def test_per_target_biases_are_added_to_every_items_logit_in_both_losses() -> None:
+    """A query-aware model's lexical scores: one (V+1) row of logits per target, the padding column unused."""
+    torch.manual_seed(0)
+    hidden, emb, targets = torch.randn(4, 8), torch.randn(6, 8), torch.tensor([1, 2, 3, 5])
+    biases = torch.randn(4, 6)
+    expected = F.cross_entropy(hidden @ emb[1:].T + biases[:, 1:], targets - 1)
+    torch.testing.assert_close(full_softmax_loss(hidden, emb, targets, biases=biases), expected)
+
+    probs, negatives = torch.tensor([0.0, 0.2, 0.2, 0.2, 0.2, 0.2]), torch.tensor([2, 4, 5])
+    loss = sampled_softmax_loss(hidden, emb[targets], emb[negatives], targets, negatives, probs, biases)
+    log_q = torch.log(torch.tensor(0.2 * 3))
+    pos = (hidden * emb[targets]).sum(-1, keepdim=True) - log_q + biases.gather(1, targets[:, None])
+    neg = hidden @ emb[negatives].T - log_q + biases[:, negatives]
+    neg = neg.masked_fill(negatives[None] == targets[:, None], float("-inf"))
+    expected = F.cross_entropy(torch.cat([pos, neg], 1), torch.zeros(4, dtype=torch.long))
+    torch.testing.assert_close(loss, expected)
+    unbiased = sampled_softmax_loss(hidden, emb[targets], emb[negatives], targets, negatives, probs)
+    assert not torch.allclose(loss, unbiased)
