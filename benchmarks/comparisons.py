@@ -33,7 +33,7 @@ from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, set
 from benchmarks.quality import seeded, train_seeds, work_overrides
 from pipelines.comparison import compare_evaluation_dirs
 from pipelines.config import ExperimentConfig, load_config
-from pipelines.dashboard import EVALUATION_FILE
+from pipelines.evaluation_dir import EVALUATION_FILE
 from recsys.evaluation.uncertainty import Uncertainty, seed_summary
 
 logger = logging.getLogger(__name__)

@@ -51,6 +51,7 @@ import torch
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from benchmarks.train_scale import BatchCounter
 from features.prepare import prepare
+from features.settings import PrepareSettings
 from features.sources import load_source, open_synthetic
 from pipelines.config import load_config
 from pipelines.launcher import run_on_processes
@@ -142,7 +143,7 @@ def _synthetic_data(settings: Settings) -> Path:
     data_dir = Path(settings.data_dir.format(users=settings.users, items=settings.items))
     if not (data_dir / "meta.json").is_file():
         source = open_synthetic(num_users=settings.users, num_items=settings.items, seed=settings.seed)
-        prepare(source, data_dir, partitions=settings.partitions)
+        prepare(source, data_dir, PrepareSettings(partitions=settings.partitions))
     return data_dir
 
 

@@ -125,7 +125,7 @@ def train_part(settings: Settings, part: Part, work: Path) -> dict[str, Any]:
     for domain in domains:
         data = load_data(outputs.data.data_dir, domain)
         test[domain] = evaluate(model, data.eval_split("test"), data.num_items, config.eval).metrics
-    device = resolve_device(config.train.device)
+    device = resolve_device(config.train.hardware.device)
     record: dict[str, Any] = {
         **asdict(part),
         "test": test,

@@ -21,13 +21,14 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import benchmark_parser, log_to_console, provenance, reproduce_of, write_result
-from pipelines.config import ExperimentConfig, load_config
-from pipelines.runner import ExperimentPaths, PipelineOutputs, run_pipeline
+from pipelines.config import ExperimentConfig, load_config, moved_keys_renamed
+from pipelines.runner import run_pipeline
+from pipelines.steps import ExperimentPaths, PipelineOutputs
 from recsys.evaluation.uncertainty import seed_summary
 from recsys.runtime.device import resolve_device, use_bf16_autocast
 from recsys.semantic_ids.codes import read_semantic_ids
@@ -46,7 +47,7 @@ def settings_record(config: ExperimentConfig, num_items: int | None = None) -> d
     """What a result records of its config: every section but tracking, the model's training settings resolved (with
     `num_items`, the loss `auto` trains on that catalogue)."""
     record = config.model_dump(mode="json", exclude={"tracking"})
-    record["model"]["training"] = asdict(config.model.training_settings())
+    record["model"]["training"] = config.model.training_record()
     if num_items is not None and record["model"]["training"].get("loss") == AUTO_LOSS:
         record["model"]["training"]["loss"] = _trained_loss(config, num_items)
     return record
@@ -65,7 +66,8 @@ def recorded_mismatches(
     trained (`auto` decided for the catalogue: `num_items`, else the result's dataset's)."""
     items = num_items if num_items is not None else result.get("dataset", {}).get("items")
     expected = settings_record(config, items)
-    for dotted, value in _leaves(result.get("settings", {})):
+    recorded = moved_keys_renamed(result.get("settings", {}), warn=False)  # a result of before a key moved
+    for dotted, value in _leaves(recorded):
         if dotted.startswith(UNRECORDED):
             continue
         if dotted == LOSS_KEY and value == AUTO_LOSS and items is not None:
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> Path:
     work = args.work_dir.resolve()
     config = load_config(args.config, {**overrides, **work_overrides(work)})
     paths = ExperimentPaths.under(work, config)
-    device = resolve_device(config.train.device)
+    device = resolve_device(config.train.hardware.device)
     start = time.perf_counter()
     # a benchmark measures a whole run from scratch, not the rest of an earlier one (unless asked to resume)
     rerun = [] if args.resume else ["train_retriever"]
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> Path:
             "split": "leave-one-out per user: last item = test, second-to-last = valid, rest = train",
             "ranking": "full (all items, no sampled negatives)",
             "exclude_seen": config.eval.exclude_seen,
-            "checkpoint": f"best validation {config.train.monitor}",
+            "checkpoint": f"best validation {config.train.schedule.monitor}",
             "ks": list(config.eval.ks),
         },
         "settings": settings_record(config, meta.get("counts", {}).get("items")),
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> Path:
         "epochs_run": m["epochs_run"],
         "wall_seconds": round(time.perf_counter() - start, 1),
         "device": str(device),
-        "bf16_autocast": use_bf16_autocast(config.train.precision, device),
+        "bf16_autocast": use_bf16_autocast(config.train.hardware.precision, device),
         **provenance(),
         "semantic_ids": semantic_id_health(outputs.semantic_ids.path) if outputs.semantic_ids else None,
         "mlflow_run_id": outputs.model.run_id,

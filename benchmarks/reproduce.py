@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", nargs="*", type=Path, help="result JSONs whose commands to print")
     parser.add_argument("--check", action="store_true", help=f"check every JSON under {RESULTS_DIR.relative_to(REPO)}")
     args = parser.parse_args(argv)
+    # results recorded before a config key moved name it the old way: read as such, without a warning per result
+    logging.getLogger("pipelines.config").setLevel(logging.ERROR)
     if not args.check:
         for path in args.results:
             record = json.loads(path.read_text()).get("reproduce")

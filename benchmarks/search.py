@@ -25,7 +25,7 @@ from typing import Any
 from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, write_result
 from benchmarks.reproduce import jsonable
 from pipelines.model_dir import load_model_dir, load_trained_model, model_sha256, trained_data_dir
-from pipelines.search import QUERY_AWARE, query_aware_search, search_inputs
+from pipelines.search import query_search, search_inputs
 from recsys.data.schema import ITEM_IDX
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
@@ -38,12 +38,13 @@ from recsys.evaluation.search import (
     TextSearch,
     evaluate_search,
 )
-from recsys.models.query_aware import QueryAwareRetriever
+from recsys.inference import QueryScorer
 from recsys.retrieval.lexical import BM25Config, BM25Retriever
 from recsys.retrieval.text import DenseTextRetriever
 from recsys.semantic_ids.content import item_texts
 
 logger = logging.getLogger("benchmarks.search")
+QUERY_AWARE = "query-aware"  # the query-aware model's name among the systems compared
 EXAMPLES = 3  # test queries of the first users recorded per level
 
 
@@ -73,11 +74,11 @@ def main(argv: list[str] | None = None) -> Path:
     data_dir = Path(s.data_dir) if s.data_dir else trained_data_dir(qa_dir)
     trained = load_model_dir(qa_dir, data_dir)
     data, query_aware = trained.data, trained.model
-    if not isinstance(query_aware, QueryAwareRetriever):
+    if not isinstance(query_aware, QueryScorer):
         raise ConfigError(
             f"query_aware_model_dir {qa_dir} holds a {trained.name} model. Fix: the directory of a query_aware model"
         )
-    sasrec = load_trained_model(sasrec_dir, "sasrec_model_dir")
+    sasrec = load_trained_model(sasrec_dir, "sasrec_model_dir")[1]
     if sasrec.config.num_items != data.num_items:
         raise ConfigError(
             f"sasrec_model_dir {sasrec_dir} was trained on {sasrec.config.num_items} items, the data has "
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> Path:
         "bm25": TextSearch(BM25Retriever(texts, s.bm25)),
         "dense": TextSearch(DenseTextRetriever(inputs.content, inputs.embed)),
         "sasrec": HistoryOnly(sasrec.eval()),
-        QUERY_AWARE: query_aware_search(query_aware, inputs),
+        QUERY_AWARE: query_search(query_aware, inputs),
     }
     evaluation = evaluate_search(systems, split, queries, s.eval)
     result = {

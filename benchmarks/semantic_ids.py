@@ -26,6 +26,7 @@ from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, set
 from benchmarks.quality import dataset_record, semantic_id_health
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.runner import run_pipeline
+from pipelines.semantic_ids import sid_settings
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
 from recsys.semantic_ids.content import ContentConfig, item_texts, load_encoder
 
@@ -74,7 +75,7 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
         assert config.sid is not None
         recorded = tokenizers.get(config.name, {}).get("build", {}).get("settings", {})
         where = f"tokenizers.{config.name}.build.settings"
-        yield from _differences(where, recorded, config.sid.model_dump(mode="json"))
+        yield from _differences(where, recorded, sid_settings(config.sid, config.content))
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> Path:
     assert prepared.data is not None
     data_dir = prepared.data.data_dir
     items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
-    content = next((c.sid.content for c in configs if c.sid is not None and c.sid.vectors == "content"), None)
+    content = next((c.content for c in configs if c.sid is not None and c.sid.vectors == "content"), None)
     result: dict[str, Any] = {
         "dataset": {**dataset_record(settings.data_path, configs[0]), "items": items.height},
         "embedding_throughput": None if content is None else embedding_throughput(items, content),

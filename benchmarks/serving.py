@@ -12,7 +12,7 @@ Usage:
         --model-dir /work/scale/models/sasrec-1m --set pipeline.index.kind=ivf_pq ...   # a trained model, at scale
 
 `--config` is an experiment config in the repo (default configs/beauty/sasrec.yaml); `--set KEY=VALUE`, `--epochs N`
-(= `--set train.epochs=N`: serving cost depends on the model's shape, not its training) and `--data-dir` (=
+(= `--set train.schedule.epochs=N`: serving cost depends on the model's shape, not its training) and `--data-dir` (=
 `--set data.path=DIR`) override it, and the index served is HNSW unless `--set pipeline.index.kind=...` says
 otherwise: all of these are the result's `reproduce` overrides. The load test's own knobs (--duration,
 --connections, --model-calls, --freshness-trials, --workers, --history-store) are recorded in the result's
@@ -100,15 +100,18 @@ from pipelines.config import ExperimentConfig, load_config
 from pipelines.index import build_index_step
 from pipelines.model_dir import CONFIG_FILE
 from pipelines.registry import POINT, register_bundle
-from pipelines.runner import PipelineOutputs, run_pipeline
+from pipelines.runner import run_pipeline
+from pipelines.steps import PipelineOutputs
 from pipelines.tracking import start_tracking
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.evaluation.queries import QueryMaker
+from recsys.models.family import Input
 from recsys.retrieval.faiss_index import FaissTopK
 
 # what the benchmark sets on every config, recorded as overrides (its own default: `--set` changes it)
 DEFAULTS = {"pipeline.index.kind": "hnsw"}
 MODEL_DIR = "model dir"  # a --model-dir result's train_epochs: the model directory's own training
+EPOCHS_KEYS = {"train.schedule.epochs", "train.epochs"}  # the override of the training's epochs (and its old name)
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> ExperimentConfig:
@@ -120,7 +123,7 @@ def recorded_mismatches(result: dict[str, Any], config: ExperimentConfig) -> Ite
     bundle = result.get("bundle", {})
     expected: dict[str, Any] = {"model": config.model.name, "index": config.pipeline.index.kind}
     if bundle.get("train_epochs") not in ("config", MODEL_DIR):  # the config's own epochs, or a model dir's
-        expected["train_epochs"] = config.train.epochs
+        expected["train_epochs"] = config.train.schedule.epochs
     for key, value in expected.items():
         if bundle.get(key) != value:
             yield f"bundle.{key}: the result has {bundle.get(key)!r}, the config {value!r}"
@@ -144,7 +147,9 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--data-dir", type=Path, help="raw data instead of the config's data.path (= --set data.path)")
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/serving-bench"), help="data, models, MLflow")
     parser.add_argument(
-        "--epochs", type=int, help="= --set train.epochs (serving cost depends on the model's shape, not its training)"
+        "--epochs",
+        type=int,
+        help="= --set train.schedule.epochs (serving cost depends on the model's shape, not its training)",
     )
     parser.add_argument("--duration", type=int, default=30, help="seconds of each wrk run")
     parser.add_argument("--connections", type=int, default=8, help="concurrent HTTP connections")
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> Path:
     if args.data_dir is not None:
         overrides["data.path"] = str(args.data_dir)
     if args.epochs is not None:
-        overrides["train.epochs"] = args.epochs
+        overrides["train.schedule.epochs"] = args.epochs
     reproduce = reproduce_of(__name__, args, overrides)
     overrides = reproduce.overrides
     work = args.work_dir.resolve()
@@ -211,7 +216,7 @@ def main(argv: list[str] | None = None) -> Path:
             if freshness is None:
                 freshness = _freshness_ms(base, data.items["item_id"].to_list(), args.freshness_trials)
             run["hot_swap"] = _hot_swap_under_load(base, work, outputs, name, uri, users, args)
-            if config.model.name == "query_aware":
+            if Input.QUERIES in config.model.reads():
                 run["search"] = wrk(base, SEARCH, _queries(data), args.duration, args.connections, seed=0)
             runs.append(run)
 
@@ -223,7 +228,7 @@ def main(argv: list[str] | None = None) -> Path:
             "items": data.num_items,
             "users": data.num_users,
             "index": config.pipeline.index.kind,
-            "train_epochs": config.train.epochs if "train.epochs" in overrides else "config",
+            "train_epochs": config.train.schedule.epochs if EPOCHS_KEYS & overrides.keys() else "config",
         },
         "endpoint": f"{RECOMMENDATIONS.endpoint}, users drawn uniformly from the data",
         "server": _server_description(args),
@@ -272,7 +277,7 @@ def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -
                 recommendations = wrk(server.base, RECOMMENDATIONS, users, args.duration, args.connections, seed=0)
                 similar = wrk(server.base, SIMILAR_ITEMS, items, args.duration, args.connections, seed=0)
                 search = None
-                if config.model.name == "query_aware":
+                if Input.QUERIES in config.model.reads():
                     search = wrk(server.base, SEARCH, _queries(data), args.duration, args.connections, seed=0)
         runs.append({
             "workers": workers, "startup_s": server.startup_seconds,

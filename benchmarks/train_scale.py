@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> Path:
     torch.manual_seed(settings.seed)
     model = build_model(experiment.model.name, experiment.model.params, parts.num_items)
     assert isinstance(model, SASRec)
-    recipe = recipe_for(model, parts, experiment.train.batch_size, experiment.model.training_settings())
+    recipe = recipe_for(model, parts, experiment.train.optimization.batch_size, experiment.model.training_settings())
     assert isinstance(recipe, NextItemRecipe)
     model = model.to(device)
     optimization = build_optimization(model, lr=settings.lr, weight_decay=0.0, schedule="constant", warmup_steps=0,
@@ -150,13 +150,14 @@ def experiment_of(settings: Settings, device_type: str) -> ExperimentConfig:
         sparse = training.resolved_loss(settings.items) == "sampled_softmax" and device_type == "cpu"
     return load_config(REPO / EXPERIMENT, {
         "data.options.num_users": settings.users, "data.options.num_items": settings.items,
-        "data.options.seed": settings.seed, "data.stream_parts": settings.buffer_parts,
+        "data.options.seed": settings.seed, "train.stream_parts": settings.buffer_parts,
         "model.params.dim": settings.dim, "model.params.ffn_dim": 4 * settings.dim,
         "model.params.max_history": settings.max_history, "model.params.num_layers": settings.num_layers,
         "model.training.loss": settings.loss, "model.training.num_negatives": settings.num_negatives,
         "model.training.sparse_item_gradients": sparse,
-        "train.batch_size": settings.rows_per_batch, "train.lr": settings.lr, "train.seed": settings.seed,
-        "train.valid_users": settings.valid_users, "train.threads": settings.threads,
+        "train.optimization.batch_size": settings.rows_per_batch, "train.optimization.lr": settings.lr,
+        "train.seed": settings.seed, "train.schedule.valid_users": settings.valid_users,
+        "train.hardware.threads": settings.threads,
     })  # fmt: skip
 
 

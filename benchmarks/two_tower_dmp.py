@@ -40,16 +40,10 @@ from benchmarks.reproduce import jsonable, mismatches
 from pipelines.launcher import run_on_processes
 from recsys.data.batching import HistoryBatch
 from recsys.models.two_tower import TwoTower, TwoTowerConfig
+from recsys.modules.table_training import TableOptimizer, TableTraining
 from recsys.runtime.distributed import Workers, join, leave
 from recsys.training.data_parallel import DataParallelLoss
-from recsys.training.model_parallel import (
-    ModelParallelLoss,
-    PlacedTable,
-    TableOptimizer,
-    TableTraining,
-    placements,
-    plan_tables,
-)
+from recsys.training.model_parallel import ModelParallelLoss, PlacedTable, placements, plan_tables
 from recsys.training.optimization import build_optimization
 from recsys.training.recipes.pairs import TwoTowerRecipe
 

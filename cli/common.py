@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pipelines import MLflow, which is slow: commands import the
 ERROR_EXIT_CODE = 2
 
 ConfigOpt = Annotated[Path, typer.Option("--config", help="Experiment YAML, e.g. configs/synthetic/sasrec.yaml.")]
-EpochsOpt = Annotated[int | None, typer.Option("--epochs", min=1, help="Override train.epochs.")]
+EpochsOpt = Annotated[int | None, typer.Option("--epochs", min=1, help="Override train.schedule.epochs.")]
 PreparedDirOpt = Annotated[
     Path | None, typer.Option("--data-dir", help="Use this prepared directory instead of preparing the config's data.")
 ]
@@ -27,7 +27,7 @@ SetOpt = Annotated[
         "--set",
         metavar="KEY=VALUE",
         help="Override a config key (dotted, YAML value; repeatable), e.g. --set "
-        "train.lr=3e-4 --set model.params.dim=128.",
+        "train.optimization.lr=3e-4 --set model.params.dim=128.",
     ),
 ]
 
@@ -53,8 +53,8 @@ def same_experiment(
     """The options that give another process this command's experiment (for the processes of a distributed run).
 
     Example:
-        >>> same_experiment(Path("c.yaml"), Path("runs"), None, 3, ["train.lr=1e-3"])
-        ['--config', 'c.yaml', '--work-dir', 'runs', '--epochs', '3', '--set', 'train.lr=1e-3']
+        >>> same_experiment(Path("c.yaml"), Path("runs"), None, 3, ["train.optimization.lr=1e-3"])
+        ['--config', 'c.yaml', '--work-dir', 'runs', '--epochs', '3', '--set', 'train.optimization.lr=1e-3']
     """
     options = ["--config", str(config), "--work-dir", str(work_dir)]
     options += ["--data-dir", str(data_dir)] if data_dir is not None else []
@@ -68,5 +68,5 @@ def load_experiment(config: Path, epochs: int | None, sets: list[str] | None) ->
 
     overrides = parse_overrides(sets or [])
     if epochs is not None:
-        overrides["train.epochs"] = epochs
+        overrides["train.schedule.epochs"] = epochs
     return load_config(config, overrides)

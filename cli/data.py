@@ -8,7 +8,6 @@ Examples:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,10 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.common import handle_errors
-from features.policies import UnknownItems
-from features.prepare import DEFAULT_MEMORY_BUDGET_GB, PrepareSummary, dry_run, prepare
+from features.prepare import PrepareSummary, dry_run, prepare
 from features.raw import RawDataset, RawStream
+from features.settings import DEFAULT_MEMORY_BUDGET_GB, PrepareSettings, UnknownItems
 from features.sources import SOURCES, get_source, open_source
+from recsys.data.splits import MIN_INTERACTIONS
 
 app = typer.Typer(help="Prepare and validate interaction data.", no_args_is_help=True)
 
@@ -61,7 +61,7 @@ def prepare_command(
     source: SourceOpt,
     out: Annotated[Path, typer.Option("--out", help="Prepared directory to write (replaced atomically).")],
     input_path: InputOpt = None,
-    min_interactions: MinInteractionsOpt = 3,
+    min_interactions: MinInteractionsOpt = MIN_INTERACTIONS,
     unknown_items: UnknownItemsOpt = UnknownItems.DROP,
     cold_start_fraction: ColdOpt = 0.0,
     seed: SeedOpt = 0,
@@ -74,10 +74,11 @@ def prepare_command(
     with handle_errors():
         options = source_options(source, seed=seed, num_users=num_users, num_items=num_items)
         raw = open_source(source, input_path, **options)
-        settings = PrepareSettings(
-            min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, max_seconds
-        )
-        summary = prepare(raw, out, **settings.as_kwargs(), source_options=options)
+        settings = PrepareSettings.checked(
+            min_interactions=min_interactions, unknown_items=unknown_items, cold_start_fraction=cold_start_fraction,
+            seed=seed, memory_budget_gb=memory_budget_gb, max_seconds=max_seconds,
+        )  # fmt: skip
+        summary = prepare(raw, out, settings, source_options=options)
     print_summary(summary, raw)
 
 
@@ -85,7 +86,7 @@ def prepare_command(
 def validate_command(
     source: SourceOpt,
     input_path: InputOpt = None,
-    min_interactions: MinInteractionsOpt = 3,
+    min_interactions: MinInteractionsOpt = MIN_INTERACTIONS,
     unknown_items: UnknownItemsOpt = UnknownItems.DROP,
     cold_start_fraction: ColdOpt = 0.0,
     seed: SeedOpt = 0,
@@ -98,26 +99,12 @@ def validate_command(
     with handle_errors():
         options = source_options(source, seed=seed, num_users=num_users, num_items=num_items)
         raw = open_source(source, input_path, **options)
-        settings = PrepareSettings(
-            min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, max_seconds
-        )
-        summary = dry_run(raw, **settings.as_kwargs())
+        settings = PrepareSettings.checked(
+            min_interactions=min_interactions, unknown_items=unknown_items, cold_start_fraction=cold_start_fraction,
+            seed=seed, memory_budget_gb=memory_budget_gb, max_seconds=max_seconds,
+        )  # fmt: skip
+        summary = dry_run(raw, settings)
     print_summary(summary, raw)
-
-
-@dataclass(frozen=True)
-class PrepareSettings:
-    """The settings `prepare` and `validate` share."""
-
-    min_interactions: int
-    unknown_items: UnknownItems
-    cold_start_fraction: float
-    seed: int
-    memory_budget_gb: float
-    max_seconds: float | None
-
-    def as_kwargs(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def source_options(source: str, *, seed: int, num_users: int | None, num_items: int | None) -> dict[str, Any]:

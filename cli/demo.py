@@ -19,6 +19,7 @@ import typer
 
 from cli.common import handle_errors
 from cli.render import metrics_table, print_tables, recommendations_table
+from pipelines.evaluation_dir import DASHBOARD_FILE
 from recsys.errors import RecsysError
 
 DEFAULT_CONFIG = Path("configs/synthetic/sasrec.yaml")
@@ -39,8 +40,7 @@ def demo_command(
         tracking = {"tracking.uri": f"sqlite:///{out / 'mlflow.db'}"}
         sequential = load_config(config, tracking)
         popularity = load_config(config, {**tracking, "model": {"name": "popularity"}, "name": "popularity"})
-        from pipelines.evaluate import DASHBOARD_FILE  # after the config: its errors come before MLflow's import
-        from pipelines.runner import run_pipeline
+        from pipelines.runner import run_pipeline  # after the config: its errors come before MLflow's import
 
         typer.echo(f"pipeline {sequential.name}: prepare -> train -> index -> evaluate -> register ...")
         outputs, _ = run_pipeline(sequential, out)

@@ -21,7 +21,7 @@ NprocOpt = Annotated[
         "--nproc-per-node",
         min=1,
         help="Train on N processes of this host (one per GPU; CPU processes under gloo) through torch's elastic "
-        "launcher; default: train.nproc_per_node (1).",
+        "launcher; default: train.distributed.nproc_per_node (1).",
     ),
 ]
 MaxRestartsOpt = Annotated[

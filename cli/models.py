@@ -40,9 +40,10 @@ def train_command(
     until its train step: what is up to date is skipped). With --nproc-per-node N, N processes train data parallel."""
     with handle_errors():
         cfg = load_experiment(config, epochs, sets)
-        from pipelines.runner import STEP_BEFORE_TRAINING, TRAIN_STEP, run_pipeline  # after the config's errors
+        from pipelines.runner import run_pipeline  # after the config's errors
+        from pipelines.steps import STEP_BEFORE_TRAINING, TRAIN_STEP
 
-        nproc = nproc_per_node or cfg.train.nproc_per_node
+        nproc = nproc_per_node or cfg.train.distributed.nproc_per_node
         if needs_launch(nproc):
             run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=data_dir)  # once, not in every process
             launch(nproc, ["train", *same_experiment(config, work_dir, data_dir, epochs, sets)], max_restarts)

@@ -52,10 +52,11 @@ def run_command(
     --nproc-per-node N, its train step runs on N processes."""
     with handle_errors():
         cfg = load_experiment(config, epochs, sets)  # before the runner's imports: a config error comes at once
-        from pipelines.runner import STEP_BEFORE_TRAINING, TRAIN_STEP, run_pipeline, runs_step
+        from pipelines.runner import run_pipeline, runs_step
+        from pipelines.steps import STEP_BEFORE_TRAINING, TRAIN_STEP
 
         rerun = rerun or []
-        nproc = nproc_per_node or cfg.train.nproc_per_node
+        nproc = nproc_per_node or cfg.train.distributed.nproc_per_node
         if needs_launch(nproc) and runs_step(TRAIN_STEP, step, until):
             if step is None:  # the steps before training, once, in this process
                 run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=data_dir, rerun=rerun, wait_s=wait)

@@ -12,8 +12,8 @@ from typing import Any
 
 from airflow.sdk import Param, chain, dag, task
 
-from pipelines.runner import STEP_NAMES
 from pipelines.scheduling import run_step_task
+from pipelines.steps import STEP_NAMES
 
 
 def _run(step: str, params: dict[str, Any] | None = None) -> dict[str, str]:
@@ -37,7 +37,7 @@ def _run(step: str, params: dict[str, Any] | None = None) -> dict[str, str]:
             type=["null", "integer"],
             minimum=1,
             description="processes of the worker's host that train (one per GPU, or CPU processes under gloo); "
-            "empty: the config's train.nproc_per_node (1 by default)",
+            "empty: the config's train.distributed.nproc_per_node (1 by default)",
         ),
     },
     tags=["recsys", "training"],

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -31,56 +30,11 @@ import polars as pl
 from features.io import LINE
 from features.partitions import ITEM_CODE, ROW, ItemCodes
 from features.raw import RawDataset, interactions_file
+from features.settings import PrepareSettings, UnknownItems
 from recsys.data.schema import ITEM_ID, TS, USER_ID
-from recsys.data.splits import MIN_INTERACTIONS
-from recsys.errors import ConfigError, DataError
+from recsys.errors import DataError
 
 logger = logging.getLogger(__name__)
-
-
-class UnknownItems(StrEnum):
-    """What to do with interactions whose item is absent from the catalog."""
-
-    DROP = "drop"
-    KEEP = "keep"
-    ERROR = "error"
-
-
-@dataclass(frozen=True)
-class Policies:
-    """Policy settings.
-
-    Args:
-        min_interactions: users with fewer interactions are dropped (>= 3 for leave-one-out).
-        unknown_items: "drop" | "keep" | "error".
-    """
-
-    min_interactions: int = MIN_INTERACTIONS
-    unknown_items: UnknownItems = UnknownItems.DROP
-
-    def __post_init__(self) -> None:
-        if self.min_interactions < MIN_INTERACTIONS:
-            raise ConfigError(
-                f"min_interactions must be >= {MIN_INTERACTIONS} (leave-one-out needs train + valid + "
-                f"test), got {self.min_interactions}"
-            )
-        object.__setattr__(self, "unknown_items", parse_unknown_items(self.unknown_items))  # accept "drop" etc.
-
-
-def parse_unknown_items(value: UnknownItems | str) -> UnknownItems:
-    """The `UnknownItems` policy named `value`.
-
-    Args:
-        value: "drop", "keep" or "error" (or the enum member).
-
-    Raises:
-        ConfigError: any other value.
-    """
-    try:
-        return UnknownItems(value)
-    except ValueError as err:
-        valid = ", ".join(policy.value for policy in UnknownItems)
-        raise ConfigError(f"unknown_items must be one of {valid}, got {value!r}") from err
 
 
 @dataclass(frozen=True)
@@ -130,14 +84,14 @@ class UserPolicyCounts:
 
 
 def apply_user_policies(
-    rows: pl.DataFrame, catalog_size: int | None, policies: Policies
+    rows: pl.DataFrame, catalog_size: int | None, policies: PrepareSettings
 ) -> tuple[pl.DataFrame, UserPolicyCounts]:
     """Steps 1-3 on the rows of a set of users (all the rows of each), in file order; returns the kept rows.
 
     Args:
         rows: `row`, user_id, item_code, ts and other columns (a part of `features.partitions`).
         catalog_size: the codes below it are the catalog's items (`ItemCodes.num_catalog`); None: no catalog.
-        policies: the settings.
+        policies: the prepare's settings (its min_interactions and unknown_items).
     """
     unique = rows.unique(subset=[USER_ID, ITEM_CODE, TS], keep="first", maintain_order=True)
     known, unknown_rows, first_unknown = unique, 0, None
@@ -168,7 +122,7 @@ def apply_item_policies(
     codes: ItemCodes,
     used: pl.Series,
     parts: Sequence[UserPolicyCounts],
-    policies: Policies,
+    policies: PrepareSettings,
     origin: Path,
 ) -> tuple[pl.DataFrame, tuple[PolicyOutcome, ...]]:
     """What needs every part, once `apply_user_policies` ran on each: the items table and every step's outcome, logged.
@@ -178,7 +132,7 @@ def apply_item_policies(
         codes: the item codes of the interactions.
         used: the item codes of the kept interactions (repeats allowed).
         parts: what `apply_user_policies` did to each part.
-        policies: the settings.
+        policies: the prepare's settings (its min_interactions and unknown_items).
         origin: the interactions file, for errors.
 
     Returns:
@@ -276,13 +230,13 @@ class CleanDataset:
     outcomes: tuple[PolicyOutcome, ...]
 
 
-def apply_policies(raw: RawDataset, policies: Policies) -> CleanDataset:
+def apply_policies(raw: RawDataset, policies: PrepareSettings) -> CleanDataset:
     """Apply the policies of this module to one in-memory dataset, in order, logging each count (`features.prepare`
     runs the same steps part by part).
 
     Args:
         raw: a loader's output.
-        policies: the settings.
+        policies: the prepare's settings (its min_interactions and unknown_items).
 
     Raises:
         DataError: unknown items under the "error" policy, or nothing left after the policies.

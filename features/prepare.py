@@ -50,16 +50,9 @@ import polars as pl
 
 from features.io import LINE
 from features.partitions import ITEM_CODE, PART, ROW, Parts, split_into_parts
-from features.policies import (
-    Policies,
-    PolicyOutcome,
-    UnknownItems,
-    UserPolicyCounts,
-    apply_item_policies,
-    apply_user_policies,
-    parse_unknown_items,
-)
+from features.policies import PolicyOutcome, UserPolicyCounts, apply_item_policies, apply_user_policies
 from features.raw import RawDataset, RawStream, as_stream, interactions_file
+from features.settings import PrepareSettings, UnknownItems
 from recsys.data.schema import (
     INTERACTIONS_DIR,
     INTERACTIONS_FILE,
@@ -77,8 +70,8 @@ from recsys.data.schema import (
     USERS_FILE,
     part_file_name,
 )
-from recsys.data.splits import MIN_INTERACTIONS, RULE, split_counts
-from recsys.errors import ConfigError, DataError
+from recsys.data.splits import RULE, split_counts
+from recsys.errors import DataError
 from recsys.runtime.atomic import atomic_directory
 from recsys.runtime.budget import Budget, BudgetGuard, Limit, limit
 from recsys.runtime.progress import Progress
@@ -86,7 +79,6 @@ from recsys.runtime.progress import Progress
 logger = logging.getLogger(__name__)
 
 ID_ORDER = "user_idx and item_idx are 1-based in sorted user_id / item_id order; 0 is padding"
-DEFAULT_MEMORY_BUDGET_GB = 4.0
 # A batch of P5 text peaks at about 25x its size while it is decoded, split into rows and coded (measured): a batch
 # of 1/64 of the budget leaves the rest for the item codes, the users' ids and the parts.
 BATCH_SHARE_OF_BUDGET = 1 / 64
@@ -100,55 +92,18 @@ SECONDS_KNOB = "--max-seconds"
 SCRATCH_DIR = ".scratch"  # inside the temp directory of the atomic write: a killed prepare leaves it nowhere else
 
 
-@dataclass(frozen=True)
-class Settings:
-    """How to prepare: the policies, the cold-start draw and how the work is cut.
+def batch_bytes(settings: PrepareSettings) -> int:
+    """How many bytes of input a batch reads under `settings.memory_budget_gb`."""
+    return int(min(MAX_BATCH_BYTES, max(1.0, settings.memory_budget_gb * 2**30 * BATCH_SHARE_OF_BUDGET)))
 
-    Args:
-        min_interactions: users with fewer interactions are dropped (>= 3).
-        unknown_items: "drop" | "keep" | "error" for items absent from the catalog.
-        cold_start_fraction: fraction of items marked cold, in [0, 1).
-        seed: seed of the cold-item draw.
-        memory_budget_gb: the memory the work may use, in GiB (> 0): it sizes the batches the input is read in, and
-            the process's resident memory is checked against it between batches and parts. It changes no output byte.
-        partitions: the number of parts the interactions are written in; None: `num_parts_for` the input.
-        max_seconds: the wall seconds the work may take (> 0), checked like the memory; None: no bound.
-    """
 
-    min_interactions: int = MIN_INTERACTIONS
-    unknown_items: UnknownItems | str = UnknownItems.DROP
-    cold_start_fraction: float = 0.0
-    seed: int = 0
-    memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB
-    partitions: int | None = None
-    max_seconds: float | None = None
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.cold_start_fraction < 1.0:
-            raise ConfigError(f"cold_start_fraction must be in [0, 1), got {self.cold_start_fraction}")
-        if not self.memory_budget_gb > 0:
-            raise ConfigError(f"memory_budget_gb must be > 0, got {self.memory_budget_gb}")
-        if self.partitions is not None and self.partitions < 1:
-            raise ConfigError(f"partitions must be >= 1, got {self.partitions}")
-        self.policies  # noqa: B018 - checks the policy settings now, before any work
-        self.budget()  # checks max_seconds now
-
-    @property
-    def policies(self) -> Policies:
-        return Policies(min_interactions=self.min_interactions, unknown_items=parse_unknown_items(self.unknown_items))
-
-    @property
-    def batch_bytes(self) -> int:
-        """How many bytes of input a batch reads."""
-        return int(min(MAX_BATCH_BYTES, max(1.0, self.memory_budget_gb * 2**30 * BATCH_SHARE_OF_BUDGET)))
-
-    def budget(self) -> Budget:
-        """The budget the passes check: the memory budget against the resident memory, and the time budget."""
-        return Budget(
-            "the prepare",
-            seconds=limit(self.max_seconds, SECONDS_KNOB),
-            memory_gb=Limit(self.memory_budget_gb, MEMORY_KNOB),
-        )
+def prepare_budget(settings: PrepareSettings) -> Budget:
+    """The budget the passes check: the memory budget against the resident memory, and the time budget."""
+    return Budget(
+        "the prepare",
+        seconds=limit(settings.max_seconds, SECONDS_KNOB),
+        memory_gb=Limit(settings.memory_budget_gb, MEMORY_KNOB),
+    )
 
 
 def num_parts_for(stream: RawStream) -> int:
@@ -232,39 +187,23 @@ class PrepareSummary:
 def prepare(
     raw: RawDataset | RawStream,
     out_dir: Path,
-    *,
-    min_interactions: int = MIN_INTERACTIONS,
-    unknown_items: UnknownItems | str = UnknownItems.DROP,
-    cold_start_fraction: float = 0.0,
-    seed: int = 0,
+    settings: PrepareSettings | None = None,
     source_options: Mapping[str, Any] | None = None,
-    memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB,
-    partitions: int | None = None,
-    max_seconds: float | None = None,
 ) -> PrepareSummary:
     """Apply the policies, map ids, order, mark cold items and write `out_dir` atomically.
 
     Args:
         raw: a loader's output (a stream for inputs of any size).
         out_dir: the prepared directory; an existing prepared directory there is replaced.
-        min_interactions: users with fewer interactions are dropped (>= 3).
-        unknown_items: "drop" | "keep" | "error" for items absent from the catalog.
-        cold_start_fraction: fraction of items marked cold, in [0, 1).
-        seed: seed of the cold-item draw.
+        settings: the policies, the cold-start draw and the budgets; None: the defaults.
         source_options: the loader options, recorded in meta.json for provenance.
-        memory_budget_gb: the memory the work may use (GiB): it sizes the batches, and bounds the resident memory.
-        partitions: the number of parts of the interactions; None: `num_parts_for` the input.
-        max_seconds: the wall seconds the work may take; None: no bound.
 
     Raises:
-        ConfigError: invalid settings.
         DataError: the data cannot be prepared (see `features.policies`); nothing is written.
-        BudgetExceeded: the work ran past `max_seconds` or `memory_budget_gb`; nothing is written.
+        BudgetExceeded: the work ran past `settings.max_seconds` or `.memory_budget_gb`; nothing is written.
     """
-    settings = Settings(
-        min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, partitions, max_seconds
-    )
-    guard = settings.budget().start()
+    settings = settings or PrepareSettings()
+    guard = prepare_budget(settings).start()
     try:
         with atomic_directory(out_dir, marker=META_FILE) as tmp:
             prepared = plan_prepared(raw, tmp / SCRATCH_DIR, settings, source_options or {}, guard)
@@ -282,54 +221,36 @@ def prepare(
 
 def build_prepared(
     raw: RawDataset | RawStream,
-    *,
-    min_interactions: int = MIN_INTERACTIONS,
-    unknown_items: UnknownItems | str = UnknownItems.DROP,
-    cold_start_fraction: float = 0.0,
-    seed: int = 0,
+    settings: PrepareSettings | None = None,
     source_options: Mapping[str, Any] | None = None,
-    memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB,
-    partitions: int | None = None,
-    max_seconds: float | None = None,
 ) -> PreparedData:
     """Everything `prepare` does except writing, with the tables in memory (for small data; `dry_run` for any size).
 
     Args: as `prepare`.
     """
-    settings = Settings(
-        min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, partitions, max_seconds
-    )
+    settings = settings or PrepareSettings()
     with tempfile.TemporaryDirectory(prefix="recsys-prepare-") as scratch:
-        guard = settings.budget().start()
+        guard = prepare_budget(settings).start()
         prepared = plan_prepared(raw, Path(scratch) / SCRATCH_DIR, settings, source_options or {}, guard)
         return replace(prepared, parts=tuple(part.collect().lazy() for part in prepared.parts))
 
 
-def dry_run(
-    raw: RawDataset | RawStream,
-    *,
-    min_interactions: int = MIN_INTERACTIONS,
-    unknown_items: UnknownItems | str = UnknownItems.DROP,
-    cold_start_fraction: float = 0.0,
-    seed: int = 0,
-    memory_budget_gb: float = DEFAULT_MEMORY_BUDGET_GB,
-    max_seconds: float | None = None,
-) -> PrepareSummary:
+def dry_run(raw: RawDataset | RawStream, settings: PrepareSettings | None = None) -> PrepareSummary:
     """What `prepare` would write, without writing it (`recsys data validate`): loader, policies, ids and splits
     run, the interactions are not indexed. The intermediate files go to the system's temp directory.
 
     Args: as `prepare`.
     """
-    settings = Settings(min_interactions, unknown_items, cold_start_fraction, seed, memory_budget_gb, None, max_seconds)
+    settings = settings or PrepareSettings()
     with tempfile.TemporaryDirectory(prefix="recsys-prepare-") as scratch:
-        guard = settings.budget().start()
+        guard = prepare_budget(settings).start()
         return summarize(plan_prepared(raw, Path(scratch) / SCRATCH_DIR, settings, {}, guard), None)
 
 
 def plan_prepared(
     raw: RawDataset | RawStream,
     scratch: Path,
-    settings: Settings,
+    settings: PrepareSettings,
     source_options: Mapping[str, Any],
     guard: BudgetGuard,
 ) -> PreparedData:
@@ -347,13 +268,12 @@ def plan_prepared(
         BudgetExceeded: the budget ran out.
     """
     stream = as_stream(raw)
-    policies = settings.policies
     num_parts = settings.partitions or num_parts_for(stream)
-    parts = split_into_parts(checked_batches(stream, guard), scratch / "parts", num_parts, settings.batch_bytes)
-    clean = clean_parts(parts, stream, policies, scratch / "clean", guard)
+    parts = split_into_parts(checked_batches(stream, guard), scratch / "parts", num_parts, batch_bytes(settings))
+    clean = clean_parts(parts, stream, settings, scratch / "clean", guard)
     used = pl.concat(clean.used_items)
     coded_items, outcomes = apply_item_policies(
-        stream.items, parts.items, used, clean.counts, policies, interactions_file(stream)
+        stream.items, parts.items, used, clean.counts, settings, interactions_file(stream)
     )
     users = number_users(clean.users)
     items = number_items(coded_items)
@@ -405,7 +325,9 @@ class CleanParts:
     used_items: tuple[pl.Series, ...]
 
 
-def clean_parts(parts: Parts, stream: RawStream, policies: Policies, directory: Path, guard: BudgetGuard) -> CleanParts:
+def clean_parts(
+    parts: Parts, stream: RawStream, policies: PrepareSettings, directory: Path, guard: BudgetGuard
+) -> CleanParts:
     """Pass 2: each part through the loader's per-user check and the per-user policies, the kept rows to `directory`.
 
     Args:
@@ -511,7 +433,7 @@ def build_meta(
     num_users: int,
     num_interactions: int,
     items: pl.DataFrame,
-    settings: Settings,
+    settings: PrepareSettings,
     source_options: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The contents of meta.json (deterministic: no timestamps, no host names, nothing of the memory budget).

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipelines.dashboard import EVALUATION_FILE
+from pipelines.evaluation_dir import EVALUATION_FILE
 from pipelines.per_user import PER_USER_FILE, PerUserRanks
 from recsys.errors import ConfigError, RecsysError
 from recsys.evaluation.uncertainty import Uncertainty, paired_difference, per_user_metrics

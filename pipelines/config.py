@@ -13,83 +13,129 @@ dotted key and the file.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from features.prepare import DEFAULT_MEMORY_BUDGET_GB
-from pipelines.tracking import resolve_tracking_uri
+from features.settings import PrepareSettings
+from pipelines.tracking import TrackingSection
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
-from recsys.models.registry import check_params, model_spec
+from recsys.models.family import Input
+from recsys.models.registry import model_family
 from recsys.retrieval import IndexConfig
 from recsys.runtime.validation import config_from, problems
 from recsys.semantic_ids.content import ContentConfig
 from recsys.semantic_ids.rqkmeans import RQKMeansConfig
 from recsys.semantic_ids.rqvae import RQVAEConfig
-from recsys.training.recipes import TRAINING_SETTINGS, DistillConfig, NextItemTraining, TrainingSettings
-from recsys.training.trainer import TrainConfig
+from recsys.training.config import TrainConfig
+from recsys.training.recipes import DistillConfig, training_named
+
+logger = logging.getLogger(__name__)
 
 BASE_KEY = "base"
 CONFIGS_DIR = "configs"
+# keys that moved, old dotted name -> new: a config naming the old one is read as if it named the new one
+MOVED_KEYS: dict[str, str] = {
+    **{
+        f"train.{key}": f"train.schedule.{key}"
+        for key in ("epochs", "patience", "monitor", "eval_every", "valid_users")
+    },
+    "train.max_train_seconds": "train.schedule.max_seconds",
+    **{
+        f"train.{key}": f"train.optimization.{key}"
+        for key in (
+            "batch_size",
+            "accumulate_batches",
+            "lr",
+            "lr_schedule",
+            "warmup_steps",
+            "weight_decay",
+            "ema_decay",
+        )
+    },
+    **{
+        f"train.{key}": f"train.hardware.{key}"
+        for key in ("device", "precision", "threads", "compile", "compile_mode", "max_memory_gb")
+    },
+    **{f"train.{key}": f"train.distributed.{key}" for key in ("nproc_per_node", "shard_item_table")},
+    "data.stream_parts": "train.stream_parts",
+    "sid.content": "content",
+}
 
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class DataSection(Section):
-    """Where the interactions come from and how they are prepared (see `recsys data prepare`)."""
+class DataSection(PrepareSettings):
+    """Where the interactions come from, and how they are prepared (`features.settings.PrepareSettings`, as
+    `recsys data prepare` takes them)."""
 
     source: str = "synthetic"
     path: Path | None = None  # raw input (file or directory); None for the synthetic source
     options: dict[str, Any] = Field(default_factory=dict)  # loader options, e.g. num_users for synthetic
-    min_interactions: int = 3
-    unknown_items: Literal["drop", "keep", "error"] = "drop"
-    cold_start_fraction: float = 0.0
-    seed: int = 0
-    # the memory the prepare may use (GiB): it sizes the batches large inputs are read in, not what is prepared
-    memory_budget_gb: float = Field(default=DEFAULT_MEMORY_BUDGET_GB, gt=0)
     # multi-domain data: train and evaluate on this domain's users and items only (the catalog's indices stay)
     domain: str | None = None
-    # next-item models: training reads the prepared parts this many at a time (its shuffle buffer) instead of every
-    # sequence at once (`recsys.data.prepared.PreparedParts`); None = all in memory. Evaluation reads the data whole.
-    stream_parts: PositiveInt | None = None
+
+    def prepare_settings(self) -> PrepareSettings:
+        return PrepareSettings(**{key: getattr(self, key) for key in PrepareSettings.model_fields})
 
 
 class ModelSection(Section):
-    """The model: its registry name (`recsys.models.registry.MODELS`), its config fields (num_items comes from the
-    data), its family's training settings (`recsys.training.recipes`), and the trained models it is built on."""
+    """The model: its family's name (`recsys.models.registry`), its config fields (num_items comes from the data),
+    its family's training settings (`recsys.training.recipes`), and the trained models it is built on (the families
+    that read them: `recsys.models.family.Input`)."""
 
     name: str = "sasrec"
     params: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
-    retriever_dir: Path | None = None  # ranker: the model directory of its first stage
-    # ranker training: a first stage trained without each user's last items (its model.training.holdout_last)
+    retriever_dir: Path | None = None  # a trained first stage (Input.RETRIEVER: the ranker)
+    # that first stage trained without each user's last items (its model.training.holdout_last)
     holdout_retriever_dir: Path | None = None
-    base_dir: Path | None = None  # domain_adapters: the model directory of the SASRec of every domain
-    members: list[Path] = Field(default_factory=list)  # fusion: the model directories of the retrievers to fuse
+    base_dir: Path | None = None  # a trained model to adapt (Input.BASE: domain adapters)
+    members: list[Path] = Field(default_factory=list)  # trained models to combine (Input.MEMBERS: fusion)
 
     @model_validator(mode="after")
     def _known_model_params_and_training(self) -> ModelSection:
         """Fail at load time, naming the key, rather than after the data is prepared or when training starts."""
         try:
-            model_spec(self.name)
+            family = model_family(self.name)
         except ConfigError as err:
             raise ConfigError(f"model.name: {err}") from err
-        check_params(self.name, self.params)
+        family.check_params(self.params)
         self.training_settings()
+        reads = self.reads()
+        unread = [key for role, (key, given) in self._upstream().items() if given and role not in reads]
+        if unread:
+            raise ConfigError(
+                f"{', '.join(unread)}: model {self.name!r} is built on no such trained model. Fix: remove the key, or "
+                "name a model family that reads it (docs/model-families.md)"
+            )
         return self
 
-    def training_settings(self) -> TrainingSettings:
-        """`training`, validated against the model family's settings."""
-        family = model_spec(self.name).training_family
+    def reads(self) -> frozenset[Input]:
+        """What the model reads (`recsys.models.family.Input`): the pipeline builds these inputs and no others."""
+        return model_family(self.name).inputs(self.params)
+
+    def training_settings(self) -> object:
+        """`training`, validated against the settings of the model family's training."""
+        training = training_named(model_family(self.name).training)
         try:
-            return config_from(TRAINING_SETTINGS[family], self.training, "model.training.")
+            return config_from(training.settings, self.training, "model.training.")
         except ConfigError as err:
             raise ConfigError(f"{err}. Fix: use the {self.name} model's training settings (docs/training.md)") from err
+
+    def training_record(self) -> dict[str, Any]:
+        """The training settings in full, defaults included: what MLflow and a benchmark result record of them."""
+        settings = self.training_settings()
+        assert dataclasses.is_dataclass(settings) and not isinstance(settings, type)  # every training's settings are
+        return dataclasses.asdict(settings)
 
     def upstream_dirs(self) -> dict[str, Path]:
         """Every model directory this model is built on, by role (what its fingerprint depends on)."""
@@ -101,18 +147,14 @@ class ModelSection(Section):
         found = {role: path for role, path in roles.items() if path is not None}
         return found | {f"member{i}": path for i, path in enumerate(self.members)}
 
-
-class TrackingSection(Section):
-    """MLflow tracking; the URI falls back to $MLFLOW_TRACKING_URI, then a local SQLite file."""
-
-    enabled: bool = True  # false: no MLflow run (e.g. a GPU box without MLflow); the model dir is still written
-    uri: str | None = None  # e.g. postgresql+psycopg2://user@host:5432/db for a shared store (docs/pipelines.md)
-    experiment: str | None = None  # defaults to the config name
-    # artifact location of experiments this creates; None: beside a SQLite file, else MLflow's default (./mlruns)
-    artifacts: str | None = None
-
-    def resolved_uri(self) -> str:
-        return resolve_tracking_uri(self.uri)
+    def _upstream(self) -> dict[Input, tuple[str, bool]]:
+        """{upstream input: (the key naming its model directories, whether it is set)}."""
+        return {
+            Input.RETRIEVER: ("model.retriever_dir", self.retriever_dir is not None),
+            Input.HOLDOUT_RETRIEVER: ("model.holdout_retriever_dir", self.holdout_retriever_dir is not None),
+            Input.BASE: ("model.base_dir", self.base_dir is not None),
+            Input.MEMBERS: ("model.members", bool(self.members)),
+        }
 
 
 class SidSection(Section):
@@ -122,7 +164,6 @@ class SidSection(Section):
     # "content": LLM embeddings of the item text; "random": Gaussian vectors of the same size (the ablation
     # that shows what the content is worth)
     vectors: Literal["content", "random"] = "content"
-    content: ContentConfig = Field(default_factory=ContentConfig)
     rqvae: RQVAEConfig = Field(default_factory=RQVAEConfig)
     rqkmeans: RQKMeansConfig = Field(default_factory=RQKMeansConfig)
     device: str = "auto"
@@ -152,24 +193,41 @@ class ExperimentConfig(Section):
     model: ModelSection = ModelSection()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
-    sid: SidSection | None = None  # semantic IDs to build before training (models that use them)
+    # how the items' text is embedded, for the models that read content (and for semantic IDs)
+    content: ContentConfig = ContentConfig()
+    sid: SidSection | None = None  # semantic IDs to build before training (models that read them)
     tracking: TrackingSection = TrackingSection()
     pipeline: PipelineSection = PipelineSection()
     distill: DistillConfig | None = None  # train the model as a student of a teacher (docs/training.md)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, raw: Any) -> Any:
+        """A key that moved (`MOVED_KEYS`) is read under its new name, with a warning that says so."""
+        return moved_keys_renamed(raw) if isinstance(raw, dict) else raw
+
+    @model_validator(mode="after")
+    def _semantic_ids_are_built(self) -> ExperimentConfig:
+        if Input.SEMANTIC_IDS in self.model.reads() and self.sid is None:
+            raise ConfigError(
+                f"model {self.model.name!r} with these params reads semantic IDs, which a `sid` section builds. "
+                "Fix: add one (e.g. configs/beauty/sasrec-sid.yaml's), or set the params that read them to 0"
+            )
+        return self
 
     @model_validator(mode="after")
     def _distils_a_next_item_model(self) -> ExperimentConfig:
         """A student is a next-item model trained on the whole data in memory (its teacher's cache covers it)."""
         if self.distill is None:
             return self
-        if type(self.model.training_settings()) is not NextItemTraining:
+        if model_family(self.model.name).training != "next_item":
             raise ConfigError(
                 f"distill: the student must be a next-item model (sasrec, hstu), not {self.model.name!r}. "
                 "Fix: set model.name: sasrec (its serving size in model.params), or remove the distill section"
             )
-        if self.data.stream_parts is not None:
+        if self.train.stream_parts is not None:
             raise ConfigError(
-                "distill: the teacher's cache covers the training rows in memory. Fix: remove data.stream_parts"
+                "distill: the teacher's cache covers the training rows in memory. Fix: remove train.stream_parts"
             )
         return self
 
@@ -206,7 +264,9 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
         )
     raw.setdefault("name", default_name(path))
     for dotted, value in (overrides or {}).items():
-        set_dotted(raw, dotted, value)
+        if moved_key(dotted) != dotted:
+            logger.warning("override %s is now %s: read as such", dotted, moved_key(dotted))
+        set_dotted(raw, moved_key(dotted), value)
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as err:
@@ -215,14 +275,67 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
         raise ConfigError(f"{path}: {err}") from err
 
 
+def moved_keys_renamed(raw: dict[str, Any], warn: bool = True, where: str = "config") -> dict[str, Any]:
+    """`raw` (a config's mapping, or a result's record of one) with every key of `MOVED_KEYS` under its new name,
+    each logged as a warning naming `where` (`warn`); ConfigError when a config sets both names.
+
+    Example:
+        >>> moved_keys_renamed({"train": {"lr": 0.01}})
+        {'train': {'optimization': {'lr': 0.01}}}
+    """
+    tree = copy.deepcopy(raw)
+    for old, new in MOVED_KEYS.items():
+        found, value = _get_dotted(tree, old, pop=True)
+        if not found:
+            continue
+        if _get_dotted(tree, new)[0]:
+            raise ConfigError(f"{old} and {new} are both set; {old} is the old name of {new}. Fix: keep {new} alone")
+        if warn:
+            logger.warning("%s: key %s is now %s: read as such (rename it there)", where, old, new)
+        set_dotted(tree, new, value)
+    return tree
+
+
+def moved_key(dotted: str) -> str:
+    """The name a dotted key (an override's, e.g. `--set train.lr=...`) has now (`MOVED_KEYS`).
+
+    Example:
+        >>> moved_key("train.lr"), moved_key("sid.content.model"), moved_key("train.seed")
+        ('train.optimization.lr', 'content.model', 'train.seed')
+    """
+    for old, new in MOVED_KEYS.items():
+        if dotted == old or dotted.startswith(f"{old}."):
+            return new + dotted[len(old) :]
+    return dotted
+
+
+def _get_dotted(tree: dict[str, Any], dotted: str, pop: bool = False) -> tuple[bool, Any]:
+    """(whether `dotted` is in `tree`, its value); `pop`: removed from `tree` (an emptied section stays: an empty
+    `sid` section still asks for semantic IDs)."""
+    *parents, leaf = dotted.split(".")
+    node: Any = tree
+    for key in parents:
+        node = node.get(key)
+        if not isinstance(node, dict):
+            return False, None
+    if leaf not in node:
+        return False, None
+    return True, node.pop(leaf) if pop else node[leaf]
+
+
 def default_name(path: Path) -> str:
     """`<dataset>-<stem>` for configs/<dataset>/<stem>.yaml, else the stem."""
     return f"{path.parent.name}-{path.stem}" if path.parent.parent.name == CONFIGS_DIR else path.stem
 
 
 def read_config_tree(path: Path, _extending: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """The config's mapping merged over the configs it extends (`base:`), the base's `name` left out."""
+    """The config's mapping merged over the configs it extends (`base:`), the base's `name` left out; each file's
+    moved keys renamed before the merge (an old name in a file overrides its base's new one)."""
     raw = _read_mapping(path)
+    try:
+        raw = moved_keys_renamed(raw, where=str(path))
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from err
     base = raw.pop(BASE_KEY, None)
     if base is None:
         return raw

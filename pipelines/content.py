@@ -5,8 +5,8 @@ Writes `content_embeddings.npy` ((V, D) float32, row i = item_idx i+1, L2-normal
 cached per text in the shared embedding cache, so a re-run, or another experiment over the same catalog,
 embeds nothing; the step is skipped outright when its file was made from the same settings and catalog.
 
-For a query-aware model it also writes `training_queries.npz`: the training queries the search protocol's query
-maker makes from every item's title (`recsys.evaluation.queries`), embedded by the same encoder
+For a model that reads text queries it also writes `training_queries.npz`: the training queries the search protocol's
+query maker makes from every item's title (`recsys.evaluation.queries`), embedded by the same encoder
 (`recsys.training.recipes.QueryBank`).
 """
 
@@ -80,8 +80,8 @@ def embed_training_queries(
     into `out_dir`/training_queries.npz; returns its path."""
     if config.decoder:
         raise ConfigError(
-            "a query-aware model embeds its queries as its items' text, with a sentence encoder; sid.content.decoder "
-            "is true. Fix: set it to false (a sentence-transformers model, the default all-MiniLM-L6-v2)"
+            "a model that reads queries embeds them as its items' text, with a sentence encoder; content.decoder is "
+            "true. Fix: set it to false (a sentence-transformers model, the default all-MiniLM-L6-v2)"
         )
     items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
     titles = catalogue_titles(items)

@@ -34,16 +34,7 @@ def prepare_step(section: DataSection, out_dir: Path) -> Path:
         logger.info("data in %s is up to date; skipping prepare", out_dir)
         return out_dir
     raw = open_source(section.source, section.path, **section.options)
-    prepare(
-        raw,
-        out_dir,
-        min_interactions=section.min_interactions,
-        unknown_items=section.unknown_items,
-        cold_start_fraction=section.cold_start_fraction,
-        seed=section.seed,
-        source_options=section.options,
-        memory_budget_gb=section.memory_budget_gb,
-    )
+    prepare(raw, out_dir, section.prepare_settings(), source_options=section.options)
     with atomic_file(stored) as tmp:
         tmp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
     return out_dir
@@ -60,8 +51,8 @@ def data_fingerprint(section: DataSection) -> dict[str, str]:
                 digest.update(b"<missing>")
                 continue
             feed_file(digest, file)
-    # the domain selects what trains, the memory budget how the work is cut: neither changes what is prepared
-    settings = section.model_dump_json(exclude={"domain", "memory_budget_gb"})
+    # the domain selects what trains, the budgets how the work is cut: none of them changes what is prepared
+    settings = section.model_dump_json(exclude={"domain", *section.HOW_IT_RUNS})
     return {"settings": settings, "inputs_sha256": digest.hexdigest()}
 
 

@@ -29,12 +29,12 @@ def teacher_cache_path(out_dir: Path) -> Path:
 
 def distillation_recipe(recipe: Recipe, data: SequenceData, config: ExperimentConfig, out_dir: Path) -> Recipe:
     """`recipe` (the student's next-item one) distilling `config.distill`'s teacher: its top-K cache reused when
-    current, else computed on `config.train.device` (by the first process of a distributed run) and written."""
+    current, else computed on `config.train.hardware.device` (by the first process of a distributed run) and written."""
     settings = config.distill
     assert settings is not None
     if not isinstance(recipe, NextItemRecipe):
         raise ConfigError(f"distill: a {type(recipe).__name__} cannot be distilled. Fix: distil a sasrec or hstu model")
-    teacher = load_trained_model(settings.teacher_dir, TEACHER_KEY)
+    teacher = load_trained_model(settings.teacher_dir, TEACHER_KEY)[1]
     if teacher.config.num_items != data.num_items:
         raise RecsysError(
             f"{TEACHER_KEY}: {settings.teacher_dir} was trained on {teacher.config.num_items} items, the student's "
@@ -48,7 +48,7 @@ def distillation_recipe(recipe: Recipe, data: SequenceData, config: ExperimentCo
     cache = None
     if Workers.from_environment().is_main:
         scoring = TeacherScoring(key, settings.top_k, candidates, settings.teacher_batch_size)
-        teacher = teacher.eval().to(resolve_device(config.train.device))
+        teacher = teacher.eval().to(resolve_device(config.train.hardware.device))
         users = data.users[schema.USER_IDX].to_torch().long()
         cache = cached_teacher_topk(directory, teacher, rows, users, scoring)
     wait_for_everyone()  # the other processes of a distributed run read what the first wrote

@@ -9,10 +9,10 @@ It writes, atomically, one evaluation directory:
                       percentile bootstrap over users, how in `uncertainty`; coverage@k, a property of the whole
                       catalogue's lists, has none), per-slice metrics, intervals and user counts, the metrics of the
                       tasks beside ranking (multi-task models), semantic-ID health (when the model was built with
-                      semantic IDs), the search protocol's slices by query difficulty (`search`: a query-aware
-                      model, `pipelines.search`), the teacher and settings of a distilled student (`distill`), the
-                      training run's validation/test metrics and the popularity baseline's validation metrics (the
-                      champion gate's bar)
+                      semantic IDs), the search protocol's slices by query difficulty (`search`: a model that
+                      reads text queries, `pipelines.search`), the teacher and settings of a distilled student
+                      (`distill`), the training run's validation/test metrics and the popularity baseline's
+                      validation metrics (the champion gate's bar)
     dashboard.html    this run's evaluation dashboard (pipelines.dashboard, plotly inlined, no network)
     per_user.npz      every user's test rank and slices (`pipelines.per_user`): what pairs two evaluations
                       (`pipelines.comparison`; evaluation.json's `split_digest` says which users they ranked)
@@ -20,7 +20,7 @@ It writes, atomically, one evaluation directory:
 and, with tracking on, logs them as artifacts `evaluation/` of an MLflow run `evaluate` (nested in the
 pipeline's run), with the slice metrics as `slice.<family>_<slice>.<metric>` (e.g.
 `slice.popularity_decile_3.ndcg_at_10`), the tasks' as `task.<task>.<metric>`, the search slices as
-`search.levels.<level>.<setting>.query-aware.<metric>` and the overall ones as `test.<metric>` with their interval's
+`search.levels.<level>.<setting>.<model family>.<metric>` and the overall ones as `test.<metric>` with their interval's
 bounds as `test.<metric>.low` and `test.<metric>.high`.
 """
 
@@ -35,17 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.config import ExperimentConfig
-from pipelines.dashboard import (
-    EVALUATE_RUN_NAME,
-    EVALUATION_ARTIFACT_DIR,
-    EVALUATION_FILE,
-    from_evaluation,
-    render_dashboard,
-)
+from pipelines.dashboard import from_evaluation, render_dashboard
 from pipelines.distill import TEACHER_KEY
+from pipelines.evaluation_dir import DASHBOARD_FILE, EVALUATE_RUN_NAME, EVALUATION_ARTIFACT_DIR, EVALUATION_FILE
 from pipelines.model_dir import POPULARITY_VALID, TrainedModel, load_model_dir, model_sha256, trained_config_name
 from pipelines.per_user import PER_USER_FILE, PerUserRanks
-from pipelines.search import SEARCH_SEED, evaluate_query_aware
+from pipelines.search import SEARCH_SEED, evaluate_query_scorer
 from pipelines.tracking import flatten, start_tracking
 from pipelines.train import CatalogFeatures, TrainOutputs
 from recsys.data.splits import TEST, VALID
@@ -53,15 +48,13 @@ from recsys.errors import ConfigError
 from recsys.evaluation import evaluate, evaluate_tasks
 from recsys.evaluation.slices import flat_slice_metrics, slice_families, slice_report
 from recsys.evaluation.uncertainty import metric_intervals
-from recsys.inference import MultiTaskScorer
-from recsys.models.query_aware import QueryAwareRetriever
+from recsys.inference import MultiTaskScorer, QueryScorer
 from recsys.runtime.atomic import atomic_directory
 from recsys.runtime.device import resolve_device
 from recsys.semantic_ids.codes import read_semantic_ids
 
 logger = logging.getLogger(__name__)
 
-DASHBOARD_FILE = "dashboard.html"
 SEARCH_METRICS = ("history_only", "levels", "queried")  # the search block's parts logged as MLflow metrics
 
 
@@ -84,7 +77,7 @@ def evaluate_step(
     features: CatalogFeatures | None = None,
     cache_dir: Path | None = None,
 ) -> EvaluateOutputs:
-    """Evaluate the trained `model` on the test split with slices (a query-aware model: and the search protocol);
+    """Evaluate the trained `model` on the test split with slices (a model that reads queries: and the search protocol);
     write `out_dir` (evaluation.json, dashboard.html).
 
     Args:
@@ -93,7 +86,7 @@ def evaluate_step(
             SHA-256 and the MLflow run that trained it (recorded in the report).
         out_dir: the evaluation directory (replaced atomically when it holds an earlier evaluation).
         features: what earlier steps built: the model's semantic_ids.parquet (the semantic-ID health section), the
-            content directory of its content_embeddings.npy (a query-aware model's search slices).
+            content directory of its content_embeddings.npy (the search slices of a model that reads queries).
         cache_dir: the embeddings cache the search queries are embedded through (None: no disk cache).
     """
     start = time.perf_counter()
@@ -132,7 +125,7 @@ def evaluation_report(
     """Rank the test split once and slice it, with intervals, measure the tasks beside ranking: the JSON-able report
     without the run ids, and the per-user ranks it was computed from."""
     eval_config = config.eval
-    model = trained.model.to(resolve_device(config.train.device))
+    model = trained.model.to(resolve_device(config.train.hardware.device))
     split = trained.data.eval_split(TEST)
     result = evaluate(model, split, trained.data.num_items, eval_config)
     families = slice_families(trained.data, split)
@@ -173,18 +166,18 @@ def interval_metrics(intervals: dict[str, list[float]]) -> dict[str, float]:
 def search_report(
     config: ExperimentConfig, trained: TrainedModel, features: CatalogFeatures, cache_dir: Path | None
 ) -> dict[str, Any] | None:
-    """A query-aware model's search protocol on the test split (`pipelines.search.evaluate_query_aware`: for each
-    query level history+query and no-history, and history-only) with its seed; None for any other model."""
+    """The search protocol on the test split of a model that reads text queries (`pipelines.search`: for each query
+    level history+query and no-history, and history-only) with its seed; None for any other model."""
     model = trained.model
-    if not isinstance(model, QueryAwareRetriever):
+    if not isinstance(model, QueryScorer):
         return None
     if features.content_embeddings is None:
         raise ConfigError(
-            f"{config.name}: a query_aware model's search evaluation reads its content directory, and none was "
-            "built. Fix: give the config a sid section with content (configs/synthetic/query-aware.yaml)"
+            f"{config.name}: the search evaluation of a model that reads queries reads its content directory, and "
+            "none was built. Fix: run the pipeline's embed_content step (the model's family must read Input.QUERIES)"
         )
     content_dir = features.content_embeddings.parent
-    evaluation = evaluate_query_aware(model, trained.data, content_dir, config.eval, cache_dir)
+    evaluation = evaluate_query_scorer(trained.name, model, trained.data, content_dir, config.eval, cache_dir)
     return {**evaluation.to_dict(), "seed": SEARCH_SEED, "content_dir": str(content_dir)}
 
 

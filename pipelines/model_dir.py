@@ -29,7 +29,8 @@ from pipelines.per_user import VALID_RANKS_FILE, PerUserRanks
 from recsys.data.prepared import SequenceData
 from recsys.data.schema import ITEMS_FILE, META_FILE, USERS_FILE
 from recsys.errors import RecsysError
-from recsys.models.registry import Model, load_model, save_model
+from recsys.models.family import Model
+from recsys.models.registry import load_model, save_model
 from recsys.runtime.atomic import atomic_directory
 
 MODEL_FILE = "model.pt"
@@ -41,8 +42,8 @@ POPULARITY_VALID = "popularity_valid"  # metrics.json: the popularity baseline o
 
 @dataclass(frozen=True)
 class TrainedModel:
-    name: str
-    model: Model
+    name: str  # the model's family
+    model: Model[Any]
     data: SequenceData
     metrics: dict[str, Any]
 
@@ -50,7 +51,7 @@ class TrainedModel:
 def write_model_dir(
     out_dir: Path,
     config: ExperimentConfig,
-    model: Model,
+    model: Model[Any],
     data_dir: Path,
     metrics: dict[str, Any],
     *,
@@ -61,7 +62,7 @@ def write_model_dir(
     meta = json.loads((data_dir / META_FILE).read_text())
     data = {"data_dir": str(data_dir.resolve()), "domain": config.data.domain, "meta": meta}
     with atomic_directory(out_dir, marker=MODEL_FILE) as tmp:
-        save_model(tmp / MODEL_FILE, config.model.name, model)
+        save_model(tmp / MODEL_FILE, model)
         (tmp / CONFIG_FILE).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
         (tmp / DATA_FILE).write_text(json.dumps(data, indent=2))
@@ -110,11 +111,12 @@ def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedMode
     return TrainedModel(name=name, model=model, data=data, metrics=metrics)
 
 
-def load_trained_model(model_dir: Path, key: str) -> Model:
-    """The trained model of `model_dir`, which another model is built on (`key` names the config key that names
-    it), frozen."""
+def load_trained_model(model_dir: Path, key: str) -> tuple[str, Model[Any]]:
+    """(its family's name, the trained model) of `model_dir`, which another model is built on (`key` names the config
+    key that names it), frozen."""
     _check_is_model_dir(model_dir, key)
-    return load_model(model_dir / MODEL_FILE)[1].requires_grad_(False)
+    name, model = load_model(model_dir / MODEL_FILE)
+    return name, model.requires_grad_(False)
 
 
 def _check_is_model_dir(model_dir: Path, key: str | None = None) -> None:

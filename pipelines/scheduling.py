@@ -18,7 +18,8 @@ from pipelines.config import load_config
 from pipelines.index import build_index_step
 from pipelines.launcher import launch, needs_launch
 from pipelines.registry import download_champion_bundle
-from pipelines.runner import TRAIN_STEP, run_pipeline
+from pipelines.runner import run_pipeline
+from pipelines.steps import TRAIN_STEP
 from recsys.errors import RecsysError
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ def run_step_task(step: str, params: Mapping[str, Any]) -> dict[str, str]:
     step up to date.
     """
     config, work_dir = load_config(Path(params["config"])), Path(params["work_dir"])
-    nproc: int = params.get("nproc_per_node") or config.train.nproc_per_node
+    nproc: int = params.get("nproc_per_node") or config.train.distributed.nproc_per_node
     if step == TRAIN_STEP and needs_launch(nproc):
         experiment = ["--config", str(params["config"]), "--work-dir", str(work_dir)]
         launch(nproc, ["pipeline", "run", *experiment, "--step", step])

@@ -6,45 +6,51 @@ Skipped when a previous run produced the file from the same settings and the sam
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 import torch
+from pydantic import TypeAdapter
 
 from pipelines.config import SidSection
 from recsys.data.schema import ITEM_ID, ITEM_IDX, ITEMS_FILE
 from recsys.semantic_ids.codes import (
+    SEMANTIC_IDS_FILE,
     SemanticIdStats,
     deduplicate,
     read_semantic_ids,
     semantic_id_stats,
     write_semantic_ids,
 )
-from recsys.semantic_ids.content import read_content_embeddings
+from recsys.semantic_ids.content import ContentConfig, read_content_embeddings
 from recsys.semantic_ids.rqkmeans import fit_rqkmeans
 from recsys.semantic_ids.rqvae import train_rqvae
 
 logger = logging.getLogger(__name__)
 
-SEMANTIC_IDS_FILE = "semantic_ids.parquet"
 
-
-def build_semantic_ids_step(section: SidSection, data_dir: Path, embeddings: Path, out_dir: Path) -> Path:
+def build_semantic_ids_step(
+    section: SidSection, content: ContentConfig, data_dir: Path, embeddings: Path, out_dir: Path
+) -> Path:
     """Write `out_dir/semantic_ids.parquet` (+ stats JSON) for the catalog of `data_dir`; returns its path.
 
     Args:
-        section: method, vectors, encoder and tokenizer settings.
+        section: method, vectors and tokenizer settings.
+        content: how `embeddings` were made (recorded with the semantic IDs).
         data_dir: a prepared directory (its items.parquet is the catalog).
-        embeddings: the catalog's content_embeddings.npy (`pipelines.content.embed_content_step` with
-            `section.content`); random vectors take only its dimension.
+        embeddings: the catalog's content_embeddings.npy (`pipelines.content.embed_content_step` with `content`);
+            random vectors take only its dimension.
         out_dir: where the semantic IDs go.
     """
     path = out_dir / SEMANTIC_IDS_FILE
     items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
-    fingerprint = _fingerprint(section, items)
+    settings = sid_settings(section, content)
+    fingerprint = _fingerprint(settings, items)
     if path.is_file() and read_semantic_ids(path)[0].meta.get("fingerprint") == fingerprint:
         logger.info("semantic IDs in %s are up to date; skipping", path)
         return path
@@ -56,7 +62,7 @@ def build_semantic_ids_step(section: SidSection, data_dir: Path, embeddings: Pat
         "fingerprint": fingerprint,
         "method": section.method,
         "vectors": section.vectors,
-        "settings": section.model_dump(mode="json"),
+        "settings": settings,
         "seconds": round(time.perf_counter() - start, 1),
     }
     write_semantic_ids(path, items[ITEM_IDX].to_numpy(), items[ITEM_ID].to_list(), deduplicate(codes), stats, meta=meta)
@@ -87,8 +93,13 @@ def _codebook_size(section: SidSection) -> int:
     return section.rqkmeans.codebook_size if section.method == "rqkmeans" else section.rqvae.codebook_size
 
 
-def _fingerprint(section: SidSection, items: pl.DataFrame) -> str:
-    digest = hashlib.sha256(section.model_dump_json().encode())
+def sid_settings(section: SidSection, content: ContentConfig) -> dict[str, Any]:
+    """How semantic IDs are made, as their file records it: the `sid` section's settings and the `content` ones."""
+    return {**section.model_dump(mode="json"), "content": TypeAdapter(ContentConfig).dump_python(content, mode="json")}
+
+
+def _fingerprint(settings: dict[str, Any], items: pl.DataFrame) -> str:
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     digest.update(items.write_csv().encode())
     return digest.hexdigest()
 

@@ -17,14 +17,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from recsys.runtime.lock import exclusive_lock
-
-if TYPE_CHECKING:  # the config module asks this one for the tracking URI
-    from pipelines.config import TrackingSection
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +31,22 @@ STORE_LOCK_WAIT_S = 120.0  # how long a process waits for another to let go of a
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's tag on a nested run
 
 _UNSAFE_METRIC_CHARS = re.compile(r"[^A-Za-z0-9_\-. :/]")  # MLflow accepts these characters only
+
+
+class TrackingSection(BaseModel):
+    """An experiment config's `tracking` section: MLflow tracking; the URI falls back to $MLFLOW_TRACKING_URI, then a
+    local SQLite file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True  # false: no MLflow run (e.g. a GPU box without MLflow); the model dir is still written
+    uri: str | None = None  # e.g. postgresql+psycopg2://user@host:5432/db for a shared store (docs/pipelines.md)
+    experiment: str | None = None  # defaults to the config name
+    # artifact location of experiments this creates; None: beside a SQLite file, else MLflow's default (./mlruns)
+    artifacts: str | None = None
+
+    def resolved_uri(self) -> str:
+        return resolve_tracking_uri(self.uri)
 
 
 class Tracker(Protocol):

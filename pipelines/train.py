@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +24,15 @@ from recsys.data.splits import TEST, VALID
 from recsys.errors import ConfigError
 from recsys.evaluation import evaluate
 from recsys.evaluation.slices import slice_metrics
-from recsys.inference import DomainScorer, VectorScorer
+from recsys.inference import VectorScorer
+from recsys.models.family import Input, Model, ModelInputs, Upstream
 from recsys.models.popularity import Popularity, PopularityConfig
-from recsys.models.registry import Model, ModelInputs, build_model
+from recsys.models.registry import build_model, model_family
 from recsys.runtime.distributed import Workers
 from recsys.semantic_ids.codes import read_semantic_ids
 from recsys.semantic_ids.content import item_texts, read_content_embeddings
-from recsys.training.recipes import NextItemTraining, QueryBank, Recipe, recipe_for
+from recsys.training.capabilities import FitsItemCounts, TrainsPerDomain
+from recsys.training.recipes import NextItemTraining, QueryBank, Recipe, RecipeInputs, recipe_for, training_named
 from recsys.training.trainer import FitResult, fit
 
 logger = logging.getLogger(__name__)
@@ -43,7 +45,7 @@ class CatalogFeatures:
     semantic_ids: Path | None = None  # semantic_ids.parquet
     content_embeddings: Path | None = None  # content_embeddings.npy
     content_encoder: str | None = None  # the encoder that made them (`ContentConfig.model`)
-    training_queries: Path | None = None  # training_queries.npz (a query-aware model's)
+    training_queries: Path | None = None  # training_queries.npz (a model that reads queries)
 
 
 @dataclass(frozen=True)
@@ -108,39 +110,47 @@ def train_step(
 
 
 def model_inputs(config: ExperimentConfig, data: SequenceData, features: CatalogFeatures | None) -> ModelInputs:
-    """What the model is built on: the catalog's features and domains, and the trained models the config names."""
-    features = features or CatalogFeatures()
+    """What the model is built on: of the catalog's features, its domains and tasks and the trained models the config
+    names, what its family reads (`ModelSection.reads`) and nothing else."""
+    reads, features = config.model.reads(), features or CatalogFeatures()
     content, texts = None, None
-    if features.content_embeddings is not None:
+    if Input.CONTENT in reads and features.content_embeddings is not None:
         vectors = torch.from_numpy(read_content_embeddings(features.content_embeddings, data.num_items)).float()
         content = torch.cat([torch.zeros(1, vectors.shape[1]), vectors])  # row 0: the padding item
-        if config.sid is not None:  # the texts those vectors embed
-            texts = tuple(item_texts(data.items.sort(ITEM_IDX), config.sid.content.text_fields))
+    if Input.ITEM_TEXTS in reads:  # the texts the content embeddings embed
+        texts = tuple(item_texts(data.items.sort(ITEM_IDX), config.content.text_fields))
+    sids = features.semantic_ids if Input.SEMANTIC_IDS in reads else None
     section = config.model
-
-    def trained(path: Path | None, key: str) -> Model | None:
-        return None if path is None else load_trained_model(path, key)
-
     return ModelInputs(
-        semantic_ids=None if features.semantic_ids is None else read_semantic_ids(features.semantic_ids)[0],
+        semantic_ids=None if sids is None else read_semantic_ids(sids)[0],
         content=content,
-        content_encoder=features.content_encoder,
+        content_encoder=features.content_encoder if Input.CONTENT in reads else None,
         item_texts=texts,
-        item_domains=data.item_domains() if data.domains else None,
-        domains=tuple(data.domains),
-        new_items=data.cold_mask,
-        tasks=data.tasks,
-        retriever=trained(section.retriever_dir, "model.retriever_dir"),
-        base=trained(section.base_dir, "model.base_dir"),
-        members=tuple(load_trained_model(d, "model.members") for d in section.members),
+        item_domains=data.item_domains() if Input.DOMAINS in reads and data.domains else None,
+        domains=tuple(data.domains) if Input.DOMAINS in reads else (),
+        new_items=data.cold_mask if Input.NEW_ITEMS in reads else None,
+        tasks=data.tasks if Input.TASKS in reads else (),
+        retriever=_upstream(section.retriever_dir, "model.retriever_dir"),
+        base=_upstream(section.base_dir, "model.base_dir"),
+        members=tuple(_trained(d, "model.members") for d in section.members),
     )
+
+
+def _upstream(path: Path | None, key: str) -> Upstream | None:
+    return None if path is None else _trained(path, key)
+
+
+def _trained(path: Path, key: str) -> Upstream:
+    """The trained model of `path` (named by config `key`), frozen, with its family's name."""
+    family, model = load_trained_model(path, key)
+    return Upstream(family, model)
 
 
 def _logged_config(config: ExperimentConfig) -> dict[str, Any]:
     """The config as MLflow params, with the model family's training settings in full (defaults included), so runs
     compare on every setting whether or not their files stated it."""
     logged = config.model_dump(mode="json")
-    logged["model"]["training"] = asdict(config.model.training_settings())
+    logged["model"]["training"] = config.model.training_record()
     return logged
 
 
@@ -154,7 +164,7 @@ def training_state_path(out_dir: Path) -> Path:
 
 
 def _train(
-    model: Model,
+    model: Model[Any],
     data: SequenceData,
     config: ExperimentConfig,
     tracker: Tracker,
@@ -162,16 +172,14 @@ def _train(
     data_dir: Path,
     features: CatalogFeatures | None,
 ) -> FitResult | None:
-    """Train `model` as its family trains (streaming `data_dir`'s parts with `data.stream_parts`; a student of the
+    """Train `model` as its family trains (streaming `data_dir`'s parts with `train.stream_parts`; a student of the
     `distill` section's teacher), its state beside `out_dir`; None for the families without an epoch loop."""
-    if model.training_family == "counts":
-        assert isinstance(model, Popularity)  # the one model trained from item counts
-        model.fit(data.item_counts())
-        return None
-    if model.training_family == "frozen":  # made of trained models
+    if training_named(model_family(config.model.name).training).recipe is None:
+        if isinstance(model, FitsItemCounts):  # fitted on item counts; any other such model is made of trained ones
+            model.fit(data.item_counts())
         return None
     state = training_state_path(out_dir)
-    if isinstance(model, DomainScorer):
+    if isinstance(model, TrainsPerDomain):
         if config.distill is not None:
             raise ConfigError("distill: domain adapters train one domain at a time. Fix: distil a sasrec or hstu")
         return _train_per_domain(model, data, config, tracker, state)
@@ -180,14 +188,14 @@ def _train(
         tracker.log_metrics(metrics, prefix="epoch_valid_", step=epoch)
 
     training: TrainingData = data
-    if config.data.stream_parts is not None:
-        if model.training_family != "next_item" or config.data.domain is not None:
+    if config.train.stream_parts is not None:
+        if model_family(config.model.name).training != "next_item" or config.data.domain is not None:
             raise ConfigError(
-                f"data.stream_parts streams the training rows of next-item models on a whole dataset; "
+                f"train.stream_parts streams the training rows of next-item models on a whole dataset; "
                 f"{config.model.name!r}{' on one domain' if config.data.domain else ''} trains in memory. "
-                "Fix: remove data.stream_parts"
+                "Fix: remove train.stream_parts"
             )
-        training = PreparedParts.open(data_dir, config.data.stream_parts)
+        training = PreparedParts.open(data_dir, config.train.stream_parts)
     recipe = _recipe(model, training, config, features)
     if config.distill is not None:
         recipe = distillation_recipe(recipe, data, config, out_dir)
@@ -195,31 +203,29 @@ def _train(
 
 
 def _recipe(
-    model: Model, data: TrainingData, config: ExperimentConfig, features: CatalogFeatures | None = None
+    model: Model[Any], data: TrainingData, config: ExperimentConfig, features: CatalogFeatures | None = None
 ) -> Recipe:
+    """The model's recipe on the inputs of it that its family reads."""
+    reads, features = config.model.reads(), features or CatalogFeatures()
     holdout_dir = config.model.holdout_retriever_dir
-    holdout = None if holdout_dir is None else load_trained_model(holdout_dir, "model.holdout_retriever_dir")
-    queries = None if features is None or features.training_queries is None else features.training_queries
-    bank = None if queries is None else QueryBank.load(queries)
-    return recipe_for(model, data, config.train.batch_size, config.model.training_settings(), holdout, bank)
+    holdout = None
+    if Input.HOLDOUT_RETRIEVER in reads and holdout_dir is not None:
+        holdout = load_trained_model(holdout_dir, "model.holdout_retriever_dir")[1]
+    queries = features.training_queries if Input.QUERIES in reads else None
+    inputs = RecipeInputs(holdout, None if queries is None else QueryBank.load(queries))
+    return recipe_for(model, data, config.train.optimization.batch_size, config.model.training_settings(), inputs)
 
 
 def _train_per_domain(
-    model: Model, data: SequenceData, config: ExperimentConfig, tracker: Tracker, state: Path
+    model: Model[Any], data: SequenceData, config: ExperimentConfig, tracker: Tracker, state: Path
 ) -> FitResult:
     """One adapter per domain (or the one of `data.domain`), each trained and early-stopped on its domain's users
     with the base frozen; the result sums the domains' times, keeps the largest best epoch and every domain's best
     validation metrics (keys prefixed with the domain)."""
-    assert isinstance(model, DomainScorer)
+    assert isinstance(model, TrainsPerDomain)
     settings = config.model.training_settings()
-    embedding_rank = getattr(model.config, "embedding_rank", 0)
     full_softmax = isinstance(settings, NextItemTraining) and settings.resolved_loss(data.num_items) == "full_softmax"
-    if embedding_rank and (not full_softmax or config.train.weight_decay):
-        raise ConfigError(
-            f"item adapters (model.params.embedding_rank={embedding_rank}) share one table of item rows across "
-            "domains: training a domain must leave the others' rows alone, which needs model.training.loss: "
-            "full_softmax and train.weight_decay: 0. Fix: set those, or embedding_rank: 0"
-        )
+    model.check_domain_training(full_softmax, config.train.optimization.weight_decay)
     domains = [config.data.domain] if config.data.domain else data.domains
     results = []
     for domain in domains:
@@ -263,7 +269,7 @@ def _popularity_valid_metrics(data: SequenceData, config: ExperimentConfig) -> d
 
 
 def _test_metrics(
-    model: Model, data: SequenceData, config: ExperimentConfig, workers: Workers
+    model: Model[Any], data: SequenceData, config: ExperimentConfig, workers: Workers
 ) -> dict[str, dict[str, float]]:
     """Test metrics; with a cold-start split, also the slice of users whose test target is a cold item."""
     split = data.eval_split(TEST)

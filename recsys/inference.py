@@ -1,5 +1,5 @@
 """What every model is to evaluation, recommendation and serving: the `Scorer` protocol and its capabilities
-(`VectorScorer`, `MultiTaskScorer`, `DomainScorer`), masking and top-k.
+(`VectorScorer`, `QueryScorer`, `MultiTaskScorer`, `DomainScorer`), masking and top-k.
 
 Top-k lists order equal scores by item id, lowest first, wherever they are made (`top_k` on whole rows, `merge_topk`
 over item blocks), so which of several tied items makes a list does not depend on the device or on blocking.
@@ -9,6 +9,7 @@ Dimension letters: B users, L history length, V+1 items (0 = padding), n items o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -53,6 +54,24 @@ class VectorScorer(Scorer, Protocol):
 
     def item_embeddings(self) -> torch.Tensor:
         """(V+1, D) item vectors; row 0 is the padding."""
+        ...
+
+
+@runtime_checkable
+class QueryScorer(Scorer, Protocol):
+    """A scorer that also reads a text query beside the history, or alone (search): the query's embedding by the
+    content encoder that embedded the items, and its text."""
+
+    @property
+    def query_encoder(self) -> str:
+        """The content encoder (`recsys.semantic_ids.content.ContentConfig.model`) its queries are embedded with."""
+        ...
+
+    def score_with_queries(
+        self, histories: torch.Tensor, queries: torch.Tensor, texts: Sequence[str] | None = None
+    ) -> torch.Tensor:
+        """(B, L) left-padded histories (an all-padding row, or L = 0: no history) + (B, C) query embeddings and
+        their (B,) texts -> (B, V+1) scores over all items."""
         ...
 
 

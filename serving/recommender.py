@@ -1,6 +1,6 @@
 """A loaded model bundle answering recommendation, search and similar-item queries (no HTTP here).
 
-A query-aware model (`recsys.models.query_aware`) takes a text query beside the history, or alone (search): the
+A model that reads text queries (`recsys.inference.QueryScorer`) takes one beside the history, or alone (search): the
 recommender then loads the model's content encoder and embeds each batch's queries in one call.
 
 Dimension letters: V items (item_idx 1..V, 0 = padding), D vector dim, C encoder dim, k results.
@@ -20,8 +20,7 @@ from pipelines.bundle import Bundle
 from pipelines.model_dir import load_model_dir
 from recsys.data.jagged import Jagged
 from recsys.data.times import HistoryTimes
-from recsys.inference import DomainScorer, Scorer, VectorScorer, recommend
-from recsys.models.query_aware import QueryAwareRetriever
+from recsys.inference import DomainScorer, QueryScorer, Scorer, VectorScorer, recommend
 from recsys.modules.lora import load_adapter
 from recsys.retrieval import ExactTopK, TopK
 from recsys.retrieval.faiss_index import FaissTopK
@@ -40,7 +39,7 @@ class RecommendationQuery:
     timestamps: list[int] | None = None  # unix seconds of the history items (time-aware models); None = unknown
     request_time: int = 0  # unix seconds of the request (time-aware models); 0 = unknown (no gaps are read)
     domain: int = -1  # multi-domain models: the requested domain's index (its adapter and items); -1 = the history's
-    text: str | None = None  # a text query (query-aware models); with an empty history: search alone
+    text: str | None = None  # a text query (models that read them); with an empty history: search alone
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class Recommender:
         self._user_row = {user_id: row for row, user_id in enumerate(self.data.users["user_id"].to_list())}
         # plain ints: slicing a tensor with tensor offsets costs ~0.2 ms per request
         self._history_offsets: list[int] = self.data.sequences.offsets.tolist()
-        self._reads_timestamps = bool(getattr(self.model, "reads_timestamps", False))
+        self._reads_timestamps = self.model.reads_timestamps
         # a model of several domains: a request may name one (its adapter, its items)
         self.domains: list[str] = list(self.model.domains) if isinstance(self.model, DomainScorer) else []
         item_ids = self.data.items["item_id"].to_list()
@@ -70,11 +69,11 @@ class Recommender:
         self._counts = self.data.item_counts()  # (V+1,) once: the popularity fallback reads it per request
         self._popular = torch.argsort(self._counts[1:], descending=True, stable=True) + 1  # (V,)
         self._similar = self._similar_items_index(bundle.index_dir)
-        self._queries: tuple[ContentConfig, TextEncoder] | None = None
-        if isinstance(self.model, QueryAwareRetriever):  # the encoder that embedded its items embeds the queries
-            encoding = ContentConfig(model=self.model.config.encoder, progress=False)
-            self._queries = encoding, load_encoder(encoding)
-            logger.info("text queries embedded by %s", self.model.config.encoder)
+        self._queries: tuple[QueryScorer, ContentConfig, TextEncoder] | None = None
+        if isinstance(self.model, QueryScorer):  # the encoder that embedded its items embeds the queries
+            encoding = ContentConfig(model=self.model.query_encoder, progress=False)
+            self._queries = self.model, encoding, load_encoder(encoding)
+            logger.info("text queries embedded by %s", self.model.query_encoder)
         # above ANN_ABOVE_ITEMS items a request's full ranking costs tens of ms (a 10^6 x 64 matmul per history):
         # the bundle's index then serves recommendations too, approximately (its build report has its recall)
         one_domain = not isinstance(self.model, DomainScorer)
@@ -183,16 +182,15 @@ class Recommender:
 
     def _with_text(self, queries: list[RecommendationQuery], rows: list[int]) -> dict[int, list[Recommendation]]:
         """{row: top-k} of queries with a text (and a history, or none): their texts embedded in one encoder call,
-        everything ranked by the query-aware model in one call."""
+        everything ranked by the model in one call."""
         if self._queries is None:
             raise ValueError(f"the served {self.name} model takes no text query. Fix: omit `query`, or serve a "
-                             "query_aware model (docs/search.md)")  # fmt: skip
-        assert isinstance(self.model, QueryAwareRetriever)
-        encoding, encoder = self._queries
+                             "model that reads queries (docs/search.md)")  # fmt: skip
+        model, encoding, encoder = self._queries
         texts = [q.text or "" for q in queries]
         vectors = torch.from_numpy(embed_texts(texts, encoding, encoder=encoder))
         histories = Jagged.from_lists([q.history for q in queries])
-        scores = self.model.score_with_queries(histories.to_padded(self.max_history), vectors, texts)  # (Q, V+1)
+        scores = model.score_with_queries(histories.to_padded(self.max_history), vectors, texts)  # (Q, V+1)
         scores[:, 0] = -torch.inf  # the padding is never an item
         for row, q in enumerate(queries):
             if q.exclude_seen and q.history:

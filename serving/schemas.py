@@ -45,7 +45,8 @@ class RecommendationRequest(_Body):
         "history's. Single-domain bundles reject it",
     )
     query: QueryText | None = Field(
-        None, description="a text query read beside the history (query-aware bundles; others reject it)"
+        None,
+        description="a text query read beside the history (bundles of a model that reads queries; others reject it)",
     )
 
     @model_validator(mode="after")
@@ -146,7 +147,7 @@ class ErrorResponse(BaseModel):
 
 NOT_READY = "no model loaded yet (see /readyz)"
 UNPARSEABLE_BODY = "the body is not parseable JSON"
-NO_QUERIES = "the served model takes no text query (serve a query_aware model)"
+NO_QUERIES = "the served model takes no text query (serve a model that reads queries: docs/search.md)"
 TOO_LARGE = "the body is larger than the server's limit (RECSYS_MAX_BODY_BYTES)"
 
 

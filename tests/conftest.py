@@ -27,6 +27,7 @@ from features.sources import load_source
 from recsys.data.prepared import SequenceData
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.popularity import Popularity, PopularityConfig
+from recsys.training.config import OptimizationConfig, ScheduleConfig, TrainConfig
 
 if TYPE_CHECKING:
     from pipelines.config import ExperimentConfig
@@ -50,16 +51,31 @@ def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def quick_train(epochs: int, batch_size: int, lr: float = 3e-3) -> TrainConfig:
+    """The settings of a short training run in a test: its epochs, batch size and learning rate, no progress bars."""
+    return TrainConfig(
+        schedule=ScheduleConfig(epochs=epochs),
+        optimization=OptimizationConfig(batch_size=batch_size, lr=lr),
+        progress=False,
+    )
+
+
 def write_tiny_config(tmp_path: Path, **sections: dict) -> Path:
     """Write a fast SASRec experiment YAML on the tiny synthetic data; `sections` override keys."""
     config = {
         "name": "tiny-sasrec",
         "data": {"source": "synthetic", "options": dict(TINY_SYNTHETIC)},
         "model": {"name": "sasrec", "params": {"max_history": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64}},
-        "train": {"epochs": 3, "batch_size": 8, "patience": 2, "progress": False},
+        "train": {"schedule": {"epochs": 3, "patience": 2}, "optimization": {"batch_size": 8}, "progress": False},
+        "content": {"text_fields": ["title"]},  # embedded only for the models (and semantic IDs) that read it
         "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
     }
     for key, value in sections.items():
+        if key == "train":  # its groups merge too: train={"schedule": {"epochs": 1}} keeps the batch size
+            value = {
+                **value,
+                **{g: {**config["train"][g], **value[g]} for g in value if g in ("schedule", "optimization")},
+            }
         config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -68,7 +84,8 @@ def write_tiny_config(tmp_path: Path, **sections: dict) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_config() -> Callable[..., Path]:
-    """`tiny_config(dir, train={"epochs": 2})` writes a fast experiment YAML into dir and returns its path."""
+    """`tiny_config(dir, train={"schedule": {"epochs": 2}})` writes a fast experiment YAML into dir and returns its
+    path."""
     return write_tiny_config
 
 

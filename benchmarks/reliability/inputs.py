@@ -127,7 +127,7 @@ def config_cases(work: Path, experiment: Path) -> list[Case]:
     """`recsys train --config` of broken configs (written beside a copy of `experiment`): exit 2 before any work."""
     base = {"base": str(experiment.resolve())}
     cases: list[tuple[str, object, str]] = [
-        ("train.epochs -1", {**base, "train": {"epochs": -1}}, "train.epochs"),
+        ("train.schedule.epochs -1", {**base, "train": {"schedule": {"epochs": -1}}}, "train.schedule.epochs"),
         ("unknown key under model.params", {**base, "model": {"name": "sasrec", "params": {"dimm": 64}}},
          "model.params.dimm"),
         ("num_heads that does not divide dim", {**base, "model": {"name": "sasrec", "params": {"dim": 64,

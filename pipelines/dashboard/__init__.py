@@ -5,9 +5,6 @@ Served at `GET /dashboard` (serving/routers/dashboard.py) and written by the pip
 """
 
 from pipelines.dashboard.data import (
-    EVALUATE_RUN_NAME,
-    EVALUATION_ARTIFACT_DIR,
-    EVALUATION_FILE,
     DashboardData,
     DashboardUnavailable,
     Evaluation,
@@ -18,9 +15,6 @@ from pipelines.dashboard.data import (
 from pipelines.dashboard.render import render_dashboard, render_message
 
 __all__ = [
-    "EVALUATE_RUN_NAME",
-    "EVALUATION_ARTIFACT_DIR",
-    "EVALUATION_FILE",
     "DashboardData",
     "DashboardUnavailable",
     "Evaluation",

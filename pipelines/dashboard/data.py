@@ -24,20 +24,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pipelines.comparison import compare_evaluation_dirs
+from pipelines.config import moved_key
+from pipelines.evaluation_dir import EVALUATE_RUN_NAME, EVALUATION_ARTIFACT, EVALUATION_ARTIFACT_DIR
 from pipelines.registry import PROMOTED_TAG
 from pipelines.tracking import PARENT_TAG  # a pipeline's steps are nested runs of its pipeline's run
 from recsys.errors import RecsysError
 
 logger = logging.getLogger(__name__)
 
-# what the pipeline's `evaluate` step logs (pipelines.evaluate): a run of this name, its report in this artifact
-EVALUATE_RUN_NAME = "evaluate"
-EVALUATION_ARTIFACT_DIR = "evaluation"
-EVALUATION_FILE = "evaluation.json"
-EVALUATION_ARTIFACT = f"{EVALUATION_ARTIFACT_DIR}/{EVALUATION_FILE}"
 # MLflow names of the standard metrics: valid_recall_at_10, test_ndcg_at_50, ... (pipelines/tracking.py)
 STANDARD_METRIC = re.compile(r"^(valid|test)_(recall|ndcg)_at_(\d+)$")
-SHOWN_PARAMS = ("data.source", "train.epochs", "train.batch_size", "train.lr", "model.training.loss")
+SHOWN_PARAMS = (
+    "data.source",
+    "train.schedule.epochs",
+    "train.optimization.batch_size",
+    "train.optimization.lr",
+    "model.training.loss",
+)
 FITTED_PARAMS = ("data.source",)  # of a model fitted without gradient steps (popularity: no epochs, lr, loss)
 SQLITE_PREFIX = "sqlite:///"
 TREND_METRIC = "ndcg@10"  # the trend's and the champion comparison's headline metric
@@ -278,6 +282,13 @@ def _is_training_run(run: Any) -> bool:
     return "model.name" in run.data.params and bool(standard_metrics(run.data.metrics))
 
 
+def _shown(params: dict[str, str], shown: tuple[str, ...]) -> dict[str, str]:
+    """The `shown` params a run logged, under their names of today (a run of before a config key moved logged it
+    under its old name)."""
+    today = {moved_key(key): value for key, value in params.items()}
+    return {key: today[key] for key in shown if key in today}
+
+
 def _summary(run: Any, experiments: dict[str, str], evaluate_runs: dict[str, Any]) -> RunSummary:
     params = run.data.params
     shown = SHOWN_PARAMS if run.data.metrics.get("best_epoch", 0) > 0 else FITTED_PARAMS
@@ -290,7 +301,7 @@ def _summary(run: Any, experiments: dict[str, str], evaluate_runs: dict[str, Any
         status=run.info.status,
         start_time=_from_millis(run.info.start_time),
         metrics=standard_metrics(run.data.metrics),
-        params={key: params[key] for key in shown if key in params},
+        params=_shown(params, shown),
         intervals={} if evaluated is None else logged_intervals(evaluated.data.metrics),
     )
 
@@ -348,7 +359,6 @@ def _champion_comparison(runs: list[Any], trend: list[TrendPoint], uri: str, not
     if not others:
         return None
     challenger = others[-1]
-    from pipelines.comparison import compare_evaluation_dirs  # it reads evaluation files named by this package
     from recsys.evaluation.uncertainty import Uncertainty
 
     try:

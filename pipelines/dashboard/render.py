@@ -330,7 +330,7 @@ def _search(evaluations: Sequence[Evaluation], chart: Any) -> str:
     present = [e for e in evaluations if e.report.get("search")]
     if not present:
         return _empty(
-            "No search evaluation yet: the evaluate step of a query_aware model measures it (docs/search.md).",
+            "No search evaluation yet: the evaluate step of a model that reads queries measures it (docs/search.md).",
             SEARCH_HINT,
         )
     return chart(_search_figure(present), "search")

@@ -3,7 +3,7 @@ made from its title (`recsys.evaluation.queries`, three difficulty levels), with
 beside the history-only recommendation baseline.
 
 Settings, for each level (the users whose query is not empty, with their test query):
-    history+query   the user's history and the query (systems that read both: the query-aware model)
+    history+query   the user's history and the query (systems that read both: a model that reads queries)
     no-history      the query alone, the history dropped: search (every system that reads a query)
 and, level-independent, over every test user:
     history-only    the history alone: recommendation (every system that reads a history)
@@ -29,8 +29,7 @@ from recsys.data.prepared import EvalSplit
 from recsys.evaluation.metrics import ranking_metrics, target_ranks
 from recsys.evaluation.protocol import EvalConfig, history_batches
 from recsys.evaluation.queries import LEVELS, Level, QueryMaker
-from recsys.inference import Scorer, mask_unrankable
-from recsys.models.query_aware import QueryAwareRetriever
+from recsys.inference import QueryScorer, Scorer, mask_unrankable
 from recsys.retrieval.text import QueryEmbedder
 
 logger = logging.getLogger(__name__)
@@ -95,11 +94,12 @@ class HistoryOnly:
 
 
 @dataclass(frozen=True)
-class QueryAwareSearch:
-    """The query-aware model: a history, a query or both (no history: an empty one, the model's h_0). Queries are
-    embedded by `embed`, which must hold the `ContentConfig` the model's content was embedded with."""
+class QuerySearch:
+    """A model that reads text queries (`recsys.inference.QueryScorer`): a history, a query or both (no history: an
+    empty one). Queries are embedded by `embed`, which must hold the `ContentConfig` the model's content was embedded
+    with."""
 
-    model: QueryAwareRetriever
+    model: QueryScorer
     embed: QueryEmbedder
     reads: frozenset[Signal] = frozenset({"history", "query"})
 

@@ -1,9 +1,3 @@
-"""Recommender models: popularity, SASRec, HSTU, two-tower, generative retrieval, fusion, the two-stage ranker and
-domain adapters; the registry builds, saves and loads them."""
-
-from typing import Literal
-
-# How a model family trains (`recsys.training.recipes`): by gradient on next items (with text queries of the targets:
-# "query_aware"), or on (history, next item) pairs for the generative, two-tower and ranker models; "counts": from item
-# counts; "frozen": not at all (it is made of trained models). Each model class names its own (`training_family`).
-TrainingFamily = Literal["next_item", "query_aware", "generative", "two_tower", "ranker", "counts", "frozen"]
+"""Recommender models, one family per module (popularity, SASRec, HSTU, the query-aware model, two-tower, generative
+retrieval, the two-stage ranker, domain adapters, fusion), each ending in its spec (`FAMILY`,
+`recsys.models.family.ModelFamily`); the registry collects the specs and builds, saves and loads the models."""

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
-from torch import nn
 
 from recsys.data.times import HistoryTimes
-from recsys.models import TrainingFamily
+from recsys.errors import ConfigError
+from recsys.models.family import Input, Model, ModelFamily, ModelInputs, Rebuild, check_items, required
 from recsys.models.sasrec import SASRec
 from recsys.modules.lora import DomainItemLoRA, LoRAConfig, add_lora, lora_layers, route
 from recsys.runtime.validation import Fraction
@@ -46,7 +46,7 @@ class DomainAdapterConfig:
     base: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen base
 
 
-class DomainAdaptedRetriever(nn.Module):
+class DomainAdaptedRetriever(Model[DomainAdapterConfig]):
     """A frozen multi-domain SASRec + one LoRA adapter per domain on its block linears.
 
     Args:
@@ -55,12 +55,9 @@ class DomainAdaptedRetriever(nn.Module):
         item_domain: (V+1,) every item's domain index (`SequenceData.item_domains()`), -1 for padding.
     """
 
-    training_family: ClassVar[TrainingFamily] = "next_item"
-
     def __init__(self, config: DomainAdapterConfig, base: SASRec, item_domain: torch.Tensor) -> None:
-        super().__init__()
         spec = {"name": "sasrec", "config": dataclasses.asdict(base.config)}
-        self.config = dataclasses.replace(config, num_items=base.config.num_items, base=spec)
+        super().__init__(dataclasses.replace(config, num_items=base.config.num_items, base=spec))
         self.base = base
         lora = LoRAConfig(domains=config.domains, rank=config.rank, alpha=config.alpha, dropout=config.dropout)
         add_lora(base, [f"blocks.{i}.{name}" for i in range(len(base.blocks)) for name in BLOCK_LINEARS], lora)
@@ -78,6 +75,18 @@ class DomainAdaptedRetriever(nn.Module):
     def item_domain(self) -> torch.Tensor:
         """(V+1,) every item's domain index, -1 for the padding (filled from the data before training)."""
         return self.items.item_domain
+
+    def check_domain_training(self, full_softmax: bool, weight_decay: float) -> None:
+        """Training one domain must leave the others' parameters alone: item adapters share one table of item rows
+        across domains, so they need the full softmax (a sampled one reads other domains' rows) and no weight decay
+        (which moves every row); ConfigError otherwise (`recsys.training.capabilities.TrainsPerDomain`)."""
+        rank = self.config.embedding_rank
+        if rank and (not full_softmax or weight_decay):
+            raise ConfigError(
+                f"item adapters (model.params.embedding_rank={rank}) share one table of item rows across "
+                "domains: training a domain must leave the others' rows alone, which needs model.training.loss: "
+                "full_softmax and train.optimization.weight_decay: 0. Fix: set those, or embedding_rank: 0"
+            )
 
     def adapter_parameters(self, domain: str) -> int:
         """Parameters of one domain's adapter (block layers and item embeddings)."""
@@ -133,3 +142,31 @@ def _last_item(rows: torch.Tensor) -> torch.Tensor:
     non-zero one), 0 for an empty row."""
     last = (rows != 0).long().cumsum(dim=1).argmax(dim=1)  # first column reaching the row's count
     return rows.gather(1, last[:, None]).squeeze(1)
+
+
+def _build(fields: dict[str, Any], inputs: ModelInputs) -> DomainAdaptedRetriever:
+    base = required(inputs.base, "model 'domain_adapters' adapts a SASRec of every domain. Fix: set model.base_dir")
+    if not isinstance(base.model, SASRec):  # its adapters wrap SASRec's block layers by name
+        raise ConfigError(f"model 'domain_adapters' adapts a SASRec; model.base_dir holds a {base.family} model")
+    check_items(base, fields["num_items"], "model.base_dir")
+    item_domains = required(inputs.item_domains, "model 'domain_adapters' needs the items' domains (a domain column)")
+    asked = tuple(fields.get("domains") or inputs.domains)
+    if asked != inputs.domains:
+        raise ConfigError(
+            f"model.params.domains={list(asked)} but the data's domains are {list(inputs.domains)}. Fix: leave "
+            "domains out (the data's are used)"
+        )
+    params = {k: v for k, v in fields.items() if k != "num_items"}  # the model fills in its base's size
+    return DomainAdaptedRetriever(FAMILY.validate({**params, "domains": asked}), base.model, item_domains)
+
+
+def _shape(config: DomainAdapterConfig, rebuild: Rebuild) -> DomainAdaptedRetriever:
+    base = rebuild(config.base)
+    assert isinstance(base, SASRec)
+    return DomainAdaptedRetriever(config, base, torch.zeros(config.num_items + 1, dtype=torch.long))
+
+
+FAMILY = ModelFamily(
+    "domain_adapters", DomainAdapterConfig, DomainAdaptedRetriever, _build, training="next_item",
+    reads=lambda config: frozenset({Input.BASE, Input.DOMAINS}), shape=_shape, filled={"num_items": 0, "base": {}},
+)  # fmt: skip

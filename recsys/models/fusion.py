@@ -11,14 +11,15 @@ Dimension letters: B users, V+1 items, M members.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import torch
 from pydantic import NonNegativeInt, PositiveInt
 from torch import nn
 
 from recsys.data.times import HistoryTimes
-from recsys.models import TrainingFamily
+from recsys.errors import ConfigError
+from recsys.models.family import Input, Model, ModelFamily, ModelInputs, Rebuild, check_items
 
 
 @dataclass(frozen=True)
@@ -31,25 +32,22 @@ class FusionConfig:
     depth: PositiveInt = 100  # ranks taken from each member
 
 
-class Fusion(nn.Module):
+class Fusion(Model[FusionConfig]):
     """Reciprocal rank fusion of `members` (trained retrievers, frozen)."""
 
-    training_family: ClassVar[TrainingFamily] = "frozen"
-
-    def __init__(self, config: FusionConfig, members: list[nn.Module]) -> None:
-        super().__init__()
+    def __init__(self, config: FusionConfig, members: list[Model[Any]]) -> None:
+        super().__init__(config)
         if len(members) < 2:
             raise ValueError(f"fusion needs at least 2 members, got {len(members)}")
         if config.weights is not None and len(config.weights) != len(members):
             raise ValueError(f"fusion has {len(members)} members but {len(config.weights)} weights")
-        self.config = config
         self.members = nn.ModuleList(members)
         self.members.requires_grad_(False)
 
     @property
     def max_history(self) -> int:
         """The longest history any member reads: each member keeps its own most recent part."""
-        return max(cast(int, member.max_history) for member in self.members)
+        return max(member.max_history for member in self._members())
 
     @torch.no_grad()
     def score(
@@ -59,8 +57,8 @@ class Fusion(nn.Module):
         fused scores, -inf where no member ranks."""
         weights = self.config.weights or [1.0] * len(self.members)
         fused: torch.Tensor | None = None
-        for member, weight in zip(self.members, weights, strict=True):
-            scores = member.score(histories, users, times)  # type: ignore[operator]
+        for member, weight in zip(self._members(), weights, strict=True):
+            scores = member.score(histories, users, times)
             top = scores.topk(min(self.config.depth, scores.shape[1]), dim=1)  # (B, depth) best first
             ranks = torch.arange(1, top.indices.shape[1] + 1, device=scores.device, dtype=torch.float32)
             contribution = (weight / (self.config.rrf_k + ranks)).expand_as(top.values)
@@ -71,3 +69,25 @@ class Fusion(nn.Module):
         assert fused is not None
         fused[:, 0] = 0.0  # the padding item
         return fused.masked_fill(fused == 0.0, float("-inf"))
+
+    def _members(self) -> list[Model[Any]]:
+        return cast(list[Model[Any]], list(self.members))  # a ModuleList is typed as holding Modules
+
+
+def _build(fields: dict[str, Any], inputs: ModelInputs) -> Fusion:
+    if len(inputs.members) < 2:
+        raise ConfigError("model 'fusion' needs model.members: a list of >= 2 trained model directories")
+    for member in inputs.members:
+        check_items(member, fields["num_items"], "model.members")
+    config = FAMILY.validate({**fields, "members": [member.saved() for member in inputs.members]})
+    return Fusion(config, [member.model for member in inputs.members])
+
+
+def _shape(config: FusionConfig, rebuild: Rebuild) -> Fusion:
+    return Fusion(config, [rebuild(member) for member in config.members])
+
+
+FAMILY = ModelFamily(
+    "fusion", FusionConfig, Fusion, _build, training="frozen", reads=lambda config: frozenset({Input.MEMBERS}),
+    shape=_shape, filled={"num_items": 1, "members": []},
+)  # fmt: skip

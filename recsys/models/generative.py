@@ -12,7 +12,7 @@ Dimension letters: B users, H history items, T code levels, S = 1 + H * T encode
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +21,7 @@ from torch import nn
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
-from recsys.models import TrainingFamily
+from recsys.models.family import Input, Model, ModelFamily, ModelInputs, Rebuild, semantic_ids_of
 from recsys.runtime.validation import Fraction, check_heads
 from recsys.semantic_ids.trie import SemanticIdTrie
 
@@ -54,7 +54,7 @@ class GenerativeConfig:
             )
 
 
-class GenerativeRetriever(nn.Module):
+class GenerativeRetriever(Model[GenerativeConfig]):
     """Encoder-decoder transformer over semantic-ID tokens with trie-constrained beam search.
 
     Args:
@@ -62,20 +62,17 @@ class GenerativeRetriever(nn.Module):
         codes: (V+1, T) int64 semantic ID of every item_idx (row 0, the padding item, is ignored).
     """
 
-    training_family: ClassVar[TrainingFamily] = "generative"
-
     codes: torch.Tensor  # (V+1, T) buffer
     offsets: torch.Tensor  # (T,) buffer: first token id of every level
     new_items: torch.Tensor  # (V+1,) bool buffer: items added after training (cold start)
 
     def __init__(self, config: GenerativeConfig, codes: torch.Tensor) -> None:
-        super().__init__()
+        super().__init__(config)
         T = len(config.codebook_sizes)
         if codes.shape != (config.num_items + 1, T):
             raise ValueError(
                 f"codes must be (num_items + 1, {T}) = ({config.num_items + 1}, {T}), got {tuple(codes.shape)}"
             )
-        self.config = config
         self.register_buffer("codes", codes.long().clone())
         self.register_buffer("new_items", torch.zeros(config.num_items + 1, dtype=torch.bool))
         sizes = torch.tensor(config.codebook_sizes)
@@ -283,3 +280,23 @@ class GenerativeRetriever(nn.Module):
         out.scatter_(1, items, scores)
         out[:, PADDING_IDX] = float("-inf")
         return out
+
+
+def _build(fields: dict[str, Any], inputs: ModelInputs) -> GenerativeRetriever:
+    sids = semantic_ids_of(inputs, FAMILY.name, fields["num_items"])
+    model = GenerativeRetriever(FAMILY.validate({**fields, "codebook_sizes": sids.codebook_sizes}), sids.codes)
+    if inputs.new_items is not None:
+        model.mark_new_items(inputs.new_items)
+    return model
+
+
+def _shape(config: GenerativeConfig, rebuild: Rebuild) -> GenerativeRetriever:
+    codes = torch.zeros(config.num_items + 1, len(config.codebook_sizes), dtype=torch.long)  # the state dict's
+    return GenerativeRetriever(config, codes)
+
+
+FAMILY = ModelFamily(
+    "generative", GenerativeConfig, GenerativeRetriever, _build, training="generative",
+    reads=lambda config: frozenset({Input.SEMANTIC_IDS, Input.NEW_ITEMS}), shape=_shape,
+    filled={"num_items": 1, "codebook_sizes": (1,)},
+)  # fmt: skip

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +35,7 @@ from torch import nn
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
-from recsys.models import TrainingFamily
+from recsys.models.family import DEFAULT_MAX_HISTORY, Model, ModelFamily, ModelInputs
 from recsys.modules.transformer import causal_segment_mask, left_padded_layout, most_recent
 from recsys.ops.hstu_attention import Kernel, hstu_attention, select_kernel
 from recsys.ops.hstu_attention import time_buckets as time_buckets  # its home is the op; models read it here too
@@ -45,7 +45,7 @@ from recsys.runtime.validation import Fraction, check_heads
 @dataclass(frozen=True)
 class HSTUConfig:
     num_items: int  # V; embeddings have V+1 rows, row 0 is padding
-    max_history: PositiveInt = 50  # most recent items the model reads
+    max_history: PositiveInt = DEFAULT_MAX_HISTORY  # most recent items the model reads
     dim: PositiveInt = 64
     num_layers: PositiveInt = 2
     num_heads: PositiveInt = 2
@@ -150,7 +150,7 @@ class HSTULayer(nn.Module):
         return x + self.dropout(self.out(self.out_norm(y) * u))
 
 
-class HSTU(nn.Module):
+class HSTU(Model[HSTUConfig]):
     """Causal HSTU sequential retriever; same inputs, outputs and scoring as `recsys.models.sasrec.SASRec`.
 
     Example:
@@ -159,11 +159,8 @@ class HSTU(nn.Module):
         torch.Size([1, 11])
     """
 
-    training_family: ClassVar[TrainingFamily] = "next_item"
-
     def __init__(self, config: HSTUConfig) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.item_emb = nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX)
         self.pos_emb = nn.Embedding(config.max_history, config.dim)
         self.emb_dropout = nn.Dropout(config.dropout)
@@ -256,10 +253,12 @@ class HSTU(nn.Module):
     def max_history(self) -> int:
         return self.config.max_history
 
-    def use_sparse_item_gradients(self) -> bool:
-        """Make the ID table's gradient row-sparse (its rows read by a step; SparseAdam then updates those alone)."""
-        self.item_emb.sparse = True
-        return True
+    def item_id_table(self) -> nn.Embedding:
+        """The ID table, the items' only vectors (`recsys.training.capabilities.ItemIdTable`)."""
+        return self.item_emb
+
+    def replace_item_id_table(self, table: nn.Embedding) -> None:
+        self.item_emb = table
 
     def item_rows(self, items: torch.Tensor) -> torch.Tensor:
         """(..., D) the vectors of `items`, as `item_embeddings()[items]`, normalised row by row."""
@@ -284,3 +283,10 @@ class HSTU(nn.Module):
         """(B, L) left-padded histories [+ their and the request's `times`] -> (B, V+1) logits over all items (`users`
         is ignored; `times` only count with time buckets)."""
         return self.encode_queries(histories, users, times) @ self.item_embeddings().T
+
+
+def _build(fields: dict[str, Any], inputs: ModelInputs) -> HSTU:
+    return HSTU(FAMILY.validate(fields))
+
+
+FAMILY = ModelFamily("hstu", HSTUConfig, HSTU, _build, training="next_item")

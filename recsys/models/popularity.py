@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any
 
 import torch
 from pydantic import PositiveInt
-from torch import nn
 
 from recsys.data.times import HistoryTimes
-from recsys.models import TrainingFamily
+from recsys.models.family import DEFAULT_MAX_HISTORY, Model, ModelFamily, ModelInputs
 
 
 @dataclass(frozen=True)
 class PopularityConfig:
     num_items: int
     # history items passed on to `score`: popularity reads none of them, serving excludes the seen ones among them
-    max_history: PositiveInt = 50
+    max_history: PositiveInt = DEFAULT_MAX_HISTORY
 
 
-class Popularity(nn.Module):
+class Popularity(Model[PopularityConfig]):
     """Scores items by their training frequency; ties broken by lower item_idx, so the order is strict.
 
     Example:
@@ -30,13 +29,10 @@ class Popularity(nn.Module):
         [1, 3]
     """
 
-    training_family: ClassVar[TrainingFamily] = "counts"
-
     item_scores: torch.Tensor  # (V+1,) buffer
 
     def __init__(self, config: PopularityConfig) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.register_buffer("item_scores", torch.zeros(config.num_items + 1))
 
     @property
@@ -56,3 +52,10 @@ class Popularity(nn.Module):
     ) -> torch.Tensor:
         """(B, L) histories (only their count is used; `users`, `times` are ignored) -> (B, V+1) popularity."""
         return self.item_scores.expand(histories.shape[0], -1).clone()
+
+
+def _build(fields: dict[str, Any], inputs: ModelInputs) -> Popularity:
+    return Popularity(FAMILY.validate(fields))
+
+
+FAMILY = ModelFamily("popularity", PopularityConfig, Popularity, _build, training="counts")

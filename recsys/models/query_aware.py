@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -40,8 +40,16 @@ from pydantic import NonNegativeInt, PositiveInt
 from torch import nn
 
 from recsys.data.times import HistoryTimes
-from recsys.errors import RecsysError
-from recsys.models import TrainingFamily
+from recsys.errors import ConfigError, RecsysError
+from recsys.models.family import (
+    DEFAULT_MAX_HISTORY,
+    Input,
+    Model,
+    ModelFamily,
+    ModelInputs,
+    content_of,
+    required,
+)
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.retrieval.lexical import BM25Retriever
 from recsys.runtime.validation import Fraction, check_heads
@@ -51,7 +59,7 @@ from recsys.semantic_ids.content import DEFAULT_MODEL
 @dataclass(frozen=True)
 class QueryAwareConfig:
     num_items: int  # V
-    max_history: PositiveInt = 50
+    max_history: PositiveInt = DEFAULT_MAX_HISTORY
     dim: PositiveInt = 64
     num_layers: PositiveInt = 2
     num_heads: PositiveInt = 2
@@ -60,7 +68,7 @@ class QueryAwareConfig:
     attn_dropout: Fraction = 0.5
     content_dim: NonNegativeInt = 0  # C, filled in from the content embeddings by the registry
     # the encoder of queries at scoring time: the one that embedded the items' content (the experiment's
-    # `sid.content.model`, filled in by the registry), recorded so that serving embeds queries the same way
+    # `content.model`, filled in when the model is built), recorded so that serving embeds queries the same way
     encoder: str = DEFAULT_MODEL
     lexical: bool = True  # the lexical tower: BM25 of the query against the items' texts (module docstring)
 
@@ -119,7 +127,7 @@ class LexicalTower(nn.Module):
         return f"items={len(self.texts)}"
 
 
-class QueryAwareRetriever(nn.Module):
+class QueryAwareRetriever(Model[QueryAwareConfig]):
     """SASRec + a text query, a learned and a text tower fused by gates; scores every item by a dot product.
 
     Args:
@@ -138,15 +146,12 @@ class QueryAwareRetriever(nn.Module):
         torch.Size([2, 6])
     """
 
-    training_family: ClassVar[TrainingFamily] = "query_aware"
-
     def __init__(
         self, config: QueryAwareConfig, content: torch.Tensor | None = None, texts: Sequence[str] | None = None
     ) -> None:
-        super().__init__()
         if config.content_dim < 1:
             raise ValueError("a query-aware model needs the items' content embeddings (content_dim >= 1)")
-        self.config = config
+        super().__init__(config)
         self.sasrec = SASRec(config.backbone())
         table = torch.zeros(config.num_items + 1, config.content_dim)
         if content is not None:
@@ -169,6 +174,11 @@ class QueryAwareRetriever(nn.Module):
     @property
     def max_history(self) -> int:
         return self.config.max_history
+
+    @property
+    def query_encoder(self) -> str:
+        """The content encoder that embeds its queries (`recsys.inference.QueryScorer`)."""
+        return self.config.encoder
 
     def input_embeddings(self) -> torch.Tensor:
         """(V+1, D) the history's item vectors: ID embedding + projected content (the learned tower's items)."""
@@ -278,3 +288,33 @@ class QueryAwareRetriever(nn.Module):
 
     def extra_repr(self) -> str:
         return f"encoder={self.config.encoder!r}"
+
+
+def _build(fields: dict[str, Any], inputs: ModelInputs) -> QueryAwareRetriever:
+    content = content_of(inputs, fields["num_items"])
+    encoder = required(
+        inputs.content_encoder,
+        "model 'query_aware' embeds queries with the items' content encoder, and none is known. Fix: build it "
+        "through the pipeline, whose embed_content step names it",
+    )
+    config = FAMILY.validate({**fields, "content_dim": content.shape[1], "encoder": encoder})
+    if not config.lexical:
+        return QueryAwareRetriever(config, content)
+    texts = required(
+        inputs.item_texts,
+        "model 'query_aware' with its lexical tower (model.params.lexical) indexes the items' texts. Fix: build it "
+        "through the pipeline, or pass ModelInputs.item_texts",
+    )
+    if len(texts) != config.num_items:
+        raise ConfigError(f"{len(texts)} item texts for {config.num_items} items. Fix: one text per item, by index")
+    return QueryAwareRetriever(config, content, texts)
+
+
+def _reads(config: QueryAwareConfig) -> frozenset[Input]:
+    return frozenset({Input.CONTENT, Input.QUERIES, *([Input.ITEM_TEXTS] if config.lexical else [])})
+
+
+FAMILY = ModelFamily(
+    "query_aware", QueryAwareConfig, QueryAwareRetriever, _build, training="queries", reads=_reads,
+    filled={"num_items": 1, "content_dim": 1, "encoder": ""},
+)  # fmt: skip

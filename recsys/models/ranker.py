@@ -22,8 +22,9 @@ Dimension letters: B rows, L history length, C candidates, D dim, V+1 items (0 =
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +33,18 @@ from torch import nn
 
 from recsys.data.tasks import Task, task_kind
 from recsys.data.times import HistoryTimes
-from recsys.models import TrainingFamily
+from recsys.errors import ConfigError
+from recsys.models.family import (
+    DEFAULT_MAX_HISTORY,
+    Input,
+    Model,
+    ModelFamily,
+    ModelInputs,
+    Rebuild,
+    check_items,
+    content_of,
+    required,
+)
 from recsys.modules.moe import MoEConfig, MoELayer
 from recsys.runtime.validation import Fraction, check_heads
 
@@ -44,7 +56,7 @@ class RankerConfig:
     num_items: int
     retriever: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen first stage
     num_candidates: PositiveInt = 200  # C: the retriever's top-C are re-scored
-    max_history: PositiveInt = 50
+    max_history: PositiveInt = DEFAULT_MAX_HISTORY
     dim: PositiveInt = 64
     num_heads: PositiveInt = 2
     hidden: PositiveInt = 256  # the head's hidden size (dense) or each expert's (moe)
@@ -58,8 +70,8 @@ class RankerConfig:
     tasks: tuple[str, ...] | None = None
     dropout: Fraction = 0.1
     residual: bool = False  # task 0 = retriever score + the head's correction (which starts at zero)
-    freeze_item_embeddings: bool = False  # keep the item vectors the registry copies from a SASRec retriever
-    use_content: bool = False  # read content embeddings (the experiment's `sid.content` section)
+    freeze_item_embeddings: bool = False  # keep the item vectors copied from a SASRec retriever when it is built
+    use_content: bool = False  # read content embeddings (the experiment's `content` section)
     content_dim: NonNegativeInt = 0  # filled from the content embeddings when `use_content`
 
     def __post_init__(self) -> None:
@@ -166,31 +178,48 @@ class Ranker(nn.Module):
         return torch.stack(logits)
 
 
-class TwoStageRanker(nn.Module):
+@runtime_checkable
+class SharedItemTable(Protocol):
+    """A retriever whose input and output item vectors are one table (SASRec): a ranker may start from it."""
+
+    def shared_item_table(self) -> torch.Tensor:
+        """(V+1, D) that table."""
+        ...
+
+
+class TwoStageRanker(Model[RankerConfig]):
     """A frozen retriever's top-C, re-scored by a `Ranker`; `score` ranks every item (non-candidates -inf)."""
 
-    training_family: ClassVar[TrainingFamily] = "ranker"
-
-    def __init__(self, config: RankerConfig, retriever: nn.Module, content: torch.Tensor | None = None) -> None:
-        super().__init__()
-        if getattr(retriever, "reads_timestamps", False):
+    def __init__(self, config: RankerConfig, retriever: Model[Any], content: torch.Tensor | None = None) -> None:
+        super().__init__(config)
+        if retriever.reads_timestamps:
             raise ValueError(
                 "the ranker's retriever reads timestamps (HSTU with num_time_buckets > 0), which the ranking stage "
                 "does not pass on yet: train the retriever with num_time_buckets: 0"
             )
-        self.config = config
         self.retriever = retriever.eval().requires_grad_(False)
         self.ranker = Ranker(config, content)
 
     @property
     def max_history(self) -> int:
         """The longer of the two stages' windows: each keeps its own most recent part."""
-        return max(self.config.max_history, cast(int, self.retriever.max_history))
+        return max(self.config.max_history, self.retriever.max_history)
 
     @property
     def tasks(self) -> tuple[Task, ...]:
         """The tasks predicted beside ranking, in the head's order (outputs 1..)."""
         return tuple(Task(name, task_kind(name)) for name in self.config.tasks or ())
+
+    @property
+    def aux_loss(self) -> torch.Tensor:
+        """The MoE head's load loss of the last forward (0 for a dense head)."""
+        return self.ranker.aux_loss
+
+    def rank_candidates(
+        self, histories: torch.Tensor, candidates: torch.Tensor, retrieval: torch.Tensor
+    ) -> torch.Tensor:
+        """(B, L) histories, (B, C) candidates and their first-stage scores -> (T, B, C) the ranker's logits."""
+        return self.ranker(histories, candidates, retrieval)
 
     def train(self, mode: bool = True) -> TwoStageRanker:
         super().train(mode)
@@ -199,16 +228,16 @@ class TwoStageRanker(nn.Module):
 
     @torch.no_grad()
     def candidates(
-        self, histories: torch.Tensor, users: torch.Tensor | None = None, retriever: nn.Module | None = None
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, retriever: Model[Any] | None = None
     ) -> torch.return_types.topk:
         """The top-C of each row by the first stage (or `retriever`): (values (B, C), indices (B, C)); padding is
         never a candidate."""
         return self._top(self._first_stage_scores(histories, users, retriever))
 
     def _first_stage_scores(
-        self, histories: torch.Tensor, users: torch.Tensor | None, retriever: nn.Module | None = None
+        self, histories: torch.Tensor, users: torch.Tensor | None, retriever: Model[Any] | None = None
     ) -> torch.Tensor:
-        scores = (retriever or self.retriever).score(histories, users).float()  # type: ignore[operator]
+        scores = (retriever or self.retriever).score(histories, users).float()
         scores[:, 0] = float("-inf")
         return scores
 
@@ -243,3 +272,56 @@ class TwoStageRanker(nn.Module):
         logits = self.ranker(histories, candidates, torch.cat([top.values, item_scores], dim=1))[1:, :, -1].float()
         binary = torch.tensor([task.kind == "binary" for task in self.tasks], device=logits.device)[:, None]
         return torch.where(binary, torch.sigmoid(logits), logits)
+
+
+def _build(fields: dict[str, Any], inputs: ModelInputs) -> TwoStageRanker:
+    """A ranker over its trained first stage, frozen; it starts from the first stage's item vectors where those are
+    the retriever's one item table (input and output tied) of the ranker's dim."""
+    retriever = required(inputs.retriever, "model 'ranker' re-scores a first stage. Fix: set model.retriever_dir")
+    check_items(retriever, fields["num_items"], "model.retriever_dir")
+    config = FAMILY.validate({**fields, "retriever": retriever.saved()})
+    shared = retriever.model.shared_item_table() if isinstance(retriever.model, SharedItemTable) else None
+    items = shared if shared is not None and shared.shape[1] == config.dim else None
+    if config.freeze_item_embeddings and items is None:
+        raise ConfigError(
+            f"model.params.freeze_item_embeddings keeps the item vectors of a first stage whose input and output item "
+            f"vectors are one table of the ranker's dim ({config.dim}), e.g. a SASRec; this one is a "
+            f"{retriever.family} model of another kind or size. Fix: set it to false"
+        )
+    content = content_of(inputs, config.num_items) if config.use_content else None
+    if content is not None:
+        config = dataclasses.replace(config, content_dim=content.shape[1])
+    config = dataclasses.replace(config, tasks=_tasks(config.tasks, inputs.tasks))
+    model = TwoStageRanker(config, retriever.model, content)
+    if items is not None:
+        with torch.no_grad():  # start from the retriever's item vectors: the ranker refines, not relearns
+            model.ranker.item_emb.weight.copy_(items)
+    return model
+
+
+def _tasks(asked: tuple[str, ...] | None, available: tuple[str, ...]) -> tuple[str, ...]:
+    """The ranker's tasks: those asked for (all the data has when None), each one the data has labels for."""
+    if asked is None:
+        return available
+    missing = [task for task in asked if task not in available]
+    if missing:
+        raise ConfigError(
+            f"model.params.tasks {list(asked)}: the data has no labels for {missing}. Fix: choose among "
+            f"{list(available)} (recsys.data.tasks), or leave tasks out for all of them"
+        )
+    return tuple(asked)
+
+
+def _reads(config: RankerConfig) -> frozenset[Input]:
+    inputs = {Input.RETRIEVER, Input.HOLDOUT_RETRIEVER, Input.TASKS}
+    return frozenset(inputs | ({Input.CONTENT} if config.use_content else set()))
+
+
+def _shape(config: RankerConfig, rebuild: Rebuild) -> TwoStageRanker:
+    return TwoStageRanker(config, rebuild(config.retriever))
+
+
+FAMILY = ModelFamily(
+    "ranker", RankerConfig, TwoStageRanker, _build, training="ranker", reads=_reads, shape=_shape,
+    filled={"num_items": 1, "retriever": {}, "content_dim": 0},
+)  # fmt: skip

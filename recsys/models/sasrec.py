@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import NonNegativeInt, PositiveInt
@@ -20,7 +20,14 @@ from torch.distributed.tensor import DTensor
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
-from recsys.models import TrainingFamily
+from recsys.models.family import (
+    DEFAULT_MAX_HISTORY,
+    Input,
+    Model,
+    ModelFamily,
+    ModelInputs,
+    semantic_id_codes,
+)
 from recsys.modules.sid_embedding import SemanticIdEmbedding
 from recsys.modules.transformer import TransformerBlock, causal_segment_mask, left_padded_layout
 from recsys.ops.embedding_bag import Kernel
@@ -30,7 +37,7 @@ from recsys.runtime.validation import Fraction, check_heads
 @dataclass(frozen=True)
 class SASRecConfig:
     num_items: int  # V; embeddings have V+1 rows, row 0 is padding
-    max_history: PositiveInt = 50  # most recent items the model reads
+    max_history: PositiveInt = DEFAULT_MAX_HISTORY  # most recent items the model reads
     dim: PositiveInt = 64
     num_layers: PositiveInt = 2
     num_heads: PositiveInt = 2
@@ -50,7 +57,7 @@ class SASRecConfig:
             raise ValueError("id_embeddings: false needs sid_levels > 0, or nothing represents the items")
 
 
-class SASRec(nn.Module):
+class SASRec(Model[SASRecConfig]):
     """Causal self-attention sequential retriever.
 
     Example:
@@ -59,13 +66,9 @@ class SASRec(nn.Module):
         torch.Size([1, 11])
     """
 
-    training_family: ClassVar[TrainingFamily] = "next_item"
-    ties_item_embeddings: ClassVar[bool] = True  # one item table for input and output (a ranker may start from it)
-
     def __init__(self, config: SASRecConfig, codes: torch.Tensor | None = None) -> None:
         """Args: config; codes (V+1, >= sid_levels) semantic IDs when `sid_levels` > 0 (None: from a state dict)."""
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.item_emb = (
             nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX) if config.id_embeddings else None
         )
@@ -129,13 +132,17 @@ class SASRec(nn.Module):
         sharded over the processes (a DTensor, `recsys.training.row_sharding`)."""
         return self.item_emb is not None and (self.item_emb.sparse or isinstance(self.item_emb.weight, DTensor))
 
-    def use_sparse_item_gradients(self) -> bool:
-        """Make the ID table's gradient row-sparse (its rows read by a step; SparseAdam then updates those alone).
-        False when the item vectors are built from semantic IDs, which every lookup reads whole."""
-        if self.item_emb is None or self.sid_emb is not None:
-            return False
-        self.item_emb.sparse = True
-        return True
+    def item_id_table(self) -> nn.Embedding | None:
+        """The ID table when it alone is the items' vectors (training may read it row by row, or split its rows over
+        processes: `recsys.training.capabilities.ItemIdTable`); None when semantic IDs build them."""
+        return self.item_emb if self.sid_emb is None else None
+
+    def replace_item_id_table(self, table: nn.Embedding) -> None:
+        self.item_emb = table
+
+    def shared_item_table(self) -> torch.Tensor:
+        """(V+1, D) the one item table of the input and the output (a ranker may start from it)."""
+        return self.item_embeddings()
 
     def item_rows(self, items: torch.Tensor) -> torch.Tensor:
         """(..., D) the vectors of `items`, as `item_embeddings()[items]`, read row by row where the table allows."""
@@ -173,3 +180,16 @@ def _init_weights(module: nn.Module) -> None:
     if isinstance(module, nn.Embedding) and module.padding_idx is not None:
         with torch.no_grad():
             module.weight[module.padding_idx].zero_()
+
+
+def _build(fields: dict[str, Any], inputs: ModelInputs) -> SASRec:
+    config = FAMILY.validate(fields)
+    return SASRec(config, semantic_id_codes(inputs, FAMILY.name, config.num_items, config.sid_levels))
+
+
+def _reads(config: SASRecConfig) -> frozenset[Input]:
+    return frozenset({Input.SEMANTIC_IDS} if config.sid_levels else ())
+
+
+# its semantic-ID index comes with the state dict
+FAMILY = ModelFamily("sasrec", SASRecConfig, SASRec, _build, training="next_item", reads=_reads)

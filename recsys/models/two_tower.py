@@ -16,8 +16,9 @@ Dimension letters: B users, H history, V+1 items, D dim, C content dim, L prefix
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -26,8 +27,17 @@ from torch import nn
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
-from recsys.models import TrainingFamily
+from recsys.models.family import (
+    DEFAULT_MAX_HISTORY,
+    Input,
+    Model,
+    ModelFamily,
+    ModelInputs,
+    content_of,
+    semantic_id_codes,
+)
 from recsys.modules.sid_embedding import prefix_ids
+from recsys.modules.table_training import TableOptimizer, TableTraining
 from recsys.runtime.validation import Fraction
 
 if TYPE_CHECKING:
@@ -37,7 +47,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class TwoTowerConfig:
     num_items: int  # V
-    max_history: PositiveInt = 50  # history items the user tower reads
+    max_history: PositiveInt = DEFAULT_MAX_HISTORY  # history items the user tower reads
     recent: PositiveInt = 3  # the most recent items, pooled apart from the whole history
     dim: PositiveInt = 64
     hidden_dim: PositiveInt = 256
@@ -51,9 +61,9 @@ class TwoTowerConfig:
     # run shards over its processes with DistributedModelParallel (`recsys.training.model_parallel`; row_wise on
     # CUDA only); "none": the project's FusedEmbeddingBagCollection (Triton kernels on CUDA), on every process
     shard_tables: Literal["none", "table_wise", "row_wise"] = "none"
-    # sharded tables train with fbgemm's optimizer fused into the backward pass, apart from train.lr's Adam (which
-    # fbgemm's CPU kernels lack: "adam" needs CUDA)
-    table_optimizer: Literal["rowwise_adagrad", "adagrad", "sgd", "adam"] = "rowwise_adagrad"
+    # sharded tables train with fbgemm's optimizer fused into the backward pass, apart from train.optimization.lr's
+    # Adam (which fbgemm's CPU kernels lack: "adam" needs CUDA)
+    table_optimizer: TableOptimizer = "rowwise_adagrad"
     table_lr: PositiveFloat = 0.01
 
 
@@ -69,7 +79,7 @@ def _bag(name: str, rows: int, dim: int, pooling: Literal["MEAN", "SUM"]) -> Emb
     )
 
 
-class TwoTower(nn.Module):
+class TwoTower(Model[TwoTowerConfig]):
     """User and item towers over torchrec sparse features; scores all items by a dot product.
 
     Args:
@@ -77,8 +87,6 @@ class TwoTower(nn.Module):
         codes: (V+1, >= sid_levels) semantic IDs when `sid_levels` > 0 (None: from a state dict).
         content: (V+1, content_dim) content embeddings when `content_dim` > 0 (None: from a state dict).
     """
-
-    training_family: ClassVar[TrainingFamily] = "two_tower"
 
     prefix_rows: torch.Tensor  # (V+1, L) row of each item's prefix of each length in the "sid_prefix" table
     content: torch.Tensor  # (V+1, C) frozen content embeddings (empty when content_dim = 0)
@@ -89,8 +97,7 @@ class TwoTower(nn.Module):
         from recsys.modules.embedding_bag_collection import FusedEmbeddingBagCollection
         from recsys.modules.ordered_embedding_bags import OrderedEmbeddingBags
 
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         V1, D, L = config.num_items + 1, config.dim, config.sid_levels
         user_tables = [_bag("history", V1, D, "MEAN"), _bag("recent", V1, D, "MEAN")]
         if config.user_buckets:
@@ -116,6 +123,13 @@ class TwoTower(nn.Module):
     @property
     def max_history(self) -> int:
         return self.config.max_history
+
+    def table_training(self) -> TableTraining | None:
+        """How a distributed run shards and trains its sparse tables (`model.shard_tables`); None: it does not."""
+        config = self.config
+        if config.shard_tables == "none":
+            return None
+        return TableTraining(config.shard_tables, config.table_optimizer, config.table_lr)
 
     def encode_queries(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
@@ -165,3 +179,24 @@ def _jagged(features: dict[str, torch.Tensor]) -> KeyedJaggedTensor:
     lengths = torch.cat([(d != 0).sum(dim=1) for d in dense])
     values = torch.cat([d[d != 0] for d in dense])
     return KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
+
+
+def _build(fields: dict[str, Any], inputs: ModelInputs) -> TwoTower:
+    config = FAMILY.validate(fields)
+    codes = semantic_id_codes(inputs, FAMILY.name, config.num_items, config.sid_levels)
+    if not config.use_content:
+        return TwoTower(config, codes)
+    content = content_of(inputs, config.num_items)
+    return TwoTower(dataclasses.replace(config, content_dim=content.shape[1]), codes, content)
+
+
+def _reads(config: TwoTowerConfig) -> frozenset[Input]:
+    return frozenset({Input.SEMANTIC_IDS} if config.sid_levels else ()) | frozenset(
+        {Input.CONTENT} if config.use_content else ()
+    )
+
+
+FAMILY = ModelFamily(
+    "two_tower", TwoTowerConfig, TwoTower, _build, training="two_tower", reads=_reads,
+    filled={"num_items": 1, "content_dim": 0},
+)  # fmt: skip

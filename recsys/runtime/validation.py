@@ -82,7 +82,10 @@ def _nested_problems(err: ValidationError, where: str) -> str:
 
 def problems(err: ValidationError, where: str = "") -> str:
     """A pydantic error as '<where><dotted key>: <message>' per problem."""
-    return "; ".join(f"{where}{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+    # a validator's own ValueError reads as its message (pydantic puts "Value error, " before it)
+    return "; ".join(
+        f"{where}{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in err.errors()
+    )
 
 
 def check_heads(num_heads: int, dim: int) -> None:

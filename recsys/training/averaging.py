@@ -23,7 +23,7 @@ class WeightAverage:
 
     def __init__(self, model: nn.Module, decay: float) -> None:
         if not 0.0 < decay < 1.0:
-            raise ValueError(f"EMA decay must be in (0, 1), got {decay}. Fix: e.g. train.ema_decay=0.999")
+            raise ValueError(f"EMA decay must be in (0, 1), got {decay}. Fix: e.g. train.optimization.ema_decay=0.999")
         self.decay = decay
         self.params = [p for p in model.parameters() if p.dtype.is_floating_point]
         self.averages = [p.detach().clone() for p in self.params]

@@ -1,4 +1,5 @@
-"""`train.compile`: how the platform runs a model through torch.compile, with the batch and the sequence length dynamic.
+"""`train.hardware.compile`: how the platform runs a model through torch.compile, with the batch and the sequence
+length dynamic.
 
 A sequential model's forward sees every batch size (an epoch's last, shorter batch; each process's share of rows)
 and every history length: packed training rows are `max_history` wide, but validation and scoring pad each batch to

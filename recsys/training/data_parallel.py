@@ -83,7 +83,7 @@ class DataParallelLoss:
         self.module: nn.Module = LossModule(model, recipe)
         if workers.distributed:
             device = next(model.parameters()).device
-            if backend_for(device) == "nccl" and any(getattr(m, "sparse", False) for m in model.modules()):
+            if backend_for(device) == "nccl" and any(_sparse(m) for m in model.modules()):
                 raise ConfigError(
                     "row-sparse item gradients (model.training.sparse_item_gradients) cannot be averaged over GPUs: "
                     "NCCL has no sparse all-reduce. Fix: set it to false (a GPU's dense Adam over the table is cheap, "
@@ -115,3 +115,8 @@ class DataParallelLoss:
         everyone = int(sum_over_workers(torch.tensor([n], device=loss.device)).item())
         weight = n * self.workers.world_size / max(everyone, 1)
         return loss * weight, loss.detach().float() * n, n
+
+
+def _sparse(module: nn.Module) -> bool:
+    """Whether `module` is an embedding table whose gradient is row-sparse."""
+    return isinstance(module, nn.Embedding | nn.EmbeddingBag) and module.sparse

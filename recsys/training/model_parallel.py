@@ -41,14 +41,16 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from recsys.errors import ConfigError
+from recsys.modules.table_training import Sharding, TableTraining
 from recsys.runtime.distributed import Workers, from_main, sum_over_workers
+from recsys.training.config import OptimizationConfig
 from recsys.training.data_parallel import DataParallelLoss, LossModule
 from recsys.training.recipes import Recipe
 
@@ -60,10 +62,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Sharding = Literal["table_wise", "row_wise"]
-
-
-TableOptimizer = Literal["rowwise_adagrad", "adagrad", "sgd", "adam"]
 _FUSED: dict[str, dict[str, Any]] = {  # fbgemm's optimizers (EmbOptimType); Adam's betas and eps: torch's
     "rowwise_adagrad": {"optimizer": "EXACT_ROWWISE_ADAGRAD"},
     "adagrad": {"optimizer": "EXACT_ADAGRAD"},
@@ -73,54 +71,39 @@ _FUSED: dict[str, dict[str, Any]] = {  # fbgemm's optimizers (EmbOptimType); Ada
 _ON_CPU = ("rowwise_adagrad", "adagrad", "sgd")  # what fbgemm's CPU kernels fuse
 
 
-@dataclass(frozen=True)
-class TableTraining:
-    """How the sharded tables are placed and updated (`model.shard_tables`, `model.table_optimizer`, `.table_lr`)."""
+@runtime_checkable
+class ShardedTablesModel(Protocol):
+    """A model whose sparse tables a distributed run may shard (`recsys.modules.table_training`)."""
 
-    sharding: Sharding
-    optimizer: TableOptimizer = "rowwise_adagrad"
-    lr: float = 0.01
-
-
-class TrainSettings(Protocol):
-    """What `table_training` reads of the run's `TrainConfig`."""
-
-    @property
-    def lr_schedule(self) -> str: ...
-    @property
-    def warmup_steps(self) -> int: ...
-    @property
-    def weight_decay(self) -> float: ...
-    @property
-    def accumulate_batches(self) -> int: ...
-    @property
-    def ema_decay(self) -> float: ...
+    def table_training(self) -> TableTraining | None:
+        """How its tables shard and train; None: they are not sharded."""
+        ...
 
 
-def table_training(model: nn.Module, train: TrainSettings) -> TableTraining | None:
-    """What `model.config` asks of its tables (None: no sharding), checked against the run's settings.
+def table_training(model: nn.Module, train: OptimizationConfig) -> TableTraining | None:
+    """What `model` asks of its tables (None: no sharding), checked against the run's optimization settings.
 
     Raises:
         ConfigError: a training setting the fused table update cannot follow.
     """
-    config: Any = getattr(model, "config", None)
-    if getattr(config, "shard_tables", "none") == "none":
+    tables = model.table_training() if isinstance(model, ShardedTablesModel) else None
+    if tables is None:
         return None
     unfollowed = {
-        "train.lr_schedule: constant": train.lr_schedule != "constant",
-        "train.warmup_steps: 0": train.warmup_steps > 0,
-        "train.weight_decay: 0": train.weight_decay > 0,
-        "train.accumulate_batches: 1": train.accumulate_batches > 1,
-        "train.ema_decay: 0": train.ema_decay > 0,
+        "train.optimization.lr_schedule: constant": train.lr_schedule != "constant",
+        "train.optimization.warmup_steps: 0": train.warmup_steps > 0,
+        "train.optimization.weight_decay: 0": train.weight_decay > 0,
+        "train.optimization.accumulate_batches: 1": train.accumulate_batches > 1,
+        "train.optimization.ema_decay: 0": train.ema_decay > 0,
     }
     asked = [setting for setting, differs in unfollowed.items() if differs]
     if asked:
         raise ConfigError(
-            f"model.shard_tables={config.shard_tables} updates the tables with fbgemm's optimizer inside the backward "
+            f"model.shard_tables={tables.sharding} updates the tables with fbgemm's optimizer inside the backward "
             f"pass, which has no schedule, weight decay, accumulation or average. Fix: set {', '.join(asked)}, or "
             "model.shard_tables: none"
         )
-    return TableTraining(config.shard_tables, config.table_optimizer, config.table_lr)
+    return tables
 
 
 def check_sharding(tables: TableTraining, device: torch.device) -> None:
@@ -158,7 +141,7 @@ def require_cuda_fbgemm() -> None:
             f"refuse CUDA tensors ({first_line}). Fix: run `make setup` on this machine (it installs the `cuda` extra, "
             "fbgemm-gpu pinned to this torch, when nvidia-smi lists a GPU), or by hand: "
             "`.venv/bin/pip uninstall -y fbgemm-gpu-cpu && .venv/bin/pip install -e '.[cuda]'`; or train on CPU "
-            "processes (train.device: cpu) with model.shard_tables=table_wise"
+            "processes (train.hardware.device: cpu) with model.shard_tables=table_wise"
         ) from err
 
 
@@ -313,7 +296,7 @@ def fused_table_parameters(model: nn.Module) -> list[nn.Parameter]:
 def _sharded_bags(model: nn.Module) -> list[OrderedEmbeddingBags]:
     """The model's `OrderedEmbeddingBags` whose collection DMP has sharded (torchrec is only imported for a model whose
     config asks for sharded tables: it holds torchrec's modules already)."""
-    if getattr(getattr(model, "config", None), "shard_tables", "none") == "none":
+    if not isinstance(model, ShardedTablesModel) or model.table_training() is None:
         return []
     from torchrec.distributed.types import ShardedModule
 

@@ -84,8 +84,9 @@ def build_optimization(
     dense = [p for p in model.parameters() if all(p is not s for s in sparse + in_backward)]
     if sparse and weight_decay:
         raise ConfigError(
-            "train.weight_decay with sparse_item_gradients: SparseAdam has no weight decay (it would have to touch "
-            "every row). Fix: set train.weight_decay to 0, or model.training.sparse_item_gradients to false"
+            "train.optimization.weight_decay with sparse_item_gradients: SparseAdam has no weight decay (it would "
+            "have to touch every row). Fix: set train.optimization.weight_decay to 0, or "
+            "model.training.sparse_item_gradients to false"
         )
     # a table sharded over the processes (DTensor) gets an Adam of its own: one optimizer's fused kernels take tensors
     # of one kind

@@ -35,32 +35,31 @@ from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_modul
 
 from recsys.errors import ConfigError
 from recsys.runtime.distributed import Workers
+from recsys.training.capabilities import ItemIdTable, item_id_table
 from recsys.training.recipes import Recipe
 from recsys.training.recipes.next_item import NextItemRecipe
 
 logger = logging.getLogger(__name__)
 
-ITEM_TABLE = "item_emb"  # the models' item table (SASRec, HSTU): an nn.Embedding of V+1 rows
-
 
 def check_shardable(model: nn.Module, recipe: Recipe) -> None:
     """Raise a ConfigError when `model`'s item table cannot be sharded by rows in training by `recipe`."""
-    table = getattr(model, ITEM_TABLE, None)
-    fix = "Fix: set train.shard_item_table to false"
-    if not isinstance(table, nn.Embedding) or getattr(model, "sid_emb", None) is not None:
+    table = item_id_table(model)
+    fix = "Fix: set train.distributed.shard_item_table to false"
+    if table is None:
         raise ConfigError(
-            f"train.shard_item_table shards an item-id table, which {type(model).__name__} with these settings does "
-            f"not have (SASRec and HSTU have one unless they read semantic IDs). {fix}"
+            f"train.distributed.shard_item_table shards an item-id table, which {type(model).__name__} with these "
+            f"settings does not have (SASRec and HSTU have one unless they read semantic IDs). {fix}"
         )
     if table.sparse:
         raise ConfigError(
-            f"train.shard_item_table with model.training.sparse_item_gradients: a sharded table's gradient is dense "
-            f"per process (V/N rows). {fix}, or sparse_item_gradients to false"
+            "train.distributed.shard_item_table with model.training.sparse_item_gradients: a sharded table's "
+            f"gradient is dense per process (V/N rows). {fix}, or sparse_item_gradients to false"
         )
     if not isinstance(recipe, NextItemRecipe) or recipe.sampling_probs is None:
         raise ConfigError(
-            f"train.shard_item_table with the full softmax: a sharded table is read row by row, and the full softmax "
-            f"scores every item each step. {fix}, or model.training.loss to sampled_softmax"
+            "train.distributed.shard_item_table with the full softmax: a sharded table is read row by row, and the "
+            f"full softmax scores every item each step. {fix}, or model.training.loss to sampled_softmax"
         )
 
 
@@ -69,7 +68,8 @@ def shard_item_table(model: nn.Module, workers: Workers, device: torch.device) -
 
     Called while the model is on the host: each process moves only its own block to `device`.
     """
-    table: nn.Embedding = getattr(model, ITEM_TABLE)
+    table = item_id_table(model)
+    assert table is not None  # check_shardable said so
     mesh = init_device_mesh(device.type, (workers.world_size,))
     full = table.weight.detach()
     rows = -(-full.shape[0] // workers.world_size)  # DTensor's Shard(0) splits as torch.chunk: blocks of ceil(V+1 / N)
@@ -85,8 +85,8 @@ def shard_item_table(model: nn.Module, workers: Workers, device: torch.device) -
     )  # fmt: skip
 
 
-def is_row_sharded(table: nn.Module) -> bool:
-    return isinstance(getattr(table, "weight", None), DTensor)
+def is_row_sharded(table: nn.Embedding) -> bool:
+    return isinstance(table.weight, DTensor)
 
 
 def _pad_lookups_to_equal_blocks(table: nn.Embedding, world_size: int) -> None:
@@ -126,23 +126,25 @@ class _GradientScaled(torch.autograd.Function):
 def gathered_item_table(model: nn.Module) -> Iterator[None]:
     """Inside the block the model's item table is whole on every process (a plain `nn.Embedding`, e.g. to score every
     item in evaluation); outside it, sharded again. Nothing when it is not sharded; a collective when it is."""
-    table = getattr(model, ITEM_TABLE, None)
+    table = item_id_table(model)
     if table is None or not is_row_sharded(table):
         yield
         return
-    setattr(model, ITEM_TABLE, _whole(table))
+    assert isinstance(model, ItemIdTable)
+    model.replace_item_id_table(_whole(table))
     try:
         yield
     finally:
-        setattr(model, ITEM_TABLE, table)
+        model.replace_item_id_table(table)
 
 
 def unshard_item_table(model: nn.Module) -> None:
     """Make the item table one plain `nn.Embedding` again, whole on every process (the trained model, to write);
     a collective when it is sharded."""
-    table = getattr(model, ITEM_TABLE, None)
+    table = item_id_table(model)
     if table is not None and is_row_sharded(table):
-        setattr(model, ITEM_TABLE, _whole(table))
+        assert isinstance(model, ItemIdTable)
+        model.replace_item_id_table(_whole(table))
 
 
 def _whole(table: nn.Embedding) -> nn.Embedding:

@@ -21,19 +21,17 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
-from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 from tqdm.auto import tqdm
 
 from recsys.data.prepared import TrainingData
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, UserSample, evaluate
-from recsys.inference import DomainScorer, Scorer
-from recsys.models import TrainingFamily
+from recsys.models.family import Model
 from recsys.modules.moe import expert_load
 from recsys.runtime.budget import Budget, limit
 from recsys.runtime.checkpoint import (
@@ -46,68 +44,32 @@ from recsys.runtime.checkpoint import (
 from recsys.runtime.device import apply_cpu_threads, resolve_device, use_bf16_autocast
 from recsys.runtime.distributed import join, sum_over_workers
 from recsys.runtime.progress import Progress
-from recsys.runtime.validation import Fraction
 from recsys.training.averaging import WeightAverage
-from recsys.training.compilation import CompileMode, compile_model
+from recsys.training.capabilities import TrainsPerDomain
+from recsys.training.compilation import compile_model
+from recsys.training.config import TrainConfig
 from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.model_parallel import ModelParallelLoss, gathered_tables, table_training, unshard_tables
 from recsys.training.optimization import Optimization, build_optimization
-from recsys.training.recipes import TRAINING_SETTINGS, Recipe, recipe_for
+from recsys.training.recipes import Recipe, recipe_for
 from recsys.training.row_sharding import check_shardable, gathered_item_table, shard_item_table, unshard_item_table
 
 logger = logging.getLogger(__name__)
 
 EpochCallback = Callable[[int, dict[str, float]], None]
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """How any model trains; what only one model family reads is its `model.training` (`recsys.training.recipes`)."""
-
-    epochs: PositiveInt = 200
-    # next-item models: packed rows of their window (Beauty: ~40 targets each); others: (history, next item) pairs
-    batch_size: PositiveInt = 16
-    # optimizer step every this many batches, on the mean of their losses (each counts 1/K; an epoch's last, shorter
-    # group too): the update of K times the batch in the memory of one
-    accumulate_batches: PositiveInt = 1
-    lr: PositiveFloat = 1e-3
-    # "cosine": linear warm-up over `warmup_steps`, then cosine decay to 0 at the last planned epoch;
-    # "constant": `lr` throughout (after the warm-up, if any).
-    lr_schedule: Literal["constant", "cosine"] = "constant"
-    warmup_steps: NonNegativeInt = 0
-    weight_decay: NonNegativeFloat = 0.0
-    # > 0: validate, checkpoint and save an exponential moving average of the weights (decay per step, e.g.
-    # 0.999 averages over ~1,000 steps) instead of the last step's weights; 0 = off
-    ema_decay: Fraction = 0.0
-    patience: PositiveInt = 10  # epochs without a better validation metric before stopping
-    max_train_seconds: NonNegativeFloat | None = None  # stop after the first validated epoch past this wall time
-    # the training process's resident memory (GiB), checked every step: past it, training stops with an error that
-    # names this knob (the last validated epoch's state stays resumable) instead of the kernel's OOM kill
-    max_memory_gb: PositiveFloat | None = None
-    monitor: str = "ndcg@10"  # validation metric that picks the checkpoint
-    eval_every: PositiveInt = 1
-    seed: int = 0
-    device: str = "auto"  # "auto" = cuda when available, else cpu
-    # "auto": bf16 autocast on CUDA and on CPUs with native bf16 matmuls (the AVX512-BF16 / AMX flags), else fp32.
-    # Embedding tables, optimizer state and the softmax stay fp32 either way.
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
-    threads: PositiveInt | None = None  # CPU training: torch threads; None = torch's default (one per core)
-    # processes that train data parallel on this host (`recsys train` starts them through torch's elastic launcher:
-    # one per GPU, or CPU processes under gloo); under torchrun, the launcher's WORLD_SIZE decides instead
-    nproc_per_node: PositiveInt = 1
-    # SASRec / HSTU on several processes: split the item table's rows over them (weights, gradients, Adam moments:
-    # V/N rows each) instead of a copy on each, for a catalogue whose table does not fit one device; needs the
-    # sampled softmax (`recsys.training.row_sharding`)
-    shard_item_table: bool = False
-    # validate each epoch on a seeded sample of this many users (a large catalogue's full pass costs as much as
-    # training); the chosen checkpoint is then validated once on every user, and that is the run's valid metric.
-    # None = every user every epoch
-    valid_users: PositiveInt | None = None
-    progress: bool = True
-    # torch.compile the model's forward, batch and sequence length dynamic (`recsys.training.compilation`): fewer
-    # kernel launches; the first epoch and the first validation pay the compiling
-    compile: bool = False
-    compile_mode: CompileMode = "default"  # torch.compile's `mode`, with `compile: true`
+# `TrainConfig` settings that may change between attempts of one run: a saved state is resumed across them
+RESUMABLE = frozenset(
+    {
+        "schedule.max_seconds",
+        "schedule.patience",
+        "hardware.max_memory_gb",
+        "hardware.compile",
+        "hardware.compile_mode",
+        "distributed.nproc_per_node",
+        "distributed.shard_item_table",
+        "progress",
+    }
+)
 
 
 @dataclass
@@ -136,7 +98,7 @@ def _median(values: list[float]) -> float:
 
 
 def fit(
-    model: nn.Module,
+    model: Model[Any],
     data: TrainingData,
     config: TrainConfig,
     eval_config: EvalConfig,
@@ -158,16 +120,15 @@ def fit(
         state_path: resumable training state, rewritten atomically after every validated epoch; when it
             exists and was written for the same model and settings, training resumes from it.
     """
-    _check_monitor(config.monitor, eval_config)
+    _check_monitor(config.schedule.monitor, eval_config)
     if recipe is None:
-        family: TrainingFamily = model.training_family  # type: ignore[assignment]
-        recipe = recipe_for(model, data, config.batch_size, TRAINING_SETTINGS[family]())
+        recipe = recipe_for(model, data, config.optimization.batch_size)
     run = _TrainingRun(model, data, config, recipe)
     if state_path is not None:
         run.resume(state_path)
     for epoch in run.epochs_left():
         loss = run.train_epoch(epoch)
-        if epoch % config.eval_every and epoch != config.epochs:
+        if epoch % config.schedule.eval_every and epoch != config.schedule.epochs:
             continue
         metrics = run.validate(epoch, loss, eval_config)
         if on_epoch_end is not None:
@@ -182,42 +143,45 @@ def fit(
 class _TrainingRun:
     """One model's training: what it needs to run an epoch, and what is saved to continue after a validated one."""
 
-    def __init__(self, model: nn.Module, data: TrainingData, config: TrainConfig, recipe: Recipe) -> None:
+    def __init__(self, model: Model[Any], data: TrainingData, config: TrainConfig, recipe: Recipe) -> None:
         self.config, self.recipe, self.data = config, recipe, data
-        device = resolve_device(config.device)
+        hardware, optimization = config.hardware, config.optimization
+        device = resolve_device(hardware.device)
         self.workers = join(device)
         self.device = self.workers.device(device)  # its own GPU, for one of several processes
         self.run_key = _run_key(model, data, config, recipe)  # before the move: the digest reads host memory
-        if config.shard_item_table and self.workers.distributed:
+        if config.distributed.shard_item_table and self.workers.distributed:
             check_shardable(model, recipe)
             shard_item_table(model, self.workers, self.device)  # each process moves its block only
         self.model = model.to(self.device)
         if self.device.type == "cpu":
-            apply_cpu_threads(config.threads)
-        self.use_bf16 = use_bf16_autocast(config.precision, self.device)
+            apply_cpu_threads(hardware.threads)
+        self.use_bf16 = use_bf16_autocast(hardware.precision, self.device)
         logger.info("training on %s, bf16 autocast %s", self.device, self.use_bf16)
         torch.manual_seed(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
         # a domain's adapter trains alone: the other domains' parameters sit its steps out
-        skips = recipe.may_skip_parameters or isinstance(model, DomainScorer)
-        tables = table_training(model, config) if self.workers.distributed else None
+        skips = recipe.may_skip_parameters or isinstance(model, TrainsPerDomain)
+        tables = table_training(model, optimization) if self.workers.distributed else None
         self.loss: DataParallelLoss
         if tables is None:
             self.loss = DataParallelLoss(model, recipe, self.workers, find_unused_parameters=skips)
         else:  # the tables sharded over the processes by torchrec's DMP (recsys.training.model_parallel)
             self.loss = ModelParallelLoss(model, recipe, self.workers, tables)
         # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
-        batches_per_epoch = _batches_per_epoch(data, recipe) if config.lr_schedule == "cosine" else 0
-        steps_per_epoch = -(-batches_per_epoch // config.accumulate_batches)  # optimizer steps
+        batches_per_epoch = _batches_per_epoch(data, recipe) if optimization.lr_schedule == "cosine" else 0
+        steps_per_epoch = -(-batches_per_epoch // optimization.accumulate_batches)  # optimizer steps
         self.optimization = build_optimization(
-            model, lr=config.lr, weight_decay=config.weight_decay, schedule=config.lr_schedule,
-            warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch,
+            model, lr=optimization.lr, weight_decay=optimization.weight_decay, schedule=optimization.lr_schedule,
+            warmup_steps=optimization.warmup_steps, total_steps=config.schedule.epochs * steps_per_epoch,
             fused=self.device.type == "cuda",  # one kernel for the whole update instead of several per parameter
         )  # fmt: skip
-        self.average = WeightAverage(model, config.ema_decay) if config.ema_decay else None
-        shrink = "lower train.batch_size (or data.stream_parts, for a partitioned dataset)"
-        self.budget = Budget("training", memory_gb=limit(config.max_memory_gb, "train.max_memory_gb", shrink))
-        self.valid_sample = None if config.valid_users is None else UserSample(config.valid_users, config.seed)
+        self.average = WeightAverage(model, optimization.ema_decay) if optimization.ema_decay else None
+        shrink = "lower train.optimization.batch_size (or train.stream_parts, for a partitioned dataset)"
+        memory = limit(hardware.max_memory_gb, "train.hardware.max_memory_gb", shrink)
+        self.budget = Budget("training", memory_gb=memory)
+        valid_users = config.schedule.valid_users
+        self.valid_sample = None if valid_users is None else UserSample(valid_users, config.seed)
         if self.valid_sample is None:
             self.valid = data.eval_split("valid")
         else:  # only the sampled users are read: a partitioned dataset is not loaded whole for it
@@ -230,21 +194,27 @@ class _TrainingRun:
         self.result = FitResult(best_epoch=0, best_valid={}, train_seconds=0.0)
         self.started = time.perf_counter()
 
+    @property
+    def monitor(self) -> str:
+        return self.config.schedule.monitor
+
     def epochs_left(self) -> Iterator[int]:
         """The epochs still to train (none after an early stop: it is final), compiling the model first if asked."""
         self._compile()
         self.started = time.perf_counter() - self.result.train_seconds
-        first = self.config.epochs + 1 if self.early_stopped else self.epoch + 1
-        yield from range(first, self.config.epochs + 1)
+        last = self.config.schedule.epochs
+        first = last + 1 if self.early_stopped else self.epoch + 1
+        yield from range(first, last + 1)
 
     def _compile(self) -> None:
-        """`train.compile`: every later call of the model runs compiled (training rows, and validation's `score`)."""
-        mode = self.config.compile_mode
-        if self.config.compile:
+        """`train.hardware.compile`: every later call of the model runs compiled (training rows, and validation's
+        `score`)."""
+        mode = self.config.hardware.compile_mode
+        if self.config.hardware.compile:
             logger.info("compiling the model's forward (mode %s; batch size and sequence length dynamic)", mode)
             compile_model(self.model, mode)
         elif mode != "default":
-            logger.warning("train.compile_mode %r has no effect: train.compile is false", mode)
+            logger.warning("train.hardware.compile_mode %r has no effect: train.hardware.compile is false", mode)
 
     def train_epoch(self, epoch: int) -> float:
         """One epoch of the recipe's batches; the epoch's wall time is recorded; returns the mean loss per target."""
@@ -254,7 +224,7 @@ class _TrainingRun:
         batches = (batch for rows in pieces for batch in self.recipe.batches(rows, self.generator))
         loss = train_one_epoch(
             self.model, self.loss, batches, self.optimization, self.use_bf16, self.config.progress,
-            self._loss_generator(epoch), self.average, self.budget, self.config.accumulate_batches,
+            self._loss_generator(epoch), self.average, self.budget, self.config.optimization.accumulate_batches,
         )  # fmt: skip
         self.result.epoch_seconds.append(time.perf_counter() - start)
         return loss
@@ -276,10 +246,9 @@ class _TrainingRun:
         start = time.perf_counter()
         with self.average.applied() if self.average is not None else contextlib.nullcontext():
             with gathered_item_table(self.model), gathered_tables(self.model):
-                scorer: Scorer = self.model  # type: ignore[assignment]
-                ranked = evaluate(scorer, self.valid, self.data.num_items, eval_config, workers=self.workers)
+                ranked = evaluate(self.model, self.valid, self.data.num_items, eval_config, workers=self.workers)
             metrics = {"loss": loss, **ranked.metrics}
-            improved = metrics[self.config.monitor] > self.best_score
+            improved = metrics[self.monitor] > self.best_score
             if improved:
                 self.best_weights = copy.deepcopy(self.model.state_dict())
         self.result.valid_seconds.append(time.perf_counter() - start)
@@ -289,12 +258,12 @@ class _TrainingRun:
         if load is not None:
             metrics["expert_load_max_over_mean"] = float(load["max_over_mean"])  # type: ignore[arg-type]
             self.result.expert_load.append({"epoch": epoch, **load})
-        logger.info("epoch %d loss %.4f valid %s %.4f", epoch, loss, self.config.monitor, metrics[self.config.monitor])
+        logger.info("epoch %d loss %.4f valid %s %.4f", epoch, loss, self.monitor, metrics[self.monitor])
         if improved:
-            self.best_score, self.result.best_epoch = metrics[self.config.monitor], epoch
+            self.best_score, self.result.best_epoch = metrics[self.monitor], epoch
             self.result.best_valid = metrics
         self.epoch, self.result.train_seconds = epoch, time.perf_counter() - self.started
-        self.early_stopped = epoch - self.result.best_epoch >= self.config.patience
+        self.early_stopped = epoch - self.result.best_epoch >= self.config.schedule.patience
         return metrics
 
     def should_stop(self, epoch: int) -> bool:
@@ -302,10 +271,10 @@ class _TrainingRun:
         if self.early_stopped:
             logger.info(
                 "early stop at epoch %d: best %s %.4f at epoch %d",
-                epoch, self.config.monitor, self.best_score, self.result.best_epoch,
+                epoch, self.monitor, self.best_score, self.result.best_epoch,
             )  # fmt: skip
             return True
-        budget = self.config.max_train_seconds
+        budget = self.config.schedule.max_seconds
         spent = budget is not None and self.result.train_seconds > budget
         if sum_over_workers(torch.tensor([float(spent)])).item() > 0:  # every process stops if one is out of time
             logger.warning(
@@ -326,12 +295,11 @@ class _TrainingRun:
         unshard_tables(self.model)
         self.model.eval()
         if self.valid_sample is not None and self.result.best_valid:
-            scorer: Scorer = self.model  # type: ignore[assignment]
             valid = self.data.eval_split("valid")
-            full = evaluate(scorer, valid, self.data.num_items, eval_config, workers=self.workers).metrics
+            full = evaluate(self.model, valid, self.data.num_items, eval_config, workers=self.workers).metrics
             sampled = {k: v for k, v in self.result.best_valid.items() if k in full}
             logger.info("epoch %d on every user: valid %s %.4f (%.4f on the sample)", self.result.best_epoch,
-                        self.config.monitor, full[self.config.monitor], sampled[self.config.monitor])  # fmt: skip
+                        self.monitor, full[self.monitor], sampled[self.monitor])  # fmt: skip
             kept = {k: v for k, v in self.result.best_valid.items() if k != "valid_sample_users"}  # loss, timings
             self.result.best_valid = {**kept, **full}
         return self.result
@@ -399,26 +367,27 @@ class _TrainingRun:
         return state
 
 
-def _run_key(model: nn.Module, data: TrainingData, config: TrainConfig, recipe: Recipe) -> str:
+def _run_key(model: Model[Any], data: TrainingData, config: TrainConfig, recipe: Recipe) -> str:
     """What must match for a saved state to be resumed: the inputs (the data and what the model holds without
     training it), the model's settings, the recipe's and the optimisation's. So new data of the same shape (the next
     day's) or a retrained first stage under a ranker trains afresh rather than resuming a finished run.
 
-    The time budget, patience, progress bar, compilation and number of processes may change between attempts, and so
-    may the epoch count under a constant learning rate (a cosine schedule is planned over it, so there it must not).
+    The time budget, patience, progress bar, compilation, memory bound and processes (`RESUMABLE`) may change between
+    attempts, and so may the epoch count under a constant learning rate (a cosine schedule is planned over it, so
+    there it must not).
     """
-    resumable = {
-        "max_train_seconds", "max_memory_gb", "patience", "progress", "compile", "compile_mode", "nproc_per_node",
-        "shard_item_table",
-    }  # fmt: skip
-    if config.lr_schedule == "constant":
-        resumable.add("epochs")
-    settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in resumable}
-    model_key = f"{type(model).__name__}|{getattr(model, 'config', None)!r}"
+    settings = dataclasses.asdict(config)
+    for dotted in RESUMABLE | ({"schedule.epochs"} if config.optimization.lr_schedule == "constant" else set()):
+        *groups, name = dotted.split(".")
+        tree = settings
+        for group in groups:
+            tree = tree[group]
+        del tree[name]
+    model_key = f"{type(model).__name__}|{model.config!r}"
     return f"{_inputs_digest(model, data, recipe)}|{model_key}|{settings!r}|{_recipe_key(recipe)}"
 
 
-def _inputs_digest(model: nn.Module, data: TrainingData, recipe: Recipe) -> str:
+def _inputs_digest(model: Model[Any], data: TrainingData, recipe: Recipe) -> str:
     """A digest of what the run learns from: the data (`TrainingData.fingerprint`), the tensors the model holds
     but does not train (a frozen first stage or base model, semantic IDs, content embeddings), taken before training
     moves any buffer, the models the recipe reads (a ranker's held-out first stage) and what else it reads that
@@ -427,11 +396,10 @@ def _inputs_digest(model: nn.Module, data: TrainingData, recipe: Recipe) -> str:
     tensors += [b for _, b in sorted(model.named_buffers())]
     digest = hashlib.blake2b(digest_size=16)
     data.fingerprint(digest)
-    for recipe_field in dataclasses.fields(recipe):  # type: ignore[arg-type]
-        value = getattr(recipe, recipe_field.name)
+    for value in _fields(recipe).values():
         if isinstance(value, nn.Module):
             tensors += [t for _, t in sorted(value.state_dict().items())]
-        elif callable(getattr(value, "fingerprint", None)):
+        elif isinstance(value, Fingerprinted):
             value.fingerprint(digest)
     for tensor in tensors:
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
@@ -442,10 +410,23 @@ def _recipe_key(recipe: Recipe) -> str:
     """The recipe's settings, and those of the recipe it extends (a distillation's next-item one), without its
     tensors (derived from the data) or models (`_inputs_digest` has them)."""
     plain = (bool, int, float, str, type(None), tuple, dict)
-    fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(recipe)}  # type: ignore[arg-type]
+    fields = _fields(recipe)
     settings = {name: value for name, value in fields.items() if isinstance(value, plain)}
-    extended = {name: _recipe_key(value) for name, value in fields.items() if hasattr(value, "batches")}
+    extended = {name: _recipe_key(value) for name, value in fields.items() if isinstance(value, Recipe)}
     return f"{type(recipe).__name__}{settings | extended!r}"
+
+
+@runtime_checkable
+class Fingerprinted(Protocol):
+    def fingerprint(self, digest: Any) -> None:
+        """Feed what it is made of into `digest` (a hashlib object)."""
+        ...
+
+
+def _fields(recipe: Recipe) -> dict[str, Any]:
+    """A recipe's fields by name (recipes are dataclasses)."""
+    assert dataclasses.is_dataclass(recipe) and not isinstance(recipe, type), f"{type(recipe).__name__}: a dataclass"
+    return {f.name: getattr(recipe, f.name) for f in dataclasses.fields(recipe)}
 
 
 def train_one_epoch(
@@ -516,5 +497,6 @@ def _check_monitor(monitor: str, eval_config: EvalConfig) -> None:
     valid = {"mrr", *(f"{m}@{k}" for m in ("recall", "ndcg", "coverage") for k in eval_config.ks)}
     if monitor not in valid:
         raise ConfigError(
-            f"train.monitor {monitor!r} is not computed. Fix: use one of {', '.join(sorted(valid))} (eval.ks sets k)"
+            f"train.schedule.monitor {monitor!r} is not computed. Fix: use one of {', '.join(sorted(valid))} "
+            "(eval.ks sets k)"
         )

@@ -1,5 +1,5 @@
 """`POST /v1/recommendations`: top-k for a user (bundle history + online events) or an explicit history, with an
-optional text query; `POST /v1/search`: top-k for a text query alone (query-aware bundles)."""
+optional text query; `POST /v1/search`: top-k for a text query alone (bundles of a model that reads queries)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,11 @@ async def recommendations(
     body: RecommendationRequest, recommender: RecommenderDep, store: HistoryStoreDep, batcher: BatcherDep
 ) -> RecommendationResponse:
     """Unknown users and empty histories get the most popular items (`source: popularity`), never an error; with a
-    `query` (query-aware bundles) they get the query's search results instead."""
+    `query` (bundles of a model that reads queries) they get the query's search results instead."""
     if body.query is not None and not recommender.takes_queries:
-        raise _takes_no_queries(recommender.name, "Fix: omit `query`, or serve a query_aware model (docs/search.md)")
+        raise _takes_no_queries(
+            recommender.name, "Fix: omit `query`, or serve a model that reads queries (docs/search.md)"
+        )
     domain = -1
     if body.domain is not None:
         try:
@@ -81,9 +83,9 @@ async def recommendations(
 
 @router.post("/search", responses=error_responses({400: UNPARSEABLE_BODY, 409: NO_QUERIES, 503: NOT_READY}))
 async def search(body: SearchRequest, recommender: RecommenderDep, batcher: BatcherDep) -> SearchResponse:
-    """The catalogue ranked for a text query alone (query-aware bundles; others answer 409 saying so)."""
+    """The catalogue ranked for a text query alone (bundles of a model that reads queries; others answer 409)."""
     if not recommender.takes_queries:
-        raise _takes_no_queries(recommender.name, "Fix: serve a query_aware model (docs/search.md)")
+        raise _takes_no_queries(recommender.name, "Fix: serve a model that reads queries (docs/search.md)")
     items = await batcher.recommend(recommender, RecommendationQuery([], body.k, False, text=body.query))
     return SearchResponse(
         items=[ScoredItem(item_id=r.item_id, title=r.title, score=r.score) for r in items],

@@ -56,7 +56,7 @@ def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:
     two_stage = comparisons.model_config(settings, settings.models[2], 1, work)
     assert two_stage.name == "beauty-two-stage-seed1" and two_stage.train.seed == 1
     assert two_stage.model.retriever_dir == work / "models" / "beauty-sasrec-seed1"
-    assert two_stage.train.device == "cuda" and two_stage.eval.uncertainty.resamples == 1000
+    assert two_stage.train.hardware.device == "cuda" and two_stage.eval.uncertainty.resamples == 1000
     assert comparisons.model_config(settings, settings.models[2], 0, work).model.retriever_dir == (
         work / "models" / "beauty-sasrec"
     )

@@ -21,7 +21,7 @@ def test_every_stage_over_seeds_then_the_report(tmp_path: Path) -> None:
     _p5_domain(tmp_path / "raw" / "amazon-toys", items=40, users=60, seed=0)
     _p5_domain(tmp_path / "raw" / "amazon-games", items=30, users=50, seed=1)
     experiment = (f"{{data.path: {tmp_path / 'raw'}, data.options.domains: [amazon-toys, amazon-games], "
-                  "train.epochs: 1, train.device: cpu}")  # fmt: skip
+                  "train.schedule.epochs: 1, train.hardware.device: cpu}")  # fmt: skip
     variants = ("{rank2-embedding0-lr0.002: {model.params.rank: 2}, "
                 "rank2-embedding1-lr0.002: {model.params.rank: 2, model.params.embedding_rank: 1}}")  # fmt: skip
     common = ["--set", f"experiment={experiment}", "--set", "domains=[games, toys]", "--set", "seeds=[0, 1]",

@@ -11,7 +11,7 @@ from benchmarks.reproduce import problems_of
 
 
 def test_variants_report_ranking_tasks_and_expert_load(tmp_path: Path) -> None:
-    small = "{data.options.num_users: 200, data.options.num_items: 100, train.epochs: 1}"
+    small = "{data.options.num_users: 200, data.options.num_items: 100, train.schedule.epochs: 1}"
     variants = "{moe: {}, dense: {model.params.head: dense, model.params.hidden: 96, model.params.tasks: [value]}}"
     args = ["--set", f"shared={small}", "--set", f"variants={variants}", "--work-dir", str(tmp_path / "work"),
             "--results-dir", str(tmp_path)]  # fmt: skip

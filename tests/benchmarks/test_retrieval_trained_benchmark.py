@@ -30,7 +30,7 @@ INDEXES = (
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> Path:
     work = tmp_path_factory.mktemp("retrieval-trained")
-    config = load_config(tiny_config(work, tracking={"enabled": False}, train={"epochs": 1}))
+    config = load_config(tiny_config(work, tracking={"enabled": False}, train={"schedule": {"epochs": 1}}))
     return train_experiment(config, work).model_dir
 
 

@@ -14,24 +14,23 @@ from benchmarks.common import REPO
 from benchmarks.reproduce import problems_of
 from pipelines.config import load_config
 from pipelines.model_dir import load_model_dir
-from pipelines.runner import ExperimentPaths
+from pipelines.steps import ExperimentPaths
 from recsys.evaluation.queries import LEVELS, catalogue_titles
 from recsys.retrieval.lexical import BM25Retriever
 from tests.conftest import train_experiment
 
 SMOKE = "configs/benchmarks/search-smoke.yaml"
 PARAMS = {"max_history": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64}
-SID = {"method": "rqkmeans", "content": {"text_fields": ["title"]}, "rqkmeans": {"levels": 2, "codebook_size": 8}}
 
 
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> dict[str, str]:
     """The benchmark's --set overrides naming a tiny SASRec's and a tiny query-aware model's directories."""
     work = tmp_path_factory.mktemp("search-benchmark")
-    sasrec = load_config(tiny_config(work, tracking={"enabled": False}, train={"epochs": 1}))
+    sasrec = load_config(tiny_config(work, tracking={"enabled": False}, train={"schedule": {"epochs": 1}}))
     query_aware = load_config(tiny_config(
-        work, name="tiny-query-aware", model={"name": "query_aware", "params": PARAMS}, sid=SID,
-        train={"epochs": 1}, tracking={"enabled": False},
+        work, name="tiny-query-aware", model={"name": "query_aware", "params": PARAMS},
+        train={"schedule": {"epochs": 1}}, tracking={"enabled": False},
     ))  # fmt: skip
     return {
         "sasrec_model_dir": str(train_experiment(sasrec, work).model_dir),

@@ -25,7 +25,7 @@ TINY = {
     "model.params.dim": 32,
     "model.params.num_heads": 1,
     "model.params.ffn_dim": 64,
-    "train.epochs": 1,
+    "train.schedule.epochs": 1,
 }
 
 

@@ -18,7 +18,7 @@ TINY = {
     "data.options.num_items": 150,
     "model.params.max_history": 20,
     "model.params.dim": 16,
-    "train.epochs": 1,
+    "train.schedule.epochs": 1,
     "train.progress": False,
     "tracking.enabled": False,
 }

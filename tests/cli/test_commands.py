@@ -81,7 +81,7 @@ def test_missing_model_dir_exits_2(tmp_path: Path) -> None:
 
 
 def test_demo_runs_end_to_end(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
-    config = tiny_config(tmp_path, train={"epochs": 2})
+    config = tiny_config(tmp_path, train={"schedule": {"epochs": 2}})
     result = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo"), "--config", str(config)])
     assert result.exit_code == 0, result.output
     assert "popularity" in result.output and "sasrec" in result.output
@@ -96,7 +96,7 @@ def test_demo_runs_end_to_end(tmp_path: Path, tiny_config: Callable[..., Path]) 
 
 
 def test_sid_build_writes_unique_ids_and_prints_health(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
-    sid = {"method": "rqkmeans", "content": {"text_fields": ["title"]}, "rqkmeans": {"levels": 2, "codebook_size": 8}}
+    sid = {"method": "rqkmeans", "rqkmeans": {"levels": 2, "codebook_size": 8}}
     config = tiny_config(tmp_path, sid=sid)
     result = runner.invoke(app, ["sid", "build", "--config", str(config), "--work-dir", str(tmp_path / "w")])
     assert result.exit_code == 0, result.output

@@ -69,7 +69,7 @@ def test_memory_budget_is_an_option_and_is_checked(p5_dir: Path, tmp_path: Path)
     assert runner.invoke(app, [*args, "--memory-budget-gb", "8"]).exit_code == 0
     result = runner.invoke(app, [*args, "--memory-budget-gb", "0"])
     assert result.exit_code == 2
-    assert "memory_budget_gb must be > 0" in result.stderr
+    assert "memory_budget_gb: Input should be greater than 0. Fix:" in result.stderr
 
 
 def test_running_out_of_a_budget_exits_2_naming_the_knob(tmp_path: Path) -> None:

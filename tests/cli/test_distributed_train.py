@@ -18,7 +18,7 @@ runner = CliRunner()
 def test_two_processes_train_one_model_and_a_rerun_on_one_finds_it_current(
     tmp_path: Path, tiny_config: Callable[..., Path], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    config = str(tiny_config(tmp_path, train={"epochs": 2, "threads": 1}))
+    config = str(tiny_config(tmp_path, train={"schedule": {"epochs": 2}, "hardware": {"threads": 1}}))
     two = runner.invoke(app, ["train", "--config", config, "--work-dir", str(tmp_path), "--nproc-per-node", "2"])
     printed, logged = capfd.readouterr()  # the processes write to the terminal, not to the runner
 
@@ -36,7 +36,13 @@ def test_two_processes_train_one_model_and_a_rerun_on_one_finds_it_current(
 def test_pipeline_run_trains_on_two_processes_and_runs_the_other_steps_once(
     tmp_path: Path, tiny_config: Callable[..., Path], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    config = str(tiny_config(tmp_path, train={"epochs": 2, "threads": 1}, pipeline={"index": {"kind": "flat"}}))
+    config = str(
+        tiny_config(
+            tmp_path,
+            train={"schedule": {"epochs": 2}, "hardware": {"threads": 1}},
+            pipeline={"index": {"kind": "flat"}},
+        )
+    )
     result = runner.invoke(
         app, ["pipeline", "run", "--config", config, "--work-dir", str(tmp_path), "--nproc-per-node", "2"]
     )

@@ -34,7 +34,7 @@ def test_bad_options_exit_2_with_the_fix(tmp_path: Path, tiny_config: Callable[.
     config = str(tiny_config(tmp_path, tracking={"enabled": False}))
     command = ["pipeline", "run", "--config", config, "--work-dir", str(tmp_path)]
 
-    no_value = runner.invoke(app, [*command, "--set", "train.lr"])
+    no_value = runner.invoke(app, [*command, "--set", "train.optimization.lr"])
     assert no_value.exit_code == 2 and "expected KEY=VALUE" in no_value.output
     unknown_key = runner.invoke(app, [*command, "--set", "train.learning_rate=0.1"])
     assert unknown_key.exit_code == 2 and "train.learning_rate" in unknown_key.output

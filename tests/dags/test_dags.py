@@ -12,8 +12,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from pipelines.model_dir import MODEL_FILE
-from pipelines.runner import STEP_NAMES, TRAIN_STEP
 from pipelines.scheduling import refresh_champion_index_task
+from pipelines.steps import STEP_NAMES, TRAIN_STEP
 from tests.dags.conftest import DAGS_FOLDER
 
 
@@ -57,7 +57,9 @@ def test_daily_training_trains_on_two_processes(
 ) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
-    config_path = tiny_config(tmp_path, train={"epochs": 2, "threads": 1}, pipeline={"index": {"kind": "flat"}})
+    config_path = tiny_config(
+        tmp_path, train={"schedule": {"epochs": 2}, "hardware": {"threads": 1}}, pipeline={"index": {"kind": "flat"}}
+    )
     dag = DagBag(dag_folder=str(DAGS_FOLDER)).get_dag("daily_training")
     start = time.perf_counter()
     run = dag.test(run_conf={"config": str(config_path), "work_dir": str(tmp_path / "work"), "nproc_per_node": 2})

@@ -11,6 +11,7 @@ from features.export import write_p5
 from features.loaders import open_amazon_p5
 from features.prepare import prepare
 from features.raw import RawDataset
+from features.settings import PrepareSettings
 from features.sources import open_source
 from recsys.data import schema
 from recsys.errors import DataError
@@ -27,7 +28,9 @@ def _interactions(prepared: Path) -> pl.DataFrame:
 
 def test_p5_form_of_a_parted_prepare_reads_back_to_the_same_sequences(tmp_path: Path) -> None:
     synthetic = open_source("synthetic", None, num_users=300, num_items=200)
-    before = prepare(synthetic, tmp_path / "prepared", partitions=3)  # three parts: the writer goes part by part
+    before = prepare(
+        synthetic, tmp_path / "prepared", PrepareSettings(partitions=3)
+    )  # three parts: the writer goes part by part
     export = write_p5(tmp_path / "prepared", tmp_path / "p5" / "amazon-synthetic")
     assert (export.users, export.interactions) == (before.num_users, before.num_interactions)
     assert export.sequence_bytes == (tmp_path / "p5" / "amazon-synthetic" / "user_sequence.txt").stat().st_size

@@ -13,9 +13,10 @@ import pytest
 
 import features.prepare as prepare_module
 from features.loaders import load_amazon_p5, load_amazon_raw, load_movielens, open_amazon_p5
-from features.policies import Policies, PolicyOutcome, UnknownItems, apply_policies, parse_unknown_items
+from features.policies import PolicyOutcome, apply_policies
 from features.prepare import prepare
 from features.raw import RawDataset
+from features.settings import PrepareSettings, UnknownItems
 from features.sources import load_source
 from recsys.errors import ConfigError, DataError
 
@@ -132,7 +133,8 @@ def seven_byte_batches(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _prepare_stream(path: Path, tmp_path: Path, **options: object) -> DataError:
     """The `DataError` of preparing `path` (in batches of `seven_byte_batches`), in 3 parts."""
-    return _error(lambda: prepare(open_amazon_p5(path), tmp_path / "out", partitions=3, **options))
+    settings = PrepareSettings(partitions=3, **options)  # type: ignore[arg-type]
+    return _error(lambda: prepare(open_amazon_p5(path), tmp_path / "out", settings))
 
 
 @pytest.mark.parametrize("batch_bytes", [1, 2, 7, 1 << 20])
@@ -261,7 +263,7 @@ def _counts(outcomes: tuple[PolicyOutcome, ...]) -> dict[str, int]:
 def test_exact_duplicates_dropped_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     rows = [("u", "a", 1), ("u", "b", 2), ("u", "a", 1), ("u", "c", 3), ("u", "a", 4)]
     with caplog.at_level(logging.INFO, logger="features.policies"):
-        clean = apply_policies(_raw(rows), Policies())
+        clean = apply_policies(_raw(rows), PrepareSettings())
     assert clean.interactions.rows() == [("u", "a", 1), ("u", "b", 2), ("u", "c", 3), ("u", "a", 4)]
     assert _counts(clean.outcomes)["duplicate_interactions"] == 1
     assert "policy duplicate_interactions=drop: 1" in caplog.text
@@ -270,15 +272,15 @@ def test_exact_duplicates_dropped_and_logged(caplog: pytest.LogCaptureFixture) -
 def test_short_users_dropped_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     rows = [("u1", "a", 1), ("u1", "b", 2), ("u1", "c", 3), ("u2", "a", 1), ("u2", "b", 2)]
     with caplog.at_level(logging.INFO, logger="features.policies"):
-        clean = apply_policies(_raw(rows), Policies(min_interactions=3))
+        clean = apply_policies(_raw(rows), PrepareSettings(min_interactions=3))
     assert set(clean.interactions["user_id"]) == {"u1"}
     assert _counts(clean.outcomes)["min_interactions"] == 1
     assert "policy min_interactions=3: 1 users with fewer than 3 interactions dropped (2 rows)" in caplog.text
 
 
 def test_min_interactions_below_three_is_rejected() -> None:
-    with pytest.raises(ConfigError, match="must be >= 3"):
-        Policies(min_interactions=2)
+    with pytest.raises(ConfigError, match=r"min_interactions: must be >= 3 \(leave-one-out"):
+        PrepareSettings.checked(min_interactions=2)
 
 
 UNKNOWN_ROWS = [
@@ -293,7 +295,7 @@ UNKNOWN_ROWS = [
 
 def test_unknown_items_dropped_by_default(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="features.policies"):
-        clean = apply_policies(_raw(UNKNOWN_ROWS, items=["a", "b", "c", "z"]), Policies())
+        clean = apply_policies(_raw(UNKNOWN_ROWS, items=["a", "b", "c", "z"]), PrepareSettings())
     assert "x" not in set(clean.interactions["item_id"])
     counts = _counts(clean.outcomes)
     assert counts["unknown_items"] == 1
@@ -304,7 +306,7 @@ def test_unknown_items_dropped_by_default(caplog: pytest.LogCaptureFixture) -> N
 
 
 def test_unknown_items_kept_with_empty_title() -> None:
-    clean = apply_policies(_raw(UNKNOWN_ROWS, items=["a", "b", "c"]), Policies(unknown_items=UnknownItems.KEEP))
+    clean = apply_policies(_raw(UNKNOWN_ROWS, items=["a", "b", "c"]), PrepareSettings(unknown_items=UnknownItems.KEEP))
     titles = dict(clean.items.select("item_id", "title").iter_rows())
     assert titles["x"] == ""
     assert titles["a"] == "Ta"
@@ -313,17 +315,19 @@ def test_unknown_items_kept_with_empty_title() -> None:
 
 def test_unknown_items_error_names_item_user_and_row() -> None:
     err = _error(
-        lambda: apply_policies(_raw(UNKNOWN_ROWS, items=["a", "b", "c"]), Policies(unknown_items=UnknownItems.ERROR))
+        lambda: apply_policies(
+            _raw(UNKNOWN_ROWS, items=["a", "b", "c"]), PrepareSettings(unknown_items=UnknownItems.ERROR)
+        )
     )
     assert str(err).startswith("interactions.txt: item 'x' of user 'u1' (interaction 2) is not in the item catalog")
     assert "--unknown-items" in err.fix
 
 
 def test_unknown_items_policy_name_is_checked() -> None:
-    with pytest.raises(ConfigError, match="drop, keep, error"):
-        parse_unknown_items("ignore")
+    with pytest.raises(ConfigError, match="unknown_items: Input should be 'drop', 'keep' or 'error'"):
+        PrepareSettings.checked(unknown_items="ignore")
 
 
 def test_nothing_left_is_an_error() -> None:
-    err = _error(lambda: apply_policies(_raw([("u", "a", 1)]), Policies()))
+    err = _error(lambda: apply_policies(_raw([("u", "a", 1)]), PrepareSettings()))
     assert "no interactions left after the policies" in str(err)

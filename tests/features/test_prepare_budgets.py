@@ -10,6 +10,7 @@ import pytest
 
 from features.loaders import open_amazon_p5
 from features.prepare import dry_run, prepare
+from features.settings import PrepareSettings
 from features.sources import open_source
 from recsys.errors import BudgetExceeded, ConfigError
 from recsys.runtime import progress
@@ -19,7 +20,7 @@ def test_a_memory_budget_below_the_resident_memory_stops_the_generator_and_write
     raw = open_source("synthetic", None, num_users=300, num_items=100)
     out = tmp_path / "out"
     with pytest.raises(BudgetExceeded) as caught:
-        prepare(raw, out, memory_budget_gb=0.01)  # the imports alone hold ~0.3 GiB
+        prepare(raw, out, PrepareSettings(memory_budget_gb=0.01))  # the imports alone hold ~0.3 GiB
     message = str(caught.value)
     assert message.startswith("the prepare: holds ")
     assert "over its budget of 0.01 GiB (reading the input, after 1 batch(es) of about 0.2 MB)" in message
@@ -28,13 +29,13 @@ def test_a_memory_budget_below_the_resident_memory_stops_the_generator_and_write
 
 
 def test_a_time_budget_stops_the_prepare_and_the_dry_run(p5_dir: Path, tmp_path: Path) -> None:
-    for run in (lambda: prepare(open_amazon_p5(p5_dir), tmp_path / "out", max_seconds=1e-9),
-                lambda: dry_run(open_amazon_p5(p5_dir), max_seconds=1e-9)):  # fmt: skip
+    for run in (lambda: prepare(open_amazon_p5(p5_dir), tmp_path / "out", PrepareSettings(max_seconds=1e-9)),
+                lambda: dry_run(open_amazon_p5(p5_dir), PrepareSettings(max_seconds=1e-9))):  # fmt: skip
         with pytest.raises(BudgetExceeded, match=r"^the prepare: ran .* over its time budget of 1e-09 s \(reading"):
             run()
     assert not (tmp_path / "out").exists()
-    with pytest.raises(ConfigError, match="--max-seconds must be > 0"):
-        dry_run(open_amazon_p5(p5_dir), max_seconds=0.0)
+    with pytest.raises(ConfigError, match="max_seconds: Input should be greater than 0"):
+        PrepareSettings.checked(max_seconds=0.0)
 
 
 def test_within_its_budgets_the_prepare_logs_its_progress(
@@ -42,7 +43,7 @@ def test_within_its_budgets_the_prepare_logs_its_progress(
 ) -> None:
     monkeypatch.setattr(progress, "EVERY_SECONDS", 0.0)  # a line per part, not one every few seconds
     with caplog.at_level(logging.INFO, logger="features"):
-        summary = prepare(open_amazon_p5(p5_dir), tmp_path / "out", partitions=2, max_seconds=600.0)
+        summary = prepare(open_amazon_p5(p5_dir), tmp_path / "out", PrepareSettings(partitions=2, max_seconds=600.0))
     assert summary.num_interactions == 11
     lines = [line for line in caplog.messages if line.startswith("applying the policies: ")]
     assert lines[0].startswith("applying the policies: 1 of 2 parts (50%), ")

@@ -17,6 +17,7 @@ import features.prepare as prepare_module
 from features.loaders import load_amazon_p5, open_amazon_p5
 from features.prepare import build_prepared, num_parts_for, prepare
 from features.raw import RawDataset, as_stream
+from features.settings import PrepareSettings
 from recsys.data import schema
 from recsys.errors import ConfigError, DataError
 
@@ -88,7 +89,7 @@ def test_cold_start_marking_is_seeded() -> None:
     rows = [(f"u{u}", f"i{(u * 7 + k) % 40:02d}", k) for u in range(30) for k in range(5)]
 
     def cold(seed: int, fraction: float = 0.1) -> list[str]:
-        items = build_prepared(_raw(rows), cold_start_fraction=fraction, seed=seed).items
+        items = build_prepared(_raw(rows), PrepareSettings(cold_start_fraction=fraction, seed=seed)).items
         return items.filter("is_cold")["item_id"].to_list()
 
     assert len(cold(0)) == round(0.1 * 40)
@@ -98,17 +99,17 @@ def test_cold_start_marking_is_seeded() -> None:
 
 
 def test_cold_start_fraction_is_checked() -> None:
-    with pytest.raises(ConfigError, match=r"\[0, 1\)"):
-        build_prepared(_raw([("u", "a", 1), ("u", "b", 2), ("u", "c", 3)]), cold_start_fraction=1.0)
+    with pytest.raises(ConfigError, match=r"cold_start_fraction: Input should be less than 1"):
+        PrepareSettings.checked(cold_start_fraction=1.0)
 
 
 def test_rerun_is_byte_identical(p5_dir: Path, tmp_path: Path) -> None:
     raw = load_amazon_p5(p5_dir)
     first, second = tmp_path / "one", tmp_path / "two"
-    prepare(raw, first, cold_start_fraction=0.3, seed=3)
+    prepare(raw, first, PrepareSettings(cold_start_fraction=0.3, seed=3))
     snapshot = {name: (first / name).read_bytes() for name in PREPARED_FILES}
-    prepare(load_amazon_p5(p5_dir), first, cold_start_fraction=0.3, seed=3)  # replaces in place
-    prepare(raw, second, cold_start_fraction=0.3, seed=3)
+    prepare(load_amazon_p5(p5_dir), first, PrepareSettings(cold_start_fraction=0.3, seed=3))  # replaces in place
+    prepare(raw, second, PrepareSettings(cold_start_fraction=0.3, seed=3))
     for name in PREPARED_FILES:
         assert (first / name).read_bytes() == snapshot[name], name
         assert (second / name).read_bytes() == snapshot[name], name
@@ -138,7 +139,7 @@ def test_failure_keeps_the_previous_output(p5_dir: Path, tmp_path: Path, monkeyp
 
     monkeypatch.setattr(prepare_module, "write_tables", broken)
     with pytest.raises(RuntimeError):
-        prepare(load_amazon_p5(p5_dir), out, cold_start_fraction=0.5)
+        prepare(load_amazon_p5(p5_dir), out, PrepareSettings(cold_start_fraction=0.5))
     assert {name: (out / name).read_bytes() for name in PREPARED_FILES} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["amazon-toys", "prepared"]
 
@@ -190,15 +191,15 @@ def test_batch_size_changes_no_byte(
     write: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _skewed_sequences(write)
-    prepare(open_amazon_p5(path), tmp_path / "whole", cold_start_fraction=0.2)
+    prepare(open_amazon_p5(path), tmp_path / "whole", PrepareSettings(cold_start_fraction=0.2))
     monkeypatch.setattr(prepare_module, "MAX_BATCH_BYTES", 16)  # tiny batches (a tiny budget trips the memory check)
-    prepare(open_amazon_p5(path), tmp_path / "batches", cold_start_fraction=0.2)
+    prepare(open_amazon_p5(path), tmp_path / "batches", PrepareSettings(cold_start_fraction=0.2))
     assert _files(tmp_path / "whole") == _files(tmp_path / "batches")
     assert _files(tmp_path / "whole") == _files_of_eager(path, tmp_path / "eager")
 
 
 def _files_of_eager(path: Path, out: Path) -> dict[str, bytes]:
-    prepare(load_amazon_p5(path), out, cold_start_fraction=0.2)
+    prepare(load_amazon_p5(path), out, PrepareSettings(cold_start_fraction=0.2))
     return _files(out)
 
 
@@ -206,8 +207,12 @@ def _files_of_eager(path: Path, out: Path) -> dict[str, bytes]:
 def test_parts_hold_the_same_content(write: Callable[..., Path], tmp_path: Path, unknown_items: str) -> None:
     path = _skewed_sequences(write)
     whole, parted = tmp_path / "whole", tmp_path / "parted"
-    one = prepare(open_amazon_p5(path), whole, unknown_items=unknown_items, cold_start_fraction=0.2)
-    four = prepare(open_amazon_p5(path), parted, unknown_items=unknown_items, cold_start_fraction=0.2, partitions=4)
+    one = prepare(open_amazon_p5(path), whole, PrepareSettings(unknown_items=unknown_items, cold_start_fraction=0.2))
+    four = prepare(
+        open_amazon_p5(path),
+        parted,
+        PrepareSettings(unknown_items=unknown_items, cold_start_fraction=0.2, partitions=4),
+    )
     assert one == replace(four, out_dir=whole)
     parts = sorted((parted / schema.INTERACTIONS_DIR).iterdir())
     assert [p.name for p in parts] == [schema.part_file_name(i) for i in range(4)]
@@ -227,10 +232,10 @@ def test_parted_rerun_is_byte_identical(
 ) -> None:
     path = _skewed_sequences(write)
     out = tmp_path / "parted"
-    prepare(open_amazon_p5(path), out, partitions=3)
+    prepare(open_amazon_p5(path), out, PrepareSettings(partitions=3))
     first = _files(out)
     monkeypatch.setattr(prepare_module, "MAX_BATCH_BYTES", 1)
-    prepare(open_amazon_p5(path), out, partitions=3)  # replaces in place, other batches
+    prepare(open_amazon_p5(path), out, PrepareSettings(partitions=3))  # replaces in place, other batches
     assert _files(out) == first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big", "parted"]  # no temp or scratch directory left
 
@@ -243,6 +248,6 @@ def test_the_number_of_parts_follows_the_input_size(p5_dir: Path) -> None:
 
 
 @pytest.mark.parametrize(("setting", "value"), [("memory_budget_gb", 0.0), ("partitions", 0)])
-def test_scale_settings_are_checked(p5_dir: Path, setting: str, value: float) -> None:
-    with pytest.raises(ConfigError, match=f"{setting} must be"):
-        build_prepared(load_amazon_p5(p5_dir), **{setting: value})
+def test_scale_settings_are_checked(setting: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=f"{setting}: Input should be greater than 0. Fix: "):
+        PrepareSettings.checked(**{setting: value})

@@ -18,11 +18,12 @@ from mlflow.tracking import MlflowClient
 
 from pipelines.bundle import Bundle
 from pipelines.config import ExperimentConfig, load_config
-from pipelines.dashboard import EVALUATION_FILE
 from pipelines.data import load_data
+from pipelines.evaluation_dir import EVALUATION_FILE
 from pipelines.per_user import VALID_RANKS_FILE, PerUserRanks
 from pipelines.registry import CHAMPION, POINT, GateRule, get_champion, register_bundle
-from pipelines.runner import PipelineOutputs, run_pipeline
+from pipelines.runner import run_pipeline
+from pipelines.steps import PipelineOutputs
 from pipelines.tracking import artifact_root
 from tests.conftest import popularity_valid_metric
 

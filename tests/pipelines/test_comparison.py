@@ -13,7 +13,7 @@ import torch
 
 from pipelines.comparison import compare_evaluation_dirs
 from pipelines.config import load_config
-from pipelines.dashboard import EVALUATION_FILE
+from pipelines.evaluation_dir import EVALUATION_FILE
 from pipelines.per_user import PER_USER_FILE, PerUserRanks
 from pipelines.runner import run_pipeline
 from recsys.errors import ConfigError
@@ -30,7 +30,7 @@ def evaluations(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[
     for name, seed, users in (("champion", 0, 300), ("challenger", 1, 300), ("other-data", 0, 280)):
         config_dir = work / name
         config_dir.mkdir()
-        path = tiny_config(config_dir, name=name, train={"epochs": 1, "seed": seed},
+        path = tiny_config(config_dir, name=name, train={"schedule": {"epochs": 1}, "seed": seed},
                            data={"options": {"num_users": users, "num_items": 150}},
                            eval={"uncertainty": {"resamples": 200}}, tracking={"enabled": False})  # fmt: skip
         outputs, _ = run_pipeline(load_config(path), work, until="evaluate")

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
 from pipelines.config import load_config
 from recsys.errors import ConfigError
+from recsys.models.family import Input
 from recsys.training.recipes import NextItemTraining
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,13 +30,60 @@ def test_unknown_key_is_named(tmp_path: Path) -> None:
     path.write_text("train:\n  epochz: 3\n")
     with pytest.raises(ConfigError, match=r"bad.yaml: train.epochz: Unexpected keyword argument"):
         load_config(path)
+    path.write_text("train:\n  schedule: {epochz: 3}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: train.schedule.epochz: Unexpected keyword argument"):
+        load_config(path)
 
 
 def test_wrong_type_is_named(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text("train:\n  lr: fast\n")
-    with pytest.raises(ConfigError, match=r"train.lr: Input should be a valid number"):
+    path.write_text("train:\n  optimization: {lr: fast}\n")
+    with pytest.raises(ConfigError, match=r"train.optimization.lr: Input should be a valid number"):
         load_config(path)
+
+
+def test_a_key_that_moved_is_read_under_its_new_name_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "old.yaml"
+    path.write_text(
+        "train: {epochs: 3, lr: 0.01, threads: 1, max_train_seconds: 60}\n"
+        "data: {stream_parts: 2}\nsid: {method: rqkmeans, content: {text_fields: [title]}}\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="pipelines.config"):
+        config = load_config(path, {"train.patience": 4})  # an override by its old name too
+    train = config.train
+    assert (train.schedule.epochs, train.optimization.lr, train.hardware.threads) == (3, 0.01, 1)
+    assert (train.schedule.max_seconds, train.schedule.patience, train.stream_parts) == (60, 4, 2)
+    assert config.content.text_fields == ("title",) and config.sid is not None
+    assert f"{path}: key train.lr is now train.optimization.lr" in caplog.text
+    assert "override train.patience is now train.schedule.patience" in caplog.text
+    path.write_text("train: {epochs: 3, schedule: {epochs: 4}}\n")
+    with pytest.raises(ConfigError, match=r"train.epochs and train.schedule.epochs are both set.*keep train.sch"):
+        load_config(path)
+
+
+def test_a_base_with_new_keys_and_a_variant_with_old_ones(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("train:\n  schedule: {epochs: 5}\n  optimization: {lr: 0.01}\n")
+    (tmp_path / "old.yaml").write_text("base: base.yaml\ntrain: {epochs: 9}\n")
+    train = load_config(tmp_path / "old.yaml").train
+    assert (train.schedule.epochs, train.optimization.lr) == (9, 0.01)
+
+
+def test_upstream_models_only_for_a_family_that_reads_them(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("model:\n  name: sasrec\n  retriever_dir: runs/models/a\n  members: [a, b]\n")
+    with pytest.raises(ConfigError, match=r"model.retriever_dir, model.members: model 'sasrec' is built on no such"):
+        load_config(path)
+
+
+def test_semantic_ids_read_need_a_sid_section(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("model:\n  name: sasrec\n  params: {sid_levels: 2}\n")
+    with pytest.raises(ConfigError, match=r"reads semantic IDs, which a `sid` section builds. Fix: add one"):
+        load_config(path)
+    path.write_text("model:\n  name: sasrec\n  params: {sid_levels: 2}\nsid: {method: rqkmeans}\n")
+    assert Input.SEMANTIC_IDS in load_config(path).model.reads()
 
 
 def test_missing_file_and_invalid_yaml(tmp_path: Path) -> None:
@@ -48,22 +97,25 @@ def test_missing_file_and_invalid_yaml(tmp_path: Path) -> None:
 
 def test_overrides_apply_dotted_keys(tmp_path: Path) -> None:
     path = tmp_path / "x.yaml"
-    path.write_text("train:\n  epochs: 3\n")
-    config = load_config(path, {"train.epochs": 7, "data.path": "somewhere"})
-    assert config.train.epochs == 7
+    path.write_text("train:\n  schedule: {epochs: 3}\n")
+    config = load_config(path, {"train.schedule.epochs": 7, "data.path": "somewhere"})
+    assert config.train.schedule.epochs == 7
     assert config.data.path == Path("somewhere")
     assert config.name == "x"
 
 
 def test_a_config_extends_its_base_and_overrides_a_few_keys(tmp_path: Path) -> None:
     (tmp_path / "base.yaml").write_text(
-        "name: base\nmodel:\n  name: sasrec\n  params: {dim: 32, num_heads: 2}\ntrain: {epochs: 5, lr: 0.01}\n"
+        "name: base\nmodel:\n  name: sasrec\n  params: {dim: 32, num_heads: 2}\n"
+        "train: {schedule: {epochs: 5}, optimization: {lr: 0.01}}\n"
     )
-    (tmp_path / "wide.yaml").write_text("base: base.yaml\nmodel:\n  params: {dim: 64}\ntrain: {epochs: 9}\n")
+    (tmp_path / "wide.yaml").write_text(
+        "base: base.yaml\nmodel:\n  params: {dim: 64}\ntrain: {schedule: {epochs: 9}}\n"
+    )
     config = load_config(tmp_path / "wide.yaml")
     assert config.name == "wide"  # never inherited
     assert config.model.params == {"dim": 64, "num_heads": 2}  # mappings merge key by key
-    assert (config.train.epochs, config.train.lr) == (9, 0.01)
+    assert (config.train.schedule.epochs, config.train.optimization.lr) == (9, 0.01)
     (tmp_path / "typo.yaml").write_text("base: base.yaml\ntrain: {epochz: 3}\n")
     with pytest.raises(ConfigError, match=r"typo.yaml: train.epochz"):  # unknown keys still named
         load_config(tmp_path / "typo.yaml")
@@ -90,7 +142,9 @@ def test_the_models_training_settings_are_its_familys(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="softmax_within_domain needs loss: full_softmax"):
         load_config(path)
     path.write_text("model:\n  name: sasrek\n")
-    with pytest.raises(ConfigError, match=r"x.yaml: model.name: unknown model 'sasrek'. Fix: use one of domain_"):
+    with pytest.raises(
+        ConfigError, match=r"x.yaml: model.name: unknown model 'sasrek'. Fix: use one of .*hstu, .*sasrec"
+    ):
         load_config(path)
 
 
@@ -107,11 +161,12 @@ def test_model_params_are_checked_when_the_config_is_loaded(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("key", "value", "problem"),
     [
-        ("train.epochs", -1, "Input should be greater than 0"),
-        ("train.batch_size", 0, "Input should be greater than 0"),
-        ("train.lr", 0.0, "Input should be greater than 0"),
-        ("train.patience", 0, "Input should be greater than 0"),
-        ("train.ema_decay", 1.0, "Input should be less than 1"),
+        ("train.schedule.epochs", -1, "Input should be greater than 0"),
+        ("train.optimization.batch_size", 0, "Input should be greater than 0"),
+        ("train.optimization.lr", 0.0, "Input should be greater than 0"),
+        ("train.schedule.patience", 0, "Input should be greater than 0"),
+        ("train.optimization.ema_decay", 1.0, "Input should be less than 1"),
+        ("data.cold_start_fraction", 1.0, "Input should be less than 1"),
         ("eval.batch_size", 0, "Input should be greater than 0"),
         ("model.training.num_negatives", 0, "Input should be greater than 0"),
     ],
@@ -135,7 +190,7 @@ def test_a_config_that_sets_nothing_is_an_error(tmp_path: Path, text: str) -> No
 
 
 def test_a_variant_of_another_model_does_not_inherit_the_bases_model_settings(tmp_path: Path) -> None:
-    (tmp_path / "base.yaml").write_text("model:\n  name: sasrec\n  params: {dim: 32}\ntrain: {epochs: 5}\n")
+    (tmp_path / "base.yaml").write_text("model:\n  name: sasrec\n  params: {dim: 32}\ntrain: {schedule: {epochs: 5}}\n")
     (tmp_path / "pop.yaml").write_text("base: base.yaml\nmodel:\n  name: popularity\n")
     config = load_config(tmp_path / "pop.yaml")
-    assert config.model.name == "popularity" and config.model.params == {} and config.train.epochs == 5
+    assert config.model.name == "popularity" and config.model.params == {} and config.train.schedule.epochs == 5

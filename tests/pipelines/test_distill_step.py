@@ -21,13 +21,15 @@ STUDENT = {"name": "sasrec", "params": {"max_history": 20, "dim": 16, "num_heads
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> tuple[Path, Path]:
     work = tmp_path_factory.mktemp("distill")
-    train_experiment(load_config(tiny_config(work, train={"epochs": 2})), work)
+    train_experiment(load_config(tiny_config(work, train={"schedule": {"epochs": 2}})), work)
     return work, work / "models" / "tiny-sasrec"
 
 
 def _student(work: Path, teacher_dir: Path, **distill: object) -> ExperimentConfig:
     settings = {"teacher_dir": str(teacher_dir), "top_k": 10, "temperature": 2.0, "alpha": 0.5, **distill}
-    path = write_tiny_config(work, name="tiny-student", model=STUDENT, train={"epochs": 2}, distill=settings)
+    path = write_tiny_config(
+        work, name="tiny-student", model=STUDENT, train={"schedule": {"epochs": 2}}, distill=settings
+    )
     return load_config(path)
 
 
@@ -79,7 +81,9 @@ def test_teacher_and_student_evaluated_into_one_store_side_by_side(teacher: tupl
     from pipelines.runner import run_pipeline
 
     work, teacher_dir = teacher
-    run_pipeline(load_config(write_tiny_config(work, train={"epochs": 2})), work)  # the teacher's own pipeline
+    run_pipeline(
+        load_config(write_tiny_config(work, train={"schedule": {"epochs": 2}})), work
+    )  # the teacher's own pipeline
     outputs, _ = run_pipeline(_student(work, teacher_dir, temperature=3.0), work)
     assert outputs.evaluation is not None
     report = json.loads((outputs.evaluation.evaluation_dir / "evaluation.json").read_text())

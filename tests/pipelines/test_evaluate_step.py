@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 import pipelines.runner as runner
+import pipelines.steps as steps
 from pipelines.config import load_config
-from pipelines.evaluate import DASHBOARD_FILE, EVALUATION_FILE
+from pipelines.evaluation_dir import DASHBOARD_FILE, EVALUATION_FILE
 from pipelines.model_dir import load_model_dir
-from pipelines.search import evaluate_query_aware
+from pipelines.search import evaluate_query_scorer
 from recsys.evaluation.queries import LEVELS
-from recsys.models.query_aware import QueryAwareRetriever
+from recsys.inference import QueryScorer
 from tests.benchmarks.test_search_benchmark import PARAMS as QUERY_AWARE_PARAMS
-from tests.benchmarks.test_search_benchmark import SID
 
 
 def test_evaluate_writes_the_slices_and_is_skipped_when_up_to_date(
@@ -26,7 +26,7 @@ def test_evaluate_writes_the_slices_and_is_skipped_when_up_to_date(
 ) -> None:
     config = load_config(tiny_config(tmp_path, tracking={"enabled": False}, pipeline={"index": {"kind": "flat"}}))
     outputs, reports = runner.run_pipeline(config, tmp_path)
-    assert runner.STEP_NAMES.index("build_index") + 1 == runner.STEP_NAMES.index("evaluate")
+    assert steps.STEP_NAMES.index("build_index") + 1 == steps.STEP_NAMES.index("evaluate")
     assert {r.name: r.status for r in reports}["evaluate"] == "ran"
     assert outputs.evaluation is not None and outputs.model is not None
     evaluation_dir = outputs.evaluation.evaluation_dir
@@ -66,8 +66,8 @@ def test_a_query_aware_model_is_evaluated_on_the_search_protocol(
     tmp_path: Path, tiny_config: Callable[..., Path]
 ) -> None:
     config = load_config(tiny_config(
-        tmp_path, name="tiny-query-aware", model={"name": "query_aware", "params": QUERY_AWARE_PARAMS}, sid=SID,
-        train={"epochs": 1}, tracking={"enabled": False}, pipeline={"index": {"kind": "flat"}},
+        tmp_path, name="tiny-query-aware", model={"name": "query_aware", "params": QUERY_AWARE_PARAMS},
+        train={"schedule": {"epochs": 1}}, tracking={"enabled": False}, pipeline={"index": {"kind": "flat"}},
     ))  # fmt: skip
     outputs, _ = runner.run_pipeline(config, tmp_path)
     assert outputs.evaluation is not None and outputs.content is not None and outputs.model is not None
@@ -84,9 +84,10 @@ def test_a_query_aware_model_is_evaluated_on_the_search_protocol(
 
     # what the search benchmark's shared assembly gives for the same model and content directory
     trained = load_model_dir(outputs.model.model_dir)
-    assert isinstance(trained.model, QueryAwareRetriever)
-    cache = runner.ExperimentPaths.under(tmp_path, config).cache_dir  # the step's query embeddings, read back
-    expected = evaluate_query_aware(trained.model, trained.data, outputs.content.path.parent, config.eval, cache)
+    assert isinstance(trained.model, QueryScorer)
+    cache = steps.ExperimentPaths.under(tmp_path, config).cache_dir  # the step's query embeddings, read back
+    content_dir = outputs.content.path.parent
+    expected = evaluate_query_scorer(trained.name, trained.model, trained.data, content_dir, config.eval, cache)
     assert {key: search[key] for key in expected.to_dict()} == json.loads(json.dumps(expected.to_dict()))
     page = (outputs.evaluation.evaluation_dir / DASHBOARD_FILE).read_text()
     assert 'id="chart-search"' in page and report["distill"] is None

@@ -28,7 +28,14 @@ def test_a_multi_task_moe_ranker_is_trained_evaluated_per_task_and_registered(
         "params": {"num_candidates": 20, "dim": 32, "hidden": 32, "head": "moe", "num_experts": 4, "top_k": 2},
         "training": {"train_candidates": 10, "task_weights": {"value": 0.5}},
     }
-    config = load_config(tiny_config(tmp_path, name="tiny-ranker", model=ranker, train={"epochs": 2, "batch_size": 32}))
+    config = load_config(
+        tiny_config(
+            tmp_path,
+            name="tiny-ranker",
+            model=ranker,
+            train={"schedule": {"epochs": 2}, "optimization": {"batch_size": 32}},
+        )
+    )
     outputs, reports = run_pipeline(config, tmp_path)
     assert {r.name: r.status for r in reports}["build_index"] == "not applicable"  # no item vectors to index
     assert outputs.evaluation is not None and outputs.registration is not None

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 import pipelines.index
 import pipelines.runner as runner
+import pipelines.steps as steps
 from cli import app
 from pipelines.bundle import Bundle
 from pipelines.config import load_config
@@ -21,7 +22,7 @@ from pipelines.registry import CHAMPION
 from recsys.models.registry import load_model
 
 
-def statuses(run: tuple[runner.PipelineOutputs, list[runner.StepReport]]) -> dict[str, str]:
+def statuses(run: tuple[steps.PipelineOutputs, list[runner.StepReport]]) -> dict[str, str]:
     return {r.name: r.status for r in run[1]}
 
 
@@ -100,7 +101,7 @@ def test_cli_prints_the_steps(tmp_path: Path, tiny_config: Callable[..., Path]) 
     path = tiny_config(tmp_path, tracking={"enabled": False})
     result = CliRunner().invoke(app, ["pipeline", "run", "--config", str(path), "--work-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    for step in runner.STEP_NAMES:
+    for step in steps.STEP_NAMES:
         assert step in result.output
     assert "not applicable" in result.output and "recall@k=" in result.output
 
@@ -124,9 +125,11 @@ def test_single_step_needs_its_upstream_steps(tmp_path: Path, tiny_config: Calla
 def test_a_model_reading_content_embeddings_gets_them_from_the_pipeline(
     tmp_path: Path, tiny_config: Callable[..., Path]
 ) -> None:
-    sid = {"method": "rqkmeans", "content": {"text_fields": ["title"]}, "rqkmeans": {"levels": 2, "codebook_size": 8}}
+    sid = {"method": "rqkmeans", "rqkmeans": {"levels": 2, "codebook_size": 8}}
     model = {"name": "two_tower", "params": {"max_history": 20, "dim": 16, "hidden_dim": 32, "use_content": True}}
-    config = load_config(tiny_config(tmp_path, name="tiny-content", sid=sid, model=model, train={"epochs": 1}))
+    config = load_config(
+        tiny_config(tmp_path, name="tiny-content", sid=sid, model=model, train={"schedule": {"epochs": 1}})
+    )
     outputs, _ = runner.run_pipeline(config, tmp_path)
     assert outputs.model is not None and outputs.content is not None
     _, trained = load_model(outputs.model.model_dir / "model.pt")
@@ -151,9 +154,24 @@ def test_stopping_after_a_step_on_given_data_and_running_a_step_again(
 
 
 def test_new_data_retrains_what_depends_on_it(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
-    config = load_config(tiny_config(tmp_path, tracking={"enabled": False}, train={"epochs": 1}))
+    config = load_config(tiny_config(tmp_path, tracking={"enabled": False}, train={"schedule": {"epochs": 1}}))
     runner.run_pipeline(config, tmp_path, until="train_retriever")
-    reseeded = load_config(tiny_config(tmp_path, tracking={"enabled": False}, train={"epochs": 1},
+    reseeded = load_config(tiny_config(tmp_path, tracking={"enabled": False}, train={"schedule": {"epochs": 1}},
                                        data={"seed": 1, "cold_start_fraction": 0.1}))  # fmt: skip
     ran = statuses(runner.run_pipeline(reseeded, tmp_path, until="train_retriever"))
     assert ran["prepare_data"] == ran["train_retriever"] == "ran"  # the same path, other contents
+
+
+def test_how_training_reads_the_rows_does_not_prepare_the_data_again(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    config = load_config(tiny_config(tmp_path, tracking={"enabled": False}, train={"schedule": {"epochs": 1}}))
+    assert statuses(runner.run_pipeline(config, tmp_path, until="prepare_data")) == {"prepare_data": "ran"}
+    streamed = load_config(tiny_config(tmp_path, tracking={"enabled": False}, train={"schedule": {"epochs": 1},
+                                                                                     "stream_parts": 2}))  # fmt: skip
+    ran = statuses(runner.run_pipeline(streamed, tmp_path, until="train_retriever"))
+    assert ran["prepare_data"] == "skipped" and ran["train_retriever"] == "ran"  # a training setting: training re-runs
+    budget = load_config(tiny_config(tmp_path, tracking={"enabled": False}, data={"memory_budget_gb": 2.0}))
+    assert statuses(runner.run_pipeline(budget, tmp_path, until="prepare_data")) == {"prepare_data": "skipped"}
+    fewer = load_config(tiny_config(tmp_path, tracking={"enabled": False}, data={"min_interactions": 5}))
+    assert statuses(runner.run_pipeline(fewer, tmp_path, until="prepare_data")) == {"prepare_data": "ran"}

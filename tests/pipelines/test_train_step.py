@@ -13,7 +13,10 @@ import torch
 from pipelines.config import load_config
 from pipelines.data import prepare_step
 from pipelines.model_dir import load_model_dir
-from pipelines.train import TrainOutputs
+from pipelines.train import CatalogFeatures, TrainOutputs, model_inputs
+from recsys.data.prepared import load_prepared
+from recsys.errors import RecsysError
+from recsys.models.family import ModelInputs
 from tests.conftest import train_experiment as train
 
 
@@ -50,7 +53,7 @@ def test_mlflow_run_has_params_epoch_metrics_and_model(trained: tuple[Path, Trai
     run = client.get_run(outputs.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["model.name"] == "sasrec"
-    assert run.data.params["train.batch_size"] == "8"
+    assert run.data.params["train.optimization.batch_size"] == "8"
     assert "test_ndcg_at_10" in run.data.metrics
     history = client.get_metric_history(run.info.run_id, "epoch_valid_ndcg_at_10")
     assert [m.step for m in history] == list(range(1, len(history) + 1))
@@ -79,14 +82,16 @@ def test_prepare_step_skips_unchanged_inputs_and_redoes_changed_ones(
 def test_generative_experiment_builds_ids_trains_saves_and_reloads(
     tmp_path: Path, tiny_config: Callable[..., Path]
 ) -> None:
-    sid = {"method": "rqkmeans", "content": {"text_fields": ["title"]}, "rqkmeans": {"levels": 2, "codebook_size": 8}}
+    sid = {"method": "rqkmeans", "rqkmeans": {"levels": 2, "codebook_size": 8}}
     model = {
         "name": "generative",
         "params": {"dim": 16, "num_heads": 2, "ffn_dim": 32, "num_encoder_layers": 1, "num_decoder_layers": 1,
                    "beam_size": 10},
     }  # fmt: skip
     config = load_config(
-        tiny_config(tmp_path, name="tiny-tiger", sid=sid, model=model, train={"epochs": 1}, eval={"ks": [5, 10]})
+        tiny_config(
+            tmp_path, name="tiny-tiger", sid=sid, model=model, train={"schedule": {"epochs": 1}}, eval={"ks": [5, 10]}
+        )
     )
     outputs = train(config, tmp_path)
     assert outputs.metrics["test"]["recall@10"] >= outputs.metrics["test"]["recall@5"]
@@ -100,7 +105,7 @@ def test_generative_experiment_builds_ids_trains_saves_and_reloads(
 def test_tracking_off_writes_the_model_dir_and_no_mlflow_store(
     tmp_path: Path, tiny_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
 ) -> None:
-    config = load_config(tiny_config(tmp_path, train={"epochs": 1}, tracking={"enabled": False}))
+    config = load_config(tiny_config(tmp_path, train={"schedule": {"epochs": 1}}, tracking={"enabled": False}))
     outputs = train(config, tmp_path)
     assert outputs.run_id is None
     assert (tmp_path / "models" / "tiny-sasrec" / "model.pt").is_file()
@@ -113,7 +118,7 @@ def test_the_initial_weights_follow_the_seed_not_what_ran_before(
 ) -> None:
     """A run that prepared its data in the same process, or drew random numbers before, starts from the same
     weights: with one CPU thread (bit-reproducible training) the two models are identical."""
-    overrides = {"train": {"epochs": 1, "threads": 1}, "tracking": {"enabled": False}}
+    overrides = {"train": {"schedule": {"epochs": 1}, "hardware": {"threads": 1}}, "tracking": {"enabled": False}}
     weights, threads = [], torch.get_num_threads()
     try:
         for draws in (0, 1000):
@@ -123,5 +128,21 @@ def test_the_initial_weights_follow_the_seed_not_what_ran_before(
             outputs = train(load_config(tiny_config(work, **overrides)), work)
             weights.append(load_model_dir(outputs.model_dir).model.state_dict())
     finally:
-        torch.set_num_threads(threads)  # train.threads sets the process's
+        torch.set_num_threads(threads)  # train.hardware.threads sets the process's
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+
+
+def test_a_model_is_built_on_what_its_family_reads_and_nothing_else(
+    tmp_path: Path, tiny_config: Callable[..., Path], tiny_data_dir: Path
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    missing = tmp_path / "not-built"  # nothing is read from these paths unless the family reads them
+    features = CatalogFeatures(semantic_ids=missing / "sids.parquet", content_embeddings=missing / "content.npy")
+    sasrec = load_config(tiny_config(tmp_path))
+    assert model_inputs(sasrec, data, features) == ModelInputs()
+    ranker = load_config(tiny_config(tmp_path, model={"name": "ranker", "params": {}}))
+    inputs = model_inputs(ranker, data, features)  # tasks, no content (use_content false), no retriever named
+    assert inputs.tasks == data.tasks and inputs.content is None and inputs.retriever is None
+    with pytest.raises(RecsysError, match="no content embeddings"):  # two-tower with use_content reads them
+        model_inputs(load_config(tiny_config(tmp_path, model={"name": "two_tower", "params": {"use_content": True}})),
+                     data, features)  # fmt: skip

@@ -31,7 +31,9 @@ TEMPORARY = re.compile(r"\.(tmp|old)-|\.tmp$")  # what the atomic writes' tempor
 def test_a_run_killed_during_training_holds_off_a_second_one_then_the_next_resumes_it(
     tmp_path: Path, tiny_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = tiny_config(tmp_path, train={"epochs": 12, "patience": 12}, pipeline={"index": {"kind": "flat"}})
+    path = tiny_config(
+        tmp_path, train={"schedule": {"epochs": 12, "patience": 12}}, pipeline={"index": {"kind": "flat"}}
+    )
     work = tmp_path / "work"
     command = ["pipeline", "run", "--config", str(path), "--work-dir", str(work)]
     training_state = work / "models" / "tiny-sasrec.training-state.dcp"
@@ -141,7 +143,7 @@ def test_a_run_clears_what_killed_runs_of_its_pipeline_left_and_nothing_else(
 CREATE_STORE = """
 import sys, time
 from pathlib import Path
-from pipelines.config import TrackingSection
+from pipelines.tracking import TrackingSection
 from pipelines.tracking import start_tracking
 folder, uri, name = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 (folder / name).touch()

@@ -34,7 +34,7 @@ def adapted_bundle(
         "base_dir": str(data_dir.parents[1] / "models" / base_name),
         "params": {"domains": ["beauty", "home", "sports"], "embedding_rank": 1},  # block and item adapters
     }
-    config = load_config(tiny_config(work, name="tiny-adapters", model=model, train={"epochs": 1}))
+    config = load_config(tiny_config(work, name="tiny-adapters", model=model, train={"schedule": {"epochs": 1}}))
     sampled_model = {**model, "training": {"loss": "sampled_softmax"}}
     sampled = tiny_config(work, name="tiny-adapters-sampled", model=sampled_model)
     with pytest.raises(ConfigError, match="item adapters"):  # would move the other domains' item rows

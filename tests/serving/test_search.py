@@ -22,7 +22,6 @@ from serving.settings import ServingSettings
 from tests.serving.conftest import champion_bundle
 
 PARAMS = {"max_history": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64}
-SID = {"method": "rqkmeans", "content": {"text_fields": ["title"]}, "rqkmeans": {"levels": 2, "codebook_size": 8}}
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +29,8 @@ def query_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable
     """(tracking URI, registered model name, bundle) of a tiny query-aware model."""
     work = tmp_path_factory.mktemp("search")
     config = load_config(tiny_config(
-        work, name="tiny-query-aware", model={"name": "query_aware", "params": PARAMS}, sid=SID, train={"epochs": 1},
-        pipeline={"index": {"kind": "flat"}},
+        work, name="tiny-query-aware", model={"name": "query_aware", "params": PARAMS},
+        train={"schedule": {"epochs": 1}}, pipeline={"index": {"kind": "flat"}},
     ))  # fmt: skip
     run_pipeline(config, work)
     return champion_bundle(config)
@@ -103,4 +102,4 @@ def test_a_model_without_queries_says_so(registry: tuple[str, str, Path]) -> Non
         recommend = client.post("/v1/recommendations", json={"history": [], "query": "lipstick"})
     for response in (search, recommend):
         assert response.status_code == 409 and "takes no text query" in response.text, response.text
-        assert "query_aware" in response.text
+        assert "serve a model that reads queries" in response.text

@@ -27,7 +27,9 @@ def timed_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable
     work = tmp_path_factory.mktemp("timed")
     params = {"max_history": 20, "dim": 32, "num_heads": 2, "num_time_buckets": 24}
     config = load_config(
-        tiny_config(work, name="tiny-hstu-time", model={"name": "hstu", "params": params}, train={"epochs": 1})
+        tiny_config(
+            work, name="tiny-hstu-time", model={"name": "hstu", "params": params}, train={"schedule": {"epochs": 1}}
+        )
     )
     run_pipeline(config, work)
     return champion_bundle(config)

@@ -2,27 +2,36 @@
 own training settings (an experiment's `model.training`).
 
 The trainer (`recsys.training.trainer.fit`) owns epochs, validation, early stopping and checkpoints; a recipe owns
-what differs between model families. `recipe_for` builds the recipe of a model from its family's settings; the
-settings' type says the family (`TRAINING_SETTINGS`, keyed by `recsys.models.TrainingFamily`).
+what differs between model families. A family names its training (`ModelFamily.training`), a key of `TRAININGS`:
+the settings type its `model.training` is validated against and the factory of its recipe (none for a family fitted
+without an epoch loop). `register_training` adds one (a family defined outside the platform, with its own recipe);
+`recipe_for` builds the recipe of a model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import torch
-from torch import nn
 
 from recsys.data.prepared import SequenceData, TrainingData, TrainingRows
 from recsys.errors import ConfigError
-from recsys.inference import Scorer
-from recsys.models import TrainingFamily
+from recsys.models.family import Model
+from recsys.models.registry import family_of
 from recsys.training.recipes.distillation import DistillationRecipe, DistillConfig
-from recsys.training.recipes.next_item import NextItemRecipe, NextItemTraining
-from recsys.training.recipes.pairs import GenerativeRecipe, GenerativeTraining, TwoTowerRecipe, TwoTowerTraining
-from recsys.training.recipes.query_aware import QUERIES_FILE, QueryAwareRecipe, QueryAwareTraining, QueryBank
-from recsys.training.recipes.ranker import RankerRecipe, RankerTraining
+from recsys.training.recipes.next_item import NextItemModel, NextItemRecipe, NextItemTraining
+from recsys.training.recipes.pairs import (
+    GenerativeModel,
+    GenerativeRecipe,
+    GenerativeTraining,
+    TwoTowerModel,
+    TwoTowerRecipe,
+    TwoTowerTraining,
+)
+from recsys.training.recipes.queries import QUERIES_FILE, QueryBank, QueryModel, QueryRecipe, QueryTraining
+from recsys.training.recipes.ranker import RankerModel, RankerRecipe, RankerTraining
 
 
 @dataclass(frozen=True)
@@ -30,20 +39,7 @@ class NotTrained:
     """The settings of models that no recipe trains: popularity (item counts), fusion (made of trained models)."""
 
 
-TrainingSettings = (
-    NextItemTraining | QueryAwareTraining | GenerativeTraining | TwoTowerTraining | RankerTraining | NotTrained
-)
-TRAINING_SETTINGS: dict[TrainingFamily, type[TrainingSettings]] = {
-    "next_item": NextItemTraining,
-    "query_aware": QueryAwareTraining,
-    "generative": GenerativeTraining,
-    "two_tower": TwoTowerTraining,
-    "ranker": RankerTraining,
-    "counts": NotTrained,
-    "frozen": NotTrained,
-}
-
-
+@runtime_checkable
 class Recipe(Protocol):
     # whether a step may leave parameters out of the loss (data-parallel training must then look for them)
     may_skip_parameters: ClassVar[bool]
@@ -57,36 +53,127 @@ class Recipe(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class RecipeInputs:
+    """What a recipe reads besides the model and the data; the pipeline gives what the family reads.
+
+    Args:
+        holdout_retriever: a ranker's first stage trained without each user's last `RankerTraining.holdout_items`
+            training items (`Input.HOLDOUT_RETRIEVER`).
+        query_bank: the items' training queries (`Input.QUERIES`).
+    """
+
+    holdout_retriever: Model[Any] | None = None
+    query_bank: QueryBank | None = None
+
+
+SettingsT = TypeVar("SettingsT")
+# (the model, the data, the batch size, the family's settings, the recipe's inputs) -> its recipe
+RecipeFactory = Callable[[Model[Any], TrainingData, int, SettingsT, RecipeInputs], Recipe]
+
+
+@dataclass(frozen=True)
+class Training(Generic[SettingsT]):
+    """How a family trains: its `model.training` settings and its recipe (None: fitted without an epoch loop, or
+    not trained at all)."""
+
+    settings: type[SettingsT]
+    recipe: RecipeFactory[SettingsT] | None = None
+
+
+def untrainable(model: Model[Any], protocol: type, training: str) -> ConfigError:
+    """The error for a model that recipe `training` cannot train: it lacks the methods of `protocol`."""
+    return ConfigError(
+        f"{type(model).__name__} is trained by the {training!r} recipe, which needs the methods of "
+        f"{protocol.__name__} ({protocol.__module__}). Fix: give the model those methods, or its family another "
+        "training"
+    )
+
+
+def _next_item(model: Model[Any], data: TrainingData, batch: int, s: NextItemTraining, _: RecipeInputs) -> Recipe:
+    if not isinstance(model, NextItemModel):
+        raise untrainable(model, NextItemModel, "next_item")
+    return NextItemRecipe.create(model, data, batch, s)
+
+
+def _queries(model: Model[Any], data: TrainingData, batch: int, s: QueryTraining, inputs: RecipeInputs) -> Recipe:
+    if not isinstance(model, QueryModel):
+        raise untrainable(model, QueryModel, "queries")
+    return QueryRecipe.create(model, data, batch, s, inputs.query_bank)
+
+
+def _generative(model: Model[Any], _: TrainingData, batch: int, s: GenerativeTraining, __: RecipeInputs) -> Recipe:
+    if not isinstance(model, GenerativeModel):
+        raise untrainable(model, GenerativeModel, "generative")
+    return GenerativeRecipe(model.max_history, batch, s.label_smoothing)
+
+
+def _two_tower(model: Model[Any], data: TrainingData, batch: int, s: TwoTowerTraining, _: RecipeInputs) -> Recipe:
+    if not isinstance(model, TwoTowerModel):
+        raise untrainable(model, TwoTowerModel, "two_tower")
+    return TwoTowerRecipe.create(model, data, batch, s)
+
+
+def _ranker(model: Model[Any], data: TrainingData, batch: int, s: RankerTraining, inputs: RecipeInputs) -> Recipe:
+    if not isinstance(data, SequenceData):
+        raise ConfigError("a ranker trains on data in memory (its labels). Fix: remove train.stream_parts")
+    if not isinstance(model, RankerModel):
+        raise untrainable(model, RankerModel, "ranker")
+    return RankerRecipe.create(model, data, batch, s, inputs.holdout_retriever)
+
+
+TRAININGS: dict[str, Training[Any]] = {
+    "next_item": Training(NextItemTraining, _next_item),
+    "queries": Training(QueryTraining, _queries),
+    "generative": Training(GenerativeTraining, _generative),
+    "two_tower": Training(TwoTowerTraining, _two_tower),
+    "ranker": Training(RankerTraining, _ranker),
+    "counts": Training(NotTrained),  # fitted on item counts (`recsys.training.capabilities.FitsItemCounts`)
+    "frozen": Training(NotTrained),  # made of trained models
+}
+
+
+def register_training(name: str, training: Training[Any]) -> None:
+    """Make `training` the one a family names as `name`; a taken name is an error."""
+    known = TRAININGS.get(name)
+    if known is not None and known != training:
+        raise ConfigError(f"training {name!r} is registered already. Fix: give yours another name")
+    TRAININGS[name] = training
+
+
+def training_named(name: str) -> Training[Any]:
+    if name not in TRAININGS:
+        raise ConfigError(
+            f"training {name!r} (a model family's) is not registered. Fix: one of {', '.join(sorted(TRAININGS))}, "
+            "or `register_training` it"
+        )
+    return TRAININGS[name]
+
+
 def recipe_for(
-    model: nn.Module,
+    model: Model[Any],
     data: TrainingData,
     batch_size: int,
-    settings: TrainingSettings,
-    holdout_retriever: Scorer | None = None,
-    query_bank: QueryBank | None = None,
+    settings: object | None = None,
+    inputs: RecipeInputs | None = None,
 ) -> Recipe:
-    """The recipe that trains `model` with its family's `settings` (`batch_size`: packed rows for next-item models,
-    pairs for the others); a ranker's `holdout_retriever` is its first stage trained without each user's last
-    `RankerTraining.holdout_items` training items; a query-aware model's `query_bank` its items' training queries."""
-    match settings:
-        case QueryAwareTraining():  # before NextItemTraining, which it extends
-            return QueryAwareRecipe.create(model, data, batch_size, settings, query_bank)  # type: ignore[arg-type]
-        case NextItemTraining():
-            return NextItemRecipe.create(model, data, batch_size, settings)
-        case GenerativeTraining():
-            return GenerativeRecipe(model.max_history, batch_size, settings.label_smoothing)  # type: ignore[arg-type]
-        case TwoTowerTraining():
-            return TwoTowerRecipe.create(model, data, batch_size, settings)
-        case RankerTraining():
-            if not isinstance(data, SequenceData):
-                raise ConfigError("a ranker trains on data in memory (its labels). Fix: remove data.stream_parts")
-            return RankerRecipe.create(model, data, batch_size, settings, holdout_retriever)
-    raise TypeError(f"{type(model).__name__} is not trained by a recipe ({type(settings).__name__})")
+    """The recipe that trains `model` as its family trains (`batch_size`: packed rows for next-item models, pairs for
+    the others) with `settings` (its family's `model.training`; None: their defaults) on `inputs`."""
+    name = family_of(model).training
+    training = training_named(name)
+    settings = training.settings() if settings is None else settings
+    if not isinstance(settings, training.settings):
+        raise TypeError(
+            f"{type(model).__name__} trains with {training.settings.__name__}, not {type(settings).__name__}"
+        )
+    if training.recipe is None:
+        raise ConfigError(f"{type(model).__name__} is not trained by a recipe (its family's training is {name!r})")
+    return training.recipe(model, data, batch_size, settings, inputs or RecipeInputs())
 
 
 __all__ = [
     "QUERIES_FILE",
-    "TRAINING_SETTINGS",
+    "TRAININGS",
     "DistillConfig",
     "DistillationRecipe",
     "GenerativeRecipe",
@@ -94,14 +181,17 @@ __all__ = [
     "NextItemRecipe",
     "NextItemTraining",
     "NotTrained",
-    "QueryAwareRecipe",
-    "QueryAwareTraining",
     "QueryBank",
+    "QueryRecipe",
+    "QueryTraining",
     "RankerRecipe",
     "RankerTraining",
     "Recipe",
-    "TrainingSettings",
+    "RecipeInputs",
+    "Training",
     "TwoTowerRecipe",
     "TwoTowerTraining",
     "recipe_for",
+    "register_training",
+    "training_named",
 ]

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Protocol
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
 from pydantic import NonNegativeInt, PositiveInt
-from torch import nn
 
 from recsys.data.batching import PackedBatch, packed_next_item_batches
 from recsys.data.prepared import TrainingData, TrainingRows
 from recsys.errors import ConfigError
+from recsys.training.capabilities import ItemIdTable, use_sparse_item_gradients
 from recsys.training.losses import draw_negatives, full_softmax_loss, sampled_softmax_loss
 
 logger = logging.getLogger(__name__)
@@ -83,13 +83,24 @@ def _auto_loss(num_items: int) -> Loss:
     return loss
 
 
+@runtime_checkable
 class NextItemModel(Protocol):
+    """What the next-item recipe trains: hidden states at every packed position, scored against item vectors."""
+
     def __call__(self, *packed: torch.Tensor) -> torch.Tensor:
         """(B, L) packed items, segments, positions [+ the items' and the targets' times, for models that read
         them] -> (B, L, D) hidden states."""
         ...
 
-    def item_embeddings(self) -> torch.Tensor: ...
+    def item_embeddings(self) -> torch.Tensor:
+        """(V+1, D) the output item vectors."""
+        ...
+
+    @property
+    def max_history(self) -> int: ...
+
+    @property
+    def reads_timestamps(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -124,25 +135,22 @@ class NextItemRecipe:
     index_targets: bool = False
 
     @staticmethod
-    def create(model: nn.Module, data: TrainingData, rows_per_batch: int, settings: NextItemTraining) -> NextItemRecipe:
+    def create(
+        model: NextItemModel, data: TrainingData, rows_per_batch: int, settings: NextItemTraining
+    ) -> NextItemRecipe:
         sampled = settings.resolved_loss(data.num_items) == "sampled_softmax"
         if settings.sparse_item_gradients:
-            sparse = getattr(model, "use_sparse_item_gradients", None)
-            if sparse is None or not sparse():
-                raise ConfigError(
-                    f"model.training.sparse_item_gradients: the {type(model).__name__} model has no ID table a step "
-                    "can read row by row (SASRec with semantic IDs reads them all). Fix: set it to false"
-                )
+            use_sparse_item_gradients(model)
         mask = data.training_excluded()
         return NextItemRecipe(
-            max_history=model.max_history,  # type: ignore[arg-type]
+            max_history=model.max_history,
             rows_per_batch=rows_per_batch,
             excluded=mask if bool(mask.any()) else None,
             sampling_probs=sampling_probs(data) if sampled else None,
             num_negatives=settings.num_negatives,
             in_batch_negatives=sampled and settings.in_batch_negatives,
             item_domains=data.item_domains() if settings.softmax_within_domain else None,
-            reads_timestamps=bool(getattr(model, "reads_timestamps", False)),
+            reads_timestamps=model.reads_timestamps,
             holdout_last=settings.holdout_last,
         )
 
@@ -200,8 +208,7 @@ class NextItemRecipe:
 def item_rows(model: NextItemModel, items: torch.Tensor) -> torch.Tensor:
     """The output vectors of `items`: looked up alone by models that can (their item table's gradient then touches
     those rows only, `sparse_item_gradients`), else rows of the whole table."""
-    rows = getattr(model, "item_rows", None)
-    return rows(items) if rows is not None else model.item_embeddings()[items]
+    return model.item_rows(items) if isinstance(model, ItemIdTable) else model.item_embeddings()[items]
 
 
 def sampling_probs(data: TrainingData) -> torch.Tensor:

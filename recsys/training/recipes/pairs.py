@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from pydantic import NonNegativeInt
-from torch import nn
 
 from recsys.data.batching import HistoryBatch, history_target_batches
 from recsys.data.prepared import TrainingData, TrainingRows
@@ -32,6 +31,49 @@ class TwoTowerTraining:
     """`model.training` of the two-tower model."""
 
     num_negatives: NonNegativeInt = 1024  # uniformly drawn items beside the batch's targets
+
+
+@runtime_checkable
+class GenerativeModel(Protocol):
+    """What the generative recipe trains: logits of each semantic-ID level of the next item."""
+
+    codes: torch.Tensor  # (V+1, T) every item's semantic ID
+
+    def __call__(
+        self, histories: torch.Tensor, targets: torch.Tensor, users: torch.Tensor | None
+    ) -> list[torch.Tensor]:
+        """(B, H) histories, (B,) next items [+ (B,) users] -> T x (B, K_t) logits, teacher-forced on the targets."""
+        ...
+
+    @property
+    def max_history(self) -> int: ...
+
+
+class TowerConfig(Protocol):
+    @property
+    def num_items(self) -> int: ...
+
+    @property
+    def temperature(self) -> float: ...
+
+
+@runtime_checkable
+class TwoTowerModel(Protocol):
+    """What the two-tower recipe trains: user and item vectors whose cosine / temperature are the logits."""
+
+    @property
+    def config(self) -> TowerConfig: ...
+
+    @property
+    def max_history(self) -> int: ...
+
+    def encode_queries(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, H) histories [+ (B,) users] -> (B, D) user vectors."""
+        ...
+
+    def encode_items(self, items: torch.Tensor) -> torch.Tensor:
+        """(N,) item_idx -> (N, D) item vectors."""
+        ...
 
 
 def pair_batches(
@@ -54,7 +96,7 @@ class GenerativeRecipe:
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
         return pair_batches(rows, self.max_history, self.batch_size, generator)
 
-    def loss(self, model: Any, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def loss(self, model: GenerativeModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         codes = model.codes[batch.targets]  # (B, T)
         logits = model(batch.histories, batch.targets, batch.users)  # T x (B, K_t)
         per_level = [
@@ -80,14 +122,14 @@ class TwoTowerRecipe:
     num_negatives: int
 
     @staticmethod
-    def create(model: nn.Module, data: TrainingData, batch_size: int, settings: TwoTowerTraining) -> TwoTowerRecipe:
+    def create(model: TwoTowerModel, data: TrainingData, batch_size: int, settings: TwoTowerTraining) -> TwoTowerRecipe:
         log_probs = sampling_probs(data).clamp(min=1e-12).log()
-        return TwoTowerRecipe(model.max_history, batch_size, log_probs, settings.num_negatives)  # type: ignore[arg-type]
+        return TwoTowerRecipe(model.max_history, batch_size, log_probs, settings.num_negatives)
 
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
         return pair_batches(rows, self.max_history, self.batch_size, generator)
 
-    def loss(self, model: Any, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def loss(self, model: TwoTowerModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         targets, device = batch.targets, batch.targets.device
         B, V, R = targets.numel(), model.config.num_items, self.num_negatives
         random = torch.randint(1, V + 1, (R,), generator=generator).to(device)

@@ -7,16 +7,15 @@ Dimension letters: B pairs in a batch, n pairs whose target the first stage foun
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from pydantic import Field, PositiveInt
-from torch import nn
 
 from recsys.data.batching import HistoryBatch, held_out_batches, history_target_batches
 from recsys.data.prepared import SequenceData, TrainingRows
 from recsys.data.tasks import Task
-from recsys.inference import Scorer
+from recsys.models.family import Model
 from recsys.training.losses import candidate_softmax_loss, task_loss
 
 
@@ -29,6 +28,36 @@ class RankerTraining:
     # with model.holdout_retriever_dir: the last training items per user that first stage did not see (its holdout_last)
     holdout_items: PositiveInt = 1
     task_weights: dict[str, float] = field(default_factory=dict)  # per task beside ranking; 1.0 where not named
+
+
+@runtime_checkable
+class RankerModel(Protocol):
+    """What the ranker recipe trains: a frozen first stage's candidates, re-scored per task."""
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        """The tasks beside ranking, in the order of the logits' rows 1.."""
+        ...
+
+    @property
+    def max_history(self) -> int: ...
+
+    @property
+    def aux_loss(self) -> torch.Tensor:
+        """The load-balancing loss of the last `rank_candidates` (0 without one)."""
+        ...
+
+    def candidates(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, retriever: Model[Any] | None = None
+    ) -> torch.return_types.topk:
+        """The first stage's (or `retriever`'s) top-C of each row: (values (B, C), indices (B, C))."""
+        ...
+
+    def rank_candidates(
+        self, histories: torch.Tensor, candidates: torch.Tensor, retrieval: torch.Tensor
+    ) -> torch.Tensor:
+        """(B, L) histories, (B, C) candidates and their first-stage scores -> (T, B, C) logits per task."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -51,18 +80,18 @@ class RankerRecipe:
     tasks: tuple[Task, ...] = ()  # the model's tasks beside ranking, in its head's order
     task_weights: tuple[float, ...] = ()
     train_candidates: int | None = None
-    holdout_retriever: Scorer | None = None
+    holdout_retriever: Model[Any] | None = None
     holdout_items: int = 1
 
     @staticmethod
     def create(
-        model: nn.Module,
+        model: RankerModel,
         data: SequenceData,
         batch_size: int,
         settings: RankerTraining,
-        holdout_retriever: Scorer | None = None,
+        holdout_retriever: Model[Any] | None = None,
     ) -> RankerRecipe:
-        tasks: tuple[Task, ...] = model.tasks  # type: ignore[assignment]
+        tasks = model.tasks
         names = [task.name for task in tasks]
         missing = [name for name in names if name not in data.tasks]
         unknown = [name for name in settings.task_weights if name not in names]
@@ -72,7 +101,7 @@ class RankerRecipe:
                 f"task_weights for other tasks {unknown}. Fix: train it on data with those labels, or name its tasks"
             )
         return RankerRecipe(
-            max_history=model.max_history,  # type: ignore[arg-type]
+            max_history=model.max_history,
             batch_size=batch_size,
             tasks=tasks,
             task_weights=tuple(settings.task_weights.get(name, 1.0) for name in names),
@@ -88,10 +117,10 @@ class RankerRecipe:
             return list(held_out_batches(rows.items, held_out, self.max_history, self.batch_size, generator, labels))
         return list(history_target_batches(rows.items, self.max_history, self.batch_size, generator, labels))
 
-    def loss(self, model: Any, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def loss(self, model: RankerModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         retriever = None
         if self.holdout_retriever is not None:
-            retriever = self.holdout_retriever.to(batch.histories.device)  # type: ignore[attr-defined]
+            retriever = self.holdout_retriever.to(batch.histories.device)
         top = model.candidates(batch.histories, batch.users, retriever)  # (B, C), best first
         hit = top.indices == batch.targets[:, None]
         found = hit.any(dim=1)
@@ -104,10 +133,10 @@ class RankerRecipe:
         n = indices.shape[0]
         candidates, retrieval = indices[keep].view(n, width), values[keep].view(n, width)
         target = hit[keep].view(n, width).float().argmax(dim=1)  # (n,) the target's column
-        logits = model.ranker(batch.histories[found], candidates, retrieval)  # (T, n, width)
+        logits = model.rank_candidates(batch.histories[found], candidates, retrieval)  # (T, n, width)
         loss = candidate_softmax_loss(logits[0], target)
         for t, (task, weight) in enumerate(zip(self.tasks, self.task_weights, strict=True), start=1):
             assert batch.labels is not None  # the batches carry a label column per task
             at_target = logits[t].gather(1, target[:, None]).squeeze(1)
             loss = loss + weight * task_loss(task.kind, at_target, batch.labels[found, t - 1])
-        return loss + model.ranker.aux_loss, n
+        return loss + model.aux_loss, n

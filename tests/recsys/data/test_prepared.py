@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from features.prepare import prepare
+from features.settings import PrepareSettings
 from features.sources import load_source
 from recsys.data.prepared import load_prepared
 from recsys.errors import DataError
@@ -31,7 +32,11 @@ def test_leave_one_out_splits_follow_the_sequences(tiny_data_dir: Path) -> None:
 
 def test_cold_items_leave_training_and_inputs_but_stay_targets(tmp_path: Path) -> None:
     out = tmp_path / "cold"
-    prepare(load_source("synthetic", None, num_users=300, num_items=150), out, cold_start_fraction=0.2, seed=1)
+    prepare(
+        load_source("synthetic", None, num_users=300, num_items=150),
+        out,
+        PrepareSettings(cold_start_fraction=0.2, seed=1),
+    )
     data = load_prepared(out)
     cold = data.cold_mask
     assert 0.15 < cold.float().sum().item() / data.num_items < 0.25
@@ -81,8 +86,8 @@ def test_task_labels_travel_with_the_interactions(tiny_data_dir: Path) -> None:
 
 def test_interactions_in_parts_read_as_one_file(tmp_path: Path) -> None:
     raw = load_source("synthetic", None, num_users=60, num_items=40)
-    prepare(raw, tmp_path / "whole", cold_start_fraction=0.1)
-    prepare(raw, tmp_path / "parted", cold_start_fraction=0.1, partitions=5)
+    prepare(raw, tmp_path / "whole", PrepareSettings(cold_start_fraction=0.1))
+    prepare(raw, tmp_path / "parted", PrepareSettings(cold_start_fraction=0.1, partitions=5))
     assert not (tmp_path / "parted" / "interactions.parquet").exists()
     whole, parted = load_prepared(tmp_path / "whole"), load_prepared(tmp_path / "parted")
     assert torch.equal(parted.sequences.values, whole.sequences.values)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from features.prepare import prepare
+from features.settings import PrepareSettings
 from features.sources import load_source
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import PreparedParts, load_prepared
@@ -16,7 +17,11 @@ from recsys.data.prepared import PreparedParts, load_prepared
 @pytest.fixture(scope="module")
 def parted_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("parts") / "prepared"
-    prepare(load_source("synthetic", None, num_users=240, num_items=120), out, cold_start_fraction=0.1, partitions=6)
+    prepare(
+        load_source("synthetic", None, num_users=240, num_items=120),
+        out,
+        PrepareSettings(cold_start_fraction=0.1, partitions=6),
+    )
     return out
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from features.prepare import prepare
+from features.settings import PrepareSettings
 from features.sources import load_source
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit, SequenceData, load_prepared
@@ -25,7 +26,11 @@ KS = (1, 5, 10, 50)
 def cold_data(tmp_path_factory: pytest.TempPathFactory) -> SequenceData:
     """A small synthetic dataset with a fifth of its 150 items cold (never in histories, still targets)."""
     out = tmp_path_factory.mktemp("cold") / "prepared"
-    prepare(load_source("synthetic", None, num_users=300, num_items=150), out, cold_start_fraction=0.2, seed=1)
+    prepare(
+        load_source("synthetic", None, num_users=300, num_items=150),
+        out,
+        PrepareSettings(cold_start_fraction=0.2, seed=1),
+    )
     return load_prepared(out)
 
 

@@ -14,7 +14,7 @@ from recsys.evaluation import EvalConfig, evaluate, ranking_metrics, target_rank
 from recsys.evaluation.queries import LEVELS, QueryMaker, catalogue_titles, most_similar
 from recsys.evaluation.search import (
     HistoryOnly,
-    QueryAwareSearch,
+    QuerySearch,
     SearchSystem,
     TextSearch,
     evaluate_search,
@@ -73,7 +73,7 @@ def test_every_setting_and_level_ranks_the_users_with_a_query(data: SequenceData
     queries["title-3"][:5] = [""] * 5  # five users without a query at this level
     bm25, unified = BM25Retriever(titles[1:]), query_aware(data.num_items, content, titles[1:])
     systems: dict[str, SearchSystem] = {"bm25": TextSearch(bm25), "sasrec": HistoryOnly(sasrec(data.num_items)),
-               "query-aware": QueryAwareSearch(unified, embed)}  # fmt: skip
+               "query-aware": QuerySearch(unified, embed)}  # fmt: skip
     found = evaluate_search(systems, split, queries, CONFIG)
 
     users = len(split.targets)

@@ -13,7 +13,8 @@ from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.domain_adapters import DomainAdaptedRetriever, DomainAdapterConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.modules.lora import lora_layers
-from recsys.training.trainer import TrainConfig, fit
+from recsys.training.trainer import fit
+from tests.conftest import quick_train
 
 EVAL = EvalConfig(ks=(10,))
 
@@ -75,7 +76,12 @@ def test_training_one_domain_moves_only_its_adapter(tiny_data_dir: Path) -> None
     model, _ = _adapted(tiny_data_dir)
     base = {k: v.clone() for k, v in model.state_dict().items() if ".adapters." not in k}
     beauty = load_prepared(tiny_data_dir).for_domain("beauty")
-    fit(model, beauty, TrainConfig(epochs=2, batch_size=4, lr=3e-3, progress=False), EVAL)
+    fit(
+        model,
+        beauty,
+        quick_train(2, 4, 3e-3),
+        EVAL,
+    )
     state = model.state_dict()
     assert all(torch.equal(state[k], v) for k, v in base.items())  # the base is frozen
     assert any(layer.adapter("beauty").B.abs().sum() > 0 for layer in lora_layers(model))
@@ -92,7 +98,12 @@ def test_item_adapters_train_only_their_domains_rows(tiny_data_dir: Path) -> Non
     model = DomainAdaptedRetriever(config, base, data.item_domains())
     table = model.base.item_embeddings().detach().clone()
     torch.testing.assert_close(model.item_embeddings(), table)  # a new item adapter changes nothing
-    fit(model, data.for_domain("beauty"), TrainConfig(epochs=2, batch_size=4, lr=3e-3, progress=False), EVAL)
+    fit(
+        model,
+        data.for_domain("beauty"),
+        quick_train(2, 4, 3e-3),
+        EVAL,
+    )
     beauty = data.item_domains() == 0
     moved = (model.item_embeddings().detach() - table).abs().sum(dim=1) > 0
     assert bool(moved[beauty].all()) and not bool(moved[~beauty].any())  # only beauty's items moved

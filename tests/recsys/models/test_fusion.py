@@ -10,8 +10,9 @@ from torch import nn
 
 from recsys.data.times import HistoryTimes
 from recsys.errors import ConfigError
+from recsys.models.family import ModelInputs, Upstream
 from recsys.models.fusion import Fusion, FusionConfig
-from recsys.models.registry import ModelInputs, build_model, load_model, save_model
+from recsys.models.registry import build_model, load_model, save_model
 
 NEG_INF = float("-inf")
 
@@ -45,12 +46,12 @@ def test_fusion_of_saved_models_round_trips_through_the_registry(tmp_path: Path)
     members = []
     for name, params in [("sasrec", {"max_history": 6, "dim": 8, "num_heads": 1, "ffn_dim": 16}),
                          ("hstu", {"max_history": 9})]:  # fmt: skip
-        save_model(tmp_path / f"{name}.pt", name, build_model(name, params, num_items=15))
-        members.append(load_model(tmp_path / f"{name}.pt")[1])
+        save_model(tmp_path / f"{name}.pt", build_model(name, params, num_items=15))
+        members.append(Upstream(*load_model(tmp_path / f"{name}.pt")))
     fusion = build_model("fusion", {"depth": 5}, num_items=15, inputs=ModelInputs(members=tuple(members)))
     assert isinstance(fusion, Fusion)
     assert fusion.max_history == 9, "the history fed to the members must cover the longest reader"
-    save_model(tmp_path / "fusion.pt", "fusion", fusion)
+    save_model(tmp_path / "fusion.pt", fusion)
     _, loaded = load_model(tmp_path / "fusion.pt")
     history = torch.tensor([[0, 1, 2, 3]])
     fused = loaded.score(history)

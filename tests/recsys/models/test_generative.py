@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from recsys.models.generative import GenerativeConfig, GenerativeRetriever
+from recsys.training.config import HardwareConfig, OptimizationConfig, ScheduleConfig, TrainConfig
 from tests.conftest import popularity_valid_metric
 
 SIZES = (4, 3, 2)
@@ -141,7 +142,7 @@ def test_generative_training_beats_popularity_on_structured_ids(tiny_data_dir) -
 
     from recsys.data.prepared import load_prepared
     from recsys.evaluation import EvalConfig
-    from recsys.training.trainer import TrainConfig, fit
+    from recsys.training.trainer import fit
 
     data = load_prepared(tiny_data_dir)
     items = data.items.with_columns(
@@ -159,7 +160,12 @@ def test_generative_training_beats_popularity_on_structured_ids(tiny_data_dir) -
     torch.manual_seed(0)
     model = GenerativeRetriever(config, codes)
     eval_config = EvalConfig(ks=(10,))
-    train = TrainConfig(epochs=4, batch_size=64, lr=3e-3, progress=False, precision="fp32")
+    train = TrainConfig(
+        schedule=ScheduleConfig(epochs=4),
+        optimization=OptimizationConfig(batch_size=64, lr=3e-3),
+        hardware=HardwareConfig(precision="fp32"),
+        progress=False,
+    )
     result = fit(model, data, train, eval_config)
     baseline = popularity_valid_metric(data, eval_config, "recall@10")
     assert result.best_valid["recall@10"] > 1.5 * baseline > 0

@@ -13,8 +13,8 @@ from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.registry import build_model, load_model, save_model
-from recsys.training.trainer import TrainConfig, fit
-from tests.conftest import popularity_valid_metric
+from recsys.training.trainer import fit
+from tests.conftest import popularity_valid_metric, quick_train
 
 EVAL = EvalConfig(ks=(10,))
 
@@ -23,7 +23,12 @@ def test_hstu_beats_popularity_on_the_tiny_data(tiny_data_dir: Path) -> None:
     data = load_prepared(tiny_data_dir)
     torch.manual_seed(0)
     model = HSTU(HSTUConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=2, dropout=0.1))
-    result = fit(model, data, TrainConfig(epochs=8, batch_size=4, lr=3e-3, progress=False), EVAL)
+    result = fit(
+        model,
+        data,
+        quick_train(8, 4, 3e-3),
+        EVAL,
+    )
     valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
     assert valid == pytest.approx(result.best_valid["ndcg@10"])
     baseline = popularity_valid_metric(data, EVAL)
@@ -40,7 +45,7 @@ def test_scores_are_cosines_divided_by_the_temperature() -> None:
 def test_registry_round_trip_keeps_the_scores(tmp_path: Path) -> None:
     model = build_model("hstu", {"max_history": 5, "dim": 8, "num_heads": 2}, num_items=12)
     assert isinstance(model, HSTU)
-    save_model(tmp_path / "model.pt", "hstu", model)
+    save_model(tmp_path / "model.pt", model)
     name, loaded = load_model(tmp_path / "model.pt")
     history = torch.tensor([[1, 2, 3]])
     assert name == "hstu"
@@ -110,7 +115,12 @@ def test_time_aware_hstu_trains_and_validates_on_real_times(tiny_data_dir: Path)
     torch.manual_seed(0)
     config = HSTUConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=2, dropout=0.1, num_time_buckets=24)
     model = HSTU(config)
-    result = fit(model, data, TrainConfig(epochs=8, batch_size=4, lr=3e-3, progress=False), EVAL)
+    result = fit(
+        model,
+        data,
+        quick_train(8, 4, 3e-3),
+        EVAL,
+    )
     valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
     assert valid == pytest.approx(result.best_valid["ndcg@10"])
     assert valid > 1.5 * popularity_valid_metric(data, EVAL) > 0

@@ -104,7 +104,7 @@ def test_unknown_attention_kernel_is_refused() -> None:
 def test_a_saved_model_without_the_key_loads_with_auto(tmp_path: Path) -> None:
     """Models saved before `attention_kernel` existed hold no such key in their config."""
     path = tmp_path / "model.pt"
-    save_model(path, "hstu", build_model("hstu", {"max_history": 5, "dim": 8, "num_heads": 2}, num_items=12))
+    save_model(path, build_model("hstu", {"max_history": 5, "dim": 8, "num_heads": 2}, num_items=12))
     payload = load_checkpoint(path)
     del payload["config"]["attention_kernel"]
     save_checkpoint(path, payload)

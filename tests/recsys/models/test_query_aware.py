@@ -13,10 +13,11 @@ import torch
 from pipelines.config import load_config
 from recsys.data.batching import PackedBatch, packed_next_item_batches
 from recsys.data.jagged import Jagged
+from recsys.models.family import ModelInputs
 from recsys.models.query_aware import QueryAwareConfig, QueryAwareRetriever
-from recsys.models.registry import ModelInputs, build_model, load_model, save_model
+from recsys.models.registry import build_model, load_model, save_model
 from recsys.training.losses import full_softmax_loss
-from recsys.training.recipes import NextItemRecipe, QueryAwareRecipe, QueryBank
+from recsys.training.recipes import NextItemRecipe, QueryBank, QueryRecipe
 
 ITEMS, CONTENT_DIM = 12, 6
 COLOURS = ("red", "blue", "green", "black")
@@ -105,7 +106,7 @@ def test_the_lexical_tower_ranks_the_titles_holding_the_query_words_first() -> N
 
 def test_the_lexical_tower_is_saved_with_the_model_and_needs_the_query_texts(tmp_path: Path) -> None:
     m = model().eval()
-    save_model(tmp_path / "model.pt", "query_aware", m)
+    save_model(tmp_path / "model.pt", m)
     _, loaded = load_model(tmp_path / "model.pt")  # built without texts: the state dict brings them
     assert isinstance(loaded, QueryAwareRetriever) and loaded.lexical is not None
     assert loaded.lexical.texts == TITLES
@@ -151,7 +152,7 @@ def test_without_queries_the_loss_is_the_learned_towers_next_item_loss() -> None
     real = packed.targets != 0
     states, targets = m(packed.inputs, packed.segments, packed.positions)[real], packed.targets[real]
     plain = full_softmax_loss(states, m.input_embeddings(), targets)  # a SASRec over id + P(content)
-    recipe = QueryAwareRecipe(NextItemRecipe(max_history=6, rows_per_batch=4), bank(), 0.0, 0.0)
+    recipe = QueryRecipe(NextItemRecipe(max_history=6, rows_per_batch=4), bank(), 0.0, 0.0)
     with_recipe, n = recipe.loss(m, packed, torch.Generator().manual_seed(0))
     assert n == targets.numel() and torch.allclose(plain, with_recipe)
 
@@ -161,7 +162,7 @@ def test_a_hidden_history_trains_h0_and_the_query_path_not_the_transformer() -> 
     counts = torch.tensor([0, *([1] * ITEMS)])  # every item has a query: every target is queried, history hidden
     offsets = torch.cat([torch.zeros(1).long(), counts.cumsum(0)])
     everything = QueryBank(torch.randn(ITEMS, CONTENT_DIM), offsets, tuple(t.split()[0] for t in TITLES))
-    recipe = QueryAwareRecipe(NextItemRecipe(max_history=6, rows_per_batch=4), everything, 1.0, 1.0)
+    recipe = QueryRecipe(NextItemRecipe(max_history=6, rows_per_batch=4), everything, 1.0, 1.0)
     loss, _ = recipe.loss(m, packed, torch.Generator().manual_seed(0))
     loss.backward()
     assert m.no_history.grad is not None and m.no_history.grad.abs().sum() > 0
@@ -179,7 +180,7 @@ def test_the_registry_builds_saves_and_reloads_it(tmp_path: Path) -> None:
     inputs = ModelInputs(content=content, content_encoder="my-encoder", item_texts=tuple(TITLES))
     built = build_model("query_aware", params, ITEMS, inputs)
     assert isinstance(built, QueryAwareRetriever) and built.config.encoder == "my-encoder"
-    save_model(tmp_path / "model.pt", "query_aware", built)
+    save_model(tmp_path / "model.pt", built)
     name, loaded = load_model(tmp_path / "model.pt")
     assert name == "query_aware" and loaded.config == built.config
     torch.testing.assert_close(loaded.content, built.content)
@@ -201,9 +202,7 @@ def test_the_pipeline_makes_embeds_and_trains_on_training_queries(
         tmp_path, name="tiny-query-aware",
         model={"name": "query_aware", "params": {"max_history": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64},
                "training": {"queries_per_item": 3}},
-        sid={"method": "rqkmeans", "content": {"text_fields": ["title"]},
-             "rqkmeans": {"levels": 2, "codebook_size": 8}},
-        train={"epochs": 2}, tracking={"enabled": False},
+        content={"text_fields": ["title"]}, train={"schedule": {"epochs": 2}}, tracking={"enabled": False},
     ))  # fmt: skip
     outputs, _ = run_pipeline(config, tmp_path / "work", until="train_retriever")
     assert outputs.content is not None and outputs.content.queries is not None and outputs.model is not None
@@ -213,6 +212,6 @@ def test_the_pipeline_makes_embeds_and_trains_on_training_queries(
     assert 0 < len(saved["texts"]) <= 3 * (len(offsets) - 2)
     name, trained = load_model(outputs.model.model_dir / "model.pt")
     assert name == "query_aware" and isinstance(trained, QueryAwareRetriever)
-    assert trained.config.encoder == config.sid.content.model  # type: ignore[union-attr]
+    assert trained.config.encoder == config.content.model
     assert trained.lexical is not None and len(trained.lexical.texts) == trained.config.num_items
     assert outputs.model.metrics["test"]["ndcg@10"] > 0

@@ -12,11 +12,13 @@ import torch
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, evaluate, evaluate_tasks
+from recsys.models.family import ModelInputs, Upstream
 from recsys.models.ranker import TwoStageRanker
-from recsys.models.registry import ModelInputs, build_model, load_model, save_model
+from recsys.models.registry import build_model, load_model, save_model
 from recsys.models.sasrec import SASRec, SASRecConfig
-from recsys.training.recipes import NextItemTraining, RankerRecipe, RankerTraining, recipe_for
-from recsys.training.trainer import TrainConfig, fit
+from recsys.training.recipes import NextItemTraining, RankerRecipe, RankerTraining, RecipeInputs, recipe_for
+from recsys.training.trainer import fit
+from tests.conftest import quick_train
 
 EVAL = EvalConfig(ks=(10,))
 
@@ -27,9 +29,14 @@ def retriever_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     data = load_prepared(tiny_data_dir)
     torch.manual_seed(0)
     model = SASRec(SASRecConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64))
-    fit(model, data, TrainConfig(epochs=4, batch_size=4, lr=3e-3, progress=False), EVAL)
+    fit(
+        model,
+        data,
+        quick_train(4, 4, 3e-3),
+        EVAL,
+    )
     out = tmp_path_factory.mktemp("retriever")
-    save_model(out / "model.pt", "sasrec", model)
+    save_model(out / "model.pt", model)
     return out
 
 
@@ -39,7 +46,7 @@ def two_stage(
 ) -> TwoStageRanker:  # fmt: skip
     """A ranker over the trained retriever, on a catalog with `content` embeddings and labels of `data_tasks`."""
     torch.manual_seed(0)
-    retriever = load_model(retriever_dir / "model.pt")[1]
+    retriever = Upstream(*load_model(retriever_dir / "model.pt"))
     inputs = ModelInputs(retriever=retriever, content=content, tasks=data_tasks)
     model = build_model("ranker", {"num_candidates": 20, "dim": 32, "hidden": 64, **params}, num_items, inputs)
     assert isinstance(model, TwoStageRanker)
@@ -67,7 +74,12 @@ def test_training_the_ranker_improves_on_the_retriever_and_leaves_it_frozen(
     model = two_stage(retriever_dir, data.num_items)
     retriever_before = {k: v.clone() for k, v in model.retriever.state_dict().items()}
     first = evaluate(model.retriever, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
-    result = fit(model, data, TrainConfig(epochs=6, batch_size=32, lr=3e-3, progress=False), EVAL)
+    result = fit(
+        model,
+        data,
+        quick_train(6, 32, 3e-3),
+        EVAL,
+    )
     for key, value in model.retriever.state_dict().items():
         torch.testing.assert_close(value, retriever_before[key], rtol=0, atol=0)
     assert result.best_valid["ndcg@10"] > first  # re-ranking its top-20 beats the retriever's own order
@@ -79,8 +91,8 @@ def test_the_moe_head_trains_with_balanced_experts(tiny_data_dir: Path, retrieve
     model = two_stage(retriever_dir, data.num_items, head="moe", num_experts=4, top_k=2)
     assert model.ranker.moe is not None
     seen: list[dict[str, float]] = []
-    train = TrainConfig(epochs=2, batch_size=32, lr=3e-3, progress=False)
-    recipe = recipe_for(model, data, train.batch_size, RankerTraining(train_candidates=10))
+    train = quick_train(2, 32, 3e-3)
+    recipe = recipe_for(model, data, train.optimization.batch_size, RankerTraining(train_candidates=10))
     result = fit(model, data, train, EVAL, recipe, lambda _, m: seen.append(m))
     assert [row["epoch"] for row in result.expert_load] == [1, 2]  # recorded every epoch, for the dashboard
     load = result.expert_load[-1]
@@ -92,7 +104,7 @@ def test_the_moe_head_trains_with_balanced_experts(tiny_data_dir: Path, retrieve
 
 def assert_saves_and_loads_whole(model: TwoStageRanker, data: SequenceData, tmp_path: Path) -> None:
     """The saved file rebuilds both stages (the retriever's config travels in the ranker's)."""
-    save_model(tmp_path / "ranker.pt", "ranker", model)
+    save_model(tmp_path / "ranker.pt", model)
     name, loaded = load_model(tmp_path / "ranker.pt")
     histories = data.eval_split("test").histories.select(torch.arange(5)).to_padded(20)
     assert name == "ranker"
@@ -102,7 +114,7 @@ def assert_saves_and_loads_whole(model: TwoStageRanker, data: SequenceData, tmp_
 def test_a_ranker_needs_a_retriever_trained_on_the_same_items(tiny_data_dir: Path, retriever_dir: Path) -> None:
     with pytest.raises(ConfigError, match=r"model\.retriever_dir"):
         build_model("ranker", {}, 10)
-    retriever = load_model(retriever_dir / "model.pt")[1]
+    retriever = Upstream(*load_model(retriever_dir / "model.pt"))
     with pytest.raises(ConfigError, match="same prepared data"):
         build_model("ranker", {}, 3, ModelInputs(retriever=retriever))
 
@@ -132,20 +144,27 @@ def test_a_ranker_trains_on_the_items_its_held_out_first_stage_never_saw(
     data = load_prepared(tiny_data_dir)
     torch.manual_seed(0)
     held_out = SASRec(SASRecConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64))
-    train = TrainConfig(epochs=2, batch_size=4, lr=3e-3, progress=False)
-    fit(held_out, data, train, EVAL, recipe_for(held_out, data, train.batch_size, NextItemTraining(holdout_last=1)))
+    train = quick_train(2, 4, 3e-3)
+    holdout = recipe_for(held_out, data, train.optimization.batch_size, NextItemTraining(holdout_last=1))
+    fit(held_out, data, train, EVAL, holdout)
     model = two_stage(retriever_dir, data.num_items)
-    recipe = recipe_for(model, data, 1_000, RankerTraining(), holdout_retriever=held_out)
+    recipe = recipe_for(model, data, 1_000, RankerTraining(), RecipeInputs(holdout_retriever=held_out))
     assert isinstance(recipe, RankerRecipe) and recipe.holdout_retriever is not None
     rows = data.training_rows()
     (batch,) = recipe.batches(rows, torch.Generator())
     assert sorted(batch.targets.tolist()) == sorted(rows.items.last(1).tolist())  # one pair per user: the last item
-    two = recipe_for(model, data, 10_000, RankerTraining(holdout_items=2), holdout_retriever=held_out)
+    two = recipe_for(model, data, 10_000, RankerTraining(holdout_items=2), RecipeInputs(holdout_retriever=held_out))
     (pairs,) = two.batches(rows, torch.Generator())
     lengths = rows.items.lengths()
     assert len(pairs.targets) == int((lengths >= 2).sum() + (lengths >= 3).sum())
     retriever_before = {k: v.clone() for k, v in model.retriever.state_dict().items()}
-    result = fit(model, data, TrainConfig(epochs=3, batch_size=32, lr=3e-3, progress=False), EVAL, recipe)
+    result = fit(
+        model,
+        data,
+        quick_train(3, 32, 3e-3),
+        EVAL,
+        recipe,
+    )
     assert result.best_valid["ndcg@10"] > 0
     for key, value in model.retriever.state_dict().items():  # the serving first stage stays as it was
         torch.testing.assert_close(value, retriever_before[key], rtol=0, atol=0)
@@ -161,7 +180,12 @@ def test_a_residual_ranker_starts_as_its_retriever_and_can_keep_its_item_vectors
     # before training, each candidate's score is its retriever score minus the row's best: the first stage's order
     torch.testing.assert_close(scores.gather(1, top.indices), top.values - top.values[:, :1])
     items = model.ranker.item_emb.weight.clone()
-    fit(model, data, TrainConfig(epochs=1, batch_size=32, lr=3e-3, progress=False), EVAL)
+    fit(
+        model,
+        data,
+        quick_train(1, 32, 3e-3),
+        EVAL,
+    )
     assert torch.equal(model.ranker.item_emb.weight, items)  # frozen: still the retriever's vectors
     assert not torch.equal(model.eval().score(histories), scores)  # the head learned a correction
 
@@ -170,7 +194,7 @@ def test_content_features_are_cosines_to_the_history_and_travel_with_the_model(
     tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path
 ) -> None:
     data = load_prepared(tiny_data_dir)
-    with pytest.raises(ConfigError, match="use_content needs content embeddings"):
+    with pytest.raises(ConfigError, match="reads content embeddings and none were built"):
         two_stage(retriever_dir, data.num_items, use_content=True)
     generator = torch.Generator().manual_seed(0)
     vectors = torch.randn(data.num_items, 6, generator=generator)
@@ -184,7 +208,12 @@ def test_content_features_are_cosines_to_the_history_and_travel_with_the_model(
     expected = torch.stack([cosine[:, 1], cosine.max(dim=1).values, cosine.mean(dim=1)], dim=-1)
     torch.testing.assert_close(similarities[0], expected)
     assert torch.equal(similarities[1], torch.zeros(2, 3))  # an empty history: no similarity
-    fit(model, data, TrainConfig(epochs=1, batch_size=32, lr=3e-3, progress=False), EVAL)
+    fit(
+        model,
+        data,
+        quick_train(1, 32, 3e-3),
+        EVAL,
+    )
     assert_saves_and_loads_whole(model, data, tmp_path)  # the content embeddings are in the saved model
 
 
@@ -197,7 +226,12 @@ def test_a_multi_task_ranker_learns_every_task_the_data_has(
     assert [task.name for task in model.tasks] == list(data.tasks) and len(model.ranker.outputs) == 3
     split = data.eval_split("valid")
     before = evaluate_tasks(model.eval(), split)
-    fit(model, data, TrainConfig(epochs=3, batch_size=32, lr=3e-3, progress=False), EVAL)
+    fit(
+        model,
+        data,
+        quick_train(3, 32, 3e-3),
+        EVAL,
+    )
     after = evaluate_tasks(model, split)
     assert after["event:purchase"]["auc"] > 0.5 and after["event:purchase"]["users"] == len(split.targets)
     assert after["value"]["rmse"] < before["value"]["rmse"] / 2  # from an untrained head's 0 to ratings of 1-5

@@ -1,4 +1,6 @@
-"""check_params: a model's params checked before any data is read, every impossible value named by its key."""
+"""The registry of model families: every family's params checked before any data is read (every impossible value
+named by its key), what each family reads, registering a family, and families from installed packages' entry
+points."""
 
 from __future__ import annotations
 
@@ -7,18 +9,44 @@ from typing import Any
 import pytest
 
 from recsys.errors import ConfigError
-from recsys.models.registry import MODELS, check_params
+from recsys.models.family import Input
+from recsys.models.registry import family_names, inputs_read, model_family
+
+NAMES = family_names()
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+def check_params(name: str, params: dict[str, Any]) -> None:
+    model_family(name).check_params(params)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_the_defaults_and_the_stand_ins_of_every_model_pass(name: str) -> None:
     check_params(name, {})
 
 
-@pytest.mark.parametrize(("name", "key"), [(name, key) for name, spec in MODELS.items() for key in spec.filled])
+@pytest.mark.parametrize(("name", "key"), [(name, key) for name in NAMES for key in model_family(name).filled])
 def test_what_the_build_fills_in_is_not_a_param(name: str, key: str) -> None:
     with pytest.raises(ConfigError, match=f"model.params.{key}: unknown key"):
-        check_params(name, {key: MODELS[name].filled[key]})
+        check_params(name, {key: model_family(name).filled[key]})
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "reads"),
+    [
+        ("popularity", {}, set()),
+        ("sasrec", {}, set()),
+        ("sasrec", {"sid_levels": 2}, {Input.SEMANTIC_IDS}),
+        ("two_tower", {"use_content": True}, {Input.CONTENT}),
+        ("query_aware", {}, {Input.CONTENT, Input.QUERIES, Input.ITEM_TEXTS}),
+        ("query_aware", {"lexical": False}, {Input.CONTENT, Input.QUERIES}),
+        ("generative", {}, {Input.SEMANTIC_IDS, Input.NEW_ITEMS}),
+        ("ranker", {}, {Input.RETRIEVER, Input.HOLDOUT_RETRIEVER, Input.TASKS}),
+        ("domain_adapters", {}, {Input.BASE, Input.DOMAINS}),
+        ("fusion", {}, {Input.MEMBERS}),
+    ],
+)
+def test_each_family_says_what_it_reads_from_its_params(name: str, params: dict[str, Any], reads: set[Input]) -> None:
+    assert inputs_read(name, params) == reads
 
 
 @pytest.mark.parametrize(

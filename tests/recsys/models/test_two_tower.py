@@ -15,8 +15,8 @@ from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.registry import load_model, save_model
 from recsys.models.two_tower import TwoTower, TwoTowerConfig, _jagged
 from recsys.training.recipes import TwoTowerRecipe, TwoTowerTraining, recipe_for
-from recsys.training.trainer import TrainConfig, fit
-from tests.conftest import popularity_valid_metric
+from recsys.training.trainer import fit
+from tests.conftest import popularity_valid_metric, quick_train
 
 EVAL = EvalConfig(ks=(10,))
 
@@ -79,8 +79,9 @@ def test_two_tower_beats_popularity_on_the_tiny_data(tiny_data_dir: Path) -> Non
     data = load_prepared(tiny_data_dir)
     torch.manual_seed(0)
     model = TwoTower(TwoTowerConfig(num_items=data.num_items, max_history=20, dim=32, hidden_dim=64, dropout=0.0))
-    config = TrainConfig(epochs=10, batch_size=32, lr=3e-3, progress=False)
-    result = fit(model, data, config, EVAL, recipe_for(model, data, config.batch_size, TwoTowerTraining(32)))
+    config = quick_train(10, 32, 3e-3)
+    recipe = recipe_for(model, data, config.optimization.batch_size, TwoTowerTraining(32))
+    result = fit(model, data, config, EVAL, recipe)
     valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
     assert valid == pytest.approx(result.best_valid["ndcg@10"])
     baseline = popularity_valid_metric(data, EVAL)
@@ -89,7 +90,7 @@ def test_two_tower_beats_popularity_on_the_tiny_data(tiny_data_dir: Path) -> Non
 
 def test_saved_model_carries_its_codes_and_content(tmp_path: Path) -> None:
     model = small()
-    save_model(tmp_path / "model.pt", "two_tower", model)
+    save_model(tmp_path / "model.pt", model)
     name, loaded = load_model(tmp_path / "model.pt")
     history, users = torch.tensor([[1, 2, 3]]), torch.tensor([5])
     assert name == "two_tower"

@@ -39,9 +39,9 @@ SYNTHETIC = {"num_users": 120, "num_items": 80}  # more users than user buckets:
 # every feature on: history, recent, hashed user id (fewer buckets than users), semantic-ID prefixes, content
 PARAMS = {"max_history": MAX_HISTORY, "recent": 3, "dim": 16, "hidden_dim": 32, "user_buckets": 64, "sid_levels": 2}
 MODEL = {"name": "two_tower", "params": {**PARAMS, "use_content": True}, "training": {"num_negatives": 32}}
-SID = {"method": "rqkmeans", "content": {"text_fields": ["title"]}, "rqkmeans": {"levels": 2, "codebook_size": 8}}
+SID = {"method": "rqkmeans", "rqkmeans": {"levels": 2, "codebook_size": 8}}
 # every epoch trains whatever validation says: the two runs must take the same steps
-TRAIN = {"epochs": EPOCHS, "batch_size": 64, "patience": EPOCHS + 1}
+TRAIN = {"schedule": {"epochs": EPOCHS, "patience": EPOCHS + 1}, "optimization": {"batch_size": 64}}
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,15 @@ import pytest
 import torch
 
 from features.prepare import prepare
+from features.settings import PrepareSettings
 from features.sources import load_source
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.evaluation.slices import slice_metrics
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.modules.sid_embedding import prefix_ids
-from recsys.training.trainer import TrainConfig, fit
+from recsys.training.config import HardwareConfig, OptimizationConfig, ScheduleConfig, TrainConfig
+from recsys.training.trainer import fit
 
 
 def structured_codes(data: SequenceData) -> torch.Tensor:
@@ -51,7 +53,11 @@ def test_without_id_embeddings_items_with_the_same_prefixes_share_a_vector() -> 
 @pytest.fixture(scope="module")
 def cold_data(tmp_path_factory: pytest.TempPathFactory) -> SequenceData:
     out = tmp_path_factory.mktemp("cold") / "prepared"
-    prepare(load_source("synthetic", None, num_users=400, num_items=150), out, cold_start_fraction=0.2, seed=3)
+    prepare(
+        load_source("synthetic", None, num_users=400, num_items=150),
+        out,
+        PrepareSettings(cold_start_fraction=0.2, seed=3),
+    )
     return load_prepared(Path(out))
 
 
@@ -59,7 +65,17 @@ def cold_recall(data: SequenceData, config: SASRecConfig, codes: torch.Tensor | 
     torch.manual_seed(0)
     model = SASRec(config, codes)
     eval_config = EvalConfig(ks=(10,))
-    fit(model, data, TrainConfig(epochs=6, batch_size=4, lr=3e-3, progress=False, precision="fp32"), eval_config)
+    fit(
+        model,
+        data,
+        TrainConfig(
+            schedule=ScheduleConfig(epochs=6),
+            optimization=OptimizationConfig(batch_size=4, lr=3e-3),
+            hardware=HardwareConfig(precision="fp32"),
+            progress=False,
+        ),
+        eval_config,
+    )
     split = data.eval_split("test")
     ranks = evaluate(model, split, data.num_items, eval_config).ranks
     cold = data.cold_mask[split.targets]

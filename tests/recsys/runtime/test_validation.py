@@ -8,13 +8,15 @@ import pytest
 from recsys.errors import ConfigError
 from recsys.models.sasrec import SASRecConfig
 from recsys.runtime.validation import config_from
-from recsys.training.trainer import TrainConfig
+from recsys.training.config import TrainConfig
 
 
 def test_a_bound_on_a_field_names_its_key() -> None:
     with pytest.raises(ConfigError) as info:
-        config_from(TrainConfig, {"epochs": -1, "lr": 0.0}, "train.")
-    assert str(info.value) == "train.epochs: Input should be greater than 0; train.lr: Input should be greater than 0"
+        config_from(TrainConfig, {"schedule": {"epochs": -1}, "optimization": {"lr": 0.0}}, "train.")
+    assert str(info.value) == (
+        "train.schedule.epochs: Input should be greater than 0; train.optimization.lr: Input should be greater than 0"
+    )
 
 
 def test_a_check_across_fields_names_its_key() -> None:

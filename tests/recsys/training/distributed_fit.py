@@ -16,16 +16,27 @@ from recsys.data.prepared import SequenceData, load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.runtime.distributed import Workers, gather_rows, join, leave
+from recsys.training.config import (
+    DistributedConfig,
+    HardwareConfig,
+    OptimizationConfig,
+    ScheduleConfig,
+    TrainConfig,
+)
 from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.recipes import NextItemTraining, Recipe, recipe_for
 from recsys.training.row_sharding import shard_item_table
-from recsys.training.trainer import TrainConfig, fit
+from recsys.training.trainer import fit
 
 EVAL = EvalConfig(ks=(10,), batch_size=64)
 # one thread and no dropout: what is left between one process and two is the order of float sums
 # two batches a step: the processes keep their gradients to themselves between updates (DDP no_sync)
 TRAIN = TrainConfig(
-    epochs=2, batch_size=8, accumulate_batches=2, lr=1e-3, patience=5, seed=3, device="cpu", threads=1, progress=False
+    seed=3,
+    schedule=ScheduleConfig(epochs=2, patience=5),
+    optimization=OptimizationConfig(batch_size=8, accumulate_batches=2, lr=1e-3),
+    hardware=HardwareConfig(device="cpu", threads=1),
+    progress=False,
 )
 
 
@@ -42,7 +53,7 @@ SAMPLED = NextItemTraining(loss="sampled_softmax", num_negatives=64, in_batch_ne
 
 
 def recipe_of(model: SASRec, data: SequenceData, training: NextItemTraining | None = None) -> Recipe:
-    return recipe_for(model, data, TRAIN.batch_size, training or NextItemTraining(loss="full_softmax"))
+    return recipe_for(model, data, TRAIN.optimization.batch_size, training or NextItemTraining(loss="full_softmax"))
 
 
 def first_step_gradients(
@@ -78,7 +89,7 @@ def train_sharded(data_dir: str, out: str) -> None:
     gradients = first_step_gradients(data, workers, torch.device("cpu"), SAMPLED, shard=workers.distributed)
     model = small_sasrec(data.num_items)
     held = _rows_held(data, workers) if workers.distributed else []
-    train = dataclasses.replace(TRAIN, shard_item_table=True)
+    train = dataclasses.replace(TRAIN, distributed=DistributedConfig(shard_item_table=True))
     result = fit(model, data, train, EVAL, recipe_of(model, data, SAMPLED))
     if workers.is_main:
         torch.save({"gradients": gradients, "weights": model.state_dict(), "held": held,
@@ -102,7 +113,7 @@ def train_and_save(data_dir: str, out: str, device: str = "cpu") -> None:
     workers = join(torch.device(device))
     gradients = first_step_gradients(data, workers, workers.device(torch.device(device)))
     model = small_sasrec(data.num_items)
-    train = dataclasses.replace(TRAIN, device=device, precision="fp32")
+    train = dataclasses.replace(TRAIN, hardware=dataclasses.replace(TRAIN.hardware, device=device, precision="fp32"))
     result = fit(model, data, train, EVAL, recipe_of(model, data))
     test = evaluate(model, data.eval_split("test"), data.num_items, EVAL, workers=workers)
     if workers.is_main:
@@ -125,8 +136,9 @@ def train_resumably(data_dir: str, state: str, out: str, epochs: int, die_at_bat
     if die_at_batch and first_attempt and workers.rank == workers.world_size - 1:
         model.register_forward_pre_hook(_dying_at(die_at_batch))  # a hook: not part of what the run key hashes
     trained: list[int] = []
-    fit(model, data, dataclasses.replace(TRAIN, epochs=epochs), EVAL, recipe_of(model, data),
-        on_epoch_end=lambda epoch, _: trained.append(epoch), state_path=Path(state))  # fmt: skip
+    config = dataclasses.replace(TRAIN, schedule=dataclasses.replace(TRAIN.schedule, epochs=epochs))
+    fit(model, data, config, EVAL, recipe_of(model, data), on_epoch_end=lambda epoch, _: trained.append(epoch),
+        state_path=Path(state))  # fmt: skip
     if workers.is_main:
         torch.save({"trained": trained, "weights": model.state_dict()}, out)
     leave()

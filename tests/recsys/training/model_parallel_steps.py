@@ -21,11 +21,13 @@ from recsys.data.batching import HistoryBatch
 from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig
 from recsys.models.two_tower import TwoTower, TwoTowerConfig
+from recsys.modules.table_training import TableTraining
 from recsys.runtime.distributed import Workers, join, leave, sum_over_workers
+from recsys.training.config import HardwareConfig, OptimizationConfig, ScheduleConfig, TrainConfig
 from recsys.training.data_parallel import share_of_rows
-from recsys.training.model_parallel import ModelParallelLoss, TableTraining, gathered_tables, unshard_tables
+from recsys.training.model_parallel import ModelParallelLoss, gathered_tables, unshard_tables
 from recsys.training.recipes.pairs import TwoTowerRecipe
-from recsys.training.trainer import TrainConfig, fit
+from recsys.training.trainer import fit
 
 WORLD_SIZE, STEPS, ROWS = 2, 4, 9  # 9 rows: shares of 5 and 4 (each process its own batch size)
 DENSE_LR, TABLE_LR = 0.01, 0.5
@@ -128,13 +130,25 @@ def fit_straight_and_resumed(data_dir: str, state: str) -> dict[str, dict[str, t
     torch.set_num_threads(1)
     join(torch.device("cpu"))
     data = load_prepared(Path(data_dir))
-    train = TrainConfig(epochs=2, batch_size=32, lr=3e-3, seed=3, device="cpu", threads=1, progress=False)
+    train = TrainConfig(
+        seed=3,
+        schedule=ScheduleConfig(epochs=2),
+        optimization=OptimizationConfig(batch_size=32, lr=3e-3),
+        hardware=HardwareConfig(device="cpu", threads=1),
+        progress=False,
+    )
     evaluation = EvalConfig(ks=(10,), batch_size=64)
 
     def trained(epochs: int, state_path: Path | None) -> dict[str, torch.Tensor]:
         torch.manual_seed(0)
         model = TwoTower(dataclasses.replace(FIT_CONFIG, num_items=data.num_items))
-        fit(model, data, dataclasses.replace(train, epochs=epochs), evaluation, state_path=state_path)
+        fit(
+            model,
+            data,
+            dataclasses.replace(train, schedule=dataclasses.replace(train.schedule, epochs=epochs)),
+            evaluation,
+            state_path=state_path,
+        )
         return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
 
     straight = trained(2, None)

@@ -31,7 +31,8 @@ from recsys.modules.transformer import most_recent
 from recsys.runtime.validation import config_from
 from recsys.training import trainer
 from recsys.training.compilation import compile_model, compiled_graphs
-from recsys.training.trainer import TrainConfig, fit
+from recsys.training.config import HardwareConfig, ScheduleConfig, TrainConfig
+from recsys.training.trainer import fit
 
 ITEMS, MAX_HISTORY = 100, 50
 LENGTHS = torch.linspace(8, MAX_HISTORY, 20).long().tolist()  # 20 distinct lengths, 8 ... max_history
@@ -169,11 +170,10 @@ def test_inductor_agrees_at_three_lengths() -> None:
 
 
 def test_compile_mode_is_validated() -> None:
-    assert config_from(TrainConfig, {"compile": True, "compile_mode": "max-autotune"}, "train.").compile_mode == (
-        "max-autotune"
-    )
-    with pytest.raises(ConfigError, match=r"train\.compile_mode: Input should be 'default', 'reduce-overhead'"):
-        config_from(TrainConfig, {"compile_mode": "autotune"}, "train.")
+    hardware = {"compile": True, "compile_mode": "max-autotune"}
+    assert config_from(TrainConfig, {"hardware": hardware}, "train.").hardware.compile_mode == "max-autotune"
+    with pytest.raises(ConfigError, match=r"train\.hardware\.compile_mode: Input should be 'default', 'reduce-"):
+        config_from(TrainConfig, {"hardware": {"compile_mode": "autotune"}}, "train.")
 
 
 def test_the_trainer_compiles_with_train_compile_mode(tiny_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -181,6 +181,10 @@ def test_the_trainer_compiles_with_train_compile_mode(tiny_data_dir: Path, monke
     monkeypatch.setattr(trainer, "compile_model", lambda model, mode: calls.append((model, mode)))
     data = load_prepared(tiny_data_dir)
     model = SASRec(SASRecConfig(data.num_items, max_history=20, dim=16, num_heads=1, num_layers=1, ffn_dim=32))
-    config = TrainConfig(epochs=1, progress=False, compile=True, compile_mode="max-autotune-no-cudagraphs")
+    config = TrainConfig(
+        schedule=ScheduleConfig(epochs=1),
+        hardware=HardwareConfig(compile=True, compile_mode="max-autotune-no-cudagraphs"),
+        progress=False,
+    )
     fit(model, data, config, EvalConfig(ks=(10,)))
     assert calls == [(model, "max-autotune-no-cudagraphs")]

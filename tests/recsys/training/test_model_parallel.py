@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,9 @@ import torch
 from pipelines.launcher import run_on_processes
 from recsys.errors import ConfigError
 from recsys.models.two_tower import TwoTower, TwoTowerConfig
+from recsys.modules.table_training import TableTraining
+from recsys.training.config import OptimizationConfig
 from recsys.training.model_parallel import (
-    TableTraining,
     check_sharding,
     placements,
     plan_tables,
@@ -79,21 +79,15 @@ def test_what_cpu_processes_cannot_shard_or_fuse_is_refused_with_the_fix() -> No
     check_sharding(TableTraining("table_wise"), torch.device("cpu"))
 
 
-@dataclass(frozen=True)
-class _Train:
-    lr_schedule: str = "constant"
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    accumulate_batches: int = 1
-    ema_decay: float = 0.0
-
-
 def test_the_model_asks_for_its_tables_and_the_run_must_allow_the_fused_update() -> None:
     config = TwoTowerConfig(num_items=10, dim=4, shard_tables="table_wise", table_optimizer="sgd", table_lr=0.1)
-    assert table_training(TwoTower(TwoTowerConfig(num_items=10, dim=4)), _Train()) is None
-    assert table_training(TwoTower(config), _Train()) == TableTraining("table_wise", "sgd", 0.1)
-    with pytest.raises(ConfigError, match=r"Fix: set train\.lr_schedule: constant, train\.accumulate_batches: 1, or"):
-        table_training(TwoTower(config), _Train(lr_schedule="cosine", accumulate_batches=2))
+    assert table_training(TwoTower(TwoTowerConfig(num_items=10, dim=4)), OptimizationConfig()) is None
+    assert table_training(TwoTower(config), OptimizationConfig()) == TableTraining("table_wise", "sgd", 0.1)
+    with pytest.raises(
+        ConfigError,
+        match=r"Fix: set train\.optimization\.lr_schedule: constant, train\.optimization\.accumulate_batches: 1, or",
+    ):
+        table_training(TwoTower(config), OptimizationConfig(lr_schedule="cosine", accumulate_batches=2))
 
 
 @pytest.mark.gpu

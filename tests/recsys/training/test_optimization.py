@@ -9,6 +9,7 @@ import torch
 
 from recsys.errors import ConfigError
 from recsys.models.sasrec import SASRec, SASRecConfig
+from recsys.training.capabilities import use_sparse_item_gradients
 from recsys.training.losses import sampled_softmax_loss
 from recsys.training.optimization import build_optimization
 from recsys.training.recipes.next_item import NextItemRecipe
@@ -51,7 +52,7 @@ def test_a_sparse_item_table_moves_only_the_rows_a_step_read(sparse: bool) -> No
                           attn_dropout=0)  # fmt: skip
     model = SASRec(config)
     if sparse:
-        assert model.use_sparse_item_gradients()
+        use_sparse_item_gradients(model)
     optimization = _optimization(model)
     assert [type(o).__name__ for o in optimization.optimizers] == (["Adam", "SparseAdam"] if sparse else ["Adam"])  # type: ignore[attr-defined]
     recipe = NextItemRecipe(max_history=4, rows_per_batch=1, sampling_probs=torch.full((21,), 1 / 20))
@@ -65,6 +66,6 @@ def test_a_sparse_item_table_moves_only_the_rows_a_step_read(sparse: bool) -> No
 
 def test_weight_decay_is_refused_with_a_sparse_table() -> None:
     model = SASRec(SASRecConfig(num_items=20, max_history=4, dim=8, num_heads=1, ffn_dim=16, num_layers=1))
-    model.use_sparse_item_gradients()
-    with pytest.raises(ConfigError, match=r"train\.weight_decay"):
+    use_sparse_item_gradients(model)
+    with pytest.raises(ConfigError, match=r"train\.optimization\.weight_decay"):
         _optimization(model, weight_decay=0.1)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from features.prepare import prepare
+from features.settings import PrepareSettings
 from features.sources import load_source
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import PreparedParts, load_prepared
@@ -16,11 +17,12 @@ from recsys.errors import BudgetExceeded, ConfigError
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.runtime.distributed import Workers
+from recsys.training.config import HardwareConfig, OptimizationConfig, ScheduleConfig, TrainConfig
 from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.optimization import Optimization, build_optimization
 from recsys.training.recipes import NextItemTraining, recipe_for
-from recsys.training.trainer import TrainConfig, fit, train_one_epoch
-from tests.conftest import popularity_valid_metric
+from recsys.training.trainer import fit, train_one_epoch
+from tests.conftest import popularity_valid_metric, quick_train
 
 EVAL = EvalConfig(ks=(10,))
 
@@ -45,14 +47,14 @@ def test_sasrec_beats_popularity_and_restores_its_best_epoch(
     data = load_prepared(tiny_data_dir)
     model = small_sasrec(data.num_items)
     seen: list[int] = []
-    config = TrainConfig(epochs=8, batch_size=4, lr=3e-3, progress=False)
+    config = quick_train(8, 4, 3e-3)
     settings = NextItemTraining(
         loss=loss,  # type: ignore[arg-type]
         num_negatives=64,
         sparse_item_gradients=sparse,
         in_batch_negatives=in_batch,
     )
-    recipe = recipe_for(model, data, config.batch_size, settings)
+    recipe = recipe_for(model, data, config.optimization.batch_size, settings)
     result = fit(model, data, config, EVAL, recipe, on_epoch_end=lambda epoch, _: seen.append(epoch))
 
     assert seen == list(range(1, len(seen) + 1))
@@ -66,7 +68,11 @@ def test_early_stopping_after_patience(tiny_data_dir: Path) -> None:
     data = load_prepared(tiny_data_dir)
     model = small_sasrec(data.num_items)
     # lr 0 never improves after epoch 1, so training stops after 1 + patience epochs
-    config = TrainConfig(epochs=20, batch_size=8, lr=0.0, patience=2, progress=False)
+    config = TrainConfig(
+        schedule=ScheduleConfig(epochs=20, patience=2),
+        optimization=OptimizationConfig(batch_size=8, lr=0.0),
+        progress=False,
+    )
     result = fit(model, data, config, EVAL)
     assert result.best_epoch == 1
     assert len(result.epoch_seconds) == 3
@@ -77,15 +83,24 @@ def test_unknown_monitor_fails_before_training(tiny_data_dir: Path) -> None:
     from recsys.errors import ConfigError
 
     data = load_prepared(tiny_data_dir)
-    with pytest.raises(ConfigError, match=r"train.monitor 'ndcg@20' is not computed"):
-        fit(small_sasrec(data.num_items), data, TrainConfig(monitor="ndcg@20", progress=False), EVAL)
+    with pytest.raises(ConfigError, match=r"train.schedule.monitor 'ndcg@20' is not computed"):
+        fit(
+            small_sasrec(data.num_items),
+            data,
+            TrainConfig(schedule=ScheduleConfig(monitor="ndcg@20"), progress=False),
+            EVAL,
+        )
 
 
 @pytest.mark.parametrize("ema_decay", [0.0, 0.9])
 def test_an_interrupted_run_resumes_to_the_same_weights(tiny_data_dir: Path, tmp_path: Path, ema_decay: float) -> None:
     data = load_prepared(tiny_data_dir)
     config = TrainConfig(
-        epochs=3, batch_size=8, lr=3e-3, lr_schedule="cosine", warmup_steps=2, ema_decay=ema_decay, progress=False
+        schedule=ScheduleConfig(epochs=3),
+        optimization=OptimizationConfig(
+            batch_size=8, lr=3e-3, lr_schedule="cosine", warmup_steps=2, ema_decay=ema_decay
+        ),
+        progress=False,
     )
     straight = small_sasrec(data.num_items)
     fit(straight, data, config, EVAL)
@@ -97,7 +112,10 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tiny_data_dir: Path, tmp
 
     state = tmp_path / "state.dcp"
     # a time budget of 0 s stops after the first epoch, as a crash after its checkpoint would
-    assert epochs_trained(small_sasrec(data.num_items), dataclasses.replace(config, max_train_seconds=0.0)) == [1]
+    assert epochs_trained(
+        small_sasrec(data.num_items),
+        dataclasses.replace(config, schedule=dataclasses.replace(config.schedule, max_seconds=0.0)),
+    ) == [1]
     fresh = small_sasrec(data.num_items)
     with torch.no_grad():
         for p in fresh.parameters():
@@ -120,7 +138,9 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tiny_data_dir: Path, tmp
     assert epochs_trained(with_frozen_positions(0.0), config) == [1, 2, 3]
     assert epochs_trained(with_frozen_positions(0.0), config) == []
     assert epochs_trained(with_frozen_positions(0.5), config) == [1, 2, 3]  # another frozen part: not this run
-    other = dataclasses.replace(config, lr=1e-2)  # other settings: the saved state is not theirs
+    other = dataclasses.replace(
+        config, optimization=dataclasses.replace(config.optimization, lr=1e-2)
+    )  # other settings: the saved state is not theirs
     assert epochs_trained(small_sasrec(data.num_items), other) == [1, 2, 3]
 
 
@@ -146,12 +166,21 @@ def test_weight_average_tracks_an_exponential_average_and_swaps_it_in_only_insid
 def test_with_ema_the_validated_and_restored_weights_are_the_average(tiny_data_dir: Path) -> None:
     data = load_prepared(tiny_data_dir)
     model = small_sasrec(data.num_items)
-    config = TrainConfig(epochs=4, batch_size=4, lr=3e-3, ema_decay=0.99, progress=False)
+    config = TrainConfig(
+        schedule=ScheduleConfig(epochs=4),
+        optimization=OptimizationConfig(batch_size=4, lr=3e-3, ema_decay=0.99),
+        progress=False,
+    )
     result = fit(model, data, config, EVAL)
     valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
     assert valid == pytest.approx(result.best_valid["ndcg@10"]), "the model does not hold the validated EMA weights"
     last = small_sasrec(data.num_items)
-    fit(last, data, dataclasses.replace(config, ema_decay=0.0), EVAL)
+    fit(
+        last,
+        data,
+        dataclasses.replace(config, optimization=dataclasses.replace(config.optimization, ema_decay=0.0)),
+        EVAL,
+    )
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), last.parameters(), strict=True))
 
 
@@ -160,7 +189,11 @@ def test_a_validation_sample_picks_the_epoch_and_the_checkpoint_is_validated_on_
 ) -> None:
     data = load_prepared(tiny_data_dir)
     seen: list[dict[str, float]] = []
-    config = TrainConfig(epochs=3, batch_size=8, lr=3e-3, progress=False, valid_users=50)
+    config = TrainConfig(
+        schedule=ScheduleConfig(epochs=3, valid_users=50),
+        optimization=OptimizationConfig(batch_size=8, lr=3e-3),
+        progress=False,
+    )
     model = small_sasrec(data.num_items)
     with caplog.at_level("INFO", logger="recsys.training.trainer"):
         result = fit(model, data, config, EVAL, on_epoch_end=lambda _, m: seen.append(m))
@@ -173,13 +206,23 @@ def test_a_validation_sample_picks_the_epoch_and_the_checkpoint_is_validated_on_
 
 def test_streamed_parts_train_deterministically_and_resume(tmp_path: Path) -> None:
     data_dir = tmp_path / "parted"
-    prepare(load_source("synthetic", None, num_users=300, num_items=150), data_dir, partitions=4)
-    config = TrainConfig(epochs=3, batch_size=8, lr=3e-3, progress=False, valid_users=60)
+    prepare(load_source("synthetic", None, num_users=300, num_items=150), data_dir, PrepareSettings(partitions=4))
+    config = TrainConfig(
+        schedule=ScheduleConfig(epochs=3, valid_users=60),
+        optimization=OptimizationConfig(batch_size=8, lr=3e-3),
+        progress=False,
+    )
     parts = PreparedParts.open(data_dir, buffer_parts=2)
 
     def trained(state: Path | None = None, epochs: int = 3) -> tuple[SASRec, float]:
         model = small_sasrec(parts.num_items)
-        result = fit(model, parts, dataclasses.replace(config, epochs=epochs), EVAL, state_path=state)
+        result = fit(
+            model,
+            parts,
+            dataclasses.replace(config, schedule=dataclasses.replace(config.schedule, epochs=epochs)),
+            EVAL,
+            state_path=state,
+        )
         return model, result.best_valid["ndcg@10"]
 
     first, valid = trained()
@@ -210,11 +253,23 @@ def test_a_memory_budget_stops_training_with_the_knob_named_and_progress_is_logg
     data = load_prepared(tiny_data_dir)
     monkeypatch.setattr("recsys.runtime.progress.EVERY_SECONDS", 0.0)
     with caplog.at_level("INFO", logger="recsys.training.trainer"):
-        fit(small_sasrec(data.num_items), data, TrainConfig(epochs=1, batch_size=8, progress=False), EVAL)
+        fit(
+            small_sasrec(data.num_items),
+            data,
+            TrainConfig(
+                schedule=ScheduleConfig(epochs=1), optimization=OptimizationConfig(batch_size=8), progress=False
+            ),
+            EVAL,
+        )
     assert "training epoch:" in caplog.text and "targets/s" in caplog.text
-    config = TrainConfig(epochs=1, batch_size=8, progress=False, max_memory_gb=0.01)
+    config = TrainConfig(
+        schedule=ScheduleConfig(epochs=1),
+        optimization=OptimizationConfig(batch_size=8),
+        hardware=HardwareConfig(max_memory_gb=0.01),
+        progress=False,
+    )
     with pytest.raises(
-        BudgetExceeded, match=r"training: holds .* GiB .*after 1 steps.*Fix: raise train\.max_memory_gb"
+        BudgetExceeded, match=r"training: holds .* GiB .*after 1 steps.*Fix: raise train\.hardware\.max_memory_gb"
     ):
         fit(small_sasrec(data.num_items), data, config, EVAL)
 
@@ -222,7 +277,12 @@ def test_a_memory_budget_stops_training_with_the_knob_named_and_progress_is_logg
 def test_one_cpu_thread_trains_bit_for_bit_the_same(tiny_data_dir: Path) -> None:
     """Two threads split reductions in an order that varies from run to run; one thread reproduces a run exactly."""
     data = load_prepared(tiny_data_dir)
-    config = TrainConfig(epochs=2, batch_size=8, progress=False, device="cpu", threads=1)
+    config = TrainConfig(
+        schedule=ScheduleConfig(epochs=2),
+        optimization=OptimizationConfig(batch_size=8),
+        hardware=HardwareConfig(device="cpu", threads=1),
+        progress=False,
+    )
     first, second = small_sasrec(data.num_items), small_sasrec(data.num_items)
     threads = torch.get_num_threads()
     try:

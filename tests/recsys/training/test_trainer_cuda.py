@@ -11,8 +11,8 @@ from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.runtime.device import use_bf16_autocast
-from recsys.training.trainer import TrainConfig, fit
-from tests.conftest import popularity_valid_metric
+from recsys.training.trainer import fit
+from tests.conftest import popularity_valid_metric, quick_train
 
 
 @pytest.mark.gpu
@@ -22,7 +22,12 @@ def test_fit_on_cuda_with_bf16_matches_a_cpu_evaluation(tiny_data_dir: Path) -> 
     data = load_prepared(tiny_data_dir)
     model = SASRec(SASRecConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.1))
     eval_config = EvalConfig(ks=(10,))
-    result = fit(model, data, TrainConfig(epochs=4, batch_size=4, lr=3e-3, progress=False), eval_config)
+    result = fit(
+        model,
+        data,
+        quick_train(4, 4, 3e-3),
+        eval_config,
+    )
     assert use_bf16_autocast("auto", torch.device("cuda"))
     assert next(model.parameters()).device.type == "cuda"
     assert next(model.parameters()).dtype == torch.float32  # autocast, not a bf16 model

@@ -1,5 +1,6 @@
-"""Query-aware next-item training (`recsys.models.query_aware`): the next-item recipe, with some targets given one of
-their training queries and some of those losing their history, so one model learns to recommend, to search and both.
+"""Next-item training with text queries (the "queries" training of a family that reads `Input.QUERIES`, e.g.
+the query-aware model): the next-item recipe, with some targets given one of their training queries and some
+of those losing their history, so one model learns to recommend, to search and both.
 
 Training queries are made from every item's title by the search protocol's query maker (`recsys.evaluation.queries`,
 its training stream: never a test query) and embedded once by the experiment's content encoder (the pipeline's
@@ -10,9 +11,10 @@ Dimension letters: B rows, L row width, N real positions, D dim, C encoder dim, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -21,17 +23,16 @@ from pydantic import PositiveInt
 from recsys.data.batching import PackedBatch
 from recsys.data.prepared import TrainingData, TrainingRows
 from recsys.errors import ConfigError
-from recsys.models.query_aware import QueryAwareRetriever
 from recsys.runtime.atomic import atomic_file
 from recsys.runtime.validation import Fraction
-from recsys.training.recipes.next_item import NextItemRecipe, NextItemTraining
+from recsys.training.recipes.next_item import NextItemModel, NextItemRecipe, NextItemTraining
 
 QUERIES_FILE = "training_queries.npz"
 
 
 @dataclass(frozen=True)
-class QueryAwareTraining(NextItemTraining):
-    """`model.training` of query-aware models: the next-item settings, and how targets get queries."""
+class QueryTraining(NextItemTraining):
+    """`model.training` of models trained with queries: the next-item settings, and how targets get queries."""
 
     query_rate: Fraction = 0.5  # share of targets given one of their training queries (the others: history alone)
     no_history_rate: Fraction = 0.2  # share of those whose history is hidden: text search alone
@@ -86,8 +87,29 @@ class DrawnQueries:
     has_any: torch.Tensor  # (N,) bool: whether the target has a training query at all
 
 
+@runtime_checkable
+class QueryModel(NextItemModel, Protocol):
+    """What the recipe trains: a next-item model whose states fuse with a query (the query-aware model's module
+    docstring has the towers)."""
+
+    def without_history(self, count: int) -> torch.Tensor:
+        """(count, D) the state of users with no history."""
+        ...
+
+    def fuse(
+        self, states: torch.Tensor, queries: torch.Tensor, has_query: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, D) states + (N, C) query embeddings -> ((N, D') user vectors against `item_embeddings`, (N, 1) the
+        weight of the lexical scores); rows where `has_query` is False keep their state."""
+        ...
+
+    def lexical_scores(self, texts: Sequence[str], has_query: torch.Tensor) -> torch.Tensor | None:
+        """(N,) query texts -> (N, V+1) lexical scores, 0 in rows without a query; None without a lexical tower."""
+        ...
+
+
 @dataclass(frozen=True)
-class QueryAwareRecipe:
+class QueryRecipe:
     """Packed next-item rows (`NextItemRecipe`); each target, at `query_rate`, is predicted from the position's state
     fused with one of its training queries, and at `no_history_rate` of those from h_0 (no history) fused with it."""
 
@@ -100,21 +122,16 @@ class QueryAwareRecipe:
 
     @staticmethod
     def create(
-        model: QueryAwareRetriever,
-        data: TrainingData,
-        rows_per_batch: int,
-        settings: QueryAwareTraining,
-        bank: QueryBank | None,
-    ) -> QueryAwareRecipe:
+        model: QueryModel, data: TrainingData, rows_per_batch: int, settings: QueryTraining, bank: QueryBank | None
+    ) -> QueryRecipe:
         if bank is None:
             raise ConfigError(
-                "a query-aware model trains on its items' training queries, made and embedded by the pipeline's "
-                "embed_content step. Fix: run it through `recsys train` / `recsys pipeline run` with a `sid` section "
-                "whose `content` names the encoder"
+                "a model trained with queries trains on its items' training queries, made and embedded by the "
+                "pipeline's embed_content step. Fix: run it through `recsys train` / `recsys pipeline run`"
             )
         if bank.offsets.numel() != data.num_items + 2:
             raise ConfigError(f"the training queries cover {bank.offsets.numel() - 2} items, the data {data.num_items}")
-        return QueryAwareRecipe(
+        return QueryRecipe(
             NextItemRecipe.create(model, data, rows_per_batch, settings), bank, settings.query_rate,
             settings.no_history_rate,
         )  # fmt: skip
@@ -122,9 +139,7 @@ class QueryAwareRecipe:
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[PackedBatch]:
         return self.next_item.batches(rows, generator)
 
-    def loss(
-        self, model: QueryAwareRetriever, batch: PackedBatch, generator: torch.Generator
-    ) -> tuple[torch.Tensor, int]:
+    def loss(self, model: QueryModel, batch: PackedBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         real = batch.targets != 0  # (B, L)
         states = model(batch.inputs, batch.segments, batch.positions)[real]  # (N, D)
         targets = batch.targets[real]  # (N,)
