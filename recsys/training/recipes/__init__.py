@@ -49,7 +49,8 @@ class Recipe(Protocol):
         ...
 
     def loss(self, model: Any, batch: Any, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        """(mean loss over the batch's targets, number of targets)."""
+        """(mean loss over the batch's targets, number of targets). Each recipe types `model` by the protocol it
+        trains (`NextItemModel`, ...; its factory checks the model meets it), so here it is any model."""
         ...
 
 

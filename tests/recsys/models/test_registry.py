@@ -4,15 +4,21 @@ points."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from recsys.errors import ConfigError
 from recsys.models.family import Input
-from recsys.models.registry import family_names, inputs_read, model_family
+from recsys.models.registry import family_names, inputs_read, model_family, register_family
 
 NAMES = family_names()
+REPO = Path(__file__).resolve().parents[3]
 
 
 def check_params(name: str, params: dict[str, Any]) -> None:
@@ -73,3 +79,62 @@ def test_impossible_params_name_the_key_and_the_fix(name: str, params: dict[str,
         check_params(name, params)
     assert f"model {name!r}: {problem}" in str(info.value)
     assert str(info.value).endswith("Fix: correct model.params (docs/models.md)")
+
+
+PLUGIN = """
+from dataclasses import dataclass
+
+import torch
+
+from recsys.models.family import Model, ModelFamily
+
+
+@dataclass(frozen=True)
+class ConstantConfig:
+    num_items: int
+
+
+class Constant(Model[ConstantConfig]):
+    max_history = 1
+
+    def score(self, histories, users=None, times=None):
+        return torch.zeros(len(histories), self.config.num_items + 1)
+
+
+FAMILY = ModelFamily("constant", ConstantConfig, Constant, lambda fields, inputs: Constant(ConstantConfig(**fields)),
+                     training="frozen")
+NOT_A_FAMILY = "constant"
+"""
+
+
+def _with_plugin(tmp_path: Path, entry: str) -> subprocess.CompletedProcess[str]:
+    """A fresh process importing the registry, with an installed package whose `recsys.model_families` entry point
+    is `entry`."""
+    (tmp_path / "my_plugin.py").write_text(PLUGIN)
+    info = tmp_path / "my_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[recsys.model_families]\nconstant = {entry}\n")
+    code = "from recsys.models.registry import build_model, family_names; print(family_names()); " \
+           "print(build_model('constant', {}, 4).score(__import__('torch').zeros(2, 1)).shape)"  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_an_installed_package_adds_a_family_through_its_entry_point(tmp_path: Path) -> None:
+    run = _with_plugin(tmp_path, "my_plugin:FAMILY")
+    assert run.returncode == 0, run.stderr
+    assert "'constant'" in run.stdout and "torch.Size([2, 5])" in run.stdout
+
+
+def test_an_entry_point_that_is_not_a_family_is_named(tmp_path: Path) -> None:
+    run = _with_plugin(tmp_path, "my_plugin:NOT_A_FAMILY")
+    assert run.returncode != 0
+    assert "entry point constant = my_plugin:NOT_A_FAMILY of group recsys.model_families is a str" in run.stderr
+
+
+def test_a_taken_name_is_refused_and_registering_again_is_a_no_op() -> None:
+    sasrec = model_family("sasrec")
+    assert register_family(sasrec) is sasrec
+    with pytest.raises(ConfigError, match=r"model family 'sasrec' is registered already \(by recsys.models.sasrec\)"):
+        register_family(dataclasses.replace(sasrec))
