@@ -43,7 +43,8 @@ from recsys.data.batching import PackedBatch
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.runtime.device import resolve_device, use_bf16_autocast
-from recsys.training.compilation import CompileMode, compile_model, compiled_graphs
+from recsys.training.compilation import compile_model, compiled_graphs
+from recsys.training.config import CompileMode
 from recsys.training.recipes import NextItemRecipe
 
 ModelName = Literal["sasrec", "hstu", "hstu_time_buckets"]

@@ -16,14 +16,10 @@ row, a history of one item), each once.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from torch import nn
 from torch._dynamo.utils import counters
 
-# torch.compile's `mode`: "max-autotune" tunes matmul kernels (a longer compile); "reduce-overhead" and "max-autotune"
-# replay CUDA graphs (recorded once per input shape), "max-autotune-no-cudagraphs" does not
-CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+from recsys.training.config import CompileMode
 
 
 def compile_model(model: nn.Module, mode: CompileMode = "default", backend: str = "inductor") -> None:

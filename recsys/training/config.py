@@ -19,7 +19,11 @@ from typing import Literal
 from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from recsys.runtime.validation import Fraction
-from recsys.training.compilation import CompileMode
+
+# torch.compile's `mode` (`recsys.training.compilation`): "max-autotune" tunes matmul kernels (a longer compile);
+# "reduce-overhead" and "max-autotune" replay CUDA graphs (recorded once per input shape), "max-autotune-no-cudagraphs"
+# does not. Here, so that reading a config imports no compiler (nor Triton, which must see TRITON_INTERPRET first)
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
 @dataclass(frozen=True)
