@@ -6,9 +6,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from recsys.data.schema import MAX_TIMESTAMP
+
 MAX_ID_CHARS = 256
 MAX_QUERY_CHARS = 200  # a search box's worth: longer texts are documents, not queries
-MAX_TIMESTAMP = 4_102_444_800  # 2100-01-01 in unix seconds: a larger "time" is a unit mistake (ms, ns)
 
 # every id a client sends: users and items alike
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]

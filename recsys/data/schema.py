@@ -37,6 +37,9 @@ ITEM_IDX = "item_idx"
 IS_COLD = "is_cold"
 
 PADDING_IDX = 0
+# the latest time an interaction may have, in unix seconds (2100-01-01): a larger one is a unit mistake (ms, ns);
+# data files and API requests are held to it, and to times >= 0
+MAX_TIMESTAMP = 4_102_444_800
 
 INTERACTION_COLUMNS: dict[str, pl.DataType] = {USER_ID: pl.String(), ITEM_ID: pl.String(), TS: pl.Int64()}
 OPTIONAL_INTERACTION_COLUMNS: dict[str, pl.DataType] = {

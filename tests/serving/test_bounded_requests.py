@@ -14,8 +14,9 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from recsys.data.schema import MAX_TIMESTAMP
 from serving.main import create_app
-from serving.schemas import MAX_ID_CHARS, MAX_TIMESTAMP
+from serving.schemas import MAX_ID_CHARS
 from serving.settings import ServingSettings
 
 
