@@ -71,7 +71,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 def model_config(settings: Settings, model: Model, offset: int, work: Path) -> ExperimentConfig:
     """The experiment config of `model`'s run `offset` (its retriever: that model's run of the same offset)."""
-    own = {"train.device": settings.device, "eval.uncertainty": asdict(settings.uncertainty)}
+    own = {"train.hardware.device": settings.device, "eval.uncertainty": asdict(settings.uncertainty)}
     overrides = {**work_overrides(work), **own, **settings.experiment, **model.overrides}
     if model.retriever is not None:
         retriever = next(m for m in settings.models if m.label == model.retriever)

@@ -31,9 +31,9 @@ class Settings:
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> {precision, threads}
 
     def config(self, variant: dict[str, Any], work: Path) -> ExperimentConfig:
-        overrides = {"train.epochs": self.epochs, "train.patience": self.epochs, "train.device": "cpu",
-                     "train.progress": False, "tracking.enabled": False,
-                     **{f"train.{key}": value for key, value in variant.items()}}  # fmt: skip
+        overrides = {"train.schedule.epochs": self.epochs, "train.schedule.patience": self.epochs,
+                     "train.hardware.device": "cpu", "train.progress": False, "tracking.enabled": False,
+                     **{f"train.hardware.{key}": value for key, value in variant.items()}}  # fmt: skip
         return load_config(REPO / self.experiment, overrides)
 
 

@@ -332,7 +332,7 @@ def _beauty(settings: Settings, scratch: Path) -> dict[str, Any]:
 def _train_beauty(settings_dict: dict[str, Any], data_dir: str, out_dir: str, report: str) -> None:
     """The pipeline's train step of the Beauty config (tracking off); the first process writes the report."""
     settings = Settings(**settings_dict)
-    overrides = {**settings.beauty_overrides, "train.device": settings.device, "tracking.enabled": False}
+    overrides = {**settings.beauty_overrides, "train.hardware.device": settings.device, "tracking.enabled": False}
     config = load_config(REPO / settings.beauty_config, overrides)
     start = time.perf_counter()
     outputs = train_step(config, Path(data_dir), Path(out_dir))

@@ -19,7 +19,12 @@ ERROR_EXIT_CODE = 2
 ConfigOpt = Annotated[Path, typer.Option("--config", help="Experiment YAML, e.g. configs/synthetic/sasrec.yaml.")]
 EpochsOpt = Annotated[int | None, typer.Option("--epochs", min=1, help="Override train.schedule.epochs.")]
 PreparedDirOpt = Annotated[
-    Path | None, typer.Option("--data-dir", help="Use this prepared directory instead of preparing the config's data.")
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="The data: a prepared directory (`recsys data prepare`'s) is used as it is; any other file or directory "
+        "is the raw input of the config's data.source (= --set data.path=...), prepared under the work dir.",
+    ),
 ]
 SetOpt = Annotated[
     list[str] | None,
@@ -62,11 +67,21 @@ def same_experiment(
     return options + [item for value in sets or [] for item in ("--set", value)]
 
 
-def load_experiment(config: Path, epochs: int | None, sets: list[str] | None) -> ExperimentConfig:
-    """The experiment config with the command line's overrides (--set, then --epochs) applied."""
+def load_experiment(
+    config: Path, epochs: int | None, sets: list[str] | None, data_dir: Path | None = None
+) -> tuple[ExperimentConfig, Path | None]:
+    """The experiment config with the command line's overrides (--set, then --epochs) applied, and the prepared
+    directory to use (None: the pipeline prepares the config's data). A `data_dir` that is not a prepared directory
+    is the raw input of the config's source: it becomes `data.path`, said on stderr."""
     from pipelines.config import load_config, parse_overrides
+    from recsys.data.schema import META_FILE
 
     overrides = parse_overrides(sets or [])
     if epochs is not None:
         overrides["train.schedule.epochs"] = epochs
-    return load_config(config, overrides)
+    if data_dir is not None and not (data_dir / META_FILE).is_file():
+        overrides["data.path"] = str(data_dir)
+        typer.echo(f"--data-dir {data_dir} is not a prepared directory (no {META_FILE}): read as the raw input of the "
+                   "config's data.source, prepared under the work dir", err=True)  # fmt: skip
+        data_dir = None
+    return load_config(config, overrides), data_dir

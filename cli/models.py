@@ -39,15 +39,15 @@ def train_command(
     """Prepare the config's data and semantic IDs, train, pick the best epoch on validation, test (the pipeline
     until its train step: what is up to date is skipped). With --nproc-per-node N, N processes train data parallel."""
     with handle_errors():
-        cfg = load_experiment(config, epochs, sets)
+        cfg, prepared = load_experiment(config, epochs, sets, data_dir)
         from pipelines.runner import run_pipeline  # after the config's errors
         from pipelines.steps import STEP_BEFORE_TRAINING, TRAIN_STEP
 
         nproc = nproc_per_node or cfg.train.distributed.nproc_per_node
         if needs_launch(nproc):
-            run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=data_dir)  # once, not in every process
+            run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=prepared)  # once, not in every process
             launch(nproc, ["train", *same_experiment(config, work_dir, data_dir, epochs, sets)], max_restarts)
-        outputs, _ = run_pipeline(cfg, work_dir, until=TRAIN_STEP, data_dir=data_dir)
+        outputs, _ = run_pipeline(cfg, work_dir, until=TRAIN_STEP, data_dir=prepared)
     if not prints_results():
         return
     model = outputs.model
@@ -86,7 +86,7 @@ def distill_command(
     the best epoch on validation and test, as `recsys train`. The teacher's top-K are computed once and reused."""
     sets = [*(sets or []), *([f"distill.teacher_dir={teacher_dir}"] if teacher_dir is not None else [])]
     with handle_errors():
-        cfg = load_experiment(config, epochs, sets)
+        cfg, _ = load_experiment(config, epochs, sets)  # the data is train_command's (below)
         if cfg.distill is None:
             raise RecsysError(
                 f"{config} has no distill section: no teacher to learn from. Fix: pass --teacher-dir DIR (a model "

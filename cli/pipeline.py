@@ -51,7 +51,9 @@ def run_command(
     """Run the config's pipeline; steps whose inputs did not change are skipped (the steps: docs/pipelines.md). With
     --nproc-per-node N, its train step runs on N processes."""
     with handle_errors():
-        cfg = load_experiment(config, epochs, sets)  # before the runner's imports: a config error comes at once
+        cfg, prepared = load_experiment(
+            config, epochs, sets, data_dir
+        )  # before the runner's imports: a config error comes at once
         from pipelines.runner import run_pipeline, runs_step
         from pipelines.steps import STEP_BEFORE_TRAINING, TRAIN_STEP
 
@@ -59,7 +61,7 @@ def run_command(
         nproc = nproc_per_node or cfg.train.distributed.nproc_per_node
         if needs_launch(nproc) and runs_step(TRAIN_STEP, step, until):
             if step is None:  # the steps before training, once, in this process
-                run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=data_dir, rerun=rerun, wait_s=wait)
+                run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=prepared, rerun=rerun, wait_s=wait)
             train = [
                 "--step" if step else "--until",
                 TRAIN_STEP,
@@ -68,7 +70,7 @@ def run_command(
             experiment = same_experiment(config, work_dir, data_dir, epochs, sets)
             launch(nproc, ["pipeline", "run", *experiment, *train], max_restarts)
             rerun = [name for name in rerun if name != TRAIN_STEP]  # the processes did: what is left reads their model
-        _, reports = run_pipeline(cfg, work_dir, only=step, until=until, data_dir=data_dir, rerun=rerun, wait_s=wait)
+        _, reports = run_pipeline(cfg, work_dir, only=step, until=until, data_dir=prepared, rerun=rerun, wait_s=wait)
     if not prints_results():
         return
     table = Table(title=f"pipeline {cfg.name}")

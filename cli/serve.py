@@ -79,11 +79,22 @@ def serve_command(
     api_keys_file: Annotated[
         Path | None, _setting("--api-keys-file", "File of API keys (one per line) the /v1 routes require.")
     ] = None,
+    refusal_delay_s: Annotated[
+        float | None,
+        _setting("--refusal-delay-s", "Seconds a request without a valid API key waits for its 401/403 (default 0.5)."),
+    ] = None,
     adapter_root: Annotated[
         Path | None, _setting("--adapter-root", "The only directory adapters are swapped in from.")
     ] = None,
     max_body_bytes: Annotated[
         int | None, _setting("--max-body-bytes", "Larger request bodies get 413 (default 1 MiB).")
+    ] = None,
+    dashboard_ttl_s: Annotated[
+        float | None,
+        _setting(
+            "--dashboard-ttl-s",
+            "Seconds a rendered /dashboard page is reused when the store is not a SQLite file (default 30).",
+        ),
     ] = None,
     workers: Annotated[
         int | None, _setting("--workers", "Server processes (default 1); more need --history-store redis.")
@@ -96,7 +107,6 @@ def serve_command(
 ) -> None:
     """Serve /v1/recommendations, /v1/similar-items, /v1/events, /healthz, /readyz, /metrics (OpenAPI at /docs),
     and /v1/admin/* when an admin token is set."""
-    options = dict(locals())  # the settings' options are named after their fields
     import uvicorn
     from pydantic import ValidationError
 
@@ -105,7 +115,7 @@ def serve_command(
     from recsys.runtime.validation import problems
     from serving.settings import ServingSettings
 
-    options = dict(locals())
+    options = dict(locals())  # the settings' options are named after their fields
     given = {key: value for key, value in options.items() if key in ServingSettings.model_fields and value is not None}
     with handle_errors():
         try:

@@ -10,8 +10,9 @@ Every loader goes through the same steps, so the same problem gets the same mess
    batch, and lines, byte offsets and messages are those of the whole-file reading.
 3. `text_lines` turns the text into a frame of (line, text), 1-based as an editor shows it; blank lines
    are skipped. `split_fields` / `read_csv_records` / `parse_records` turn lines into fields.
-4. `parse_numbers`, `require_values`, `require_unique` check the fields; `fail_on_first` is the
-   one place that turns "the first bad row" into a `DataError` naming file and line.
+4. `parse_numbers` (numbers that parse, are finite and, for times, lie in 0..`MAX_TIMESTAMP`, the online API's
+   bounds), `require_values`, `require_unquoted`, `require_unique` check the fields; `fail_on_first` is the one place
+   that turns "the first bad row" into a `DataError` naming file and line.
 
 The `line` column travels with the rows until the loader has checked them, then is dropped.
 
@@ -28,12 +29,13 @@ import itertools
 import json
 import logging
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import polars as pl
 
+from recsys.data.schema import MAX_TIMESTAMP
 from recsys.errors import DataError
 from recsys.runtime.progress import Progress
 
@@ -41,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 LINE = "line"  # 1-based line number, carried by parsed frames until the loader has validated them
 TEXT = "text"
+PARSED = "_parsed"  # a column's value as cast by `parse_numbers`, beside its text while the checks run
 GZIP_MAGIC = b"\x1f\x8b"
 GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib reads the gzip header and checks the trailer
 READ_BLOCK_BYTES = 16 * 2**20  # a whole file is read in blocks of this size (gunzipped ones too)
@@ -506,20 +509,67 @@ def json_string_fields(lines: pl.DataFrame, path: Path, fields: Sequence[str]) -
     return pl.DataFrame(columns, schema={LINE: pl.UInt32(), **dict.fromkeys(fields, pl.String())})
 
 
-def parse_numbers(frame: pl.DataFrame, path: Path, dtypes: Mapping[str, pl.DataType]) -> pl.DataFrame:
-    """Cast string columns to numbers; the first value that does not parse is a `DataError`.
+def parse_numbers(
+    frame: pl.DataFrame, path: Path, dtypes: Mapping[str, pl.DataType], *, unix_times: Collection[str] = ()
+) -> pl.DataFrame:
+    """Cast string columns to numbers, held to what the online API accepts; the first bad value is a `DataError`.
+
+    A value is bad when it does not parse as its dtype, when it is not finite (`nan`, `inf`: a float column), or, in
+    a column of `unix_times`, when it lies outside 0..`MAX_TIMESTAMP` (1970-01-01..2100-01-01 in unix seconds; a
+    larger one is a unit mistake, milliseconds or nanoseconds). The checks run on the cast column in the one pass
+    that casts it.
 
     Args:
         frame: rows with a `line` column and the string columns to cast.
         path: the file, for errors.
         dtypes: column -> numeric dtype, e.g. {"ts": pl.Int64()}.
+        unix_times: the columns of `dtypes` that hold unix seconds.
+
+    Example:
+        >>> rows = pl.DataFrame({"line": [1, 2], "ts": ["5", "-5"]})
+        >>> parse_numbers(rows, Path("r.dat"), {"ts": pl.Int64()}).get_column("ts").to_list()
+        [5, -5]
+        >>> parse_numbers(rows, Path("r.dat"), {"ts": pl.Int64()}, unix_times=["ts"])
+        Traceback (most recent call last):
+        ...
+        recsys.errors.DataError: r.dat, line 2: ts -5 is before 1970-01-01: ...
     """
     for name, dtype in dtypes.items():
-        cast = pl.col(name).cast(dtype, strict=False)
-        bad = pl.col(name).is_not_null() & cast.is_null()
-        fail_on_first(frame, bad, path, _not_a_number(name, dtype), "fix or remove the line")
-        frame = frame.with_columns(cast)
+        checked = frame.with_columns(pl.col(name).cast(dtype, strict=False).alias(PARSED))
+        parsed = pl.col(PARSED)
+        unparsed = pl.col(name).is_not_null() & parsed.is_null()
+        fail_on_first(checked, unparsed, path, _not_a_number(name, dtype), "fix or remove the line")
+        if dtype.is_float():
+            fail_on_first(
+                checked, ~parsed.is_finite(), path, _not_finite(name), f"give a finite {name}, or remove the line"
+            )
+        if name in unix_times:
+            fix = f"give the time in unix seconds, 0..{MAX_TIMESTAMP} (divide milliseconds by 1000); or remove the line"
+            fail_on_first(checked, ~parsed.is_between(0, MAX_TIMESTAMP), path, _not_a_unix_time(name), fix)
+        frame = checked.with_columns(parsed.alias(name)).drop(PARSED)
     return frame
+
+
+def require_unquoted(frame: pl.DataFrame, path: Path, columns: Sequence[str]) -> None:
+    """No field of `columns` may hold a double quote: in a file whose format has no quoting (MovieLens ratings), a
+    quote is a stray or unbalanced one, and reading on would turn `"1` into a user of its own (then dropped by the
+    policies as a user with one interaction). One vectorised check over the fields, the first bad row named.
+
+    Args:
+        frame: rows with a `line` column and the string columns to check.
+        path: the file, for errors.
+        columns: the columns read without quoting.
+
+    Example:
+        >>> rows = pl.DataFrame({"line": [2], "userId": ['"1'], "movieId": ["2"]})
+        >>> require_unquoted(rows, Path("ratings.csv"), ["userId", "movieId"])
+        Traceback (most recent call last):
+        ...
+        recsys.errors.DataError: ratings.csv, line 2: userId '"1' holds a quote character, ...
+    """
+    quoted = [pl.col(name).str.contains('"', literal=True).fill_null(False) for name in columns]
+    fix = "remove the quote characters from the line: the file holds plain ids and numbers, never quoted"
+    fail_on_first(frame, pl.any_horizontal(quoted), path, _quoted_field(columns, path), fix)
 
 
 def require_values(frame: pl.DataFrame, path: Path, columns: Sequence[str]) -> None:
@@ -539,6 +589,32 @@ def _not_a_number(name: str, dtype: pl.DataType) -> Callable[[dict[str, Any]], s
     """The problem text for a value of column `name` that does not parse as `dtype`."""
     kind = "an integer" if dtype.is_integer() else "a number"
     return lambda row: f"{name} {row[name]!r} is not {kind}"
+
+
+def _not_finite(name: str) -> Callable[[dict[str, Any]], str]:
+    """The problem text for a value of column `name` that parses as nan or +-inf (polars casts "1e40" to inf)."""
+    return lambda row: f"{name} {row[name]!r} is not a finite number"
+
+
+def _not_a_unix_time(name: str) -> Callable[[dict[str, Any]], str]:
+    """The problem text for a time of column `name` outside 0..MAX_TIMESTAMP."""
+
+    def problem(row: dict[str, Any]) -> str:
+        when = "before 1970-01-01" if row[PARSED] < 0 else "after 2100-01-01 (milliseconds or nanoseconds?)"
+        return f"{name} {row[PARSED]} is {when}: times are unix seconds in 0..{MAX_TIMESTAMP}, as the API takes them"
+
+    return problem
+
+
+def _quoted_field(columns: Sequence[str], path: Path) -> Callable[[dict[str, Any]], str]:
+    """The problem text for a row of `path` where a field of `columns` holds a quote (the first such field)."""
+
+    def problem(row: dict[str, Any]) -> str:
+        name = next(name for name in columns if '"' in (row[name] or ""))
+        stray = "a stray or unbalanced quote?"
+        return f"{name} {row[name]!r} holds a quote character, but {path.name} is not quoted ({stray})"
+
+    return problem
 
 
 def require_unique(frame: pl.DataFrame, path: Path, column: str, what: str) -> None:

@@ -12,15 +12,19 @@ The policies run after a loader and before id mapping, in this order:
 
 Steps 1-3 look at one user at a time, so `apply_user_policies` runs them on each part of the interactions
 (`features.partitions`: every row of a user is in one part, item ids are codes); `apply_item_policies` then does
-what needs every part (the catalog side of step 2, step 4, the counts) and returns a `PolicyOutcome`
-(name, setting, count) per step, logged and stored in meta.json. `apply_policies` runs both on one in-memory dataset.
+what needs every part (the catalog side of step 2, step 4, the counts) and returns a `PolicyOutcome` per step
+(name, setting, count and its first `MAX_EXAMPLES` examples), logged and stored in meta.json. A row is named by its
+line (where the input has lines, else its 1-based position as loaded, "interaction"), user and item id; a user by
+id, the line of its first row dropped and how many rows it had (after steps 1-2); an item by id. The examples are the
+first in file order (catalog order for items), the same however the rows were split into parts. `apply_policies`
+runs both on one in-memory dataset.
 Loader-level problems (a user id on two P5 lines, an item id twice in a catalog) are errors, not policies.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +33,18 @@ import polars as pl
 
 from features.io import LINE
 from features.partitions import ITEM_CODE, ROW, ItemCodes
-from features.raw import RawDataset, interactions_file
+from features.raw import RawDataset, interaction_rows, interactions_file
 from features.settings import PrepareSettings, UnknownItems
 from recsys.data.schema import ITEM_ID, TS, USER_ID
 from recsys.errors import DataError
 
 logger = logging.getLogger(__name__)
+
+MAX_EXAMPLES = 5  # the rows, users or items each outcome names, in the log and in meta.json
+INTERACTION = "interaction"  # an example row's 1-based position as loaded, named when the input has no lines
+INTERACTIONS = "interactions"  # an example user's number of interactions
+
+Example = dict[str, str | int]  # e.g. {"line": 3, "user_id": "u1", "item_id": "x"}; JSON-ready
 
 
 @dataclass(frozen=True)
@@ -46,16 +56,46 @@ class PolicyOutcome:
         setting: its setting, e.g. "3" or "drop".
         count: how many rows/users/items it affected (see `detail`).
         detail: what was counted, in words.
+        examples: the first (up to `MAX_EXAMPLES`) of them, e.g. ({"line": 3, "user_id": "u1", "item_id": "x"},).
+
+    Example:
+        >>> user = {"line": 5, "user_id": "u2", "interactions": 2}
+        >>> PolicyOutcome("min_interactions", "3", 1, "users dropped", (user,)).text()
+        "min_interactions=3: 1 users dropped; e.g. line 5: user 'u2', 2 interactions"
     """
 
     name: str
     setting: str
     count: int
     detail: str
+    examples: tuple[Example, ...] = ()
 
-    def to_dict(self) -> dict[str, str | int]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for meta.json."""
-        return asdict(self)
+        return {**asdict(self), "examples": [dict(example) for example in self.examples]}
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, Any]) -> PolicyOutcome:
+        """The outcome of a meta.json `policies` entry (`to_dict`'s form; one written before examples has none)."""
+        return cls(**{**entry, "examples": tuple(entry.get("examples", ()))})
+
+    def text(self) -> str:
+        """One line for the log: `name=setting: count detail; e.g. example; example`."""
+        text = f"{self.name}={self.setting}: {self.count} {self.detail}"
+        return f"{text}; e.g. {'; '.join(map(describe_example, self.examples))}" if self.examples else text
+
+
+def describe_example(example: Example) -> str:
+    """An example in words, where first: "line 3: user 'u1', item 'x'", "item 'z'".
+
+    Args:
+        example: a `PolicyOutcome` example.
+    """
+    where = [f"{key} {example[key]}" for key in (LINE, INTERACTION) if key in example]
+    what = [f"user {example[USER_ID]!r}"] if USER_ID in example else []
+    what += [f"item {example[ITEM_ID]!r}"] if ITEM_ID in example else []
+    what += [f"{example[INTERACTIONS]} interactions"] if INTERACTIONS in example else []
+    return ": ".join([*where[:1], ", ".join(what)])
 
 
 @dataclass(frozen=True)
@@ -67,20 +107,26 @@ class UserPolicyCounts:
         loaded_users: its users before the policies.
         kept_rows: its interactions after them.
         duplicates: duplicate rows dropped.
+        duplicate_examples: the first `MAX_EXAMPLES` of them: row, line (where the input has lines), user_id,
+            item_code.
         unknown_rows: interactions whose item is not in the catalog (after step 1).
-        first_unknown: under "error", the first of those rows (row, user_id, item_code, line...), else None.
+        unknown_examples: the first `MAX_EXAMPLES` of them, columns as `duplicate_examples`.
         short_users: users dropped for too few interactions.
         short_rows: their interactions.
+        short_examples: the first `MAX_EXAMPLES` of those users: the first of their rows dropped (row, and line where
+            the input has lines), user_id, interactions (how many of their rows were dropped).
     """
 
     loaded_rows: int
     loaded_users: int
     kept_rows: int
     duplicates: int
+    duplicate_examples: pl.DataFrame
     unknown_rows: int
-    first_unknown: dict[str, Any] | None
+    unknown_examples: pl.DataFrame
     short_users: int
     short_rows: int
+    short_examples: pl.DataFrame
 
 
 def apply_user_policies(
@@ -93,28 +139,47 @@ def apply_user_policies(
         catalog_size: the codes below it are the catalog's items (`ItemCodes.num_catalog`); None: no catalog.
         policies: the prepare's settings (its min_interactions and unknown_items).
     """
-    unique = rows.unique(subset=[USER_ID, ITEM_CODE, TS], keep="first", maintain_order=True)
-    known, unknown_rows, first_unknown = unique, 0, None
+    first = rows.select(pl.struct(USER_ID, ITEM_CODE, TS).is_first_distinct()).to_series()
+    unique = rows.filter(first)
+    known, missing = unique, unique.clear()
     if catalog_size is not None:
         unknown = pl.col(ITEM_CODE) >= catalog_size
         missing = unique.filter(unknown)
-        unknown_rows = missing.height
-        if policies.unknown_items is UnknownItems.ERROR and missing.height:
-            first_unknown = missing.row(0, named=True)
         if policies.unknown_items is UnknownItems.DROP:
             known = unique.filter(~unknown)
-    kept = known.filter(pl.len().over(USER_ID) >= policies.min_interactions)
+    enough = known.select(pl.len().over(USER_ID) >= policies.min_interactions).to_series()
+    kept, short = known.filter(enough), known.filter(~enough)
+    short_users = _users_of(short)
     counts = UserPolicyCounts(
         loaded_rows=rows.height,
         loaded_users=rows.get_column(USER_ID).n_unique(),
         kept_rows=kept.height,
         duplicates=rows.height - unique.height,
-        unknown_rows=unknown_rows,
-        first_unknown=first_unknown,
-        short_users=known.get_column(USER_ID).n_unique() - kept.get_column(USER_ID).n_unique(),
-        short_rows=known.height - kept.height,
+        duplicate_examples=_example_rows(rows.filter(~first)),
+        unknown_rows=missing.height,
+        unknown_examples=_example_rows(missing),
+        short_users=short_users.height,
+        short_rows=short.height,
+        short_examples=short_users.head(MAX_EXAMPLES),
     )
     return kept, counts
+
+
+def _example_rows(rows: pl.DataFrame) -> pl.DataFrame:
+    """The first `MAX_EXAMPLES` of `rows` (in file order), as examples name them: row, line?, user_id, item_code."""
+    return rows.select(ROW, *_line_of(rows), USER_ID, ITEM_CODE).head(MAX_EXAMPLES)
+
+
+def _users_of(rows: pl.DataFrame) -> pl.DataFrame:
+    """Each user of `rows` once, in order of first row: that row (and its line), user_id, and the user's rows."""
+    firsts = [pl.col(ROW).first(), *(pl.col(name).first() for name in _line_of(rows))]
+    users = rows.group_by(USER_ID, maintain_order=True).agg(*firsts, pl.len().alias(INTERACTIONS))
+    return users.select(ROW, *_line_of(rows), USER_ID, INTERACTIONS)
+
+
+def _line_of(rows: pl.DataFrame) -> list[str]:
+    """[LINE] where the rows have lines, else []."""
+    return [LINE] if LINE in rows.columns else []
 
 
 def apply_item_policies(
@@ -141,8 +206,13 @@ def apply_item_policies(
     Raises:
         DataError: unknown items under the "error" policy, or nothing left after the policies.
     """
+    ids = codes.ids()
     duplicates = PolicyOutcome(
-        "duplicate_interactions", "drop", sum(part.duplicates for part in parts), "exact duplicate rows dropped"
+        "duplicate_interactions",
+        "drop",
+        sum(part.duplicates for part in parts),
+        "exact duplicate rows dropped",
+        examples(first_examples([part.duplicate_examples for part in parts], ids)),
     )
     items, unknown = resolve_unknown_items(catalog, codes, parts, policies.unknown_items, origin)
     minimum = policies.min_interactions
@@ -151,13 +221,20 @@ def apply_item_policies(
         str(minimum),
         sum(part.short_users for part in parts),
         f"users with fewer than {minimum} interactions dropped ({sum(part.short_rows for part in parts)} rows)",
+        examples(first_examples([part.short_examples for part in parts], ids)),
     )
-    used_items = items.filter(pl.col(ITEM_CODE).is_in(used.unique().implode()))
-    detail = "catalog items without interactions dropped"
-    unused = PolicyOutcome("items_without_interactions", "drop", items.height - used_items.height, detail)
+    is_used = pl.col(ITEM_CODE).is_in(used.unique().implode())
+    used_items, unused_items = items.filter(is_used), items.filter(~is_used)
+    unused = PolicyOutcome(
+        "items_without_interactions",
+        "drop",
+        unused_items.height,
+        "catalog items without interactions dropped",
+        examples(unused_items.select(ITEM_ID).head(MAX_EXAMPLES)),
+    )
     outcomes = (duplicates, unknown, short, unused)
     for outcome in outcomes:
-        logger.info("policy %s=%s: %d %s", outcome.name, outcome.setting, outcome.count, outcome.detail)
+        logger.info("policy %s", outcome.text())
     if sum(part.kept_rows for part in parts) == 0:
         raise DataError(
             origin,
@@ -165,6 +242,36 @@ def apply_item_policies(
             "lower --min-interactions, or check that the catalog matches the interactions",
         )
     return used_items, outcomes
+
+
+def first_examples(part_examples: Sequence[pl.DataFrame], ids: pl.DataFrame) -> pl.DataFrame:
+    """The first `MAX_EXAMPLES` of the parts' examples in file order (whatever the number of parts), item codes
+    replaced by item ids.
+
+    Args:
+        part_examples: each part's examples (`UserPolicyCounts`), each with `row`; the same columns in all.
+        ids: item_code, item_id of every item (`ItemCodes.ids`).
+    """
+    first = pl.concat(part_examples).sort(ROW).head(MAX_EXAMPLES)
+    if ITEM_CODE not in first.columns:
+        return first
+    first = first.join(ids, on=ITEM_CODE, how="left", maintain_order="left")
+    return first.select(ITEM_ID if name == ITEM_CODE else name for name in first.columns if name != ITEM_ID)
+
+
+def examples(frame: pl.DataFrame) -> tuple[Example, ...]:
+    """Example frames as `PolicyOutcome` examples: `row` becomes `interaction` (1-based) where there is no `line`.
+
+    Args:
+        frame: rows with some of row, line, user_id, item_id, interactions.
+    """
+    if ROW in frame.columns:
+        position = (pl.col(ROW) + 1).alias(INTERACTION)
+        frame = frame.drop(ROW) if LINE in frame.columns else frame.with_columns(position).drop(ROW)
+        frame = frame.select(
+            name for name in (LINE, INTERACTION, USER_ID, ITEM_ID, INTERACTIONS) if name in frame.columns
+        )
+    return tuple(frame.iter_rows(named=True))
 
 
 def resolve_unknown_items(
@@ -190,21 +297,21 @@ def resolve_unknown_items(
         return others, PolicyOutcome("unknown_items", policy.value, 0, detail)
     catalog = catalog.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias(ITEM_CODE), pl.all())
     unknown_rows = sum(part.unknown_rows for part in parts)
-    detail = f"interactions with items absent from the catalog ({others.height} items)"
-    outcome = PolicyOutcome("unknown_items", policy.value, unknown_rows, f"{detail}, {_VERB[policy]}")
+    detail = f"interactions with items absent from the catalog ({others.height} items), {_VERB[policy]}"
+    first = first_examples([part.unknown_examples for part in parts], others.select(ITEM_CODE, ITEM_ID))
+    outcome = PolicyOutcome("unknown_items", policy.value, unknown_rows, detail, examples(first))
     if unknown_rows == 0 or policy is UnknownItems.KEEP:
         items = pl.concat([catalog, others], how="diagonal_relaxed")
         return _fill_text(items), outcome
     if policy is UnknownItems.DROP:
         return catalog, outcome
-    first = min((part.first_unknown for part in parts if part.first_unknown), key=lambda row: row[ROW])
-    item = others.filter(pl.col(ITEM_CODE) == first[ITEM_CODE]).item(0, ITEM_ID)
+    row = first.row(0, named=True)
     raise DataError(
         origin,
-        f"item {item!r} of user {first[USER_ID]!r} (interaction {first[ROW] + 1}) is not in the "
+        f"item {row[ITEM_ID]!r} of user {row[USER_ID]!r} (interaction {row[ROW] + 1}) is not in the "
         f"item catalog; {unknown_rows} interactions name {others.height} unknown items",
         "add the items to the catalog, or pass --unknown-items drop (or keep)",
-        line=first.get(LINE),
+        line=row.get(LINE),
     )
 
 
@@ -243,13 +350,14 @@ def apply_policies(raw: RawDataset, policies: PrepareSettings) -> CleanDataset:
     """
     origin = interactions_file(raw)
     codes = ItemCodes(raw.items)
-    rows = codes.encode(raw.interactions.with_row_index(ROW))
+    rows = codes.encode(interaction_rows(raw).with_row_index(ROW))
     catalog_size = None if raw.items is None else codes.num_catalog
     kept, counts = apply_user_policies(rows, catalog_size, policies)
     items, outcomes = apply_item_policies(raw.items, codes, kept.get_column(ITEM_CODE), [counts], policies, origin)
     ids = codes.ids()
     item_ids = pl.col(ITEM_CODE).replace_strict(ids[ITEM_CODE], ids[ITEM_ID], return_dtype=pl.String).alias(ITEM_ID)
-    interactions = kept.select(item_ids if name == ITEM_CODE else pl.col(name) for name in kept.columns if name != ROW)
+    columns = [name for name in kept.columns if name not in (ROW, LINE)]
+    interactions = kept.select(item_ids if name == ITEM_CODE else pl.col(name) for name in columns)
     return CleanDataset(interactions=interactions, items=items.drop(ITEM_CODE), outcomes=outcomes)
 
 

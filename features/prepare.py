@@ -440,7 +440,8 @@ def build_meta(
 
     Args:
         stream: the loader's output (source and input files).
-        outcomes: the policies applied.
+        outcomes: the policies applied, each with its count and first examples (lines and ids, in file order: the
+            same whatever the number of parts).
         num_users: users kept.
         num_interactions: interactions kept.
         items: the catalog with is_cold.
@@ -524,7 +525,7 @@ def summarize(prepared: PreparedData, out_dir: Path | None) -> PrepareSummary:
         num_items=counts["items"],
         num_interactions=counts["interactions"],
         num_cold_items=counts["cold_items"],
-        policies=tuple(PolicyOutcome(**policy) for policy in prepared.meta["policies"]),
+        policies=tuple(PolicyOutcome.from_dict(policy) for policy in prepared.meta["policies"]),
         loaded=prepared.loaded,
     )
 

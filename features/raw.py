@@ -9,6 +9,8 @@ from pathlib import Path
 
 import polars as pl
 
+from features.io import LINE
+
 
 @dataclass(frozen=True)
 class RawDataset:
@@ -19,12 +21,15 @@ class RawDataset:
         items: item_id str, title str, optional domain/category/brand/description; None if no catalog.
         source: loader name, e.g. "amazon-p5".
         files: the input files read, for provenance in meta.json.
+        lines: the 1-based line of `files[0]` each interaction comes from (u32, one per row), where the input has
+            lines; the policies name the lines of the rows they drop. None: no lines (generated data, several files).
     """
 
     interactions: pl.DataFrame
     items: pl.DataFrame | None
     source: str
     files: tuple[Path, ...] = field(default_factory=tuple)
+    lines: pl.Series | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,21 @@ def interactions_file(raw: RawDataset | RawStream) -> Path:
 
 
 def as_stream(raw: RawDataset | RawStream) -> RawStream:
-    """`raw` as a stream: a `RawDataset`'s interactions are one batch, whatever the batch size."""
+    """`raw` as a stream: a `RawDataset`'s interactions (with `line`, when it has lines) are one batch, whatever the
+    batch size."""
     if isinstance(raw, RawStream):
         return raw
-    return RawStream(lambda _batch_bytes: iter([raw.interactions]), raw.items, raw.source, raw.files)
+    return RawStream(lambda _batch_bytes: iter([interaction_rows(raw)]), raw.items, raw.source, raw.files)
+
+
+def interaction_rows(raw: RawDataset) -> pl.DataFrame:
+    """The interactions of `raw`, with `line` (u32) first when the loader recorded the lines, as a stream's batches.
+
+    Example:
+        >>> rows = pl.DataFrame({"user_id": ["u"], "item_id": ["a"], "ts": [1]})
+        >>> interaction_rows(RawDataset(rows, None, "demo", lines=pl.Series([3]))).rows()
+        [(3, 'u', 'a', 1)]
+    """
+    if raw.lines is None:
+        return raw.interactions
+    return pl.concat([raw.lines.cast(pl.UInt32).alias(LINE).to_frame(), raw.interactions], how="horizontal")

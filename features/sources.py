@@ -13,9 +13,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pydantic import ConfigDict, ValidationError, create_model
+
 from features.loaders import load_amazon_p5, load_amazon_p5_domains, load_amazon_raw, load_movielens, open_amazon_p5
 from features.raw import RawDataset, RawStream
 from recsys.errors import ConfigError
+from recsys.runtime.validation import as_json, problems
 
 if TYPE_CHECKING:
     from features.synthetic import SyntheticConfig
@@ -163,10 +166,29 @@ def _call(
     if unknown:
         accepted = ", ".join(source.options()) or "none"
         raise ConfigError(f"source {name!r} does not take option(s) {unknown}; it accepts: {accepted}")
+    _check_types(name, loader, given)
     if not source.needs_input:
         if input_path is not None:
             raise ConfigError(f"source {name!r} generates its data and takes no input path (got {input_path})")
         return loader(**given)
     if input_path is None:
-        raise ConfigError(f"source {name!r} needs an input path (--input FILE_OR_DIR)")
+        raise ConfigError(
+            f"source {name!r} needs an input path. Fix: data.path in an experiment config, --input FILE_OR_DIR on "
+            "`recsys data prepare|validate`"
+        )
     return loader(input_path, **given)
+
+
+def _check_types(name: str, loader: Callable[..., Any], options: dict[str, Any]) -> None:
+    """Each option of the type the loader declares for it, strictly (as JSON types: `true` is not a count, "5" not a
+    number), so a wrong one is named here rather than failing somewhere inside the loader."""
+    parameters = inspect.signature(loader, eval_str=True).parameters
+    fields: Any = {key: (parameters[key].annotation, ...) for key in options}
+    model = create_model(f"{name} options", __config__=ConfigDict(strict=True), **fields)
+    try:
+        model.model_validate_json(as_json(options))
+    except ValidationError as err:
+        raise ConfigError(
+            f"source {name!r}: {problems(err)}. Fix: give the option a value of that type (data.options in an "
+            "experiment config)"
+        ) from err

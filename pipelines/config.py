@@ -19,7 +19,6 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from features.settings import PrepareSettings
@@ -29,7 +28,8 @@ from recsys.evaluation import EvalConfig
 from recsys.models.family import Input
 from recsys.models.registry import model_family
 from recsys.retrieval import IndexConfig
-from recsys.runtime.validation import config_from, problems
+from recsys.runtime.validation import as_json, config_from, problems
+from recsys.runtime.yaml_files import load_yaml, read_yaml
 from recsys.semantic_ids.content import ContentConfig
 from recsys.semantic_ids.rqkmeans import RQKMeansConfig
 from recsys.semantic_ids.rqvae import RQVAEConfig
@@ -200,12 +200,6 @@ class ExperimentConfig(Section):
     pipeline: PipelineSection = PipelineSection()
     distill: DistillConfig | None = None  # train the model as a student of a teacher (docs/training.md)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _moved_keys(cls, raw: Any) -> Any:
-        """A key that moved (`MOVED_KEYS`) is read under its new name, with a warning that says so."""
-        return moved_keys_renamed(raw) if isinstance(raw, dict) else raw
-
     @model_validator(mode="after")
     def _semantic_ids_are_built(self) -> ExperimentConfig:
         if Input.SEMANTIC_IDS in self.model.reads() and self.sid is None:
@@ -254,7 +248,10 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
 
     Args:
         path: the YAML file.
-        overrides: dotted keys applied on top, e.g. {"train.epochs": 2, "data.path": "x"}.
+        overrides: dotted keys applied on top, e.g. {"train.schedule.epochs": 2, "data.path": "x"}.
+
+    Values are taken as the types they are written in (`epochs: true` is not 1, `lr: "1e-3"` is not a number; an
+    unquoted `lr: 1e-3` is: `recsys.runtime.yaml_files`).
     """
     raw = read_config_tree(path)
     if not raw.keys() - {"name"}:
@@ -268,7 +265,7 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
             logger.warning("override %s is now %s: read as such", dotted, moved_key(dotted))
         set_dotted(raw, moved_key(dotted), value)
     try:
-        return ExperimentConfig.model_validate(raw)
+        return ExperimentConfig.model_validate_json(as_json(raw), strict=True)
     except ValidationError as err:
         raise ConfigError(f"{path}: {problems(err)}. Fix: correct these keys (see configs/*/*.yaml)") from err
     except ConfigError as err:
@@ -356,10 +353,7 @@ def read_config_tree(path: Path, _extending: tuple[Path, ...] = ()) -> dict[str,
 def _read_mapping(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found. Fix: pass an existing YAML file, e.g. configs/*/*.yaml")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({err}). Fix: correct the syntax at the position shown") from err
+    raw = read_yaml(path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections. Fix: see configs/*/*.yaml")
     return raw
@@ -374,13 +368,18 @@ def _merged(base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """`--set KEY=VALUE` pairs -> {dotted key: YAML-parsed value}, e.g. ["train.lr=3e-4"] -> {"train.lr": 0.0003}."""
+    """`--set KEY=VALUE` pairs -> {dotted key: YAML-parsed value}.
+
+    Example:
+        >>> parse_overrides(["train.optimization.lr=3e-4", "model.params.dim=64"])
+        {'train.optimization.lr': 0.0003, 'model.params.dim': 64}
+    """
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE. Fix: e.g. --set train.epochs=40")
-        out[key] = yaml.safe_load(value)
+            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE. Fix: e.g. --set train.schedule.epochs=40")
+        out[key] = load_yaml(value, f"--set {key}")
     return out
 
 

@@ -3,7 +3,7 @@
 
 The lifespan loads the bundle (a directory, or the registered model's champion) into `app.state` once;
 routers read it through `serving.deps`. The admin routes are mounted only when an admin token is configured, and
-the public `/v1` routes ask for an API key only when keys are configured (serving.security).
+every route but the health probes and the metrics asks for an API key when keys are configured (serving.security).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from serving.recommender import Recommender
 from serving.reloader import ChampionWatcher, ReloadError
 from serving.routers import admin, dashboard, events, health, items, recommendations
 from serving.schemas import TOO_LARGE, error_responses
-from serving.security import AUTH_ERRORS, AdminOnly, ApiKeyRequired
+from serving.security import AUTH_ERRORS, AdminOnly, ApiKeyGate, ApiKeyRequired
 from serving.settings import ServingSettings
 
 logger = logging.getLogger(__name__)
@@ -66,8 +66,11 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     app.state.admin_token = settings.admin_secret()
     app.state.api_keys = settings.api_keys()
     app.state.metrics = ServingMetrics()
+    app.state.dashboard_cache = dashboard.DashboardCache(settings.dashboard_ttl_s)
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
-    app.state.metrics.install(app)  # outermost: refused bodies are counted too
+    # before the body is read: anonymous is 401 first
+    app.add_middleware(ApiKeyGate, api_keys=app.state.api_keys, refusal_delay_s=settings.refusal_delay_s)
+    app.state.metrics.install(app)  # outermost: refused bodies and requests are counted too
     app.add_exception_handler(RequestValidationError, validation_error_response)
     too_large = error_responses({413: TOO_LARGE})
     public = [ApiKeyRequired] if app.state.api_keys else []
@@ -81,7 +84,8 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     else:
         logger.info("admin routes off (/v1/admin/* answer 404): set RECSYS_ADMIN_TOKEN or RECSYS_ADMIN_TOKEN_FILE")
     if app.state.api_keys:
-        logger.info("the /v1 routes require one of %d API keys (X-API-Key)", len(app.state.api_keys))
+        logger.info("every route but /healthz, /readyz and /metrics requires one of %d API keys (X-API-Key)",
+                    len(app.state.api_keys))  # fmt: skip
     return app
 
 

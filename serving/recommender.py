@@ -55,7 +55,8 @@ class Recommender:
     def __init__(self, bundle: Bundle) -> None:
         trained = load_model_dir(bundle.model_dir, bundle.data_dir)
         self.name, self.model, self.data = trained.name, trained.model.eval(), trained.data
-        self.version = bundle.version
+        self._bundle_version = bundle.version
+        self._adapters: dict[str, str] = {}  # domain -> digest of the adapter file swapped in (admin route)
         self.max_history = self.model.max_history  # the most recent items the model reads
         self._user_row = {user_id: row for row, user_id in enumerate(self.data.users["user_id"].to_list())}
         # plain ints: slicing a tensor with tensor offsets costs ~0.2 ms per request
@@ -83,6 +84,11 @@ class Recommender:
                         f"{self.num_items:,}", f"{ANN_ABOVE_ITEMS:,}")  # fmt: skip
 
     @property
+    def version(self) -> str:
+        """The bundle's version, and each adapter swapped in since, by domain: `7+beauty:1a2b3c4d`."""
+        return self._bundle_version + "".join(f"+{d}:{digest}" for d, digest in sorted(self._adapters.items()))
+
+    @property
     def num_items(self) -> int:
         return self.data.num_items
 
@@ -107,7 +113,8 @@ class Recommender:
         try:
             load_adapter(model, domain, path)
         except Exception as err:  # torch.load of arbitrary bytes raises anything from IndexError to UnpicklingError
-            why = str(err) if isinstance(err, ValueError) else type(err).__name__  # ValueErrors are load_adapter's own
+            # ValueErrors are load_adapter's own; they name the file, which a caller may see by its name only
+            why = str(err).replace(str(path), path.name) if isinstance(err, ValueError) else type(err).__name__
             raise ValueError(
                 f"{path.name}: not an adapter file of this model ({why}). Fix: write it with save_adapter from the "
                 "model this bundle serves"
@@ -115,7 +122,7 @@ class Recommender:
         swapped = copy.copy(self)
         swapped.model = model.eval()
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
-        swapped.version = f"{self.version}+{domain}:{digest}"
+        swapped._adapters = {**self._adapters, domain: digest}
         return swapped
 
     def domain_index(self, domain: str) -> int:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from recsys.data.schema import MAX_TIMESTAMP
 
 MAX_ID_CHARS = 256
+MAX_ECHOED_IDS = 20  # a response names at most this many of the ids a request sent (the rest are counted)
 MAX_QUERY_CHARS = 200  # a search box's worth: longer texts are documents, not queries
 
 # every id a client sends: users and items alike
@@ -20,7 +21,8 @@ Signal = Literal["history", "query", "popularity"]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `true` is not a number, "10" is not an int (JSON has the types; a client sending others is wrong)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # ----------------------------------------------------------------------------------------- recommendations
@@ -67,14 +69,28 @@ class ScoredItem(BaseModel):
     score: float
 
 
-class RecommendationResponse(BaseModel):
+class _ReportsUnknownItems(BaseModel):
+    """The item ids a request sent that are not in the catalog (ignored): the first few named, all counted, so a
+    response never grows with its request."""
+
+    unknown_items: list[str] = Field(
+        description=f"ids not in the catalog (ignored): the first {MAX_ECHOED_IDS}, unknown_count says how many"
+    )
+    unknown_count: int = Field(description="how many of the ids sent are not in the catalog")
+
+    @staticmethod
+    def unknown(ids: list[str]) -> dict[str, Any]:
+        """The two fields for these unknown ids."""
+        return {"unknown_items": ids[:MAX_ECHOED_IDS], "unknown_count": len(ids)}
+
+
+class RecommendationResponse(_ReportsUnknownItems):
     items: list[ScoredItem]
     source: Literal["model", "popularity"] = Field(
         description="popularity: the fallback for an empty history without a query"
     )
     signals: list[Signal] = Field(description="what the ranking read: the history, the query, or popularity alone")
     history_length: int = Field(description="items of history the model read (bundle + online events)")
-    unknown_items: list[str] = Field(description="history ids not in the catalog (ignored)")
     degraded: bool = Field(description="the online history store did not answer: bundle history only")
     model_version: str
 
@@ -118,10 +134,9 @@ def _check_timestamps(timestamps: list[int], expected: int, of: str) -> None:
         raise ValueError(f"timestamps has {len(timestamps)} values for {expected} {of}: give one per item")
 
 
-class EventsResponse(BaseModel):
+class EventsResponse(_ReportsUnknownItems):
     user_id: str
     accepted: int
-    unknown_items: list[str]
 
 
 # ------------------------------------------------------------------------------------------------- health

@@ -39,10 +39,16 @@ class ServingSettings(BaseSettings):
         reload_min_interval_s: an admin reload sooner than this after the previous one is refused (429).
         admin_token / admin_token_file: the bearer token of the `/v1/admin` routes (the file: its first line).
             Neither set = the admin routes are not mounted at all.
-        api_keys_file: one API key per line; when set, the `/v1` routes require one in the `X-API-Key` header.
+        api_keys_file: one API key per line; when set, every route but `/healthz`, `/readyz` and `/metrics` requires
+            one in the `X-API-Key` header (the `/v1` routes, the dashboard, `/docs`, `/openapi.json`).
+        refusal_delay_s: how long a request refused for its API key (401 / 403) waits before its answer: a client
+            looping without a key, or guessing keys, is slowed to a few requests per second per connection at no CPU
+            cost (0 = answer at once).
         adapter_root: the only directory adapters are loaded from (`<root>/<domain>/<version>.pt`); None = adapter
             swaps are off.
         max_body_bytes: larger request bodies are refused (413) before they are read.
+        dashboard_ttl_s: how long a rendered dashboard page of a store other than SQLite is served before the store
+            is read again (a SQLite store's page is re-rendered when its file changes).
         workers: server processes (`recsys serve --workers`); each loads the model and follows the champion.
     """
 
@@ -63,8 +69,10 @@ class ServingSettings(BaseSettings):
     admin_token: SecretStr | None = None
     admin_token_file: Path | None = None
     api_keys_file: Path | None = None
+    refusal_delay_s: float = Field(default=0.5, ge=0, le=10)
     adapter_root: Path | None = None
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    dashboard_ttl_s: float = Field(default=30.0, gt=0)
     workers: int = Field(default=1, ge=1)
 
     @property

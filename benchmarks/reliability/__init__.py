@@ -5,7 +5,10 @@ Usage:
     .venv/bin/python -m benchmarks.reliability          # ~5 min on 2 cores; needs Redis at 127.0.0.1:6379
 
 Groups (one module each): `api` (requests against `recsys serve` with the in-process and the Redis store, an admin
-token, a broken champion, Redis down, a flood of new users; then schemathesis with the token), `inputs` (bad data
+token, a broken champion, Redis down, a flood of new users; then schemathesis with the token), `guarded` (a server
+with API keys: what needs a key and that it is asked for first, a keyed client beside anonymous and keyed dashboard
+readers; a domain-adapted champion's adapter files: symlink loops, another model's file, one file swapped in
+repeatedly), `inputs` (bad data
 files through `recsys data prepare`, bad configs through `recsys train` / `recsys pipeline run`), `crashes` (kill -9
 mid-training then a rerun, two runs on one work dir, two runs on a fresh store, a first model worse than
 popularity). Every case records what was sent, the status or exit code, whether the answer is the expected one and
@@ -33,6 +36,7 @@ class Settings:
     max_users: int = 1000
     reload_flood: int = 200
     fuzz_examples: int = 30
+    dashboard_load_seconds: float = 10.0  # each of the three runs of the dashboard-load case
 
     def experiment_config(self, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
         return load_config(REPO / self.experiment, {**self.experiment_overrides, **(overrides or {})})

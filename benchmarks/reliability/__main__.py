@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO, benchmark_parser, log_to_console, provenance, reproduce_of, write_result
-from benchmarks.reliability import Settings, api, crashes, inputs, load_settings
+from benchmarks.reliability import Settings, api, crashes, guarded, inputs, load_settings
 from benchmarks.reliability import __doc__ as DOC
 from benchmarks.reliability.cases import Case
 from pipelines.bundle import Bundle
-from pipelines.model_dir import MODEL_FILE
+from pipelines.model_dir import MODEL_FILE, load_model_dir
 from pipelines.registry import POINT, register_bundle
 from pipelines.runner import run_pipeline
 from recsys.data.prepared import load_prepared
+from recsys.modules.lora import save_adapter
 
 # the Hardening issue's ten findings -> the cases that replay them (every one must be there)
 ISSUE_ITEMS = {
@@ -41,6 +42,24 @@ ISSUE_ITEMS = {
                                                         "kill -9 mid-training, then the same command"],
     "10 Redis down": ["one warning, not one per request", "metrics while Redis is down"],
 }  # fmt: skip
+# the second review's findings (an outside probe) -> the cases that replay them
+SECOND_REVIEW_ITEMS = {
+    "1 an adapter symlink loop": ["adapter: a symlink to itself", "adapter: a loop of two symlinks"],
+    "2 a server path in an adapter error": ["adapter: a file of other keys names no server path"],
+    "3 the dashboard open to anyone, rendered per request": ["anonymous dashboard", "anonymous /docs",
+                                                             "anonymous /openapi.json", "keyed dashboard again: 304",
+                                                             "a keyed client beside anonymous dashboard readers"],
+    "4 a config that is not UTF-8": ["config: a UTF-16 file"],
+    "5 duplicate YAML keys": ["config: a section twice"],
+    "6 bad values in data files": ["data: ratings.csv timestamp -978300000", "data: ratings.csv timestamp 10^17",
+                                   "data: rating nan", "data: amazon-raw unixReviewTime -5",
+                                   "data: unbalanced quote in ratings.csv"],
+    "7 echoes": ["similar items: id of 65,000 chars: no echo", "1,000 unknown history ids: counted, 20 named"],
+    "8 model_version growing with each swap": ["adapter: the same file swapped in 7 times"],
+    "9 loose edges": ["config: a file source without data.path", "config: a failed data step lets go of its lock",
+                      "k true: not a number", "config: epochs: true", "config: lr a quoted string",
+                      "anonymous malformed body: 401 before 400"],
+}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -55,7 +74,7 @@ def main(argv: list[str] | None = None) -> Path:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
 
-    cases, fuzz, model_dir = _api_cases(settings, work / "api")
+    cases, fuzz, model_dir, dashboard_load = _api_cases(settings, work / "api")
     cases += inputs.data_cases(work / "inputs") + inputs.config_cases(work / "inputs", REPO / settings.experiment)
     config = settings.experiment_config()
     cases += [
@@ -65,7 +84,8 @@ def main(argv: list[str] | None = None) -> Path:
         crashes.worse_than_popularity(model_dir, config.registered_model_name, work / "crashes"),
     ]
     names = {case.name for case in cases}
-    missing = {item: [n for n in replays if n not in names] for item, replays in ISSUE_ITEMS.items()}
+    items = {**ISSUE_ITEMS, **{f"second review {k}": v for k, v in SECOND_REVIEW_ITEMS.items()}}
+    missing = {item: [n for n in replays if n not in names] for item, replays in items.items()}
     assert not any(missing.values()), f"issue items without their cases: {missing}"
     result = {
         "cases": len(cases),
@@ -77,6 +97,8 @@ def main(argv: list[str] | None = None) -> Path:
         "data_lost": sum(case.data_lost for case in cases),
         "schemathesis": fuzz,
         "issue_items": ISSUE_ITEMS,
+        "second_review_items": SECOND_REVIEW_ITEMS,
+        "dashboard_load": dashboard_load,
         "unclear": [
             f"{c.group}: {c.name}: expected {c.expected}, got {c.outcome}: {c.message}" for c in cases if not c.clear
         ],
@@ -92,9 +114,9 @@ def main(argv: list[str] | None = None) -> Path:
     return path
 
 
-def _api_cases(settings: Settings, work: Path) -> tuple[list[Case], dict[str, Any], Path]:
+def _api_cases(settings: Settings, work: Path) -> tuple[list[Case], dict[str, Any], Path, dict[str, Any]]:
     """The champion of the experiment (one pipeline run), then every server the API group needs; (cases, the
-    schemathesis run, the champion's model directory)."""
+    schemathesis run, the champion's model directory, the dashboard-load measurement)."""
     config = settings.experiment_config({"tracking.uri": f"sqlite:///{work / 'mlflow.db'}"})
     outputs, _ = run_pipeline(config, work)
     assert outputs.data is not None and outputs.model is not None
@@ -125,7 +147,30 @@ def _api_cases(settings: Settings, work: Path) -> tuple[list[Case], dict[str, An
         (broken / MODEL_FILE).write_bytes(b"not a model")
         register_bundle(Bundle.write(work / "broken-bundle", name=name, model_dir=broken), name, uri, POINT)
         cases += api.broken_champion(server, settings.reload_flood)
-    return cases, fuzz, outputs.model.model_dir
+    (work / "keys").write_text(guarded.KEY + "\n")
+    keyed = settings.experiment_config({"tracking.uri": uri, "name": "reliability-keyed"})
+    run_pipeline(keyed, work)  # its own champion: the broken one above stays the first's
+    with api.served(keyed.registered_model_name, uri, work, "--api-keys-file", str(work / "keys")) as server:
+        cases += guarded.keyed_routes(server, user)
+        load_case, dashboard_load = guarded.dashboard_under_load(server, user, settings.dashboard_load_seconds)
+        cases.append(load_case)
+    cases += _adapter_cases(settings, outputs.model.model_dir, uri, work, token)
+    return cases, fuzz, outputs.model.model_dir, dashboard_load
+
+
+def _adapter_cases(settings: Settings, base_dir: Path, uri: str, work: Path, token: list[str]) -> list[Case]:
+    """A domain-adapted champion over the experiment's model (the synthetic data's domains), served with an admin
+    token and an adapter root: the adapter-file cases."""
+    model = {"name": "domain_adapters", "base_dir": str(base_dir), "params": {"rank": 2}}
+    config = settings.experiment_config({"tracking.uri": uri, "name": "reliability-adapters", "model": model})
+    outputs, _ = run_pipeline(config, work)
+    assert outputs.model is not None
+    trained = load_model_dir(outputs.model.model_dir).model
+    domain = trained.domains[0]
+    adapter = work / "trained-adapter.pt"
+    save_adapter(trained, domain, adapter)
+    with api.served(config.registered_model_name, uri, work, *token) as server:
+        return guarded.adapter_files(server, work / "adapters", domain, adapter)
 
 
 if __name__ == "__main__":

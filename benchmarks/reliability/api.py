@@ -68,9 +68,18 @@ def served(name: str, uri: str, work: Path, *options: str) -> Iterator[Server]:
 
 
 def check(
-    server: Server, group: str, name: str, expected: int, says: str, method: str, path: str, **request: Any
+    server: Server,
+    group: str,
+    name: str,
+    expected: int,
+    says: str,
+    method: str,
+    path: str,
+    max_bytes: int | None = None,
+    **request: Any,
 ) -> Case:
-    """Send one request; the case is clear when the status is `expected` and the body contains `says`."""
+    """Send one request; the case is clear when the status is `expected`, the body contains `says` and (with
+    `max_bytes`) is no longer than that: an answer never echoes a large input."""
     log_start = len(server.log_text())
     sent = request.get("json", request.get("content", ""))
     described = f"{method} {path} {short(str(sent) if not isinstance(sent, bytes) else repr(sent[:120]), 160)}"
@@ -86,7 +95,7 @@ def check(
         input=described,
         expected=f"{expected} saying {says!r}",
         outcome=str(status),
-        clear=status == expected and says.lower() in body.lower(),
+        clear=status == expected and says.lower() in body.lower() and (max_bytes is None or len(body) <= max_bytes),
         server_error=status is None or status == 500 or (status >= 500 and status != expected),
         traceback=TRACEBACK in logged or TRACEBACK in body,
         data_lost=False,
@@ -101,6 +110,8 @@ def hostile_requests(server: Server, group: str, item_ids: list[str], user_id: s
     def c(name: str, expected: int, says: str, method: str, path: str, **request: Any) -> Case:
         return check(server, group, name, expected, says, method, path, **request)
 
+    unknown = [f"{i:0>256}" for i in range(1000)]  # 1,000 ids of 256 characters: ~260 kB
+
     rec, events = "/v1/recommendations", "/v1/events"
     return [
         c("known user", 200, '"source":"model"', "POST", rec, json={"user_id": user_id}),
@@ -108,6 +119,17 @@ def hostile_requests(server: Server, group: str, item_ids: list[str], user_id: s
         c("k = 0", 422, "greater than or equal to 1", "POST", rec, json={"user_id": user_id, "k": 0}),
         c("k = 101", 422, "less than or equal to 100", "POST", rec, json={"user_id": user_id, "k": 101}),
         c("k a string", 422, "valid integer", "POST", rec, json={"user_id": user_id, "k": "ten"}),
+        c("k true: not a number", 422, "valid integer", "POST", rec, json={"user_id": user_id, "k": True}),
+        c("k '10': a string is not a number", 422, "valid integer", "POST", rec, json={"user_id": user_id, "k": "10"}),
+        c(
+            "1,000 unknown history ids: counted, 20 named",
+            200,
+            '"unknown_count":1000',
+            "POST",
+            rec,
+            max_bytes=10_000,
+            json={"history": unknown},
+        ),
         c("k = 1e400", 422, "k", "POST", rec, content=b'{"user_id": "u", "k": 1e400}', headers=JSON),
         c("user_id and history", 422, "exactly one", "POST", rec, json={"user_id": user_id, "history": [item]}),
         c("neither user_id nor history", 422, "exactly one", "POST", rec, json={}),
@@ -247,7 +269,14 @@ def hostile_requests(server: Server, group: str, item_ids: list[str], user_id: s
         c("similar items k = 0", 422, "greater than or equal to 1", "GET", f"/v1/similar-items/{item}?k=0"),
         c("similar items k = 1000", 422, "less than or equal to 100", "GET", f"/v1/similar-items/{item}?k=1000"),
         c("similar items: path traversal", 404, "not found", "GET", "/v1/similar-items/..%2F..%2Fetc%2Fpasswd"),
-        c("similar items: id of 10 kB", 404, "unknown item", "GET", "/v1/similar-items/" + "x" * 10_000),
+        c(
+            "similar items: id of 65,000 chars: no echo",
+            422,
+            "at most 256",
+            "GET",
+            "/v1/similar-items/" + "x" * 65_000,
+            max_bytes=2_000,
+        ),
         c("similar items: encoded surrogate", 404, "unknown item", "GET", "/v1/similar-items/%ED%A0%80"),
         c("reload without a token", 401, "authorization: bearer", "POST", "/v1/admin/reload"),
         c(

@@ -14,6 +14,7 @@ import yaml
 
 from benchmarks.reliability.cases import RECSYS, TRACEBACK, Case, Finished, run_recsys, short
 from pipelines.config import ExperimentConfig
+from pipelines.train import training_state_path
 
 
 def _write_config(config: ExperimentConfig, path: Path, **changes: Any) -> Path:
@@ -55,9 +56,11 @@ def _temp_leftovers(work: Path) -> list[Path]:
 
 def killed_mid_training(config: ExperimentConfig, root: Path, epochs: int) -> Case:
     """kill -9 while the model trains, then the same command again: it resumes, and nothing is left behind."""
-    path = _write_config(config, root / "kill" / "config.yaml", **{"train.epochs": epochs, "train.patience": epochs})
+    path = _write_config(
+        config, root / "kill" / "config.yaml", **{"train.schedule.epochs": epochs, "train.schedule.patience": epochs}
+    )
     work = path.parent / "work"
-    state = work / "models" / f"{config.name}.training-state.pt"
+    state = training_state_path(work / "models" / config.name)
     command = [RECSYS, "pipeline", "run", "--config", str(path), "--work-dir", str(work)]
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600

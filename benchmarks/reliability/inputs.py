@@ -11,12 +11,13 @@ from pathlib import Path
 import yaml
 
 from benchmarks.reliability.cases import TRACEBACK, Case, Finished, run_recsys, short
+from pipelines.config import load_config
 
 SEQUENCES = "u1 a b c d\nu2 b c e\nu3 a c e f\n"
 ITEMS = 'item_id,title\na,Alpha\nb,"Bravo, the sequel"\nc,Charlie\nd,Delta\ne,Echo\nf,Foxtrot\n'
 CONFIG_SECONDS = 10.0  # a config error must come before any work (importing torch alone takes seconds here)
 # cases whose bad rows a lenient reader would drop: an exit 0 there is data lost
-ROW_LOSING = ("unbalanced quote", "bad timestamp", "not JSON", "no items")
+ROW_LOSING = ("unbalanced quote", "bad timestamp", "not JSON", "no items", "timestamp", "rating nan", "unixReviewTime")
 
 
 def _p5(root: Path, sequences: str | bytes = SEQUENCES, items: str | bytes | None = ITEMS) -> Path:
@@ -29,6 +30,18 @@ def _p5(root: Path, sequences: str | bytes = SEQUENCES, items: str | bytes | Non
 
 def data_cases(work: Path) -> list[Case]:
     """Each case: a raw input built under `work`, the `recsys data prepare` options, and what the message must say."""
+
+    def ratings_csv(root: Path, first_row: str) -> list[str]:
+        """ratings.csv whose first row is `first_row`, then rows that alone prepare cleanly (exit 0 if it is taken)."""
+        root.mkdir(parents=True)
+        rows = "".join(f"1,{item},4,{978300760 + item}\n" for item in (11, 12, 13))
+        (root / "ratings.csv").write_text("userId,movieId,rating,timestamp\n" + first_row + rows)
+        return ["--input", str(root / "ratings.csv")]
+
+    good_reviews = "".join(
+        f'{{"reviewerID": "u", "asin": "{item}", "unixReviewTime": {time}, "overall": 5}}\n'
+        for item, time in (("b", 6), ("c", 7))
+    )
     cases: list[tuple[str, Callable[[Path], list[str]], str]] = [
         ("unbalanced quote in items.csv",
          lambda d: ["--input", str(_p5(d, items='item_id,title\na,"Alpha\nb,Bravo\n'))], "line 2"),
@@ -53,11 +66,18 @@ def data_cases(work: Path) -> list[Case]:
         ("--out an unrelated folder", lambda d: ["--input", str(_p5(d)), "--out", str(_unrelated(d))],
          "not an output of this tool"),
         ("--min-interactions 0", lambda d: ["--input", str(_p5(d)), "--min-interactions", "0"],
-         "min_interactions must be >= 3"),
+         "min_interactions: must be >= 3"),
         ("--cold-start-fraction 1.5", lambda d: ["--input", str(_p5(d)), "--cold-start-fraction", "1.5"],
-         "cold_start_fraction must be in [0, 1)"),
+         "cold_start_fraction: Input should be less than 1"),
         ("unknown source", lambda d: ["--input", str(_p5(d)), "--source", "myspace"], "myspace"),
         ("every user filtered out", lambda d: ["--input", str(_p5(d, sequences="u1 a b\nu2 c d\n"))], "min"),
+        ("ratings.csv timestamp -978300000", lambda d: ratings_csv(d, "1,10,4,-978300000\n"),
+         "line 2: timestamp -978300000"),
+        ("ratings.csv timestamp 10^17", lambda d: ratings_csv(d, f"1,10,4,{10**17}\n"), f"line 2: timestamp {10**17}"),
+        ("rating nan", lambda d: ratings_csv(d, "1,10,nan,978300759\n"), "line 2: rating 'nan'"),
+        ("amazon-raw unixReviewTime -5", lambda d: _amazon_raw(d, '{"reviewerID": "u", "asin": "a", '
+         '"unixReviewTime": -5, "overall": 5}\n' + good_reviews), "line 1: unixReviewTime -5"),
+        ("unbalanced quote in ratings.csv", lambda d: ratings_csv(d, '"1,2,3,978300759\n'), "line 2"),
     ]  # fmt: skip
     out = []
     for i, (name, build, says) in enumerate(cases):
@@ -137,14 +157,25 @@ def config_cases(work: Path, experiment: Path) -> list[Case]:
         ("invalid YAML", "model: [unclosed\n", "YAML"),
         ("a config that extends itself", {"base": "config.yaml"}, "extends itself"),
         ("an unknown section", {**base, "trian": {"epochs": 3}}, "trian"),
-        ("a negative learning rate", {**base, "train": {"lr": -0.1}}, "train.lr"),
-        ("a string for an integer", {**base, "train": {"batch_size": "big"}}, "train.batch_size"),
+        ("a negative learning rate", {**base, "train": {"optimization": {"lr": -0.1}}}, "train.optimization.lr"),
+        ("a string for an integer", {**base, "train": {"optimization": {"batch_size": "big"}}},
+         "train.optimization.batch_size"),
+        ("epochs: true", {**base, "train": {"schedule": {"epochs": True}}},
+         "train.schedule.epochs: Input should be a valid integer"),
+        ("lr a quoted string", f"base: {experiment.resolve()}\ntrain:\n  optimization: {{lr: '1e-3'}}\n",
+         "train.optimization.lr: Input should be a valid number"),
+        ("a section twice", f"base: {experiment.resolve()}\nmodel: {{name: sasrec}}\nmodel: {{name: popularity}}\n",
+         "key 'model' is given twice (lines 2 and 3)"),
+        ("a UTF-16 file", ("model: {name: sasrec}\n".encode("utf-16")), "not UTF-8 text: it looks like UTF-16"),
     ]  # fmt: skip
     out = []
     for i, (name, content, says) in enumerate(cases):
         path = work / f"config-{i}" / "config.yaml"
         path.parent.mkdir(parents=True)
-        path.write_text(content if isinstance(content, str) else "" if content is None else yaml.safe_dump(content))
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content if isinstance(content, str) else "" if content is None else yaml.safe_dump(content))
         done = run_recsys("train", "--config", str(path), "--work-dir", str(path.parent / "work"))
         case = _exit_2(f"config: {name}", f"recsys train --config <{name}>", done, says, [path.parent / "work"])
         fast = done.seconds < CONFIG_SECONDS
@@ -153,7 +184,27 @@ def config_cases(work: Path, experiment: Path) -> list[Case]:
     missing = run_recsys("train", "--config", str(work / "no-such.yaml"))
     out.append(_exit_2("config: a config file that does not exist", "recsys train --config no-such.yaml", missing,
                        "not found", []))  # fmt: skip
-    return out
+    return out + _no_data_path(work / "config-no-path", experiment)
+
+
+def _no_data_path(folder: Path, experiment: Path) -> list[Case]:
+    """A file source without data.path: the message names the config key (not a command-line flag), and the failed
+    data step lets go of its pipeline's lock (a released lock leaves no file behind)."""
+    path = folder / "config.yaml"
+    folder.mkdir(parents=True)
+    raw = load_config(experiment).model_dump(mode="json", exclude_none=True)
+    path.write_text(yaml.safe_dump({**raw, "name": "no-path", "data": {"source": "amazon-p5"}}))  # no base: no options
+    done = run_recsys("train", "--config", str(path), "--work-dir", str(folder / "work"))
+    named = _exit_2("config: a file source without data.path", "recsys train --config <amazon-p5, no path>", done,
+                    "data.path in an experiment config", [folder / "work" / "data" / "no-path"])  # fmt: skip
+    lock = folder / "work" / "pipelines" / "no-path" / "lock"
+    released = Case(
+        "inputs", "config: a failed data step lets go of its lock", "the pipeline's lock file after that run",
+        "no lock file (a released lock is removed; only a killed holder's stays)",
+        "lock file left" if lock.exists() else "no lock file", not lock.exists(), False, False, False,
+        short(lock.read_text()) if lock.is_file() else "",
+    )  # fmt: skip
+    return [named, released]
 
 
 def _exit_2(name: str, command: str, done: Finished, says: str, outputs: list[Path], existed: bool = False) -> Case:

@@ -1,7 +1,8 @@
 """Amazon reviews in the P5 / TIGER form: `user_sequence.txt` (+ optional `items.csv`).
 
 `user_sequence.txt` has one user per line, `USER_ID ITEM_ID ITEM_ID ...`, items in chronological
-order; there are no timestamps, so `ts` is the position in the user's sequence (0, 1, ...).
+order; there are no timestamps, so `ts` is the position in the user's sequence (0, 1, ...): never negative and far
+below `MAX_TIMESTAMP`, so unlike the unix times of the other loaders it needs no bound check.
 `items.csv` is a quoted CSV with header `item_id,title`.
 
 `open_amazon_p5` reads the sequences batch by batch (what `recsys data prepare` uses, for files of any size);
@@ -100,7 +101,7 @@ def load_amazon_p5(path: Path, *, domain: str | None = None) -> RawDataset:
     sequences = stream.files[0]
     rows = pl.concat(stream.batches(LOAD_BATCH_BYTES))
     require_one_line_per_user(rows, sequences)
-    return RawDataset(interactions=rows.drop(LINE), items=stream.items, source=SOURCE, files=stream.files)
+    return RawDataset(rows.drop(LINE), stream.items, SOURCE, stream.files, lines=rows.get_column(LINE))
 
 
 def parse_sequences(lines: pl.DataFrame, path: Path) -> pl.DataFrame:

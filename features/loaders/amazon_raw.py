@@ -1,7 +1,8 @@
 """Amazon reviews as published: `reviews_<Category>[_5].json(.gz)` + optional `meta_<Category>.json(.gz)`.
 
 Reviews: one JSON object per line; the loader reads `reviewerID`, `asin`, `unixReviewTime`, `overall`
-(value = the star rating, event = "review"). Meta: one object per line with `asin`, `title`,
+(value = the star rating, finite; event = "review"; ts = `unixReviewTime`, held to 0..`MAX_TIMESTAMP` as the API
+holds it). Meta: one object per line with `asin`, `title`,
 `categories` (a list of category paths), `brand`, `description`; the 2014 meta files are Python
 dict literals rather than JSON, which the parser accepts too. category = the first category path
 joined with " > " (e.g. "Beauty > Skin Care > Face").
@@ -61,17 +62,18 @@ def load_amazon_raw(path: Path, *, domain: str | None = None) -> RawDataset:
             (`reviews_Beauty_5.json.gz` -> "beauty").
 
     Raises:
-        DataError: missing/empty/non-UTF-8 file, a line that is not an object, a missing field,
-            or a timestamp/rating that is not a number.
+        DataError: missing/empty/non-UTF-8 file, a line that is not an object, a missing field, a rating that is
+            not a finite number, or a time that is not an integer in 0..MAX_TIMESTAMP.
     """
     reviews = find_reviews_file(path)
     category = _category(reviews)
     domain = domain if domain is not None else category.lower()
-    interactions = read_reviews(reviews).with_columns(pl.lit(domain).alias(DOMAIN))
+    rows = read_reviews(reviews)
+    interactions = rows.drop(LINE).with_columns(pl.lit(domain).alias(DOMAIN))
     meta = find_meta_file(reviews.parent, category)
     items = None if meta is None else read_meta(meta).with_columns(pl.lit(domain).alias(DOMAIN))
     files = (reviews,) if meta is None else (reviews, meta)
-    return RawDataset(interactions=interactions, items=items, source=SOURCE, files=files)
+    return RawDataset(interactions, items, SOURCE, files, lines=rows.get_column(LINE))
 
 
 def find_reviews_file(path: Path) -> Path:
@@ -111,16 +113,16 @@ def find_meta_file(folder: Path, category: str) -> Path | None:
 
 
 def read_reviews(path: Path) -> pl.DataFrame:
-    """Read review lines into (user_id, item_id, ts, event, value) rows, in file order.
+    """Read review lines into (line, user_id, item_id, ts, event, value) rows, in file order.
 
     Args:
         path: the reviews file.
     """
     fields = json_string_fields(text_lines(read_text(path)), path, list(REVIEW_FIELDS))
     require_values(fields, path, list(REVIEW_FIELDS))
-    fields = parse_numbers(fields, path, {"unixReviewTime": pl.Int64(), "overall": pl.Float32()})
-    fields = fields.rename(REVIEW_FIELDS)
-    return fields.select(USER_ID, ITEM_ID, TS, pl.lit(EVENT_NAME).alias(EVENT), VALUE)
+    numbers = {"unixReviewTime": pl.Int64(), "overall": pl.Float32()}
+    fields = parse_numbers(fields, path, numbers, unix_times=["unixReviewTime"]).rename(REVIEW_FIELDS)
+    return fields.select(LINE, USER_ID, ITEM_ID, TS, pl.lit(EVENT_NAME).alias(EVENT), VALUE)
 
 
 def read_meta(path: Path) -> pl.DataFrame:

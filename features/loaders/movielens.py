@@ -1,12 +1,14 @@
 """MovieLens ratings: `ratings.dat` (ML-1M/10M) or `ratings.csv` (ML-20M/25M/latest), + optional movies file.
 
 - `ratings.dat`: `UserID::MovieID::Rating::Timestamp`, no header.
-- `ratings.csv`: header `userId,movieId,rating,timestamp`, unquoted.
+- `ratings.csv`: header `userId,movieId,rating,timestamp`, unquoted: a quote character in a field is an error (a
+  stray or unbalanced quote would otherwise make `"1` a user of its own).
 - `movies.dat`: `MovieID::Title::Genres` (GroupLens ships ML-1M's in Latin-1: decoded as UTF-8
   when valid, else as Latin-1 with a warning in the log).
 - `movies.csv`: quoted CSV with header `movieId,title,genres`.
 
-value = rating, event = "rating", ts = the unix timestamp; items' category = genres as in the file
+value = rating (finite), event = "rating", ts = the unix timestamp (0..`MAX_TIMESTAMP`, as the API takes it, else
+an error naming the line); items' category = genres as in the file
 ("Animation|Children's|Comedy").
 
 Example:
@@ -31,6 +33,7 @@ from features.io import (
     parse_numbers,
     read_csv_catalog,
     read_text,
+    require_unquoted,
     require_values,
     split_fields,
     text_lines,
@@ -57,16 +60,19 @@ def load_movielens(path: Path, *, domain: str = DOMAIN_NAME) -> RawDataset:
 
     Raises:
         DataError: missing/unreadable/empty/non-UTF-8 file, a file other than ratings.dat / ratings.csv, a line
-            with the wrong number of fields, a missing header column, a non-numeric rating or timestamp, or a movie
-            id listed twice.
+            with the wrong number of fields, a missing header column, a quote character in a ratings field, a rating
+            that is not a finite number, a timestamp that is not an integer in 0..MAX_TIMESTAMP, or a movie id listed
+            twice.
     """
     ratings = locate(path, ["ratings.dat", "ratings.csv"], SOURCE)
     is_csv = ratings.name.removesuffix(".gz").endswith(".csv")
     columns = CSV_COLUMNS if is_csv else DAT_COLUMNS
     frame = read_ratings_csv(ratings) if is_csv else read_ratings_dat(ratings)
     require_values(frame, ratings, list(columns))
+    require_unquoted(frame, ratings, list(columns))
     numbers = {name: NUMERIC[target] for name, target in columns.items() if target in NUMERIC}
-    frame = parse_numbers(frame, ratings, numbers).rename(columns)
+    times = [name for name, target in columns.items() if target == TS]
+    frame = parse_numbers(frame, ratings, numbers, unix_times=times).rename(columns)
     interactions = frame.select(
         USER_ID, ITEM_ID, TS, pl.lit(EVENT_NAME).alias(EVENT), VALUE, pl.lit(domain).alias(DOMAIN)
     )
@@ -76,7 +82,7 @@ def load_movielens(path: Path, *, domain: str = DOMAIN_NAME) -> RawDataset:
         items = read_movies_csv(movies) if is_csv else read_movies_dat(movies)
         items = items.with_columns(pl.lit(domain).alias(DOMAIN))
     files = (ratings,) if movies is None else (ratings, movies)
-    return RawDataset(interactions=interactions, items=items, source=SOURCE, files=files)
+    return RawDataset(interactions, items, SOURCE, files, lines=frame.get_column(LINE))
 
 
 def read_ratings_dat(path: Path) -> pl.DataFrame:

@@ -1,4 +1,6 @@
-"""Render `DashboardData` as one self-contained HTML page: plotly.js inlined once, no CDN, no network.
+"""Render `DashboardData` as one HTML page: plotly.js inlined once (self-contained: the evaluate step's
+dashboard.html, no CDN, no network), or loaded from a URL the server serves it at (the API's `/dashboard`, where
+every page would otherwise carry its 4.8 MB again).
 
 Sections (each with an empty state that says what to run to fill it):
 
@@ -71,13 +73,15 @@ details.columns label { margin-right: 12px; white-space: nowrap; } .status-runni
 """
 
 
-def render_dashboard(data: DashboardData) -> str:
-    """The whole page for `data`: one HTML document with plotly.js inlined (before the first chart)."""
+def render_dashboard(data: DashboardData, plotly_js_url: str | None = None) -> str:
+    """The whole page for `data`: one HTML document with plotly.js before the first chart, inlined, or (with
+    `plotly_js_url`) a script element loading it from there."""
     figures: list[str] = []  # rendered chart divs, in page order; the first carries plotly.js
+    plotly_js: bool | str = plotly_js_url or True
 
     def chart(figure: Any, key: str) -> str:
         figures.append(key)
-        return _figure_html(figure, key, include_plotlyjs=len(figures) == 1)
+        return _figure_html(figure, key, include_plotlyjs=plotly_js if len(figures) == 1 else False)
 
     evaluations = data.evaluations
     sections = [
@@ -374,7 +378,7 @@ def _expert_load(evaluations: Sequence[Evaluation], chart: Any) -> str:
 # ---------------------------------------------------------------------------------------------------- charts
 
 
-def _figure_html(figure: Any, key: str, include_plotlyjs: bool) -> str:
+def _figure_html(figure: Any, key: str, include_plotlyjs: bool | str) -> str:
     config = {"displaylogo": False, "responsive": True}
     div = figure.to_html(
         full_html=False, include_plotlyjs=include_plotlyjs, div_id=f"chart-{key}", config=config,

@@ -124,7 +124,7 @@ def evaluate(
         BudgetExceeded: the evaluation ran past `config.max_seconds` or held more than `config.max_memory_gb`.
     """
     config = config or EvalConfig()
-    list_length = max(config.ks)
+    list_length = min(max(config.ks), num_items)  # a catalogue smaller than the longest list is listed whole
     users = torch.arange(len(split.targets)) if sample is None else sample.rows(len(split.targets))
     blocks = _vectors_for_item_blocks(scorer, num_items, config.item_block)
     workers = workers or Workers()

@@ -2,7 +2,8 @@
 ends, kill -9 included, so a crash never leaves a stale lock behind.
 
 The lock file records its holder (pid, host, since when, a token unique to the acquisition), so whoever finds it
-held can say by whom, and a new holder knows who held it before: that one is gone.
+held can say by whom. A holder that lets go (an error included) removes the file; a killed one's stays, so a new
+holder knows who held it before and was killed.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class LockHolder:
 @dataclass(frozen=True)
 class HeldLock:
     holder: LockHolder  # this process
-    previous: LockHolder | None  # who held it last: gone, since this process got it
+    previous: LockHolder | None  # the holder killed before this one took the lock, if any
 
     def outlived(self, host: str, token: str) -> bool:
         """Whether the holder that acquired this lock with `token` on `host` is gone: the last holder before this
@@ -62,23 +63,49 @@ def exclusive_lock(path: Path, *, what: str, fix: str, wait_s: float = 0.0) -> I
         wait_s: how long to wait for the holder to let go; 0: raise `LockHeldError` at once.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    fd = _open_locked(path, time.monotonic() + wait_s, wait_s, what=what, fix=fix)
     try:
-        deadline = time.monotonic() + wait_s
-        while not _try_lock(fd):
-            if time.monotonic() >= deadline:
-                holder = _read_holder(fd)
-                waited = f" (waited {wait_s:g} s)" if wait_s else ""
-                raise LockHeldError(f"{what} by {holder or 'another process'}{waited}. Fix: {fix}")
-            time.sleep(_POLL_S)
         previous = _read_holder(fd)
         me = LockHolder(os.getpid(), socket.gethostname(), datetime.now(UTC).isoformat(timespec="seconds"),
                         uuid.uuid4().hex)  # fmt: skip
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(asdict(me)).encode(), 0)
-        yield HeldLock(me, previous)
+        try:
+            yield HeldLock(me, previous)
+        finally:  # a normal exit or an error: no file left to look stale (a killed holder's stays, naming it)
+            path.unlink(missing_ok=True)
     finally:
         os.close(fd)  # releases the lock
+
+
+def _open_locked(path: Path, deadline: float, wait_s: float, *, what: str, fix: str) -> int:
+    """A descriptor of the file at `path`, locked. A holder removes the file as it lets go, so a lock taken on a file
+    no longer at `path` guards nothing: open the path again."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            locked = _try_lock(fd)
+            if locked and _is_at(fd, path):
+                return fd
+            if not locked and time.monotonic() >= deadline:
+                holder = _read_holder(fd)
+                waited = f" (waited {wait_s:g} s)" if wait_s else ""
+                raise LockHeldError(f"{what} by {holder or 'another process'}{waited}. Fix: {fix}")
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        if not locked:
+            time.sleep(_POLL_S)
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    try:
+        on_disk = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino)
 
 
 def _try_lock(fd: int) -> bool:

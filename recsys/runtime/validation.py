@@ -1,5 +1,6 @@
-"""Config dataclasses from user input (YAML, saved files): types checked, unknown keys refused, errors that name the
-dotted key and say how to fix it.
+"""Config dataclasses from user input (YAML, saved files): types checked strictly (a bool is not a number, a string
+is not a float: the input goes through pydantic's strict JSON mode, where lists become tuples and strings paths as
+JSON has no other way to write them), unknown keys refused, errors that name the dotted key and say how to fix it.
 
 A config dataclass states its bounds on the field (`dim: PositiveInt = 64`, `dropout: Fraction = 0.5`) and checks
 across fields in `__post_init__`, raising a ValueError whose message starts with the field it is about
@@ -9,6 +10,7 @@ across fields in `__post_init__`, raising a ValueError whose message starts with
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
@@ -45,11 +47,17 @@ def config_from(cls: type[T], fields: Mapping[str, Any], where: str, filled: Map
     if unknown:
         raise ConfigError("; ".join(f"{where}{key}: unknown key (known: {', '.join(known)})" for key in unknown))
     try:
-        holder = _strict_input(cls).model_validate({"value": {**fields, **filled}})
+        holder = _strict_input(cls).model_validate_json(as_json({"value": {**fields, **filled}}), strict=True)
     except ValidationError as err:
         raise ConfigError(_nested_problems(err, where)) from err
     value: T = holder.value  # type: ignore[attr-defined]
     return value
+
+
+def as_json(value: Any) -> str:
+    """`value` (YAML as parsed, a saved config) as JSON text, for pydantic's strict JSON validation; what JSON cannot
+    hold (a YAML date) becomes its text, which the field then refuses by name."""
+    return json.dumps(value, default=str)
 
 
 _STRICT_INPUTS: dict[type, type[BaseModel]] = {}  # built once per config class

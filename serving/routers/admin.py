@@ -74,7 +74,7 @@ def reload(request: Request) -> ReloadResponse:
 
 
 class AdapterRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # an old client's `path` is refused, not ignored
+    model_config = ConfigDict(extra="forbid", strict=True)  # an old client's `path` is refused, not ignored
 
     version: str = Field(
         pattern=NAME_PATTERN, description=f"the adapter file <adapter_root>/<domain>/<version>{ADAPTER_SUFFIX}"
@@ -132,11 +132,16 @@ def swap_adapter(
 
 
 def _adapter_file(root: Path, domain: str, version: str) -> Path:
-    """`<root>/<domain>/<version>.pt`, resolved (symlinks followed); 404, the same for a missing file and for one
-    that resolves outside the root, so an answer never says whether some other file exists."""
+    """`<root>/<domain>/<version>.pt`, resolved (symlinks followed); 404, the same for a missing file, one that
+    resolves outside the root and a link that never resolves (a loop), so an answer never says whether some other
+    file exists."""
     root = root.resolve()
-    path = (root / domain / f"{version}{ADAPTER_SUFFIX}").resolve()
-    if not path.is_relative_to(root) or not path.is_file():
+    try:
+        path = (root / domain / f"{version}{ADAPTER_SUFFIX}").resolve()
+        found = path.is_relative_to(root) and path.is_file()
+    except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13), a path the OS refuses
+        found = False
+    if not found:
         raise HTTPException(
             status_code=404,
             detail=f"no adapter {version!r} for domain {domain!r} under the adapter root. Fix: write it with "

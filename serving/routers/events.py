@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1", tags=["events"], route_class=StrictJsonRoute)
 )
 def events(body: EventsRequest, recommender: RecommenderDep, store: HistoryStoreDep) -> EventsResponse:
     """Known items are stored (oldest first) with their time (now when not given); ids outside the catalog are
-    returned in `unknown_items`."""
+    named in `unknown_items` (the first few) and counted in `unknown_count`."""
     known, unknown = recommender.item_idx(body.item_ids)
     unknown_ids = set(unknown)
     times = body.timestamps or [int(time.time())] * len(body.item_ids)
@@ -30,4 +30,4 @@ def events(body: EventsRequest, recommender: RecommenderDep, store: HistoryStore
             store.append(body.user_id, kept)
         except HistoryUnavailableError as err:
             raise HTTPException(status_code=503, detail=f"events not stored, retry later: {err}") from err
-    return EventsResponse(user_id=body.user_id, accepted=len(known), unknown_items=unknown)
+    return EventsResponse(user_id=body.user_id, accepted=len(known), **EventsResponse.unknown(unknown))

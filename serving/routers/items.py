@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
+from fastapi import Path as PathParam
 
 from serving.deps import RecommenderDep
-from serving.schemas import NOT_READY, ScoredItem, SimilarItemsResponse, error_responses
+from serving.schemas import MAX_ID_CHARS, NOT_READY, ScoredItem, SimilarItemsResponse, error_responses
 
 router = APIRouter(prefix="/v1", tags=["items"])
 
@@ -19,7 +20,9 @@ router = APIRouter(prefix="/v1", tags=["items"])
     ),
 )
 def similar_items(
-    item_id: str, recommender: RecommenderDep, k: Annotated[int, Query(ge=1, le=100)] = 10
+    item_id: Annotated[str, PathParam(max_length=MAX_ID_CHARS)],
+    recommender: RecommenderDep,
+    k: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> SimilarItemsResponse:
     known, _ = recommender.item_idx([item_id])
     if not known:

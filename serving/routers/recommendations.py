@@ -75,7 +75,7 @@ async def recommendations(
         source="model" if signals else "popularity",
         signals=signals or ["popularity"],
         history_length=len(history),
-        unknown_items=unknown,
+        **RecommendationResponse.unknown(unknown),
         degraded=degraded,
         model_version=recommender.version,
     )

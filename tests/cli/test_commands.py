@@ -138,3 +138,23 @@ def test_evaluate_compare_prints_the_paired_differences_and_writes_them_beside(
 
     missing = runner.invoke(app, ["evaluate", "--model-dir", str(trained_dir), "--compare", str(work / "nope")])
     assert missing.exit_code == 2 and "is not a model directory" in missing.stderr
+
+
+def test_train_data_dir_takes_a_prepared_directory_or_the_sources_raw_input(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    from features.export import write_p5
+    from features.prepare import prepare
+    from features.sources import open_source
+
+    prepared = tmp_path / "prepared"
+    prepare(open_source("synthetic", None, num_users=60, num_items=40), prepared)
+    raw = write_p5(prepared, tmp_path / "raw" / "amazon-synthetic").out_dir
+    config = tiny_config(tmp_path, data={"source": "amazon-p5", "options": {}})  # no data.path: --data-dir gives it
+    for data_dir, note in ((raw, "is not a prepared directory (no meta.json): read as the raw input"), (prepared, "")):
+        work = tmp_path / f"work-{data_dir.name}"
+        command = ["train", "--config", str(config), "--work-dir", str(work), "--epochs", "1", "--data-dir"]
+        result = runner.invoke(app, [*command, str(data_dir)])
+        assert result.exit_code == 0, result.output
+        assert (note in result.stderr) if note else "prepared directory" not in result.stderr
+        assert (work / "models" / "tiny-sasrec").is_dir()

@@ -22,13 +22,17 @@ BAD_PARAM = "model:\n  name: sasrec\n  params: {dim: 64, bogus: 1}\n"
         (["train"], None, "{config}: config file not found. Fix: pass an existing YAML file"),
         (["pipeline", "run"], None, "{config}: config file not found. Fix: pass an existing YAML file"),
         (["train"], BAD_PARAM, "{config}: model 'sasrec': model.params.bogus: unknown key (known: max_history,"),
+        (["train"], BAD_PARAM.encode("utf-16"), "{config}: not UTF-8 text: it looks like UTF-16"),
+        (["train"], BAD_PARAM + "model: {name: popularity}\n", "{config}: key 'model' is given twice (lines 1 and 4)"),
     ],
-    ids=["train-missing", "pipeline-missing", "train-unknown-param"],
+    ids=["train-missing", "pipeline-missing", "train-unknown-param", "train-utf16", "train-key-twice"],
 )
-def test_a_config_error_exits_2_at_once(tmp_path: Path, command: list[str], text: str | None, message: str) -> None:
+def test_a_config_error_exits_2_at_once(
+    tmp_path: Path, command: list[str], text: str | bytes | None, message: str
+) -> None:
     config = tmp_path / "experiment.yaml"
     if text is not None:
-        config.write_text(text)
+        config.write_bytes(text if isinstance(text, bytes) else text.encode())
     start = time.monotonic()
     result = subprocess.run(
         [str(RECSYS), *command, "--config", str(config), "--work-dir", str(tmp_path / "work")],

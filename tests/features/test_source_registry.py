@@ -36,6 +36,21 @@ def test_unknown_option_is_rejected(p5_dir: Path) -> None:
         load_source("amazon-p5", p5_dir, num_users=5)
 
 
+@pytest.mark.parametrize(
+    ("source", "options", "problem"),
+    [
+        ("synthetic", {"num_users": True}, "num_users: Input should be a valid integer"),
+        ("synthetic", {"num_users": "50"}, "num_users: Input should be a valid integer"),
+        ("synthetic", {"session_reset_prob": "0.1"}, "session_reset_prob: Input should be a valid number"),
+        ("amazon-p5-domains", {"domains": "beauty"}, "domains: Input should be a valid array"),
+    ],
+)
+def test_an_option_of_the_wrong_type_is_named(source: str, options: dict, problem: str, p5_dir: Path) -> None:
+    path = None if source == "synthetic" else p5_dir
+    with pytest.raises(ConfigError, match=rf"source '{source}': {problem}\. Fix: give the option a value of that"):
+        load_source(source, path, **options)
+
+
 def test_none_options_are_ignored(p5_dir: Path) -> None:
     raw = load_source("amazon-p5", p5_dir, num_users=None, domain="kids")
     assert set(raw.interactions["domain"]) == {"kids"}

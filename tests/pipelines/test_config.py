@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
 
-from pipelines.config import load_config
+from pipelines.config import load_config, parse_overrides
 from recsys.errors import ConfigError
 from recsys.models.family import Input
 from recsys.training.recipes import NextItemTraining
@@ -40,6 +41,46 @@ def test_wrong_type_is_named(tmp_path: Path) -> None:
     path.write_text("train:\n  optimization: {lr: fast}\n")
     with pytest.raises(ConfigError, match=r"train.optimization.lr: Input should be a valid number"):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("train:\n  schedule: {epochs: true}\n", "train.schedule.epochs: Input should be a valid integer"),
+        ('train:\n  optimization: {lr: "1e-3"}\n', "train.optimization.lr: Input should be a valid number"),
+        ("train:\n  schedule: {epochs: 2.5}\n", "train.schedule.epochs: Input should be a valid integer"),
+    ],
+)
+def test_types_are_strict_a_bool_is_no_number_and_a_string_no_float(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("model:\n  name: sasrec\n" + text)
+    with pytest.raises(ConfigError, match=re.escape(f"bad.yaml: {problem}")):
+        load_config(path)
+
+
+def test_numbers_read_as_written_in_files_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("model:\n  name: sasrec\ntrain:\n  optimization: {lr: 1e-3, weight_decay: 5E-5}\n")
+    config = load_config(path)
+    assert (config.train.optimization.lr, config.train.optimization.weight_decay) == (0.001, 5e-5)
+    assert load_config(path, parse_overrides(["train.optimization.lr=2e-4"])).train.optimization.lr == 2e-4
+
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text("model:\n  name: sasrec\ntrain:\n  schedule: {epochs: 3}\nmodel:\n  name: popularity\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml: key 'model' is given twice \(lines 1 and 5\)\. Fix: keep one"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(("encoding", "named"), [("utf-16", "UTF-16"), ("latin-1", "line 2 holds the byte b'\\xe9'")])
+def test_a_file_not_in_utf8_is_named_with_its_encoding(tmp_path: Path, encoding: str, named: str) -> None:
+    path = tmp_path / "other.yaml"
+    path.write_bytes("# Purpose: x\nmodel: {name: sé}\n".encode(encoding))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}: not UTF-8 text") and named in str(info.value)
+    assert str(info.value).endswith("Fix: save the file as UTF-8")
 
 
 def test_a_key_that_moved_is_read_under_its_new_name_with_a_warning(

@@ -19,6 +19,7 @@ from cli import app
 from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.registry import CHAMPION
+from recsys.errors import ConfigError
 from recsys.models.registry import load_model
 
 
@@ -88,6 +89,7 @@ def test_a_crashed_run_resumes_at_the_failed_step(
             runner.run_pipeline(config, tmp_path)
     state = json.loads((tmp_path / "pipelines" / "tiny-sasrec" / "state.json").read_text())
     assert set(state) == {"prepare_data", "train_retriever"}
+    assert not (tmp_path / "pipelines" / "tiny-sasrec" / "lock").exists()  # let go: nothing that looks stale
     resumed = statuses(runner.run_pipeline(config, tmp_path))
     assert resumed["prepare_data"] == resumed["train_retriever"] == "skipped" and resumed["build_index"] == "ran"
     assert resumed["register"] == "not applicable"  # tracking off: no registry
@@ -95,6 +97,15 @@ def test_a_crashed_run_resumes_at_the_failed_step(
     changed = load_config(tiny_config(tmp_path, tracking={"enabled": False}, pipeline={"index": {"kind": "hnsw"}}))
     again = statuses(runner.run_pipeline(changed, tmp_path))
     assert again["train_retriever"] == "skipped" and again["build_index"] == "ran"
+
+
+def test_a_source_without_its_path_names_the_config_key_and_leaves_no_lock(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    config = load_config(tiny_config(tmp_path, data={"source": "amazon-p5", "options": {}}))
+    with pytest.raises(ConfigError, match=r"source 'amazon-p5' needs an input path. Fix: data.path"):
+        runner.run_pipeline(config, tmp_path)
+    assert not (tmp_path / "pipelines" / "tiny-sasrec" / "lock").exists()
 
 
 def test_cli_prints_the_steps(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:

@@ -85,6 +85,8 @@ def test_similar_items(client: TestClient, registry: tuple) -> None:
         ({"user_id": "u00001", "colour": "red"}, "Extra inputs are not permitted"),
         ({"user_id": "u00001", "domain": "sports"}, "serves a single domain"),
         ({"history": "not-a-list"}, "valid list"),
+        ({"user_id": "u00001", "k": True}, "valid integer"),  # strict: JSON's true is not a number
+        ({"user_id": "u00001", "k": "10"}, "valid integer"),  # nor is a string of digits
     ],
 )
 def test_invalid_requests_get_422_with_a_message(client: TestClient, body: dict, message: str) -> None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from recsys.data.schema import MAX_TIMESTAMP
 from serving.main import create_app
-from serving.schemas import MAX_ID_CHARS
+from serving.schemas import MAX_ECHOED_IDS, MAX_ID_CHARS
 from serving.settings import ServingSettings
 
 
@@ -72,6 +72,23 @@ def test_a_422_does_not_echo_a_large_input(client: TestClient) -> None:
     response = client.post("/v1/events", json={"user_id": huge, "item_ids": [huge]})
     assert response.status_code == 422 and len(response.content) < 2_000 and huge[:300] not in response.text
     assert all(set(error) == {"type", "loc", "msg"} for error in response.json()["detail"])
+
+
+def test_an_over_long_similar_items_id_is_refused_without_an_echo(client: TestClient) -> None:
+    response = client.get("/v1/similar-items/" + "x" * 65_000)
+    assert response.status_code == 422 and len(response.content) < 2_000 and "x" * 300 not in response.text
+    assert any("item_id" in error["loc"] for error in response.json()["detail"])
+
+
+def test_unknown_ids_are_counted_and_only_the_first_few_named(client: TestClient) -> None:
+    unknown = [f"no-such-item-{i:04d}" for i in range(1_000)]
+    recommended = client.post("/v1/recommendations", json={"history": unknown, "k": 3})
+    posted = client.post("/v1/events", json={"user_id": "echo", "item_ids": unknown[:100]})
+    for response, sent in ((recommended, 1_000), (posted, 100)):
+        body = response.json()
+        assert response.status_code == 200 and body["unknown_count"] == sent
+        assert body["unknown_items"] == unknown[:MAX_ECHOED_IDS]
+    assert len(recommended.content) < 3_000  # not the ~20 kB of ids sent
 
 
 identifiers = st.text(max_size=40)  # any Unicode, surrogates and control characters included

@@ -21,7 +21,9 @@ from fastapi.testclient import TestClient
 
 from pipelines.dashboard.render import PALETTE
 from serving.main import create_app
+from serving.routers.dashboard import PLOTLY_JS_PATH
 from serving.settings import ServingSettings
+from tests.conftest import recsys_serve
 from tests.pipelines.dashboard.test_honest_views import honest_views_page
 from tests.pipelines.dashboard.test_render import chart_ids, semantic_id_page
 
@@ -61,9 +63,22 @@ def test_dashboard_shows_runs_comparison_and_slices(page: str) -> None:
     assert "No challenger to compare with a champion yet" in page  # one run: the champion alone
     assert set(chart_ids(page)) == CHARTS  # the comparison and one chart per slice family
     assert "No semantic IDs" in page  # the empty state of a model without them, with what to run
-    assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.IGNORECASE)  # plotly.js is inlined ...
+    # plotly.js is not in the page: one script of this server loads it (no CDN, nothing else from outside)
+    assert re.findall(r"<script[^>]*\bsrc\s*=\s*\"([^\"]+)\"", page, re.IGNORECASE) == [PLOTLY_JS_PATH]
     assert not re.search(r"<link[^>]*\bhref\s*=\s*[\"']?https?:", page, re.IGNORECASE)
-    assert page.count("window.PlotlyConfig") == 1  # ... once
+    assert len(page) < 500_000 and page.count("window.PlotlyConfig") == 1
+
+
+def test_the_page_is_rendered_once_per_store_state_and_plotly_is_cached_for_good(client: TestClient) -> None:
+    first = client.get("/dashboard")
+    cache = client.app.state.dashboard_cache  # type: ignore[attr-defined]
+    rendered = dict(cache.pages)
+    again = client.get("/dashboard", headers={"If-None-Match": first.headers["etag"]})
+    assert again.status_code == 304 and again.headers["etag"] == first.headers["etag"] and not again.content
+    assert client.get("/dashboard").text == first.text and dict(cache.pages) == rendered  # the same page object
+    script = client.get(PLOTLY_JS_PATH)
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert "immutable" in script.headers["cache-control"] and len(script.content) > 3_000_000
 
 
 def test_dashboard_of_one_experiment(client: TestClient) -> None:
@@ -163,26 +178,30 @@ def _unfilter_sequential(kind: int, line: list[int], up: list[int], bpp: int) ->
     return out
 
 
-def test_dashboard_draws_in_headless_chromium(page: str, tmp_path: Path) -> None:
+def test_dashboard_draws_in_headless_chromium(page: str, registry: tuple[str, str, Path], tmp_path: Path) -> None:
+    """The API's page (plotly.js from the server: a real `recsys serve`), and the evaluate step's self-contained
+    pages (plotly.js inlined: opened as files)."""
     chromium = chromium_or_skip()
-    html_path = tmp_path / "dashboard.html"
-    html_path.write_text(page)
+    uri, name, _ = registry
     start = time.perf_counter()
     sid_path = tmp_path / "semantic-ids.html"
     sid_path.write_text(semantic_id_page())
     honest_path = tmp_path / "champion-and-trend.html"
     honest_path.write_text(honest_views_page())
     honest_charts = {"chart-comparison", "chart-champion", "chart-trend"}
-    for path, expected in ((html_path, CHARTS), (sid_path, {"chart-semantic-ids"}), (honest_path, honest_charts)):
-        dom = run_chromium(chromium, tmp_path / "profile", "--dump-dom", path.as_uri()).stdout
-        # every chart div got plotly's drawing: an <svg class="main-svg"> before the next chart's div
-        assert set(chart_ids(path.read_text())) == expected
-        drawn = re.split(r'id="(chart-[^"]+)"', dom)[1:]  # [id, what follows it, id, what follows it, ...]
-        svg_after = {chart: 'class="main-svg"' in after for chart, after in zip(drawn[::2], drawn[1::2], strict=True)}
-        assert svg_after == dict.fromkeys(expected, True), svg_after
-
-    shot = tmp_path / "dashboard.png"
-    run_chromium(chromium, tmp_path / "profile", f"--screenshot={shot}", html_path.as_uri())
+    with recsys_serve("--model-name", name, "--tracking-uri", uri, "--reload-interval-s", "0") as (base, _):
+        served = f"{base}/dashboard"
+        pages = ((served, page, CHARTS), (sid_path.as_uri(), sid_path.read_text(), {"chart-semantic-ids"}),
+                 (honest_path.as_uri(), honest_path.read_text(), honest_charts))  # fmt: skip
+        for url, html, expected in pages:
+            dom = run_chromium(chromium, tmp_path / "profile", "--dump-dom", url).stdout
+            # every chart div got plotly's drawing: an <svg class="main-svg"> before the next chart's div
+            assert set(chart_ids(html)) == expected
+            drawn = re.split(r'id="(chart-[^"]+)"', dom)[1:]  # [id, what follows it, id, what follows it, ...]
+            svg_after = {c: 'class="main-svg"' in after for c, after in zip(drawn[::2], drawn[1::2], strict=True)}
+            assert svg_after == dict.fromkeys(expected, True), svg_after
+        shot = tmp_path / "dashboard.png"
+        run_chromium(chromium, tmp_path / "profile", f"--screenshot={shot}", served)
     pixels = read_png(shot)[..., :3]  # (800, 1200, 3)
     assert pixels.shape == (800, 1200, 3)
     colours = np.unique(pixels.reshape(-1, 3), axis=0)

@@ -91,6 +91,10 @@ def test_one_domains_adapter_is_hot_swapped_from_its_file(
     (root / "toys").mkdir()
     (tmp_path / "outside.pt").write_bytes((root / "sports" / "v2.pt").read_bytes())
     (root / "sports" / "escape.pt").symlink_to(tmp_path / "outside.pt")  # a link out of the root
+    (root / "sports" / "loop.pt").symlink_to(root / "sports" / "loop.pt")  # links that never resolve
+    (root / "sports" / "ping.pt").symlink_to(root / "sports" / "pong.pt")
+    (root / "sports" / "pong.pt").symlink_to(root / "sports" / "ping.pt")
+    torch.save({"x": torch.zeros(2)}, root / "sports" / "wrong_keys.pt")
     sports = torch.nonzero(retrained.item_domain == 2).squeeze(1)[:3]
     settings = ServingSettings(model_name=name, tracking_uri=uri, admin_token=ADMIN_TOKEN, adapter_root=root)
     with TestClient(create_app(settings)) as client:
@@ -100,13 +104,17 @@ def test_one_domains_adapter_is_hot_swapped_from_its_file(
         anonymous = client.post("/v1/admin/adapters/sports", json={"version": "v2"})
         swapped = client.post("/v1/admin/adapters/sports", json={"version": "v2"}, headers=ADMIN)
         after = client.post("/v1/recommendations", json=body).json()
+        again = client.post("/v1/admin/adapters/sports", json={"version": "v2"}, headers=ADMIN)
         junk = client.post("/v1/admin/adapters/sports", json={"version": "junk"}, headers=ADMIN)
         unknown = client.post("/v1/admin/adapters/toys", json={"version": "v2"}, headers=ADMIN)
         escape = client.post("/v1/admin/adapters/sports", json={"version": "escape"}, headers=ADMIN)
         missing = client.post("/v1/admin/adapters/sports", json={"version": "missing"}, headers=ADMIN)
+        loops = [client.post("/v1/admin/adapters/sports", json={"version": v}, headers=ADMIN) for v in ("loop", "ping")]
+        wrong_keys = client.post("/v1/admin/adapters/sports", json={"version": "wrong_keys"}, headers=ADMIN)
     assert anonymous.status_code == 401
     assert swapped.status_code == 200 and "+sports:" in swapped.json()["model_version"]
     assert after["model_version"] == swapped.json()["model_version"] != before["model_version"]
+    assert again.json()["model_version"] == swapped.json()["model_version"]  # the same file again: the same version
     expected = retrained.score(sports[None])[0].topk(10).indices.tolist()
     assert [i["item_id"] for i in after["items"]] == [item_ids[i] for i in expected]
     assert junk.status_code == 422 and "junk.pt: not an adapter file of this model" in junk.text
@@ -115,6 +123,10 @@ def test_one_domains_adapter_is_hot_swapped_from_its_file(
     # outside the root is as absent as missing: an answer never tells whether some other file exists
     assert escape.status_code == missing.status_code == 404
     assert escape.json()["detail"].replace("escape", "V") == missing.json()["detail"].replace("missing", "V")
+    for loop in loops:
+        assert loop.status_code == 404, loop.text
+    assert wrong_keys.status_code == 422 and "wrong_keys.pt: not an adapter file" in wrong_keys.text
+    assert str(tmp_path) not in wrong_keys.text and str(tmp_path.resolve()) not in wrong_keys.text
     single_uri, single_name, _ = registry
     single = ServingSettings(
         model_name=single_name, tracking_uri=single_uri, admin_token=ADMIN_TOKEN, adapter_root=root

@@ -24,11 +24,13 @@ def test_no_generated_request_causes_a_server_error(registry: tuple[str, str, Pa
     # every reload is let through (the limit has its own test): the fuzzer exercises the reload itself
     secured += ["--adapter-root", str(tmp_path / "adapters"), "--reload-min-interval-s", "0"]
     with recsys_serve("--model-name", name, "--tracking-uri", uri, *secured) as (base, _):
-        spec = httpx.get(f"{base}/openapi.json", timeout=5).json()
-        assert {"/v1/admin/reload", "/v1/admin/adapters/{domain}"} <= spec["paths"].keys()
+        assert httpx.get(f"{base}/openapi.json", timeout=5).status_code == 401  # the spec needs a key too
+        spec = httpx.get(f"{base}/openapi.json", headers={"X-API-Key": "key-one"}, timeout=5)
+        assert {"/v1/admin/reload", "/v1/admin/adapters/{domain}"} <= spec.json()["paths"].keys()
+        (tmp_path / "openapi.json").write_bytes(spec.content)
         run = subprocess.run(
             [
-                schemathesis, "run", f"{base}/openapi.json",
+                schemathesis, "run", str(tmp_path / "openapi.json"), "--url", base,
                 "--header", f"Authorization: Bearer {ADMIN_TOKEN}", "--header", "X-API-Key: key-two",
                 "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,"
                 "response_schema_conformance",

@@ -3,14 +3,20 @@ routes when configured, reloads are rate-limited, and adapters are read from the
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
+from starlette.responses import PlainTextResponse
 
+from serving import security
 from serving.main import create_app
+from serving.security import ApiKeyGate
 from serving.settings import ServingSettings
 from tests.serving.conftest import ADMIN, ADMIN_TOKEN
 
@@ -24,7 +30,7 @@ def secured(registry: tuple[str, str, Path], tmp_path_factory: pytest.TempPathFa
     (secrets / "adapters").mkdir()
     settings = ServingSettings(
         model_name=name, tracking_uri=uri, admin_token=ADMIN_TOKEN, api_keys_file=secrets / "keys",
-        adapter_root=secrets / "adapters", reload_min_interval_s=60,
+        adapter_root=secrets / "adapters", reload_min_interval_s=60, refusal_delay_s=0,  # the delay: its own test
     )  # fmt: skip
     with TestClient(create_app(settings)) as client:
         yield client
@@ -67,10 +73,36 @@ def test_api_keys_guard_the_public_routes_not_the_probes(secured: TestClient) ->
     assert secured.get("/v1/similar-items/i00001", headers={"X-API-Key": "key-one"}).status_code in (200, 404)
     assert secured.get("/v1/similar-items/i00001").status_code == 401
     assert secured.get("/healthz").status_code == 200 and secured.get("/readyz").status_code == 200
-    schemes = secured.get("/openapi.json").json()["components"]["securitySchemes"]
+    for path in ("/openapi.json", "/docs", "/dashboard", "/v1/similar-items/i00001"):  # anonymous: refused first
+        assert secured.get(path).status_code == 401, path
+    assert secured.post("/v1/recommendations", content=b"{not json").status_code == 401  # before the body's 400
+    assert secured.get("/metrics").status_code == 200  # the scraper's
+    schemes = secured.get("/openapi.json", headers={"X-API-Key": "key-one"}).json()["components"]["securitySchemes"]
     assert {"type": "apiKey", "in": "header", "name": "X-API-Key"}.items() <= next(
         s for s in schemes.values() if s["type"] == "apiKey"
     ).items()
+
+
+def test_a_refusal_waits_without_holding_up_keyed_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    delay = 0.4
+    gate = ApiKeyGate(PlainTextResponse("ok"), frozenset({"key-one"}), refusal_delay_s=delay)
+
+    async def timed(client: httpx.AsyncClient, headers: dict[str, str]) -> tuple[int, float]:
+        start = time.perf_counter()
+        response = await client.get("/v1/anything", headers=headers)
+        return response.status_code, time.perf_counter() - start
+
+    async def at_once(*headers: dict[str, str]) -> list[tuple[int, float]]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(gate), base_url="http://test") as client:
+            return list(await asyncio.gather(*(timed(client, h) for h in headers)))
+
+    anonymous, wrong, keyed = asyncio.run(at_once({}, {"X-API-Key": "guess"}, {"X-API-Key": "key-one"}))
+    assert anonymous[0] == 401 and wrong[0] == 403 and keyed[0] == 200
+    assert anonymous[1] >= delay and wrong[1] >= delay
+    assert keyed[1] < delay  # the event loop was free while the refusals slept
+    monkeypatch.setattr(security, "MAX_DELAYED_REFUSALS", 1)  # past the cap, refusals go out at once
+    first, second = sorted(asyncio.run(at_once({}, {})), key=lambda answer: answer[1])
+    assert first[0] == second[0] == 401 and first[1] < delay <= second[1]
 
 
 @pytest.mark.parametrize(

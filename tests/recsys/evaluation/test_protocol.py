@@ -53,6 +53,12 @@ def test_full_ranking_metrics_and_rank_order() -> None:
     assert scorer.users == [[1, 3], [2]]  # each row's user_idx travels with its history
 
 
+def test_a_catalogue_smaller_than_the_longest_list_is_listed_whole() -> None:
+    scorer = FixedScorer([100.0, 4.0, 3.0, 2.0, 1.0])
+    result = evaluate(scorer, split([[1], [2]], targets=[4, 3]), num_items=4, config=EvalConfig(ks=(1, 10)))
+    assert result.metrics["recall@10"] == 1.0 and result.metrics["coverage@10"] == 1.0
+
+
 def test_times_travel_left_padded_with_their_histories() -> None:
     scorer = FixedScorer([0.0, 4.0, 3.0, 2.0, 1.0])
     s = EvalSplit(
