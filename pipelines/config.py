@@ -264,6 +264,7 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
         if moved_key(dotted) != dotted:
             logger.warning("override %s is now %s: read as such", dotted, moved_key(dotted))
         set_dotted(raw, moved_key(dotted), value)
+    raw = moved_keys_renamed(raw, where="overrides")  # an old key inside an override's value, e.g. sid={content: ..}
     try:
         return ExperimentConfig.model_validate_json(as_json(raw), strict=True)
     except ValidationError as err:
