@@ -1,4 +1,4 @@
-"""The `recsys` command line: data, sid, train, distill, evaluate, recommend, index, pipeline, serve, demo.
+"""The `recsys` command line: data, enrich, sid, train, distill, evaluate, recommend, index, pipeline, serve, demo.
 
 Run `recsys --help` or `recsys COMMAND --help`. Errors the user can fix exit with code 2 and a message.
 """
@@ -11,7 +11,7 @@ import warnings
 
 import typer
 
-from cli import data, demo, index, models, pipeline, serve, sid
+from cli import data, demo, enrich, index, models, pipeline, serve, sid
 from recsys.runtime.distributed import Workers
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ app.command("train")(models.train_command)
 app.command("distill")(models.distill_command)
 app.command("evaluate")(models.evaluate_command)
 app.command("recommend")(models.recommend_command)
+app.command("enrich")(enrich.enrich_command)
 app.command("demo")(demo.demo_command)
 app.command("serve")(serve.serve_command)
 

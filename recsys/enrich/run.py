@@ -1,0 +1,151 @@
+"""Enrich a catalogue: every item with text gets a record (or a counted failure), through the cache, in batches.
+
+`enrich_catalogue` asks the backend only for items the cache lacks (resumable, incremental), checks each answer
+(`check_answer`), re-asks a refused one once where the backend is not constrained, caches every answer as it comes
+(a batch per transaction), logs progress with the ETA, and writes `item_metadata.parquet` atomically: one row per item
+the cache answers for, with its provenance (model, prompt version, backend, attempts, why it failed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import polars as pl
+
+from recsys.data.schema import ITEM_ID
+from recsys.enrich.backend import BUDGET_SPENT, Backend, Generated
+from recsys.enrich.cache import Answer, EnrichCache, answer_key
+from recsys.enrich.record import AnswerError, Prompt, check_answer
+from recsys.runtime.atomic import atomic_file
+from recsys.runtime.progress import Progress
+
+logger = logging.getLogger(__name__)
+
+METADATA_FILE = "item_metadata.parquet"
+
+
+@dataclass(frozen=True)
+class EnrichSummary:
+    items: int  # items with text
+    asked: int  # answered by the backend in this run
+    cached: int  # answered by the cache
+    ok: int
+    failed: int
+    left: int  # not asked: past `limit`, or the token budget was spent
+    truncated: int  # records with a value cut at its token cap
+    seconds: float  # of this run's backend calls
+    model: str
+    prompt_version: str
+    backend: str
+
+    @property
+    def valid_fraction(self) -> float:
+        answered = self.ok + self.failed
+        return self.ok / answered if answered else 0.0
+
+    def record(self) -> dict[str, object]:
+        return {**asdict(self), "valid_fraction": self.valid_fraction,
+                "seconds_per_item": self.seconds / self.asked if self.asked else None,
+                "items_per_second": self.asked / self.seconds if self.seconds else None}  # fmt: skip
+
+
+def enrich_catalogue(
+    item_ids: Sequence[str], texts: Sequence[str], backend: Backend, prompt: Prompt, cache: EnrichCache, out: Path,
+    *, batch_size: int = 8, limit: int | None = None, retry_failed: bool = False,
+) -> EnrichSummary:  # fmt: skip
+    """Records for the items of `item_ids` with a non-empty text (in the order given: put cold items first to
+    enrich them first), at most `limit` asked in this run; writes `out` (item_metadata.parquet)."""
+    with_text = [(item, text) for item, text in zip(item_ids, texts, strict=True) if text.strip()]
+    keys = [answer_key(text, prompt.version, backend.model) for _, text in with_text]
+    known = cache.get(keys)
+    todo = [i for i, key in enumerate(keys) if key not in known or (retry_failed and known[key].status == "failed")]
+    left = max(0, len(todo) - limit) if limit is not None else 0
+    todo = todo[: len(todo) - left]
+    logger.info("enrich: %d items with text, %d in the cache, %d to ask %s (%s, prompt %s)", len(with_text),
+                len(keys) - len(todo) - left, len(todo), backend.name, backend.model, prompt.version)  # fmt: skip
+    progress = Progress(logger, "enrich", total=float(len(todo)), unit="items", rows_are="items")
+    seconds, asked = 0.0, 0
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        began = time.perf_counter()
+        answers = _ask(backend, prompt, [with_text[i][1] for i in batch], [keys[i] for i in batch])
+        spent = time.perf_counter() - began
+        answered = [a for a in answers if a is not None]
+        cache.put(answered)
+        left += len(answers) - len(answered)
+        seconds, asked = seconds + spent, asked + len(answered)
+        progress.update(done=float(start + len(batch)), rows=len(answered))
+    progress.finish()
+    known = cache.get(keys)
+    rows = [(item, known[key]) for (item, _), key in zip(with_text, keys, strict=True) if key in known]
+    _write(out, rows)
+    statuses = [answer.status for _, answer in rows]
+    return EnrichSummary(
+        items=len(with_text), asked=asked, cached=len(rows) - asked, ok=statuses.count("ok"),
+        failed=statuses.count("failed"), left=left, truncated=sum(1 for _, a in rows if a.truncated),
+        seconds=seconds, model=backend.model, prompt_version=prompt.version, backend=backend.name,
+    )  # fmt: skip
+
+
+def _ask(backend: Backend, prompt: Prompt, texts: list[str], keys: list[str]) -> list[Answer | None]:
+    """Each text's answer (None: not asked, the budget is spent); a refused one re-asked once if it may be."""
+    began = time.perf_counter()
+    first = backend.generate(texts, prompt)
+    checked = [_check(g, prompt) for g in first]
+    attempts = [1] * len(texts)
+    again = [i for i, (_, problem) in enumerate(checked) if problem and not backend.constrained
+             and first[i].error != BUDGET_SPENT]  # fmt: skip
+    if again:
+        second = backend.generate([texts[i] for i in again], prompt, [checked[i][1] for i in again])
+        for i, generated in zip(again, second, strict=True):
+            if generated.error != BUDGET_SPENT:
+                checked[i], attempts[i], first[i] = _check(generated, prompt), 2, generated
+    seconds = (time.perf_counter() - began) / len(texts)
+    out: list[Answer | None] = []
+    for key, generated, (record, problem), tries in zip(keys, first, checked, attempts, strict=True):
+        if generated.error == BUDGET_SPENT:
+            out.append(None)
+            continue
+        out.append(Answer(
+            key=key, status="ok" if problem is None else "failed", record=record, problem=problem,
+            truncated=",".join(generated.truncated), attempts=tries, seconds=seconds, model=backend.model,
+            prompt_version=prompt.version, backend=backend.name, created_at=time.time(),
+        ))  # fmt: skip
+    return out
+
+
+def _check(generated: Generated, prompt: Prompt) -> tuple[str | None, str | None]:
+    """(the record as JSON, None) or (None, why there is none)."""
+    if generated.text is None:
+        return None, generated.error or "no answer"
+    try:
+        record = check_answer(generated.text, prompt.categories)
+    except AnswerError as err:
+        return None, str(err)
+    return json.dumps(record.model_dump(mode="json"), ensure_ascii=False), None
+
+
+def _write(out: Path, rows: list[tuple[str, Answer]]) -> None:
+    records = [json.loads(a.record) if a.record else {} for _, a in rows]
+    frame = pl.DataFrame({
+        ITEM_ID: [item for item, _ in rows],
+        "status": [a.status for _, a in rows],
+        "category": [r.get("category") for r in records],
+        "brand": [r.get("brand") for r in records],
+        "keywords": [r.get("keywords") for r in records],
+        "description": [r.get("description") for r in records],
+        "queries": [r.get("queries") for r in records],
+        "problem": [a.problem for _, a in rows],
+        "truncated": [a.truncated for _, a in rows],
+        "attempts": [a.attempts for _, a in rows],
+        "model": [a.model for _, a in rows],
+        "prompt_version": [a.prompt_version for _, a in rows],
+        "backend": [a.backend for _, a in rows],
+    }, schema_overrides={"keywords": pl.List(pl.String), "queries": pl.List(pl.String)})  # fmt: skip
+    with atomic_file(out) as tmp:
+        frame.write_parquet(tmp, compression="zstd")

@@ -1,0 +1,69 @@
+"""The record an LLM writes: a valid answer passes, the usual damage is repaired once, anything else is refused
+with the reason; the prompt file and its skeleton agree with the record's fields."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from recsys.enrich.guided import Choice, FreeList, Literal
+from recsys.enrich.record import FIELDS, AnswerError, check_answer, load_prompt, repaired
+from recsys.errors import ConfigError
+
+PROMPT = load_prompt()
+GOOD = {"category": "Beauty > Skin Care", "brand": "Acme", "keywords": ["lip balm", "beeswax", "4 tubes"],
+        "description": "A beeswax lip balm.", "queries": ["beeswax lip balm", "acme lip balm"]}  # fmt: skip
+
+
+def test_a_valid_answer_is_a_record() -> None:
+    record = check_answer(json.dumps(GOOD), PROMPT.categories)
+    assert record.keywords == ("lip balm", "beeswax", "4 tubes") and record.brand == "Acme"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [f"```json\n{json.dumps(GOOD)}\n```", f"Sure! Here it is: {json.dumps(GOOD)} Hope it helps.",
+     json.dumps(GOOD).replace('"]', '",]').replace('"}', '",}')],
+    ids=["code fence", "prose around it", "trailing commas"],
+)  # fmt: skip
+def test_the_usual_damage_is_repaired(text: str) -> None:
+    assert check_answer(text, PROMPT.categories).brand == "Acme"
+    assert json.loads(repaired(text))["brand"] == "Acme"
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        ('{"category": "Beauty > Skin Care", "brand": ', "not JSON, even repaired"),
+        ("[1, 2]", "a JSON list, not an object"),
+        (json.dumps({**GOOD, "category": "Fragrance > Women"}), "is not in the prompt's list"),
+        (json.dumps({**GOOD, "keywords": ["balm", "Balm ", "balm"]}), "keywords"),  # one keyword, three times
+        (json.dumps({**GOOD, "queries": ["a", "b", "c", "d"]}), "queries"),
+        (json.dumps({**GOOD, "price": 3}), "price"),
+        (json.dumps({k: v for k, v in GOOD.items() if k != "description"}), "description"),
+    ],
+    ids=["cut short", "not an object", "category off the list", "repeats itself", "too many queries",
+         "an extra field", "a missing field"],
+)  # fmt: skip
+def test_an_invalid_answer_says_why(answer: str, says: str) -> None:
+    with pytest.raises(AnswerError, match=says):
+        check_answer(answer, PROMPT.categories)
+
+
+def test_the_prompt_its_examples_and_its_skeleton_agree() -> None:
+    assert PROMPT.version == "item-metadata-v1" and len(PROMPT.examples) >= 3
+    assert {record.category for _, record in PROMPT.examples} <= set(PROMPT.categories)
+    assert len({record.category for _, record in PROMPT.examples}) == len(PROMPT.examples)  # none to copy blindly
+    skeleton = PROMPT.skeleton({"brand": 4, "keywords": 4, "description": 4, "queries": 4})
+    literals = "".join(s.text for s in skeleton.segments if isinstance(s, Literal))
+    assert [f for f in FIELDS if f'"{f}": ' in literals] == list(FIELDS)  # every field, in the record's order
+    assert next(s for s in skeleton.segments if isinstance(s, Choice)).options == PROMPT.categories
+    keywords = next(s for s in skeleton.segments if isinstance(s, FreeList))
+    assert keywords.item.grounded and (keywords.min_count, keywords.max_count) == (3, 6)
+    assert PROMPT.prefix().endswith("Item:") and PROMPT.suffix("  a\n b ") == " a b\nMetadata:"
+    assert load_prompt(categories=("A", "B")).categories == ("A", "B")
+    with pytest.raises(ConfigError, match="no prompt 'item-metadata-v0'"):
+        load_prompt("item-metadata-v0")
+    with pytest.raises(ConfigError, match="repeats a name"):
+        load_prompt(categories=("A", "A"))
