@@ -240,6 +240,8 @@ class GuidedDecoder:
         if row.mode == "choice":
             ids = [self.vocab.ids[prefix] for option in row.options
                    for prefix in _prefixes(option[row.option_pos :]) if prefix in self.vocab.ids]  # fmt: skip
+            if not ids:  # no single token starts what is left: the first token of its own encoding does
+                ids = [self.vocab.encode(row.options[0][row.option_pos :])[0]]
             mask = torch.zeros_like(self.vocab.plain)
             mask[ids] = True
             return mask
