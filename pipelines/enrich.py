@@ -38,12 +38,14 @@ def enrich_step(
         "_first", maintain_order=True
     )
     fields = [f for f in config.text_fields if f in items.columns]
-    texts = item_texts(items, fields) if fields else [""] * items.height
     lengths = [pl.col(f).list.len() if isinstance(items.schema[f], pl.List) else
                pl.col(f).cast(pl.String).str.strip_chars().str.len_chars() for f in fields]  # fmt: skip
-    filled = [length.fill_null(0) > 0 for length in lengths]
-    has_text = items.select(pl.any_horizontal(filled)).to_series().to_list() if fields else []
-    texts = [text if keep else "" for text, keep in zip(texts, has_text, strict=True)] if fields else texts
+    has_text = items.select(pl.any_horizontal([n.fill_null(0) > 0 for n in lengths])).to_series() if fields else None
+    texts = (
+        [""] * items.height
+        if has_text is None
+        else [text if keep else "" for text, keep in zip(item_texts(items, fields), has_text.to_list(), strict=True)]
+    )
     prompt = load_prompt(config.prompt, config.categories)
     backend = make_backend(config, cache_dir)
     cache = EnrichCache(cache_dir)

@@ -113,8 +113,7 @@ class Vocabulary:
             for i, text in enumerate(self.texts):
                 if text and QUOTE in text:
                     head, _, tail = text.partition(QUOTE)
-                    ok_head = not any(c in head for c in "\\\n\r\t") and (head == "" or head.isprintable())
-                    if ok_head and any(option.startswith(tail) for option in follows):
+                    if (head == "" or _is_plain(head)) and any(option.startswith(tail) for option in follows):
                         mask[i] = True
             self._closing[follows] = mask.to(self.device)
         return self._closing[follows]

@@ -77,11 +77,11 @@ def enrich_catalogue(
         spent = time.perf_counter() - began
         answered = [a for a in answers if a is not None]
         cache.put(answered)
+        known.update((a.key, a) for a in answered)
         left += len(answers) - len(answered)
         seconds, asked = seconds + spent, asked + len(answered)
         progress.update(done=float(start + len(batch)), rows=len(answered))
     progress.finish()
-    known = cache.get(keys)
     rows = [(item, known[key]) for (item, _), key in zip(with_text, keys, strict=True) if key in known]
     _write(out, rows)
     statuses = [answer.status for _, answer in rows]
