@@ -15,9 +15,10 @@ user's rank): a (model, seed) already up to date in the work directory is skippe
 stopped. benchmarks/results/<result_name>.json then gives:
 
     models   per model: test N@10 and R@10 per seed with its bootstrap interval, and mean ± std over the seeds
-    pairs    per pair of models (a minus b) and per seed: the paired difference of N@10 on the same test users, its
-             interval and p-value (`recsys.evaluation.uncertainty`); pooled: the mean difference over the seeds ± its
-             std, and in how many seeds the interval excludes 0 either way
+    pairs    per pair of models (a minus b), per metric of `pair_metrics` (N@10 by default; `cold.recall@10` is R@10
+             on the users of slice "cold") and per seed: the paired difference on the same test users, its interval
+             and p-value (`recsys.evaluation.uncertainty`); pooled: the mean difference over the seeds ± its std, and
+             in how many seeds the interval excludes 0 either way
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pipelines.evaluation_dir import EVALUATION_FILE
 from recsys.evaluation.uncertainty import Uncertainty, seed_summary
 
 logger = logging.getLogger(__name__)
-METRICS = ("ndcg@10", "recall@10")  # per model; the pairs compare the first
+METRICS = ("ndcg@10", "recall@10")  # per model
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Settings:
     result_name: str = "beauty-comparisons"
     experiment: dict[str, Any] = field(default_factory=dict)  # dotted overrides of every model's config
     uncertainty: Uncertainty = field(default_factory=Uncertainty)
+    pair_metrics: list[str] = field(default_factory=lambda: ["ndcg@10"])  # "metric" or "slice.metric"
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
@@ -105,8 +107,8 @@ def main(argv: list[str] | None = None) -> Path:
                      "models": [asdict(m) for m in settings.models], "experiment": settings.experiment},
         "uncertainty": settings.uncertainty.to_dict(),
         "models": {label: model_record(dirs) for label, dirs in evaluations.items()},
-        "pairs": [pair_record(a, b, evaluations, settings.uncertainty)
-                  for a, b in itertools.combinations(evaluations, 2)],
+        "pairs": [pair_record(a, b, metric, evaluations, settings.uncertainty)
+                  for a, b in itertools.combinations(evaluations, 2) for metric in settings.pair_metrics],
         **provenance(),
     }  # fmt: skip
     path = write_result(settings.result_name, result, args.results_dir, reproduce)
@@ -116,8 +118,8 @@ def main(argv: list[str] | None = None) -> Path:
     for pair in result["pairs"]:
         pooled = pair["pooled"]
         better = f"{pair['a']} in {pooled['seeds_a_better']}, {pair['b']} in {pooled['seeds_b_better']}"
-        print(f"{pair['a']} - {pair['b']}: N@10 {pooled['mean']:+.4f} ± {pooled['std']:.4f}; better beyond the "
-              f"interval: {better} of {pooled['seeds']} seeds")  # fmt: skip
+        print(f"{pair['a']} - {pair['b']}: {pair['metric']} {pooled['mean']:+.4f} ± {pooled['std']:.4f}; better "
+              f"beyond the interval: {better} of {pooled['seeds']} seeds")  # fmt: skip
     print(f"-> {path}")
     return path
 
@@ -133,11 +135,13 @@ def model_record(evaluation_dirs: list[Path]) -> dict[str, Any]:
     return record
 
 
-def pair_record(a: str, b: str, evaluations: dict[str, list[Path]], uncertainty: Uncertainty) -> dict[str, Any]:
-    """a minus b on test N@10, seed by seed on the same users, and pooled over the seeds."""
-    metric = METRICS[0]
+def pair_record(
+    a: str, b: str, metric: str, evaluations: dict[str, list[Path]], uncertainty: Uncertainty
+) -> dict[str, Any]:
+    """a minus b on test `metric` ("ndcg@10", or "cold.recall@10" on a slice's users), seed by seed on the same
+    users, and pooled over the seeds."""
     per_seed = [
-        compare_evaluation_dirs(dir_a, dir_b, uncertainty)["overall"][metric]
+        _difference(compare_evaluation_dirs(dir_a, dir_b, uncertainty), metric)
         for dir_a, dir_b in zip(evaluations[a], evaluations[b], strict=True)
     ]
     pooled = {
@@ -146,6 +150,20 @@ def pair_record(a: str, b: str, evaluations: dict[str, list[Path]], uncertainty:
         "seeds_b_better": sum(seed["high"] < 0 for seed in per_seed),
     }
     return {"a": a, "b": b, "metric": metric, "per_seed": per_seed, "pooled": pooled}
+
+
+def _difference(comparison: dict[str, Any], metric: str) -> dict[str, Any]:
+    """The paired difference of `metric` in a `compare_evaluation_dirs` comparison (with its slice's user count)."""
+    name, _, measure = metric.rpartition(".")
+    if not name:
+        return {**comparison["overall"][measure], "users": comparison["users"]}
+    found = [s for family in comparison["slices"].values() for s in family if s["slice"] == name]
+    if not found:
+        slices = sorted(s["slice"] for family in comparison["slices"].values() for s in family)
+        raise SystemExit(f"pair metric {metric!r}: no slice {name!r} in the evaluations. Fix: one of {slices}")
+    if not found[0]["users"]:
+        raise SystemExit(f"pair metric {metric!r}: slice {name!r} has no test users. Fix: compare another slice")
+    return {**found[0]["metrics"][measure], "users": found[0]["users"]}
 
 
 if __name__ == "__main__":

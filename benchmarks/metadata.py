@@ -6,14 +6,17 @@ Usage:
 
 Each run enriches its items from a fresh cache (so everything is generated, nothing read back) and records `items`,
 `valid_fraction`, `failed`, `truncated`, `items_per_second` and `seconds_per_item`, with its machine. Runs not in
-`only` keep their previous record. The GPU run's records are kept (`records_file`) for later runs to reuse.
+`only` keep their previous record. `--set resume=true` goes on from the run's cache in `--work-dir` instead (a run
+spread over calls: the speed counts the items generated in this call only). A run with `keep_records` writes its
+records beside the result (`beauty-item-metadata.parquet`): the enrich step's `records` option reuses them, so
+later runs, sessions and CI need not generate them again.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,10 +25,14 @@ import polars as pl
 import torch
 
 from benchmarks.common import benchmark_parser, machine, parse_run, settings_from, versions, write_result
+from pipelines.enrich import enrich_texts
+from recsys.data.schema import ITEM_ID
 from recsys.enrich.cache import EnrichCache
 from recsys.enrich.config import EnrichConfig, make_backend
 from recsys.enrich.record import load_prompt
 from recsys.enrich.run import enrich_catalogue
+
+RECORDS_FILE = "beauty-item-metadata.parquet"
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class Settings:
     prompt: str = "item-metadata-v1"
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> device, threads, batch_size, items
     only: list[str] = field(default_factory=list)
+    resume: bool = False
     seed: int = 0
     examples: int = 10
 
@@ -57,7 +65,12 @@ def main(argv: list[str] | None = None) -> Path:
     previous = args.results_dir / "beauty-metadata.json"
     runs = json.loads(previous.read_text())["runs"] if previous.is_file() else {}
     for label in settings.only:
-        runs[label] = _run(settings, label, catalogue, args.work_dir)
+        run = _run(settings, label, catalogue, args.work_dir, args.results_dir)
+        runs[label] = {**run, "reproduce": asdict(reproduce)}  # each run's own command (runs differ in machine)
+    for label, run in runs.items():  # how far a small run's records agree with the kept ones (device, batch)
+        records = args.work_dir / f"{label}.parquet"
+        if not run.get("keep_records") and records.is_file() and (args.results_dir / RECORDS_FILE).is_file():
+            run["agreement_with_kept_records"] = agreement(records, args.results_dir / RECORDS_FILE)
     result = {"catalogue_items": catalogue.height, "model": settings.model, "prompt": settings.prompt, "runs": runs}
     path = write_result("beauty-metadata", result, args.results_dir, reproduce)
     print(json.dumps({k: {m: v.get(m) for m in ("valid_fraction", "items_per_second")} for k, v in runs.items()}))
@@ -65,20 +78,24 @@ def main(argv: list[str] | None = None) -> Path:
     return path
 
 
-def _run(settings: Settings, label: str, catalogue: pl.DataFrame, work: Path) -> dict[str, Any]:
+def _run(settings: Settings, label: str, catalogue: pl.DataFrame, work: Path, results: Path) -> dict[str, Any]:
     run = settings.runs[label]
     if run["device"] == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"run {label} needs a CUDA GPU and this machine has none. Fix: run it on the lent GPU")
     items = catalogue.head(run["items"]) if run.get("items") else catalogue
     cache_dir = work / label
-    shutil.rmtree(cache_dir, ignore_errors=True)  # a fresh cache: every item is generated
+    if not settings.resume:
+        shutil.rmtree(cache_dir, ignore_errors=True)  # a fresh cache: every item is generated
     config = EnrichConfig(model=settings.model, prompt=settings.prompt, device=run["device"],
                           threads=run.get("threads"), batch_size=run["batch_size"])  # fmt: skip
-    backend = make_backend(config, work / "models")
-    out = work / f"{label}.parquet"
-    summary = enrich_catalogue(items["item_id"].to_list(), items["title"].fill_null("").to_list(), backend,
-                               load_prompt(settings.prompt), EnrichCache(cache_dir), out,
-                               batch_size=run["batch_size"])  # fmt: skip
+    backend = make_backend(config, work)
+    out = results / RECORDS_FILE if run.get("keep_records") else work / f"{label}.parquet"
+    cache = EnrichCache(cache_dir)
+    try:
+        summary = enrich_catalogue(items["item_id"].to_list(), enrich_texts(items, config.text_fields), backend,
+                                   load_prompt(settings.prompt), cache, out, batch_size=run["batch_size"])  # fmt: skip
+    finally:
+        cache.close()
     examples = pl.read_parquet(out).head(settings.examples).to_dicts()
     gpu = torch.cuda.get_device_name() if run["device"] == "cuda" else None
     return {
@@ -90,6 +107,21 @@ def _run(settings: Settings, label: str, catalogue: pl.DataFrame, work: Path) ->
         "versions": versions("transformers", "torch"),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+
+
+def agreement(records: Path, kept: Path) -> dict[str, Any]:
+    """Per field, the share of the items of `records` whose value equals the kept records' (and all fields at once):
+    greedy decoding of a small model flips on small numeric differences (another device, batch or padding)."""
+    fields = ["status", "category", "brand", "keywords", "description", "queries"]
+    both = (
+        pl.read_parquet(records)
+        .select(ITEM_ID, *fields)
+        .join(pl.read_parquet(kept).select(ITEM_ID, *fields), on=ITEM_ID, suffix="_kept")
+    )
+    same = {f: both.select((pl.col(f) == pl.col(f"{f}_kept")).fill_null(False)).to_series() for f in fields}
+    whole = pl.DataFrame(same).select(pl.all_horizontal(fields)).to_series()
+    return {"items": both.height, "record": float(whole.mean() or 0.0),
+            **{f: float(v.mean() or 0.0) for f, v in same.items()}}  # fmt: skip
 
 
 if __name__ == "__main__":

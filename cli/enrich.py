@@ -28,6 +28,10 @@ def enrich_command(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Items per model call and cache write.")] = 8,
     device: Annotated[str, typer.Option("--device", help="local: auto, cpu or cuda.")] = "auto",
     threads: Annotated[int | None, typer.Option("--threads", help="local, on the CPU: torch threads.")] = None,
+    records: Annotated[
+        Path | None,
+        typer.Option("--records", help="An item_metadata.parquet made elsewhere (a GPU run): its answers are reused."),
+    ] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Ask again for items that failed.")] = False,
     cache_dir: Annotated[Path, typer.Option("--cache-dir", help="The answers' cache (resumable).")] = Path(
         ".cache/enrich"
@@ -43,12 +47,15 @@ def enrich_command(
             raise ConfigError(f"--backend {backend!r} is not local or http. Fix: pick one of them")
         if first is not None and not first.is_file():
             raise ConfigError(f"--first {first}: no such file. Fix: give a file of item ids, one per line")
+        if records is not None and not records.is_file():
+            raise ConfigError(f"--records {records}: no such file. Fix: give an item_metadata.parquet")
         config = EnrichConfig(backend=backend, model=model, url=url, limit=limit, batch_size=batch_size,  # type: ignore[arg-type]
-                              device=device, threads=threads)  # fmt: skip
+                              device=device, threads=threads,
+                              records=None if records is None else str(records))  # fmt: skip
         from pipelines.enrich import enrich_step
 
         ids = first.read_text().split() if first is not None else []
-        summary = enrich_step(config, data_dir, cache_dir, first=ids, retry_failed=retry_failed)
+        summary = enrich_step(config, data_dir, data_dir, cache_dir, first=ids, retry_failed=retry_failed)
     typer.echo(
         f"{summary.ok} of {summary.items} items with a record ({summary.failed} failed, {summary.left} left for the "
         f"next run); {summary.asked} asked in {summary.seconds:.0f} s -> {data_dir / 'item_metadata.parquet'}"

@@ -23,6 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from features.settings import PrepareSettings
 from pipelines.tracking import TrackingSection
+from recsys.enrich.columns import COLUMNS as METADATA_COLUMNS
+from recsys.enrich.columns import metadata_fields, unknown_metadata_fields
+from recsys.enrich.config import EnrichConfig
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
 from recsys.models.family import Input
@@ -34,7 +37,7 @@ from recsys.semantic_ids.content import ContentConfig
 from recsys.semantic_ids.rqkmeans import RQKMeansConfig
 from recsys.semantic_ids.rqvae import RQVAEConfig
 from recsys.training.config import TrainConfig
-from recsys.training.recipes import DistillConfig, training_named
+from recsys.training.recipes import DistillConfig, QueryTraining, training_named
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +198,8 @@ class ExperimentConfig(Section):
     eval: EvalConfig = EvalConfig()
     # how the items' text is embedded, for the models that read content (and for semantic IDs)
     content: ContentConfig = ContentConfig()
+    # LLM-written item metadata (the enrich_items step), read where a consumer names it (recsys.enrich.columns)
+    enrich: EnrichConfig | None = None
     sid: SidSection | None = None  # semantic IDs to build before training (models that read them)
     tracking: TrackingSection = TrackingSection()
     pipeline: PipelineSection = PipelineSection()
@@ -206,6 +211,29 @@ class ExperimentConfig(Section):
             raise ConfigError(
                 f"model {self.model.name!r} with these params reads semantic IDs, which a `sid` section builds. "
                 "Fix: add one (e.g. configs/beauty/sasrec-sid.yaml's), or set the params that read them to 0"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _metadata_is_made(self) -> ExperimentConfig:
+        """A consumer of the LLM's item metadata needs the enrich step that writes it, and its real column names."""
+        unknown = unknown_metadata_fields(self.content.text_fields)
+        if unknown:
+            raise ConfigError(
+                f"content.text_fields names {unknown}, which are not item metadata columns. Fix: use some of "
+                f"{', '.join(METADATA_COLUMNS)}"
+            )
+        readers = []
+        if named := metadata_fields(self.content.text_fields):
+            readers.append(f"content.text_fields ({', '.join(named)})")
+        training = self.model.training_settings()
+        if isinstance(training, QueryTraining) and training.llm_queries:
+            readers.append("model.training.llm_queries")
+        if readers and self.enrich is None:
+            raise ConfigError(
+                f"{' and '.join(readers)} read LLM-written item metadata, and the config has no `enrich` section to "
+                "write it. Fix: add one (e.g. `enrich: {records: benchmarks/results/beauty-item-metadata.parquet}` "
+                "for Beauty; docs/enrich.md), or remove them"
             )
         return self
 

@@ -6,8 +6,9 @@ cached per text in the shared embedding cache, so a re-run, or another experimen
 embeds nothing; the step is skipped outright when its file was made from the same settings and catalog.
 
 For a model that reads text queries it also writes `training_queries.npz`: the training queries the search protocol's
-query maker makes from every item's title (`recsys.evaluation.queries`), embedded by the same encoder
-(`recsys.training.recipes.QueryBank`).
+query maker makes from every item's title (`recsys.evaluation.queries`), and, when switched on, the shopper queries
+the enrich step's LLM wrote, embedded by the same encoder (`recsys.training.recipes.QueryBank`). The text fields may
+name the enrich step's `llm_...` columns (`recsys.enrich.columns`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ import polars as pl
 import torch
 
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
+from recsys.enrich.columns import LLM_QUERIES, with_item_metadata
 from recsys.errors import ConfigError
 from recsys.evaluation.queries import QueryMaker, catalogue_titles, most_similar
 from recsys.runtime.atomic import atomic_directory
 from recsys.semantic_ids.content import ContentConfig, embed_texts, item_texts
-from recsys.training.recipes import QUERIES_FILE, QueryBank
+from recsys.training.recipes import QUERIES_FILE, QueryBank, QueryTraining
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +37,9 @@ CONTENT_EMBEDDINGS_FILE = "content_embeddings.npy"
 CONTENT_META_FILE = "content_embeddings.json"
 
 
-def embed_content_step(config: ContentConfig, data_dir: Path, out_dir: Path, cache_dir: Path) -> Path:
+def embed_content_step(
+    config: ContentConfig, data_dir: Path, out_dir: Path, cache_dir: Path, metadata: Path | None = None
+) -> Path:
     """Embed the catalog of `data_dir` into `out_dir`; returns the path of content_embeddings.npy.
 
     Args:
@@ -44,8 +48,9 @@ def embed_content_step(config: ContentConfig, data_dir: Path, out_dir: Path, cac
         data_dir: a prepared directory (its items.parquet is the catalog).
         out_dir: where the embeddings go.
         cache_dir: the per-text embedding cache shared by experiments.
+        metadata: the enrich step's item_metadata.parquet, whose `llm_...` columns `config.text_fields` may name.
     """
-    items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
+    items = with_item_metadata(pl.read_parquet(data_dir / ITEMS_FILE), metadata).sort(ITEM_IDX)
     texts = item_texts(items, config.text_fields)
     fingerprint = _fingerprint(config, texts)
     path = out_dir / CONTENT_EMBEDDINGS_FILE
@@ -73,11 +78,13 @@ def _read_meta(out_dir: Path) -> dict:
 
 
 def embed_training_queries(
-    config: ContentConfig, per_item: int, seed: int, data_dir: Path, out_dir: Path, cache_dir: Path
-) -> Path:
-    """Make `per_item` training queries of every item of `data_dir` from its title (the neighbour-mix level's
-    neighbours: the most similar content embeddings, already in `out_dir`) and embed them with the content encoder
-    into `out_dir`/training_queries.npz; returns its path."""
+    config: ContentConfig, settings: QueryTraining, data_dir: Path, out_dir: Path, cache_dir: Path,
+    metadata: Path | None = None,
+) -> Path:  # fmt: skip
+    """Make `settings.queries_per_item` training queries of every item of `data_dir` from its title (the
+    neighbour-mix level's neighbours: the most similar content embeddings, already in `out_dir`), add its LLM-written
+    shopper queries when `settings.llm_queries` (from `metadata`, the enrich step's records), and embed them with the
+    content encoder into `out_dir`/training_queries.npz; returns its path."""
     if config.decoder:
         raise ConfigError(
             "a model that reads queries embeds them as its items' text, with a sentence encoder; content.decoder is "
@@ -86,7 +93,18 @@ def embed_training_queries(
     items = pl.read_parquet(data_dir / ITEMS_FILE).sort(ITEM_IDX)
     titles = catalogue_titles(items)
     neighbours = most_similar(np.load(out_dir / CONTENT_EMBEDDINGS_FILE))
-    made = QueryMaker(titles, neighbours, seed).training_queries(range(1, len(titles)), per_item)
+    maker = QueryMaker(titles, neighbours, settings.query_seed)
+    made = maker.training_queries(range(1, len(titles)), settings.queries_per_item)
+    if settings.llm_queries:
+        if metadata is None:
+            raise ConfigError(
+                "model.training.llm_queries is true, and no enrich step wrote item metadata. Fix: add an `enrich` "
+                "section to the config (docs/enrich.md), or set llm_queries: false"
+            )
+        written = with_item_metadata(items, metadata)[LLM_QUERIES].to_list()  # row 0 is item 1
+        for item in range(1, len(titles)):
+            known = set(made[item])
+            made[item] = [*made[item], *(q for q in written[item - 1] or () if q not in known)]
     texts = [q for item in range(1, len(titles)) for q in made[item]]
     counts = torch.tensor([0, 0, *(len(made[item]) for item in range(1, len(titles)))])
     vectors = embed_texts(texts, config, cache_dir) if texts else np.zeros((0, 1), dtype=np.float32)

@@ -44,6 +44,7 @@ from pipelines.search import SEARCH_SEED, evaluate_query_scorer
 from pipelines.tracking import flatten, start_tracking
 from pipelines.train import CatalogFeatures, TrainOutputs
 from recsys.data.splits import TEST, VALID
+from recsys.enrich.report import metadata_summary
 from recsys.errors import ConfigError
 from recsys.evaluation import evaluate, evaluate_tasks
 from recsys.evaluation.slices import flat_slice_metrics, slice_families, slice_report
@@ -86,7 +87,8 @@ def evaluate_step(
             SHA-256 and the MLflow run that trained it (recorded in the report).
         out_dir: the evaluation directory (replaced atomically when it holds an earlier evaluation).
         features: what earlier steps built: the model's semantic_ids.parquet (the semantic-ID health section), the
-            content directory of its content_embeddings.npy (the search slices of a model that reads queries).
+            content directory of its content_embeddings.npy (the search slices of a model that reads queries), the
+            enrich step's item_metadata.parquet (the Metadata section).
         cache_dir: the embeddings cache the search queries are embedded through (None: no disk cache).
     """
     start = time.perf_counter()
@@ -101,6 +103,9 @@ def evaluate_step(
         )  # fmt: skip
         report, per_user = evaluation_report(config, trained, features.semantic_ids)
         report |= {"search": search_report(config, trained, features, cache_dir), "distill": distill_report(config)}
+        report["item_metadata"] = (  # the dashboard's Metadata section
+            None if features.item_metadata is None else metadata_summary(features.item_metadata, trained.data.num_items)
+        )
         training_metrics = {split: trained.metrics.get(split, {}) for split in (VALID, TEST, POPULARITY_VALID)}
         report |= {"model_sha256": sha256, "run_id": tracker.run_id,
                    "training": {"run_id": training_run_id, "metrics": training_metrics},

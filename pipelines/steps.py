@@ -1,14 +1,16 @@
-"""The pipeline's steps, in order, and what each one's fingerprint is made of: prepare_data -> embed_content ->
-build_semantic_ids -> train_retriever -> build_index -> evaluate -> register (`pipelines.runner` runs them).
+"""The pipeline's steps, in order, and what each one's fingerprint is made of: prepare_data -> enrich_items ->
+embed_content -> build_semantic_ids -> train_retriever -> build_index -> evaluate -> register (`pipelines.runner` runs
+them).
 
 Each step is a function `(config, paths, outputs so far) -> its outputs` (a frozen dataclass) whose work is written
 atomically, and a function of the same arguments giving its inputs as JSON (None: the step does not apply). The
 runner fingerprints those inputs: a step whose inputs did not change and whose outputs still exist is skipped.
 
-Which steps apply follows from what the model's family reads (`recsys.models.family.Input`): content embeddings when
-it reads content, item texts or queries (or a `sid` section builds semantic IDs from them), training queries beside
-them when it reads queries, semantic IDs with a `sid` section, an index when the trained model has item vectors, a
-registration when tracking is on.
+LLM-written item metadata is made with an `enrich` section, and read by the consumers that name its columns
+(`recsys.enrich.columns`). Which other steps apply follows from what the model's family reads
+(`recsys.models.family.Input`): content embeddings when it reads content, item texts or queries (or a `sid` section
+builds semantic IDs from them), training queries beside them when it reads queries, semantic IDs with a `sid`
+section, an index when the trained model has item vectors, a registration when tracking is on.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from pipelines.model_dir import MODEL_FILE, file_sha256, model_sha256
 from pipelines.registry import GateDecision, GateRule, register_bundle
 from pipelines.semantic_ids import build_semantic_ids_step
 from pipelines.train import CatalogFeatures, TrainOutputs, train_step, training_state_path
-from recsys.data.schema import META_FILE
+from recsys.data.schema import META_FILE, METADATA_FILE
 from recsys.errors import ConfigError, RecsysError
 from recsys.models.family import CONTENT_INPUTS, Input
 from recsys.retrieval.config import INDEX_FILE
@@ -51,10 +53,12 @@ class ExperimentPaths:
     """Where an experiment keeps its prepared data, semantic IDs, model, index, evaluation, bundle and cache."""
 
     data_dir: Path
+    metadata_dir: Path  # item_metadata.parquet of the `enrich_items` step
     content_dir: Path
     sid_dir: Path
     model_dir: Path
     cache_dir: Path
+    enrich_cache_dir: Path  # the LLM's answers, shared by experiments (and its converted local model)
     index_dir: Path
     bundle_dir: Path
     evaluation_dir: Path  # evaluation.json (slices) and dashboard.html of the `evaluate` step
@@ -64,10 +68,12 @@ class ExperimentPaths:
     def under(work_dir: Path, config: ExperimentConfig) -> ExperimentPaths:
         return ExperimentPaths(
             data_dir=work_dir / "data" / config.name,
+            metadata_dir=work_dir / "metadata" / config.name,
             content_dir=work_dir / "content" / config.name,
             sid_dir=work_dir / "sids" / config.name,
             model_dir=work_dir / "models" / config.name,
             cache_dir=work_dir / "cache" / "embeddings",
+            enrich_cache_dir=work_dir / "cache" / "enrich",
             index_dir=work_dir / "indexes" / config.name,
             bundle_dir=work_dir / "bundles" / config.name,
             evaluation_dir=work_dir / "evaluations" / config.name,
@@ -76,8 +82,8 @@ class ExperimentPaths:
 
     def outputs(self) -> list[Path]:
         """The steps' output directories: this experiment's alone (the embeddings cache is shared, so not one)."""
-        return [self.data_dir, self.content_dir, self.sid_dir, self.model_dir, self.index_dir, self.bundle_dir,
-                self.evaluation_dir]  # fmt: skip
+        return [self.data_dir, self.metadata_dir, self.content_dir, self.sid_dir, self.model_dir, self.index_dir,
+                self.bundle_dir, self.evaluation_dir]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------- the steps' outputs
@@ -90,6 +96,15 @@ class PreparedData:
 
     def summary(self) -> dict[str, object]:
         return {"data_dir": self.data_dir}
+
+
+@dataclass(frozen=True)
+class ItemMetadata:
+    path: Path  # item_metadata.parquet
+    sha256: str  # of it: the consumers downstream depend on its records
+
+    def summary(self) -> dict[str, object]:
+        return {"item_metadata": self.path}
 
 
 @dataclass(frozen=True)
@@ -130,7 +145,16 @@ class Registration:
         return {"bundle_dir": self.bundle_dir, "version": d.version, "promoted": d.promoted, "reason": d.reason}
 
 
-Output = PreparedData | ContentEmbeddings | SemanticIds | TrainOutputs | IndexOutputs | EvaluateOutputs | Registration
+Output = (
+    PreparedData
+    | ItemMetadata
+    | ContentEmbeddings
+    | SemanticIds
+    | TrainOutputs
+    | IndexOutputs
+    | EvaluateOutputs
+    | Registration
+)
 
 
 @dataclass
@@ -138,6 +162,7 @@ class PipelineOutputs:
     """What the steps have produced so far (None: not run yet, or not applicable)."""
 
     data: PreparedData | None = None
+    metadata: ItemMetadata | None = None
     content: ContentEmbeddings | None = None
     semantic_ids: SemanticIds | None = None
     model: TrainOutputs | None = None
@@ -151,6 +176,7 @@ class PipelineOutputs:
             content_embeddings=None if self.content is None else self.content.path,
             content_encoder=None if self.content is None else self.content.encoder,
             training_queries=None if self.content is None else self.content.queries,
+            item_metadata=None if self.metadata is None else self.metadata.path,
         )
 
 
@@ -174,10 +200,34 @@ def _prepare(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOut
     return PreparedData(data_dir, files_sha256(data_dir))
 
 
+# how an enrichment runs, not what it writes: changing one leaves finished records current
+ENRICH_RUNTIME = {"batch_size", "device", "threads", "concurrency", "requests_per_s", "timeout_s", "max_retries"}
+
+
+def _enrich_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any] | None:
+    if config.enrich is None:
+        return None
+    section = config.model_dump(mode="json", include={"enrich"}, exclude={"enrich": ENRICH_RUNTIME})["enrich"]
+    records = config.enrich.records
+    seed = None if records is None else file_sha256(Path(records))
+    return {"enrich": section, "records_sha256": seed, "data": as_json(done.data)}
+
+
+def _enrich(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> ItemMetadata:
+    from pipelines.enrich import enrich_step  # the LLM backends load for this step only
+
+    assert config.enrich is not None and done.data is not None
+    enrich_step(config.enrich, done.data.data_dir, paths.metadata_dir, paths.enrich_cache_dir)
+    path = paths.metadata_dir / METADATA_FILE
+    return ItemMetadata(path, file_sha256(path))
+
+
 def _content_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any] | None:
     if config.sid is None and not config.model.reads() & CONTENT_INPUTS:
         return None  # nothing reads the items' text
     inputs = {"content": config.model_dump(mode="json", include={"content"})["content"], "data": as_json(done.data)}
+    if done.metadata is not None:
+        inputs["metadata"] = as_json(done.metadata)
     queries = training_queries(config)
     if queries is None:
         return inputs
@@ -187,12 +237,12 @@ def _content_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str
 def _content(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> ContentEmbeddings:
     assert done.data is not None
     data_dir, content = done.data.data_dir, config.content
-    path = embed_content_step(content, data_dir, paths.content_dir, paths.cache_dir)
+    metadata = None if done.metadata is None else done.metadata.path
+    path = embed_content_step(content, data_dir, paths.content_dir, paths.cache_dir, metadata)
     settings = training_queries(config)
     if settings is None:
         return ContentEmbeddings(path, encoder=content.model)
-    queries = embed_training_queries(content, settings.queries_per_item, settings.query_seed, data_dir,
-                                     paths.content_dir, paths.cache_dir)  # fmt: skip
+    queries = embed_training_queries(content, settings, data_dir, paths.content_dir, paths.cache_dir, metadata)
     return ContentEmbeddings(path, queries, content.model)
 
 
@@ -327,6 +377,10 @@ STEPS = [
     Step(
         "prepare_data", "data", PreparedData, lambda config, done: {"data": data_fingerprint(config.data)}, _prepare,
         lambda o: [o.data_dir / META_FILE],
+    ),
+    Step(
+        "enrich_items", "metadata", ItemMetadata, _enrich_inputs, _enrich,
+        lambda o: [o.path],
     ),
     Step(
         "embed_content", "content", ContentEmbeddings, _content_inputs, _content,

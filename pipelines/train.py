@@ -21,6 +21,7 @@ from pipelines.tracking import OfflineTracker, Tracker, start_tracking
 from recsys.data.prepared import PreparedParts, SequenceData, TrainingData
 from recsys.data.schema import ITEM_IDX
 from recsys.data.splits import TEST, VALID
+from recsys.enrich.columns import with_item_metadata
 from recsys.errors import ConfigError
 from recsys.evaluation import evaluate
 from recsys.evaluation.slices import slice_metrics
@@ -46,6 +47,7 @@ class CatalogFeatures:
     content_embeddings: Path | None = None  # content_embeddings.npy
     content_encoder: str | None = None  # the encoder that made them (`ContentConfig.model`)
     training_queries: Path | None = None  # training_queries.npz (a model that reads queries)
+    item_metadata: Path | None = None  # item_metadata.parquet (the enrich step's): `llm_...` text fields read it
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,8 @@ def model_inputs(config: ExperimentConfig, data: SequenceData, features: Catalog
         vectors = torch.from_numpy(read_content_embeddings(features.content_embeddings, data.num_items)).float()
         content = torch.cat([torch.zeros(1, vectors.shape[1]), vectors])  # row 0: the padding item
     if Input.ITEM_TEXTS in reads:  # the texts the content embeddings embed
-        texts = tuple(item_texts(data.items.sort(ITEM_IDX), config.content.text_fields))
+        items = with_item_metadata(data.items, features.item_metadata).sort(ITEM_IDX)
+        texts = tuple(item_texts(items, config.content.text_fields))
     sids = features.semantic_ids if Input.SEMANTIC_IDS in reads else None
     section = config.model
     return ModelInputs(

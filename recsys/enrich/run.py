@@ -21,12 +21,11 @@ from recsys.data.schema import ITEM_ID
 from recsys.enrich.backend import BUDGET_SPENT, Backend, Generated
 from recsys.enrich.cache import Answer, EnrichCache, answer_key
 from recsys.enrich.record import AnswerError, Prompt, check_answer
+from recsys.errors import DataError
 from recsys.runtime.atomic import atomic_file
 from recsys.runtime.progress import Progress
 
 logger = logging.getLogger(__name__)
-
-METADATA_FILE = "item_metadata.parquet"
 
 
 @dataclass(frozen=True)
@@ -130,22 +129,45 @@ def _check(generated: Generated, prompt: Prompt) -> tuple[str | None, str | None
     return json.dumps(record.model_dump(mode="json"), ensure_ascii=False), None
 
 
+RECORD_FIELDS = ("category", "brand", "keywords", "description", "queries")
+
+
+def read_answers(path: Path) -> list[Answer]:
+    """The answers an item_metadata.parquet holds (written by `enrich_catalogue`, here or on another machine), as the
+    cache keeps them: `EnrichCache.seed` reuses them wherever the item's text, the prompt and the model match."""
+    frame = pl.read_parquet(path)
+    missing = {"key", "status", *RECORD_FIELDS, "seconds", "created_at"} - set(frame.columns)
+    if missing:
+        raise DataError(path, f"no column {sorted(missing)}: not a records file of this version",
+                        "enrich again (the records of an older version cannot be reused)")  # fmt: skip
+    answers = []
+    for row in frame.iter_rows(named=True):
+        record = {field: row[field] for field in RECORD_FIELDS} if row["status"] == "ok" else None
+        answers.append(Answer(
+            key=row["key"], status=row["status"],
+            record=None if record is None else json.dumps(record, ensure_ascii=False),
+            problem=row["problem"], truncated=row["truncated"], attempts=row["attempts"], seconds=row["seconds"],
+            model=row["model"], prompt_version=row["prompt_version"], backend=row["backend"],
+            created_at=row["created_at"],
+        ))  # fmt: skip
+    return answers
+
+
 def _write(out: Path, rows: list[tuple[str, Answer]]) -> None:
     records = [json.loads(a.record) if a.record else {} for _, a in rows]
     frame = pl.DataFrame({
         ITEM_ID: [item for item, _ in rows],
+        "key": [a.key for _, a in rows],
         "status": [a.status for _, a in rows],
-        "category": [r.get("category") for r in records],
-        "brand": [r.get("brand") for r in records],
-        "keywords": [r.get("keywords") for r in records],
-        "description": [r.get("description") for r in records],
-        "queries": [r.get("queries") for r in records],
+        **{field: [r.get(field) for r in records] for field in RECORD_FIELDS},
         "problem": [a.problem for _, a in rows],
         "truncated": [a.truncated for _, a in rows],
         "attempts": [a.attempts for _, a in rows],
         "model": [a.model for _, a in rows],
         "prompt_version": [a.prompt_version for _, a in rows],
         "backend": [a.backend for _, a in rows],
+        "seconds": [a.seconds for _, a in rows],
+        "created_at": [a.created_at for _, a in rows],
     }, schema_overrides={"keywords": pl.List(pl.String), "queries": pl.List(pl.String)})  # fmt: skip
     with atomic_file(out) as tmp:
         frame.write_parquet(tmp, compression="zstd")

@@ -89,7 +89,8 @@ def item_texts(items: pl.DataFrame, text_fields: Sequence[str]) -> list[str]:
 
     Args:
         items: a catalog with an `item_id` column and any of `text_fields` (string or list-of-string columns).
-        text_fields: columns to use, in order; the title is written as is, others as "field: value".
+        text_fields: columns to use, in order; the title is written as is, others as "field: value" (underscores
+            read as spaces).
 
     Returns:
         (N,) texts in the row order of `items`.
@@ -110,7 +111,8 @@ def item_texts(items: pl.DataFrame, text_fields: Sequence[str]) -> list[str]:
             column = column.list.eval(pl.element().cast(pl.String)).list.join(" > ")
         value = column.cast(pl.String).str.strip_chars()
         value = pl.when(value == "").then(None).otherwise(value)
-        parts.append(value if field == schema.TITLE else pl.lit(f"{field}: ") + value)
+        label = field.replace("_", " ")  # a column name read as words: "llm keywords: ..."
+        parts.append(value if field == schema.TITLE else pl.lit(f"{label}: ") + value)
     if not parts:
         return items[schema.ITEM_ID].cast(pl.String).to_list()
     text = pl.concat_str(parts, separator="; ", ignore_nulls=True)

@@ -1,6 +1,6 @@
 """The comparisons benchmark end to end on its smoke config: one seed run on its own first (--only-seed), then every
-model and seed trained and evaluated, each pair's paired difference per seed and pooled; a second run reuses what the
-work dir holds; Beauty's ranker runs over the
+model and seed trained and evaluated, each pair's paired difference per seed and pooled (overall and on a slice's
+users); a second run reuses what the work dir holds; Beauty's ranker runs over the
 SASRec of its own seed."""
 
 from __future__ import annotations
@@ -45,8 +45,13 @@ def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: P
 
     models = tmp_path / "work" / "models" / "smoke-sasrec"
     trained = (models / "model.pt").stat().st_mtime_ns
-    comparisons.main(argv)  # resumable: nothing is trained again
-    assert (models / "model.pt").stat().st_mtime_ns == trained
+    sliced = json.loads(comparisons.main([*argv, "--set", "pair_metrics=[ndcg@10, warm.recall@10]"]).read_text())
+    assert (models / "model.pt").stat().st_mtime_ns == trained  # resumable: nothing is trained again
+    overall, warm = sliced["pairs"]
+    assert overall["per_seed"] == pair["per_seed"] and warm["metric"] == "warm.recall@10"
+    assert all(0 < seed["users"] <= overall["per_seed"][0]["users"] for seed in warm["per_seed"])
+    with pytest.raises(SystemExit, match=r"no slice 'frozen' in the evaluations. Fix: one of \[.*'warm'"):
+        comparisons.main([*argv, "--set", "pair_metrics=[frozen.ndcg@10]"])
 
 
 def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
@@ -19,8 +20,11 @@ from cli import app
 from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.registry import CHAMPION
+from recsys.enrich.columns import with_item_metadata
 from recsys.errors import ConfigError
 from recsys.models.registry import load_model
+from recsys.semantic_ids.content import item_texts
+from tests.chat_server import ChatServer
 
 
 def statuses(run: tuple[steps.PipelineOutputs, list[runner.StepReport]]) -> dict[str, str]:
@@ -31,8 +35,9 @@ def test_pipeline_runs_every_step_then_skips_them(tmp_path: Path, tiny_config: C
     config = load_config(tiny_config(tmp_path, pipeline={"index": {"kind": "flat"}}))
     first = runner.run_pipeline(config, tmp_path)
     assert statuses(first) == {
-        "prepare_data": "ran", "embed_content": "not applicable", "build_semantic_ids": "not applicable",
-        "train_retriever": "ran", "build_index": "ran", "evaluate": "ran", "register": "ran",
+        "prepare_data": "ran", "enrich_items": "not applicable", "embed_content": "not applicable",
+        "build_semantic_ids": "not applicable", "train_retriever": "ran", "build_index": "ran", "evaluate": "ran",
+        "register": "ran",
     }  # fmt: skip
     outputs = first[0]
     assert outputs.index is not None and outputs.index.recall == 1.0  # a flat index is exact
@@ -186,3 +191,31 @@ def test_how_training_reads_the_rows_does_not_prepare_the_data_again(
     assert statuses(runner.run_pipeline(budget, tmp_path, until="prepare_data")) == {"prepare_data": "skipped"}
     fewer = load_config(tiny_config(tmp_path, tracking={"enabled": False}, data={"min_interactions": 5}))
     assert statuses(runner.run_pipeline(fewer, tmp_path, until="prepare_data")) == {"prepare_data": "ran"}
+
+
+def test_llm_metadata_is_a_step_whose_columns_the_content_text_reads(
+    tmp_path: Path, tiny_config: Callable[..., Path], chat_server: ChatServer
+) -> None:
+    sid = {"method": "rqkmeans", "rqkmeans": {"levels": 2, "codebook_size": 8}}
+    model = {"name": "two_tower", "params": {"max_history": 20, "dim": 16, "hidden_dim": 32, "use_content": True}}
+    enrich = {"backend": "http", "model": "test-model", "url": chat_server.url, "batch_size": 16}
+    content = {"text_fields": ["title", "llm_keywords", "llm_description"]}
+    path = tiny_config(tmp_path, name="tiny-metadata", sid=sid, model=model, enrich=enrich, content=content,
+                       train={"schedule": {"epochs": 1}})  # fmt: skip
+    outputs, reports = runner.run_pipeline(load_config(path), tmp_path, until="evaluate")
+    assert statuses((outputs, reports))["enrich_items"] == "ran" and outputs.metadata is not None
+    items = pl.read_parquet(outputs.data.data_dir / "items.parquet") if outputs.data else None
+    assert items is not None
+    joined = with_item_metadata(items, outputs.metadata.path)
+    assert joined["llm_keywords"].null_count() == 0  # the scripted server answers every title
+    texts = item_texts(joined.sort("item_idx"), content["text_fields"])
+    assert all("; llm keywords: " in text and "; llm description: " in text for text in texts)
+    report = json.loads((outputs.evaluation.evaluation_dir / "evaluation.json").read_text())  # type: ignore[union-attr]
+    assert report["item_metadata"]["ok"] == items.height and report["item_metadata"]["coverage"] == 1.0
+    asked = sum(chat_server.asked.values())
+
+    faster = load_config(path, {"enrich.batch_size": 4})  # how it runs, not what it writes
+    ran = statuses(runner.run_pipeline(faster, tmp_path, until="embed_content"))
+    assert ran["enrich_items"] == "skipped" and sum(chat_server.asked.values()) == asked
+    title_only = load_config(path, {"content.text_fields": ["title"]})
+    assert statuses(runner.run_pipeline(title_only, tmp_path, until="embed_content"))["embed_content"] == "ran"

@@ -38,6 +38,7 @@ class QueryTraining(NextItemTraining):
     no_history_rate: Fraction = 0.2  # share of those whose history is hidden: text search alone
     queries_per_item: PositiveInt = 6  # training queries made per item (the protocol's levels in turn)
     query_seed: int = 0  # the query maker's seed (its training stream)
+    llm_queries: bool = False  # add the shopper queries the enrich step's LLM wrote (an `enrich` section needed)
 
 
 @dataclass(frozen=True)

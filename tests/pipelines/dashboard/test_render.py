@@ -1,17 +1,22 @@
 """The dashboard page from its data: HTML escaping, semantic-ID health, expert load, search slices, distilled students'
-labels, empty states."""
+labels, item metadata, empty states."""
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
+import polars as pl
 
 from pipelines.dashboard import DashboardData, Evaluation, RunSummary, render, render_dashboard
 from pipelines.dashboard.data import students_beside_teachers
+from recsys.enrich.report import metadata_summary
 from recsys.evaluation.queries import LEVELS
 from recsys.semantic_ids.codes import semantic_id_stats
+
+LISTS = {"keywords": pl.List(pl.String), "queries": pl.List(pl.String)}
 
 
 def chart_ids(html: str) -> list[str]:
@@ -105,3 +110,23 @@ def test_a_distilled_student_is_labelled_with_its_teacher_and_follows_it() -> No
     assert other.label == "beauty-sasrec (sasrec, run3)" and other.teacher is None
     assert students_beside_teachers([student, other, teacher]) == [other, teacher, student]
     assert students_beside_teachers([student, other]) == [student, other]  # its teacher not evaluated: in place
+
+
+def test_item_metadata_section_shows_coverage_failures_and_escaped_examples(tmp_path: Path) -> None:
+    records = tmp_path / "item_metadata.parquet"
+    evil = "<script>alert(1)</script>"
+    pl.DataFrame({
+        "item_id": ["a", "b", "c"], "status": ["ok", "ok", "failed"], "category": ["Beauty > Makeup", evil, None],
+        "brand": ["Acme", "Zest", None], "keywords": [["lip", "balm", "tint"], ["wash", "body", "gel"], None],
+        "description": ["A tinted lip balm.", "A body wash.", None], "queries": [["lip balm", "tint"], ["wash"], None],
+        "problem": [None, None, "keywords: Tuple should have at least 3 items"], "truncated": ["", "brand", ""],
+        "model": ["gemma@1"] * 3, "prompt_version": ["item-metadata-v1"] * 3,
+    }, schema_overrides=LISTS).write_parquet(records)  # fmt: skip
+    summary = metadata_summary(records, catalogue_items=4)
+    report = {"name": "with-metadata", "model": "sasrec", "semantic_ids": None, "item_metadata": summary}
+    html = render_dashboard(DashboardData("Meta", "test", runs=[], evaluations=[Evaluation(report, "e", "run1")]))
+    assert '<section id="metadata">' in html and "2 of 4 items with a valid record (coverage 50.0%" in html
+    assert "valid 66.7% of 3 answered, 1 with a value cut" in html and "prompt item-metadata-v1" in html
+    assert "keywords: Tuple should have at least 3 items (1)" in html
+    assert "<td>lip, balm, tint</td>" in html and "<script>alert(1)" not in html and "&lt;script&gt;" in html
+    assert "their configs have no enrich section" in semantic_id_page()

@@ -17,7 +17,7 @@ import pytest
 from pipelines.enrich import enrich_step
 from recsys.enrich.cache import CACHE_FILE
 from recsys.enrich.config import EnrichConfig
-from recsys.errors import ConfigError
+from recsys.errors import ConfigError, DataError
 from tests.chat_server import ChatServer
 
 
@@ -41,7 +41,7 @@ def test_answers_are_checked_repaired_reasked_and_counted(
     monkeypatch.setenv("TEST_LLM_KEY", "secret-key")
     data = catalogue(tmp_path / "data", ["Acme Lip Balm", "Zest Body Wash", "Glow malformed Serum",
                                          "Dusk hopeless Toner", "Cream for busy days", ""])  # fmt: skip
-    summary = enrich_step(config(chat_server, api_key_env="TEST_LLM_KEY"), data, tmp_path / "cache")
+    summary = enrich_step(config(chat_server, api_key_env="TEST_LLM_KEY"), data, data, tmp_path / "cache")
     rows = pl.read_parquet(data / "item_metadata.parquet")
     assert (summary.items, summary.ok, summary.failed, summary.left) == (5, 4, 1, 0)  # the empty title: no text
     failed = rows.filter(pl.col("status") == "failed").row(0, named=True)
@@ -53,25 +53,25 @@ def test_answers_are_checked_repaired_reasked_and_counted(
     assert set(rows["model"]) == {f"test-model@{chat_server.url}"} and set(rows["prompt_version"]) == {
         "item-metadata-v1"
     }
-    again = enrich_step(config(chat_server), data, tmp_path / "cache")  # everything is in the cache
+    again = enrich_step(config(chat_server), data, data, tmp_path / "cache")  # everything is in the cache
     assert (again.asked, again.cached, again.ok) == (0, 5, 4) and sum(chat_server.asked.values()) == 8
-    retried = enrich_step(config(chat_server), data, tmp_path / "cache", retry_failed=True)
+    retried = enrich_step(config(chat_server), data, data, tmp_path / "cache", retry_failed=True)
     assert retried.asked == 1 and retried.failed == 1
 
 
 def test_a_server_that_refuses_the_schema_is_asked_without_it(chat_server: ChatServer, tmp_path: Path) -> None:
     chat_server.accepts_schema = False
     data = catalogue(tmp_path / "data", ["Acme Lip Balm", "Zest Body Wash", "Nova Face Cream"])
-    summary = enrich_step(config(chat_server, concurrency=1), data, tmp_path / "cache")
+    summary = enrich_step(config(chat_server, concurrency=1), data, data, tmp_path / "cache")
     assert summary.ok == 3 and chat_server.schemas_refused == 1
 
 
 def test_the_token_budget_leaves_the_rest_for_the_next_run(chat_server: ChatServer, tmp_path: Path) -> None:
     data = catalogue(tmp_path / "data", [f"Brand{n} Body Lotion" for n in range(6)])
-    first = enrich_step(config(chat_server, concurrency=1, token_budget=250), data, tmp_path / "cache")
+    first = enrich_step(config(chat_server, concurrency=1, token_budget=250), data, data, tmp_path / "cache")
     assert (first.ok, first.left) == (3, 3)  # 100 tokens an answer: the third one crosses 250
     assert pl.read_parquet(data / "item_metadata.parquet").height == 3
-    second = enrich_step(config(chat_server, concurrency=1), data, tmp_path / "cache")
+    second = enrich_step(config(chat_server, concurrency=1), data, data, tmp_path / "cache")
     assert (second.asked, second.cached, second.ok) == (3, 3, 6)
     assert max(chat_server.asked.values()) == 1  # nothing asked twice
 
@@ -92,7 +92,7 @@ def test_a_killed_run_resumes_with_only_what_is_missing(chat_server: ChatServer,
     cached = _cached(tmp_path / "cache" / CACHE_FILE)
     assert 3 <= cached < len(titles), "the run was not killed mid-way"
     assert not (data / "item_metadata.parquet").exists()  # written at the end, whole, or not at all
-    summary = enrich_step(config(chat_server), data, tmp_path / "cache")
+    summary = enrich_step(config(chat_server), data, data, tmp_path / "cache")
     assert summary.cached == cached and summary.asked == len(titles) - cached and summary.ok == len(titles)
     assert sum(chat_server.asked.values()) <= len(titles) + 1  # at most the request under way when killed, again
 
@@ -110,3 +110,30 @@ def _cached(path: Path) -> int:
             return int(db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
         except sqlite3.OperationalError:  # the table is not there yet
             return 0
+
+
+def test_records_made_elsewhere_are_reused_and_never_asked_again(chat_server: ChatServer, tmp_path: Path) -> None:
+    data = catalogue(tmp_path / "data", ["Acme Lip Balm", "Zest Body Wash", "Dusk hopeless Toner"])
+    made = enrich_step(config(chat_server), data, tmp_path / "made", tmp_path / "cache")
+    assert (made.ok, made.failed) == (2, 1)
+    asked = sum(chat_server.asked.values())
+    # another machine: an empty cache, the records file, and a server that answers nothing (nothing may be asked)
+    records = str(tmp_path / "made" / "item_metadata.parquet")
+    elsewhere = EnrichConfig(backend="http", model="test-model", url=chat_server.url, records=records)
+    again = enrich_step(elsewhere, data, tmp_path / "again", tmp_path / "other-cache")
+    assert (again.asked, again.cached, again.ok, again.failed) == (0, 3, 2, 1)
+    assert sum(chat_server.asked.values()) == asked
+    columns = ["item_id", "status", "category", "keywords", "description", "queries", "problem"]
+    assert (
+        pl.read_parquet(tmp_path / "again" / "item_metadata.parquet")
+        .select(columns)
+        .equals(pl.read_parquet(records).select(columns))
+    )
+
+
+def test_a_records_file_of_another_shape_is_refused_with_its_fix(chat_server: ChatServer, tmp_path: Path) -> None:
+    data = catalogue(tmp_path / "data", ["Acme Lip Balm"])
+    old = tmp_path / "old.parquet"
+    pl.DataFrame({"item_id": ["i0"], "status": ["ok"]}).write_parquet(old)
+    with pytest.raises(DataError, match=r"old.parquet: no column .*'key'.*Fix: enrich again"):
+        enrich_step(config(chat_server, records=str(old)), data, data, tmp_path / "cache")
