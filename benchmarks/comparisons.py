@@ -39,6 +39,7 @@ from recsys.evaluation.uncertainty import Uncertainty, seed_summary
 
 logger = logging.getLogger(__name__)
 METRICS = ("ndcg@10", "recall@10")  # per model
+SEARCH_METRIC = "ndcg@10"  # per search level and setting, of a model that reads queries
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> Path:
         "models": {label: model_record(dirs) for label, dirs in evaluations.items()},
         "pairs": [pair_record(a, b, metric, evaluations, settings.uncertainty)
                   for a, b in itertools.combinations(evaluations, 2) for metric in settings.pair_metrics],
+        "search_pairs": [search_pair(a, b, evaluations) for a, b in itertools.combinations(evaluations, 2)
+                         if all(search_metrics(_read(d)) for d in evaluations[a] + evaluations[b])],
         **provenance(),
     }  # fmt: skip
     path = write_result(settings.result_name, result, args.results_dir, reproduce)
@@ -126,13 +129,41 @@ def main(argv: list[str] | None = None) -> Path:
 
 def model_record(evaluation_dirs: list[Path]) -> dict[str, Any]:
     """Per metric of METRICS: each seed's value with its interval, and the mean ± std over the seeds."""
-    reports = [json.loads((directory / EVALUATION_FILE).read_text()) for directory in evaluation_dirs]
+    reports = [_read(directory) for directory in evaluation_dirs]
     record: dict[str, Any] = {"configs": [report["name"] for report in reports]}
     for metric in METRICS:
         values = [report["overall"][metric] for report in reports]
         per_seed = [{"value": report["overall"][metric], "interval": report["intervals"][metric]} for report in reports]
         record[metric] = {**seed_summary(values), "per_seed": per_seed}
+    searches = [search_metrics(report) for report in reports]
+    if all(searches):  # a model that reads queries: the search protocol's N@10 per level and setting, over seeds
+        record["search"] = {key: {**seed_summary([s[key] for s in searches]), "per_seed": [s[key] for s in searches]}
+                            for key in searches[0]}  # fmt: skip
     return record
+
+
+def search_metrics(report: dict[str, Any], metric: str = SEARCH_METRIC) -> dict[str, float]:
+    """{"<level>/<setting>": `metric`} of an evaluation's search block (empty for a model without one)."""
+    search = report.get("search") or {}
+    return {f"{level}/{setting}": next(iter(systems.values()))[metric]
+            for level, settings in search.get("levels", {}).items() for setting, systems in settings.items()
+            if systems}  # fmt: skip
+
+
+def search_pair(a: str, b: str, evaluations: dict[str, list[Path]]) -> dict[str, Any]:
+    """a minus b on search N@10 per level and setting, seed by seed (the search protocol keeps no per-user ranks, so
+    no paired interval: the spread over seeds is the evidence), and the mean ± std over the seeds."""
+    seeds = [(search_metrics(_read(da)), search_metrics(_read(db)))
+             for da, db in zip(evaluations[a], evaluations[b], strict=True)]  # fmt: skip
+    differences = {key: [sa[key] - sb[key] for sa, sb in seeds] for key in seeds[0][0]}
+    return {"a": a, "b": b, "metric": SEARCH_METRIC,
+            "levels": {key: {**seed_summary(values), "per_seed": values, "seeds_a_higher": sum(v > 0 for v in values)}
+                       for key, values in differences.items()}}  # fmt: skip
+
+
+def _read(evaluation_dir: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((evaluation_dir / EVALUATION_FILE).read_text())
+    return report
 
 
 def pair_record(

@@ -3,7 +3,8 @@
 `item_metadata.parquet` (written by `recsys.enrich.run`) holds one row per item; its valid records become columns
 `llm_category`, `llm_brand`, `llm_keywords` (joined by ", "), `llm_description` (strings) and `llm_queries` (a list)
 of the items table. A consumer reads them by name, switched on in its own config section:
-- the text embedded for content vectors and semantic IDs: `content.text_fields: [title, llm_keywords, ...]`;
+- the text embedded for content vectors and semantic IDs (and so the features of a ranker that reads content):
+  `content.text_fields: [title, llm_keywords, ...]`;
 - the query-aware model's training queries: `model.training.llm_queries: true` (its shopper queries beside the
   title-derived ones).
 An item without a valid record has nulls there (a failed answer is never read as one).

@@ -153,6 +153,26 @@ def read_answers(path: Path) -> list[Answer]:
     return answers
 
 
+_SCHEMA: dict[str, pl.DataType] = {  # every column typed: a run with no records writes the same schema
+    ITEM_ID: pl.String(),
+    "key": pl.String(),
+    "status": pl.String(),
+    "category": pl.String(),
+    "brand": pl.String(),
+    "keywords": pl.List(pl.String()),
+    "description": pl.String(),
+    "queries": pl.List(pl.String()),
+    "problem": pl.String(),
+    "truncated": pl.String(),
+    "attempts": pl.Int64(),
+    "model": pl.String(),
+    "prompt_version": pl.String(),
+    "backend": pl.String(),
+    "seconds": pl.Float64(),
+    "created_at": pl.Float64(),
+}
+
+
 def _write(out: Path, rows: list[tuple[str, Answer]]) -> None:
     records = [json.loads(a.record) if a.record else {} for _, a in rows]
     frame = pl.DataFrame({
@@ -168,6 +188,6 @@ def _write(out: Path, rows: list[tuple[str, Answer]]) -> None:
         "backend": [a.backend for _, a in rows],
         "seconds": [a.seconds for _, a in rows],
         "created_at": [a.created_at for _, a in rows],
-    }, schema_overrides={"keywords": pl.List(pl.String), "queries": pl.List(pl.String)})  # fmt: skip
+    }, schema_overrides=_SCHEMA)  # fmt: skip
     with atomic_file(out) as tmp:
         frame.write_parquet(tmp, compression="zstd")

@@ -1,5 +1,5 @@
 """The records as item columns: only valid records are read, keywords joined, item order kept; consumers that name
-them need the enrich step, and a misspelt column is refused."""
+them need the enrich step, and a misspelt column is refused; a run without records writes typed, joinable columns."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import polars as pl
 import pytest
 
 from pipelines.config import load_config
+from recsys.enrich.cache import EnrichCache
 from recsys.enrich.columns import COLUMNS, with_item_metadata
+from recsys.enrich.record import load_prompt
+from recsys.enrich.run import enrich_catalogue
 from recsys.errors import ConfigError, DataError
 from recsys.semantic_ids.content import item_texts
 
@@ -54,3 +57,20 @@ def test_consumers_of_metadata_need_the_enrich_step_and_real_columns() -> None:
         load_config(config, {"content.text_fields": ["title", "llm_keyword"], "enrich": {}})
     loaded = load_config(REPO / "configs" / "beauty" / "sasrec-sid-cold-metadata.yaml")
     assert loaded.enrich is not None and loaded.enrich.records == "benchmarks/results/beauty-item-metadata.parquet"
+
+
+def test_a_run_with_no_records_writes_typed_columns_that_join(tmp_path: Path) -> None:
+    out = tmp_path / "item_metadata.parquet"
+    enrich_catalogue(["a"], ["Lip Balm"], NeverAsked(), load_prompt(), EnrichCache(tmp_path), out, limit=0)
+    assert pl.read_parquet(out).height == 0
+    joined = with_item_metadata(pl.DataFrame({"item_id": ["a"], "title": ["Lip Balm"]}), out)
+    assert joined["llm_keywords"].to_list() == [None]
+
+
+class NeverAsked:
+    """A backend a run must not call (everything it would ask is past its limit)."""
+
+    name, model, constrained = "never", "none@0", True
+
+    def generate(self, *args: object, **kwargs: object) -> list:
+        raise AssertionError("asked")
