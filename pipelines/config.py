@@ -188,6 +188,9 @@ class PipelineSection(Section):
 
     index: IndexConfig = IndexConfig()
     registry: RegistrySection = RegistrySection()
+    # an evaluation directory (WORK/evaluations/NAME) of the run this one is measured against, e.g. its twin without
+    # an LLM consumer: the evaluate step adds the paired difference on the same test users to its report
+    compare_with: Path | None = None
 
 
 class ExperimentConfig(Section):

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pipelines.comparison import compare_ranks
 from pipelines.config import ExperimentConfig
 from pipelines.dashboard import from_evaluation, render_dashboard
 from pipelines.distill import TEACHER_KEY
@@ -103,6 +104,7 @@ def evaluate_step(
         )  # fmt: skip
         report, per_user = evaluation_report(config, trained, features.semantic_ids)
         report |= {"search": search_report(config, trained, features, cache_dir), "distill": distill_report(config)}
+        report["baseline"] = baseline_comparison(config, per_user)
         report["item_metadata"] = (  # the dashboard's Metadata section
             None if features.item_metadata is None else metadata_summary(features.item_metadata, trained.data.num_items)
         )
@@ -155,6 +157,32 @@ def evaluation_report(
         "semantic_ids": read_semantic_ids(sid_path)[1].to_dict() if sid_path is not None else None,
     }
     return report, per_user
+
+
+def baseline_comparison(config: ExperimentConfig, per_user: PerUserRanks) -> dict[str, Any] | None:
+    """This run minus `pipeline.compare_with`'s evaluation on the same test users (paired differences with intervals,
+    overall and per slice); a warning when it is worse beyond the interval (a consumer that hurts); None without one."""
+    baseline = config.pipeline.compare_with
+    if baseline is None:
+        return None
+    path = baseline / EVALUATION_FILE
+    if not path.is_file() or not (baseline / PER_USER_FILE).is_file():
+        raise ConfigError(
+            f"pipeline.compare_with {baseline} holds no evaluation ({EVALUATION_FILE} and {PER_USER_FILE}). Fix: run "
+            "the baseline's pipeline to its evaluate step first, and name its WORK/evaluations/NAME directory"
+        )
+    uncertainty = config.eval.uncertainty
+    if not uncertainty.resamples:
+        raise ConfigError("pipeline.compare_with needs intervals. Fix: set eval.uncertainty.resamples (e.g. 1000)")
+    names = (config.name, str(json.loads(path.read_text())["name"]))
+    comparison = compare_ranks(per_user, PerUserRanks.read(baseline / PER_USER_FILE), names, config.eval.ks,
+                               uncertainty)  # fmt: skip
+    metric = "ndcg@10" if "ndcg@10" in comparison["overall"] else next(iter(comparison["overall"]))
+    headline = comparison["overall"][metric]
+    if headline["high"] < 0:
+        logger.warning("%s is worse than its baseline %s beyond the interval: %s %+.4f [%.4f, %.4f]", names[0],
+                       names[1], metric, headline["difference"], headline["low"], headline["high"])  # fmt: skip
+    return {"dir": str(baseline), **comparison}
 
 
 def interval_metrics(intervals: dict[str, list[float]]) -> dict[str, float]:

@@ -330,8 +330,15 @@ def _evaluate_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[st
     inputs = {"eval": eval_section, "model_sha256": done.model.model_sha256, "sids": as_json(done.semantic_ids)}
     if config.distill is not None:  # the report records the teacher (a student evaluated before it did re-runs)
         inputs["distill"] = config.model_dump(mode="json", include={"distill"}, exclude=HOW_IT_RUNS)["distill"]
+    baseline = config.pipeline.compare_with
+    if baseline is not None:  # the comparison is redone when the baseline is evaluated again
+        inputs["compare_with"] = {"dir": str(baseline), "evaluation": _digest_or_none(baseline / EVALUATION_FILE)}
     search = _search_content(config, done)
     return inputs if search is None else {**inputs, "search_content": search}
+
+
+def _digest_or_none(path: Path) -> str | None:
+    return file_sha256(path) if path.is_file() else None
 
 
 def _search_content(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, str] | None:

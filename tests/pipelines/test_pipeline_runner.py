@@ -217,5 +217,19 @@ def test_llm_metadata_is_a_step_whose_columns_the_content_text_reads(
     faster = load_config(path, {"enrich.batch_size": 4})  # how it runs, not what it writes
     ran = statuses(runner.run_pipeline(faster, tmp_path, until="embed_content"))
     assert ran["enrich_items"] == "skipped" and sum(chat_server.asked.values()) == asked
-    title_only = load_config(path, {"content.text_fields": ["title"]})
-    assert statuses(runner.run_pipeline(title_only, tmp_path, until="embed_content"))["embed_content"] == "ran"
+    title_only = load_config(path, {"name": "tiny-title-only", "content.text_fields": ["title"]})
+    baseline, _ = runner.run_pipeline(title_only, tmp_path, until="evaluate")
+    assert baseline.evaluation is not None
+
+    # the guard: the evaluate step measures the consumer against its title-only twin on the same users
+    guarded = load_config(path, {"pipeline.compare_with": str(baseline.evaluation.evaluation_dir),
+                                 "eval.uncertainty.resamples": 200})  # fmt: skip
+    ran = statuses(runner.run_pipeline(guarded, tmp_path, until="evaluate"))
+    assert ran["train_retriever"] == "skipped" and ran["evaluate"] == "ran"  # a comparison retrains nothing
+    report = json.loads((outputs.evaluation.evaluation_dir / "evaluation.json").read_text())  # type: ignore[union-attr]
+    ndcg = report["baseline"]["overall"]["ndcg@10"]
+    assert report["baseline"]["champion"] == "tiny-title-only" and ndcg["low"] <= ndcg["difference"] <= ndcg["high"]
+    assert {entry["slice"] for entry in report["baseline"]["slices"]["cold_start"]} == {"warm", "cold"}
+    nowhere = load_config(path, {"pipeline.compare_with": str(tmp_path / "nowhere")})
+    with pytest.raises(ConfigError, match=r"nowhere holds no evaluation .* Fix: run the baseline's pipeline"):
+        runner.run_pipeline(nowhere, tmp_path, until="evaluate")
