@@ -19,6 +19,8 @@ stopped. benchmarks/results/<result_name>.json then gives:
              on the users of slice "cold") and per seed: the paired difference on the same test users, its interval
              and p-value (`recsys.evaluation.uncertainty`); pooled: the mean difference over the seeds ± its std, and
              in how many seeds the interval excludes 0 either way
+    search_pairs  the same for two models that read queries, on search N@10 per query level and setting (each seed
+             on the users both ranked there)
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
 from benchmarks.quality import seeded, train_seeds, work_overrides
-from pipelines.comparison import compare_evaluation_dirs
+from pipelines.comparison import compare_evaluation_dirs, compare_search_dirs
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.evaluation_dir import EVALUATION_FILE
 from recsys.evaluation.uncertainty import Uncertainty, seed_summary
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> Path:
         "models": {label: model_record(dirs) for label, dirs in evaluations.items()},
         "pairs": [pair_record(a, b, metric, evaluations, settings.uncertainty)
                   for a, b in itertools.combinations(evaluations, 2) for metric in settings.pair_metrics],
-        "search_pairs": [search_pair(a, b, evaluations) for a, b in itertools.combinations(evaluations, 2)
+        "search_pairs": [search_pair(a, b, evaluations, settings.uncertainty)
+                         for a, b in itertools.combinations(evaluations, 2)
                          if all(search_metrics(_read(d)) for d in evaluations[a] + evaluations[b])],
         **provenance(),
     }  # fmt: skip
@@ -150,15 +153,21 @@ def search_metrics(report: dict[str, Any], metric: str = SEARCH_METRIC) -> dict[
             if systems}  # fmt: skip
 
 
-def search_pair(a: str, b: str, evaluations: dict[str, list[Path]]) -> dict[str, Any]:
-    """a minus b on search N@10 per level and setting, seed by seed (the search protocol keeps no per-user ranks, so
-    no paired interval: the spread over seeds is the evidence), and the mean ± std over the seeds."""
-    seeds = [(search_metrics(_read(da)), search_metrics(_read(db)))
+def search_pair(a: str, b: str, evaluations: dict[str, list[Path]], uncertainty: Uncertainty) -> dict[str, Any]:
+    """a minus b on search N@10 per level and setting, seed by seed on the users both ranked (paired intervals), and
+    pooled over the seeds."""
+    ks = _read(evaluations[a][0])["protocol"]["ks"]
+    seeds = [compare_search_dirs(da, db, ks, uncertainty)
              for da, db in zip(evaluations[a], evaluations[b], strict=True)]  # fmt: skip
-    differences = {key: [sa[key] - sb[key] for sa, sb in seeds] for key in seeds[0][0]}
-    return {"a": a, "b": b, "metric": SEARCH_METRIC,
-            "levels": {key: {**seed_summary(values), "per_seed": values, "seeds_a_higher": sum(v > 0 for v in values)}
-                       for key, values in differences.items()}}  # fmt: skip
+    levels = {}
+    for key in seeds[0]:
+        per_seed = [{**seed[key][SEARCH_METRIC], "users": seed[key]["users"]} for seed in seeds]
+        levels[key] = {"per_seed": per_seed, "pooled": {
+            **seed_summary([seed["difference"] for seed in per_seed]),
+            "seeds_a_better": sum(seed["low"] > 0 for seed in per_seed),
+            "seeds_b_better": sum(seed["high"] < 0 for seed in per_seed),
+        }}  # fmt: skip
+    return {"a": a, "b": b, "metric": SEARCH_METRIC, "levels": levels}
 
 
 def _read(evaluation_dir: Path) -> dict[str, Any]:

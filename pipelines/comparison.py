@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from pipelines.evaluation_dir import EVALUATION_FILE
-from pipelines.per_user import PER_USER_FILE, PerUserRanks
+from pipelines.per_user import PER_USER_FILE, SEARCH_RANKS_FILE, PerUserRanks, read_search_ranks
 from recsys.errors import ConfigError, RecsysError
 from recsys.evaluation.uncertainty import Uncertainty, paired_difference, per_user_metrics
 
@@ -94,3 +96,25 @@ def _report(evaluation_dir: Path) -> dict[str, Any]:
             "`recsys pipeline run --config CONFIG --rerun evaluate`"
         )
     return report
+
+
+def compare_search_dirs(
+    challenger_dir: Path, champion_dir: Path, ks: Sequence[int], uncertainty: Uncertainty
+) -> dict[str, dict[str, Any]]:
+    """Two evaluations of models that read queries compared per search level and setting, user by user: {key: {metric:
+    paired difference, "users": n}} over the users both ranked at that key (their test queries are each model's own
+    draw, disjoint from its training queries: with other training queries, a few users may get another query)."""
+    reports = [_report(directory) for directory in (challenger_dir, champion_dir)]
+    if reports[0]["split_digest"] != reports[1]["split_digest"]:
+        raise ConfigError(f"{challenger_dir} and {champion_dir} ranked different users (split digests differ). Fix: "
+                          "evaluate both on the same prepared data")  # fmt: skip
+    a, b = (read_search_ranks(directory / SEARCH_RANKS_FILE) for directory in (challenger_dir, champion_dir))
+    compared: dict[str, dict[str, Any]] = {}
+    for key in sorted(a.keys() & b.keys()):
+        (rows_a, ranks_a), (rows_b, ranks_b) = a[key], b[key]
+        both = rows_a[torch.isin(rows_a, rows_b)]
+        names, values_a = per_user_metrics(ranks_a[torch.searchsorted(rows_a, both)], ks)
+        values_b = per_user_metrics(ranks_b[torch.searchsorted(rows_b, both)], ks)[1]
+        paired = paired_difference(values_a, values_b, names, uncertainty)
+        compared[key.rsplit("/", 1)[0]] = {"users": len(both), **{d.metric: d.to_dict() for d in paired}}
+    return compared

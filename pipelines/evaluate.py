@@ -40,7 +40,7 @@ from pipelines.dashboard import from_evaluation, render_dashboard
 from pipelines.distill import TEACHER_KEY
 from pipelines.evaluation_dir import DASHBOARD_FILE, EVALUATE_RUN_NAME, EVALUATION_ARTIFACT_DIR, EVALUATION_FILE
 from pipelines.model_dir import POPULARITY_VALID, TrainedModel, load_model_dir, model_sha256, trained_config_name
-from pipelines.per_user import PER_USER_FILE, PerUserRanks
+from pipelines.per_user import PER_USER_FILE, SEARCH_RANKS_FILE, PerUserRanks, SearchRanks, write_search_ranks
 from pipelines.search import SEARCH_SEED, evaluate_query_scorer
 from pipelines.tracking import flatten, start_tracking
 from pipelines.train import CatalogFeatures, TrainOutputs
@@ -103,7 +103,8 @@ def evaluate_step(
              "training_run_id": str(training_run_id)}
         )  # fmt: skip
         report, per_user = evaluation_report(config, trained, features.semantic_ids)
-        report |= {"search": search_report(config, trained, features, cache_dir), "distill": distill_report(config)}
+        search, search_ranks = search_report(config, trained, features, cache_dir)
+        report |= {"search": search, "distill": distill_report(config)}
         report["baseline"] = baseline_comparison(config, per_user)
         report["item_metadata"] = (  # the dashboard's Metadata section
             None if features.item_metadata is None else metadata_summary(features.item_metadata, trained.data.num_items)
@@ -112,7 +113,7 @@ def evaluate_step(
         report |= {"model_sha256": sha256, "run_id": tracker.run_id,
                    "training": {"run_id": training_run_id, "metrics": training_metrics},
                    "expert_load": trained.metrics.get("expert_load")}  # fmt: skip
-        write_evaluation(out_dir, report, per_user)
+        write_evaluation(out_dir, report, per_user, search_ranks)
         tracker.log_metrics(report["overall"], prefix="test.")
         tracker.log_metrics(interval_metrics(report["intervals"]), prefix="test.")
         tracker.log_metrics(flat_slice_metrics(report["slices"]))
@@ -198,12 +199,13 @@ def interval_metrics(intervals: dict[str, list[float]]) -> dict[str, float]:
 
 def search_report(
     config: ExperimentConfig, trained: TrainedModel, features: CatalogFeatures, cache_dir: Path | None
-) -> dict[str, Any] | None:
+) -> tuple[dict[str, Any] | None, SearchRanks]:
     """The search protocol on the test split of a model that reads text queries (`pipelines.search`: for each query
-    level history+query and no-history, and history-only) with its seed; None for any other model."""
+    level history+query and no-history, and history-only) with its seed, and the users' ranks behind it; (None, {})
+    for any other model."""
     model = trained.model
     if not isinstance(model, QueryScorer):
-        return None
+        return None, {}
     if features.content_embeddings is None:
         raise ConfigError(
             f"{config.name}: the search evaluation of a model that reads queries reads its content directory, and "
@@ -211,7 +213,7 @@ def search_report(
         )
     content_dir = features.content_embeddings.parent
     evaluation = evaluate_query_scorer(trained.name, model, trained.data, content_dir, config.eval, cache_dir)
-    return {**evaluation.to_dict(), "seed": SEARCH_SEED, "content_dir": str(content_dir)}
+    return {**evaluation.to_dict(), "seed": SEARCH_SEED, "content_dir": str(content_dir)}, evaluation.ranks
 
 
 def distill_report(config: ExperimentConfig) -> dict[str, Any] | None:
@@ -226,11 +228,15 @@ def distill_report(config: ExperimentConfig) -> dict[str, Any] | None:
             "temperature": settings.temperature, "alpha": settings.alpha}  # fmt: skip
 
 
-def write_evaluation(out_dir: Path, report: dict[str, Any], per_user: PerUserRanks) -> None:
-    """evaluation.json, dashboard.html and per_user.npz, swapped in together (a crash leaves the previous ones or
-    none)."""
+def write_evaluation(
+    out_dir: Path, report: dict[str, Any], per_user: PerUserRanks, search_ranks: SearchRanks | None = None
+) -> None:
+    """evaluation.json, dashboard.html, per_user.npz and (a model that reads queries) search_ranks.npz, swapped in
+    together (a crash leaves the previous ones or none)."""
     page = render_dashboard(from_evaluation(report, source=str(out_dir / EVALUATION_FILE)))
     with atomic_directory(out_dir, marker=EVALUATION_FILE) as tmp:
         (tmp / EVALUATION_FILE).write_text(json.dumps(report, indent=2) + "\n")
         (tmp / DASHBOARD_FILE).write_text(page)
         per_user.write(tmp / PER_USER_FILE)
+        if search_ranks:
+            write_search_ranks(tmp / SEARCH_RANKS_FILE, search_ranks)

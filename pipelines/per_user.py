@@ -11,7 +11,9 @@ One .npz file (no pickles):
 
 The split digest (SHA-256 of user_idx and targets) says whether two evaluations ranked the same users' same targets.
 Evaluations keep it as per_user.npz beside evaluation.json; model directories as valid_ranks.npz (the validation
-split, for the champion gate).
+split, for the champion gate). The evaluation of a model that reads queries also keeps search_ranks.npz: per search
+level, setting and system, the test users it ranked (`rows|<key>`, indices into the split's users) and their targets'
+ranks (`ranks|<key>`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from recsys.errors import RecsysError
 from recsys.evaluation.slices import SliceMasks, slice_codes
 
 PER_USER_FILE = "per_user.npz"  # of an evaluation directory
+SEARCH_RANKS_FILE = "search_ranks.npz"  # of the evaluation directory of a model that reads queries
 VALID_RANKS_FILE = "valid_ranks.npz"  # of a model directory
 SLICE, SLICE_NAMES = "slice.", "slice_names."
 
@@ -89,3 +92,23 @@ class PerUserRanks:
         }  # fmt: skip
         tensors = {key: torch.from_numpy(arrays[key]).long() for key in ("ranks", "user_idx", "targets")}
         return PerUserRanks(slices=slices, **tensors)
+
+
+SearchRanks = dict[str, tuple[torch.Tensor, torch.Tensor]]  # "<level>/<setting>/<system>" -> (rows, ranks)
+
+
+def write_search_ranks(path: Path, ranks: SearchRanks) -> None:
+    """Write search_ranks.npz (inside the caller's atomic directory)."""
+    arrays = {}
+    for key, (rows, values) in ranks.items():
+        arrays[f"rows|{key}"], arrays[f"ranks|{key}"] = rows.numpy(), values.numpy()
+    np.savez(path, **arrays)  # type: ignore[arg-type]
+
+
+def read_search_ranks(path: Path) -> SearchRanks:
+    if not path.is_file():
+        raise RecsysError(f"{path}: no search ranks. Fix: evaluate the model that reads queries again")
+    with np.load(path, allow_pickle=False) as stored:
+        keys = [name.removeprefix("rows|") for name in stored.files if name.startswith("rows|")]
+        return {key: (torch.from_numpy(stored[f"rows|{key}"]).long(), torch.from_numpy(stored[f"ranks|{key}"]).long())
+                for key in keys}  # fmt: skip

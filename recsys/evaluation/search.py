@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import torch
@@ -127,6 +127,8 @@ class SearchEvaluation:
         queried: users with a (non-empty) query at each level: those its settings rank.
         history_only: {system: metrics} over every test user.
         levels: {level: {setting: {system: metrics}}}.
+        ranks: {"<level>/<setting>/<system>": (rows (n,) the test users ranked, their targets' 0-based ranks (n,))}:
+            what two evaluations are compared with, user by user (not in `to_dict`).
     """
 
     ks: tuple[int, ...]
@@ -134,9 +136,10 @@ class SearchEvaluation:
     queried: dict[str, int]
     history_only: dict[str, dict[str, float]] = field(default_factory=dict)
     levels: dict[str, dict[str, dict[str, dict[str, float]]]] = field(default_factory=dict)
+    ranks: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in ("ks", "users", "queried", "history_only", "levels")}
 
 
 def level_queries(
@@ -172,7 +175,8 @@ def evaluate_search(
     result = SearchEvaluation(tuple(config.ks), users, {level: len(rows) for level, rows in queried.items()})
     for name, system in systems.items():
         if "history" in system.reads:
-            result.history_only[name] = _metrics(name, HISTORY_ONLY, system, split, everyone, None, True, config)
+            result.history_only[name] = _metrics(name, HISTORY_ONLY, system, split, everyone, None, True, config,
+                                                 result.ranks)  # fmt: skip
     for level, rows in queried.items():
         texts = queries[level]
         settings: dict[str, dict[str, dict[str, float]]] = {"history+query": {}, "no-history": {}}
@@ -180,8 +184,10 @@ def evaluate_search(
             if "query" not in system.reads:
                 continue
             if "history" in system.reads:
-                settings["history+query"][name] = _metrics(name, level, system, split, rows, texts, True, config)
-            settings["no-history"][name] = _metrics(name, level, system, split, rows, texts, False, config)
+                settings["history+query"][name] = _metrics(name, level, system, split, rows, texts, True, config,
+                                                           result.ranks)  # fmt: skip
+            settings["no-history"][name] = _metrics(name, level, system, split, rows, texts, False, config,
+                                                    result.ranks)  # fmt: skip
         result.levels[level] = settings
     return result
 
@@ -202,7 +208,9 @@ def _metrics(
     queries: Sequence[str] | None,
     with_history: bool,
     config: EvalConfig,
+    kept: dict[str, tuple[torch.Tensor, torch.Tensor]],
 ) -> dict[str, float]:
+    """The metrics of `system` on the users `rows` in one setting; their ranks go into `kept`."""
     start = time.perf_counter()
     ranks = torch.empty(len(rows), dtype=torch.int64)
     for batch, histories, width in _batches(split, rows, system.max_history if with_history else 0, config):
@@ -214,6 +222,7 @@ def _metrics(
         ranks[torch.searchsorted(rows, batch)] = target_ranks(scores, split.targets[batch].to(scores.device)).cpu()
     metrics = ranking_metrics(ranks, config.ks)
     setting = HISTORY_ONLY if queries is None else ("history+query" if with_history else "no-history")
+    kept[f"{setting}/{name}" if queries is None else f"{level}/{setting}/{name}"] = (rows, ranks)
     logger.info(
         "%s, %s: %d users in %.1f s, N@10 %.4f",
         name,

@@ -65,3 +65,20 @@ def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:
     assert comparisons.model_config(settings, settings.models[2], 0, work).model.retriever_dir == (
         work / "models" / "beauty-sasrec"
     )
+
+
+def test_models_that_read_queries_are_compared_on_search_user_by_user(tmp_path: Path) -> None:
+    config = "configs/benchmarks/comparisons-search-smoke.yaml"
+    argv = ["--config", config, "--set", f"work_dir={tmp_path / 'work'}", "--results-dir", str(tmp_path)]
+    result = json.loads(comparisons.main(argv).read_text())
+    record = result["models"]["query-aware"]["search"]
+    assert record["title-3/no-history"]["seeds"] == 2 and 0 < record["title-3/no-history"]["mean"] <= 1
+    (pair,) = result["search_pairs"]
+    levels = pair["levels"]
+    assert {"history-only", "title-3/no-history", "neighbour-mix/history+query"} <= set(levels)
+    per_model = {label: result["models"][label]["search"]["title-1-2/no-history"]["per_seed"]
+                 for label in ("query-aware", "query-aware small")}  # fmt: skip
+    for seed, paired in enumerate(levels["title-1-2/no-history"]["per_seed"]):
+        assert paired["users"] > 0 and paired["low"] <= paired["difference"] <= paired["high"]
+        expected = per_model["query-aware"][seed] - per_model["query-aware small"][seed]
+        assert paired["difference"] == pytest.approx(expected)  # the same users: the difference of the means
