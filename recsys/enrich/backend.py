@@ -8,6 +8,7 @@ from typing import Protocol
 
 from recsys.enrich.record import Prompt
 
+DEFAULT_LOCAL_MODEL = "gemma3-270m"  # the packaged Gemma 3 270M (recsys.enrich.local)
 BUDGET_SPENT = "token budget spent"  # a Generated's error when the item was never asked: left for the next run
 
 

@@ -6,11 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from recsys.enrich.backend import Backend
+from recsys.enrich.backend import DEFAULT_LOCAL_MODEL, Backend
 from recsys.enrich.record import DEFAULT_PROMPT
 from recsys.errors import ConfigError
-
-DEFAULT_LOCAL_MODEL = "gemma3-270m"
 
 
 @dataclass(frozen=True)

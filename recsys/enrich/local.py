@@ -24,8 +24,7 @@ from typing import Any
 
 import torch
 
-from recsys.enrich.backend import Generated
-from recsys.enrich.config import DEFAULT_LOCAL_MODEL
+from recsys.enrich.backend import DEFAULT_LOCAL_MODEL, Generated
 from recsys.enrich.guided import GuidedDecoder
 from recsys.enrich.record import Prompt
 from recsys.errors import ConfigError
