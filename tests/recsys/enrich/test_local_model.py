@@ -1,6 +1,7 @@
 """The packaged local model (Gemma 3 270M, from its PyPI package) writes records for three items on the CPU: every
 answer parses and passes the record's checks, keywords are spans of the item's own text, and the category is one of
-the prompt's. The GGUF file is converted once into a cache that later runs reuse (about a minute and a half)."""
+the prompt's; a batch writes what each item alone writes. The GGUF file is converted once into a cache that later
+runs reuse (about a minute and a half)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,13 @@ def test_the_packaged_model_writes_three_valid_grounded_records(tmp_path: Path) 
         words = " ".join(re.findall(r"\S+", title.lower()))
         assert row["category"] in prompt.categories and row["description"] and 2 <= len(row["queries"]) <= 3
         assert all(keyword.lower() in words for keyword in row["keywords"]), (row["keywords"], title)
+
+
+def test_a_batch_writes_what_each_item_alone_writes() -> None:
+    """Rows of a batch are padded between the shared prefix and their own suffix, masked, with positions counted over
+    real tokens: greedy decoding must not notice (padded batches with default positions gave degenerate output)."""
+    backend = LocalBackend(cache_dir=MODELS, device="cpu")
+    prompt = load_prompt()
+    together = backend.generate(TITLES, prompt)
+    alone = [backend.generate([title], prompt)[0] for title in TITLES]
+    assert [g.text for g in together] == [g.text for g in alone]
