@@ -133,8 +133,8 @@ def test_single_step_needs_its_upstream_steps(tmp_path: Path, tiny_config: Calla
     assert statuses(runner.run_pipeline(config, tmp_path, only="prepare_data")) == {"prepare_data": "ran"}
     ran = statuses(runner.run_pipeline(config, tmp_path, only="train_retriever"))
     assert ran == {
-        "prepare_data": "skipped", "embed_content": "not applicable", "build_semantic_ids": "not applicable",
-        "train_retriever": "ran",
+        "prepare_data": "skipped", "enrich_items": "not applicable", "embed_content": "not applicable",
+        "build_semantic_ids": "not applicable", "train_retriever": "ran",
     }  # fmt: skip
 
 
@@ -158,11 +158,17 @@ def test_stopping_after_a_step_on_given_data_and_running_a_step_again(
 ) -> None:
     config = load_config(tiny_config(tmp_path, tracking={"enabled": False}))
     until_train = runner.run_pipeline(config, tmp_path, until="train_retriever", data_dir=tiny_data_dir)
-    assert list(statuses(until_train).values()) == ["given", "not applicable", "not applicable", "ran"]
+    assert list(statuses(until_train).values()) == [
+        "given",
+        "not applicable",
+        "not applicable",
+        "not applicable",
+        "ran",
+    ]
     assert until_train[0].model is not None and until_train[0].index is None
     assert statuses(runner.run_pipeline(config, tmp_path, until="train_retriever", data_dir=tiny_data_dir)) == {
-        "prepare_data": "given", "embed_content": "not applicable", "build_semantic_ids": "not applicable",
-        "train_retriever": "skipped",
+        "prepare_data": "given", "enrich_items": "not applicable", "embed_content": "not applicable",
+        "build_semantic_ids": "not applicable", "train_retriever": "skipped",
     }  # fmt: skip
     again = runner.run_pipeline(config, tmp_path, until="train_retriever", data_dir=tiny_data_dir,
                                 rerun=["train_retriever"])  # fmt: skip
