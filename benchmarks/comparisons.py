@@ -105,16 +105,17 @@ def main(argv: list[str] | None = None) -> Path:
             (outputs,) = train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [])
             assert outputs.evaluation is not None
             evaluations.setdefault(model.label, []).append(outputs.evaluation.evaluation_dir)
+    models = {label: model_record(dirs) for label, dirs in evaluations.items()}
     result = {
         "settings": {"seeds": settings.seeds, "device": settings.device, "work_dir": settings.work_dir,
                      "models": [asdict(m) for m in settings.models], "experiment": settings.experiment},
         "uncertainty": settings.uncertainty.to_dict(),
-        "models": {label: model_record(dirs) for label, dirs in evaluations.items()},
+        "models": models,
         "pairs": [pair_record(a, b, metric, evaluations, settings.uncertainty)
                   for a, b in itertools.combinations(evaluations, 2) for metric in settings.pair_metrics],
         "search_pairs": [search_pair(a, b, evaluations, settings.uncertainty)
                          for a, b in itertools.combinations(evaluations, 2)
-                         if all(search_metrics(_read(d)) for d in evaluations[a] + evaluations[b])],
+                         if "search" in models[a] and "search" in models[b]],
         **provenance(),
     }  # fmt: skip
     path = write_result(settings.result_name, result, args.results_dir, reproduce)
@@ -162,11 +163,7 @@ def search_pair(a: str, b: str, evaluations: dict[str, list[Path]], uncertainty:
     levels = {}
     for key in seeds[0]:
         per_seed = [{**seed[key][SEARCH_METRIC], "users": seed[key]["users"]} for seed in seeds]
-        levels[key] = {"per_seed": per_seed, "pooled": {
-            **seed_summary([seed["difference"] for seed in per_seed]),
-            "seeds_a_better": sum(seed["low"] > 0 for seed in per_seed),
-            "seeds_b_better": sum(seed["high"] < 0 for seed in per_seed),
-        }}  # fmt: skip
+        levels[key] = {"per_seed": per_seed, "pooled": _pooled(per_seed)}
     return {"a": a, "b": b, "metric": SEARCH_METRIC, "levels": levels}
 
 
@@ -184,12 +181,16 @@ def pair_record(
         _difference(compare_evaluation_dirs(dir_a, dir_b, uncertainty), metric)
         for dir_a, dir_b in zip(evaluations[a], evaluations[b], strict=True)
     ]
-    pooled = {
+    return {"a": a, "b": b, "metric": metric, "per_seed": per_seed, "pooled": _pooled(per_seed)}
+
+
+def _pooled(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    """The seeds' paired differences pooled: mean ± std, and in how many seeds the interval excludes 0 either way."""
+    return {
         **seed_summary([seed["difference"] for seed in per_seed]),
         "seeds_a_better": sum(seed["low"] > 0 for seed in per_seed),  # the interval above 0
         "seeds_b_better": sum(seed["high"] < 0 for seed in per_seed),
     }
-    return {"a": a, "b": b, "metric": metric, "per_seed": per_seed, "pooled": pooled}
 
 
 def _difference(comparison: dict[str, Any], metric: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from pipelines.enrich import enrich_texts
 from recsys.data.schema import ITEM_ID
 from recsys.enrich.cache import EnrichCache
 from recsys.enrich.config import EnrichConfig, make_backend
-from recsys.enrich.record import load_prompt
+from recsys.enrich.record import FIELDS, load_prompt
 from recsys.enrich.run import enrich_catalogue
 
 RECORDS_FILE = "beauty-item-metadata.parquet"
@@ -112,7 +112,7 @@ def _run(settings: Settings, label: str, catalogue: pl.DataFrame, work: Path, re
 def agreement(records: Path, kept: Path) -> dict[str, Any]:
     """Per field, the share of the items of `records` whose value equals the kept records' (and all fields at once):
     greedy decoding of a small model flips on small numeric differences (another device, batch or padding)."""
-    fields = ["status", "category", "brand", "keywords", "description", "queries"]
+    fields = ["status", *FIELDS]
     both = (
         pl.read_parquet(records)
         .select(ITEM_ID, *fields)

@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipelines.dashboard.data import TREND_METRIC, DashboardData, Evaluation, RunSummary, TrendPoint
+from recsys.data.schema import ITEM_ID
+from recsys.enrich.record import FIELDS
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 SLICE_FAMILIES = {  # family -> (heading, what a slice is)
@@ -387,7 +389,7 @@ def _metadata(evaluations: Sequence[Evaluation]) -> str:
             f"{m['truncated']:,} with a value cut); model {html.escape(', '.join(m['models']))}, prompt "
             f"{html.escape(', '.join(m['prompt_versions']))}; failures: {html.escape(failures)}</li>"
         )
-    columns = ("item_id", "category", "brand", "keywords", "description", "queries")
+    columns = (ITEM_ID, *FIELDS)
     head = "".join(f"<th>{c}</th>" for c in columns)
 
     def cell(value: Any) -> str:

@@ -77,24 +77,22 @@ class EnrichCache:
         return found
 
     def put(self, answers: Iterable[Answer]) -> None:
-        with self._db:  # one transaction: the batch is there whole or not at all
-            self._db.executemany(
-                "INSERT OR REPLACE INTO answers VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                [(a.key, a.status, a.record, a.problem, a.truncated, a.attempts, a.seconds, a.model,
-                  a.prompt_version, a.backend, a.created_at) for a in answers],
-            )  # fmt: skip
+        self._insert("REPLACE", answers)
 
     def seed(self, answers: Iterable[Answer]) -> int:
         """Add `answers` made elsewhere (a records file) where the cache has none for their key; returns how many
         were added (an answer this cache already holds is kept: it is the newer)."""
         before = len(self)
-        with self._db:
+        self._insert("IGNORE", answers)
+        return len(self) - before
+
+    def _insert(self, on_conflict: str, answers: Iterable[Answer]) -> None:
+        with self._db:  # one transaction: the batch is there whole or not at all
             self._db.executemany(
-                "INSERT OR IGNORE INTO answers VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT OR {on_conflict} INTO answers VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 [(a.key, a.status, a.record, a.problem, a.truncated, a.attempts, a.seconds, a.model,
                   a.prompt_version, a.backend, a.created_at) for a in answers],
             )  # fmt: skip
-        return len(self) - before
 
     def __len__(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])

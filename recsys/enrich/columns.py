@@ -18,12 +18,11 @@ from pathlib import Path
 import polars as pl
 
 from recsys.data.schema import ITEM_ID
+from recsys.enrich.record import FIELDS
 from recsys.errors import DataError
 
 PREFIX = "llm_"
-STRING_FIELDS = ("category", "brand", "keywords", "description")
-LIST_FIELDS = ("queries",)
-COLUMNS = tuple(PREFIX + field for field in (*STRING_FIELDS, *LIST_FIELDS))
+COLUMNS = tuple(PREFIX + field for field in FIELDS)
 LLM_QUERIES = PREFIX + "queries"
 KEYWORD_SEPARATOR = ", "
 

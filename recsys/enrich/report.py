@@ -9,8 +9,7 @@ from typing import Any
 import polars as pl
 
 from recsys.data.schema import ITEM_ID
-
-SHOWN = ("category", "brand", "keywords", "description", "queries")
+from recsys.enrich.record import FIELDS
 
 
 def metadata_summary(path: Path, catalogue_items: int, examples: int = 10, failures: int = 5) -> dict[str, Any]:
@@ -38,5 +37,5 @@ def metadata_summary(path: Path, catalogue_items: int, examples: int = 10, failu
         "failures": [{"reason": r, "items": n} for r, n in reasons.iter_rows()],
         "models": sorted(frame["model"].unique().to_list()),
         "prompt_versions": sorted(frame["prompt_version"].unique().to_list()),
-        "examples": ok.sample(n=min(examples, ok.height), seed=0).select(ITEM_ID, *SHOWN).to_dicts(),
+        "examples": ok.sample(n=min(examples, ok.height), seed=0).select(ITEM_ID, *FIELDS).to_dicts(),
     }

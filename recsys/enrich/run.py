@@ -20,7 +20,7 @@ import polars as pl
 from recsys.data.schema import ITEM_ID
 from recsys.enrich.backend import BUDGET_SPENT, Backend, Generated
 from recsys.enrich.cache import Answer, EnrichCache, answer_key
-from recsys.enrich.record import AnswerError, Prompt, check_answer
+from recsys.enrich.record import FIELDS, AnswerError, Prompt, check_answer
 from recsys.errors import DataError
 from recsys.runtime.atomic import atomic_file
 from recsys.runtime.progress import Progress
@@ -129,20 +129,17 @@ def _check(generated: Generated, prompt: Prompt) -> tuple[str | None, str | None
     return json.dumps(record.model_dump(mode="json"), ensure_ascii=False), None
 
 
-RECORD_FIELDS = ("category", "brand", "keywords", "description", "queries")
-
-
 def read_answers(path: Path) -> list[Answer]:
     """The answers an item_metadata.parquet holds (written by `enrich_catalogue`, here or on another machine), as the
     cache keeps them: `EnrichCache.seed` reuses them wherever the item's text, the prompt and the model match."""
     frame = pl.read_parquet(path)
-    missing = {"key", "status", *RECORD_FIELDS, "seconds", "created_at"} - set(frame.columns)
+    missing = {"key", "status", *FIELDS, "seconds", "created_at"} - set(frame.columns)
     if missing:
         raise DataError(path, f"no column {sorted(missing)}: not a records file of this version",
                         "enrich again (the records of an older version cannot be reused)")  # fmt: skip
     answers = []
     for row in frame.iter_rows(named=True):
-        record = {field: row[field] for field in RECORD_FIELDS} if row["status"] == "ok" else None
+        record = {field: row[field] for field in FIELDS} if row["status"] == "ok" else None
         answers.append(Answer(
             key=row["key"], status=row["status"],
             record=None if record is None else json.dumps(record, ensure_ascii=False),
@@ -179,7 +176,7 @@ def _write(out: Path, rows: list[tuple[str, Answer]]) -> None:
         ITEM_ID: [item for item, _ in rows],
         "key": [a.key for _, a in rows],
         "status": [a.status for _, a in rows],
-        **{field: [r.get(field) for r in records] for field in RECORD_FIELDS},
+        **{field: [r.get(field) for r in records] for field in FIELDS},
         "problem": [a.problem for _, a in rows],
         "truncated": [a.truncated for _, a in rows],
         "attempts": [a.attempts for _, a in rows],
