@@ -14,11 +14,13 @@ work directory and the intervals' settings. Every (model, seed) is trained and e
 user's rank): a (model, seed) already up to date in the work directory is skipped, so the benchmark resumes where it
 stopped. benchmarks/results/<result_name>.json then gives:
 
-    models   per model: test N@10 and R@10 per seed with its bootstrap interval, and mean ± std over the seeds
-    pairs    per pair of models (a minus b), per metric of `pair_metrics` (N@10 by default; `cold.recall@10` is R@10
-             on the users of slice "cold") and per seed: the paired difference on the same test users, its interval
-             and p-value (`recsys.evaluation.uncertainty`); pooled: the mean difference over the seeds ± its std, and
-             in how many seeds the interval excludes 0 either way
+    models   per model and metric of `model_metrics` (test N@10 and R@10 by default; `cold.recall@10` is test R@10
+             on the users of slice "cold", `valid_cold.recall@10` the same on validation, from the model directory's
+             metrics.json): each seed's value (test ones with their bootstrap interval) and mean ± std over the seeds
+    pairs    per pair of models (a minus b; with `pairs_with`, each model minus that one), per metric of
+             `pair_metrics` (N@10 by default, slices as above) and per seed: the paired difference on the same test
+             users, its interval and p-value (`recsys.evaluation.uncertainty`); pooled: the mean difference over the
+             seeds ± its std, and in how many seeds the interval excludes 0 either way
     search_pairs  the same for two models that read queries, on search N@10 per query level and setting (each seed
              on the users both ranked there)
 """
@@ -37,10 +39,11 @@ from benchmarks.quality import seeded, train_seeds, work_overrides
 from pipelines.comparison import compare_evaluation_dirs, compare_search_dirs
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.evaluation_dir import EVALUATION_FILE
+from pipelines.model_dir import METRICS_FILE
 from recsys.evaluation.uncertainty import Uncertainty, seed_summary
 
 logger = logging.getLogger(__name__)
-METRICS = ("ndcg@10", "recall@10")  # per model
+VALIDATION = "valid"  # a model metric "valid[_slice].metric" is read from the model directory's metrics.json
 SEARCH_METRIC = "ndcg@10"  # per search level and setting, of a model that reads queries
 
 
@@ -62,6 +65,8 @@ class Settings:
     experiment: dict[str, Any] = field(default_factory=dict)  # dotted overrides of every model's config
     uncertainty: Uncertainty = field(default_factory=Uncertainty)
     pair_metrics: list[str] = field(default_factory=lambda: ["ndcg@10"])  # "metric" or "slice.metric"
+    model_metrics: list[str] = field(default_factory=lambda: ["ndcg@10", "recall@10"])  # as pair_metrics, + "valid*."
+    pairs_with: str | None = None  # a model's label: pair every other model with it alone (None: every pair)
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
@@ -99,20 +104,30 @@ def main(argv: list[str] | None = None) -> Path:
             train_seeds(model_config(settings, model, args.only_seed, work), work, 1, "evaluate", [])
         print(f"run {args.only_seed} of every model trained and evaluated in {work}")
         return work
+    labels = [model.label for model in settings.models]
+    if settings.pairs_with is not None and settings.pairs_with not in labels:
+        raise SystemExit(f"pairs_with {settings.pairs_with!r} is not a model of the config. Fix: one of {labels}")
     evaluations: dict[str, list[Path]] = {}
+    model_dirs: dict[str, list[Path]] = {}
     for model in settings.models:
         for offset in range(settings.seeds):  # the retriever's run of this seed exists before its ranker's
             (outputs,) = train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [])
-            assert outputs.evaluation is not None
+            assert outputs.evaluation is not None and outputs.model is not None
             evaluations.setdefault(model.label, []).append(outputs.evaluation.evaluation_dir)
-    models = {label: model_record(dirs) for label, dirs in evaluations.items()}
+            model_dirs.setdefault(model.label, []).append(outputs.model.model_dir)
+    models = {
+        label: model_record(dirs, model_dirs[label], settings.model_metrics) for label, dirs in evaluations.items()
+    }
+    pairs = [(a, b) for a, b in itertools.combinations(evaluations, 2) if settings.pairs_with in (None, a, b)]
+    pairs = [(b, a) if a == settings.pairs_with else (a, b) for a, b in pairs]  # each model minus the reference
     result = {
         "settings": {"seeds": settings.seeds, "device": settings.device, "work_dir": settings.work_dir,
-                     "models": [asdict(m) for m in settings.models], "experiment": settings.experiment},
+                     "models": [asdict(m) for m in settings.models], "experiment": settings.experiment,
+                     "pairs_with": settings.pairs_with},
         "uncertainty": settings.uncertainty.to_dict(),
         "models": models,
         "pairs": [pair_record(a, b, metric, evaluations, settings.uncertainty)
-                  for a, b in itertools.combinations(evaluations, 2) for metric in settings.pair_metrics],
+                  for a, b in pairs for metric in settings.pair_metrics],
         "search_pairs": [search_pair(a, b, evaluations, settings.uncertainty)
                          for a, b in itertools.combinations(evaluations, 2)
                          if "search" in models[a] and "search" in models[b]],
@@ -120,8 +135,8 @@ def main(argv: list[str] | None = None) -> Path:
     }  # fmt: skip
     path = write_result(settings.result_name, result, args.results_dir, reproduce)
     for label, record in result["models"].items():
-        n10 = record["ndcg@10"]
-        print(f"{label}: test N@10 {n10['mean']:.4f} ± {n10['std']:.4f} ({n10['seeds']} seeds)")
+        figures = ", ".join(f"{m} {record[m]['mean']:.4f} ± {record[m]['std']:.4f}" for m in settings.model_metrics)
+        print(f"{label} ({settings.seeds} seeds): {figures}")
     for pair in result["pairs"]:
         pooled = pair["pooled"]
         better = f"{pair['a']} in {pooled['seeds_a_better']}, {pair['b']} in {pooled['seeds_b_better']}"
@@ -131,19 +146,38 @@ def main(argv: list[str] | None = None) -> Path:
     return path
 
 
-def model_record(evaluation_dirs: list[Path]) -> dict[str, Any]:
-    """Per metric of METRICS: each seed's value with its interval, and the mean ± std over the seeds."""
+def model_record(evaluation_dirs: list[Path], model_dirs: list[Path], metrics: list[str]) -> dict[str, Any]:
+    """Per metric of `metrics`: each seed's value (a test one with its interval), and the mean ± std over the seeds."""
     reports = [_read(directory) for directory in evaluation_dirs]
+    trained = [json.loads((directory / METRICS_FILE).read_text()) for directory in model_dirs]
     record: dict[str, Any] = {"configs": [report["name"] for report in reports]}
-    for metric in METRICS:
-        values = [report["overall"][metric] for report in reports]
-        per_seed = [{"value": report["overall"][metric], "interval": report["intervals"][metric]} for report in reports]
-        record[metric] = {**seed_summary(values), "per_seed": per_seed}
+    for metric in metrics:
+        per_seed = [_model_value(report, run, metric) for report, run in zip(reports, trained, strict=True)]
+        record[metric] = {**seed_summary([seed["value"] for seed in per_seed]), "per_seed": per_seed}
     searches = [search_metrics(report) for report in reports]
     if all(searches):  # a model that reads queries: the search protocol's N@10 per level and setting, over seeds
         record["search"] = {key: {**seed_summary([s[key] for s in searches]), "per_seed": [s[key] for s in searches]}
                             for key in searches[0]}  # fmt: skip
     return record
+
+
+def _model_value(report: dict[str, Any], trained: dict[str, Any], metric: str) -> dict[str, Any]:
+    """{"value"[, "interval"]} of `metric` in one seed's evaluation `report` (test, overall or "slice.metric") or its
+    model directory's `trained` metrics ("valid.metric", "valid_cold.metric": what validation saw)."""
+    name, _, measure = metric.rpartition(".")
+    if name.startswith(VALIDATION):
+        if measure not in trained.get(name, {}):
+            known = sorted(key for key in trained if key.startswith(VALIDATION))
+            raise SystemExit(f"model metric {metric!r}: the model directory has no {name!r} {measure!r}. Fix: one of "
+                             f"{known} (the cold slices need a cold-start split)")  # fmt: skip
+        return {"value": trained[name][measure]}
+    if not name:
+        return {"value": report["overall"][measure], "interval": report["intervals"][measure]}
+    found = [entry for family in report["slices"].values() for entry in family if entry["name"] == name]
+    if not found or measure not in found[0]:
+        slices = sorted(entry["name"] for family in report["slices"].values() for entry in family)
+        raise SystemExit(f"model metric {metric!r}: no slice {name!r} with {measure!r}. Fix: one of {slices}")
+    return {"value": found[0][measure], "interval": found[0].get("intervals", {}).get(measure)}
 
 
 def search_metrics(report: dict[str, Any], metric: str = SEARCH_METRIC) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
     model.pt        name, config and weights (`recsys.models.registry`)
     config.yaml     the experiment config
-    metrics.json    valid/test metrics (+ the cold-start slice), the popularity baseline's valid metrics on the same
+    metrics.json    valid/test metrics (+ the cold-start slices), the popularity baseline's valid metrics on the same
                     data (`popularity_valid`, the champion gate's bar), best epoch, timings
     items.parquet, users.parquet   the id maps of the training data
     data.json       where the training data lives (for user histories), the domain it was restricted to, and

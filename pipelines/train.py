@@ -18,7 +18,7 @@ from pipelines.distill import distillation_recipe
 from pipelines.model_dir import POPULARITY_VALID, load_trained_model, model_sha256, write_model_dir
 from pipelines.per_user import PerUserRanks
 from pipelines.tracking import OfflineTracker, Tracker, start_tracking
-from recsys.data.prepared import PreparedParts, SequenceData, TrainingData
+from recsys.data.prepared import EvalSplit, PreparedParts, SequenceData, TrainingData
 from recsys.data.schema import ITEM_IDX
 from recsys.data.splits import TEST, VALID
 from recsys.enrich.columns import with_item_metadata
@@ -54,7 +54,8 @@ class CatalogFeatures:
 class TrainOutputs:
     model_dir: Path
     model_sha256: str
-    metrics: dict[str, Any]  # {"valid": {...}, "test": {...}, ["test_warm", "test_cold": {...}], timings}
+    # {"valid": {...}, "test": {...}, ["valid_warm", "valid_cold", "test_warm", "test_cold": {...}], timings}
+    metrics: dict[str, Any]
     run_id: str | None  # None when tracking is off
     item_vectors: bool  # the model scores by item vectors: an index of them can serve it
 
@@ -92,13 +93,14 @@ def train_step(
             return TrainOutputs(out_dir, "", {VALID: valid, **test}, None, isinstance(model, VectorScorer))
         metrics: dict[str, Any] = {
             VALID: valid,
+            **cold_start_slices(VALID, validated.ranks, valid_split, data, config),  # cold-start choices use these
             POPULARITY_VALID: _popularity_valid_metrics(data, config),
             **test,
             **_timings(fitted, time.perf_counter() - start),
         }
         if fitted and fitted.expert_load:
             metrics["expert_load"] = fitted.expert_load  # per epoch: share of routed slots per expert
-        for split in (VALID, POPULARITY_VALID, TEST, "test_warm", "test_cold"):
+        for split in (VALID, "valid_warm", "valid_cold", POPULARITY_VALID, TEST, "test_warm", "test_cold"):
             if split in metrics:
                 tracker.log_metrics(metrics[split], prefix=f"{split}_")
         tracker.log_metrics({k: float(metrics[k]) for k in ("best_epoch", "train_seconds", "seconds_per_epoch")})
@@ -132,6 +134,7 @@ def model_inputs(config: ExperimentConfig, data: SequenceData, features: Catalog
         item_domains=data.item_domains() if Input.DOMAINS in reads and data.domains else None,
         domains=tuple(data.domains) if Input.DOMAINS in reads else (),
         new_items=data.cold_mask if Input.NEW_ITEMS in reads else None,
+        item_counts=data.item_counts() if Input.ITEM_COUNTS in reads else None,
         tasks=data.tasks if Input.TASKS in reads else (),
         retriever=_upstream(section.retriever_dir, "model.retriever_dir"),
         base=_upstream(section.base_dir, "model.base_dir"),
@@ -274,12 +277,21 @@ def _popularity_valid_metrics(data: SequenceData, config: ExperimentConfig) -> d
 def _test_metrics(
     model: Model[Any], data: SequenceData, config: ExperimentConfig, workers: Workers
 ) -> dict[str, dict[str, float]]:
-    """Test metrics; with a cold-start split, also the slice of users whose test target is a cold item."""
+    """Test metrics; with a cold-start split, also the slices of users whose test target is a cold or a warm item."""
     split = data.eval_split(TEST)
     result = evaluate(model, split, data.num_items, config.eval, workers=workers)
-    out = {TEST: result.metrics}
+    return {TEST: result.metrics, **cold_start_slices(TEST, result.ranks, split, data, config)}
+
+
+def cold_start_slices(
+    name: str, ranks: torch.Tensor, split: EvalSplit, data: SequenceData, config: ExperimentConfig
+) -> dict[str, dict[str, float]]:
+    """{"<name>_cold", "<name>_warm"}: the metrics of the users whose target is a cold (warm) item; nothing without a
+    cold-start split."""
     cold_targets = data.cold_mask[split.targets]
-    if bool(cold_targets.any()):
-        out["test_cold"] = slice_metrics(result.ranks, cold_targets, config.eval.ks)
-        out["test_warm"] = slice_metrics(result.ranks, ~cold_targets, config.eval.ks)
-    return out
+    if not bool(cold_targets.any()):
+        return {}
+    return {
+        f"{name}_cold": slice_metrics(ranks, cold_targets, config.eval.ks),
+        f"{name}_warm": slice_metrics(ranks, ~cold_targets, config.eval.ks),
+    }

@@ -83,6 +83,7 @@ class Input(StrEnum):
     QUERIES = "queries"  # text queries: training queries made and embedded with the content; search evaluation
     DOMAINS = "domains"  # every item's domain and the domain names (multi-domain data)
     NEW_ITEMS = "new_items"  # the items held out of training (the cold-start split)
+    ITEM_COUNTS = "item_counts"  # how often each item occurs in the training sequences (0: never trained)
     TASKS = "tasks"  # the data's prediction tasks beside the next item (`recsys.data.tasks`)
     RETRIEVER = "retriever"  # a trained first stage (`model.retriever_dir`)
     HOLDOUT_RETRIEVER = "holdout_retriever"  # that first stage trained without the last items (its recipe's)
@@ -119,6 +120,8 @@ class ModelInputs:
         item_domains: (V+1,) every item's domain index, -1 for the padding (`Input.DOMAINS`).
         domains: the domain names those indices stand for.
         new_items: (V+1,) bool, the items held out of training (`Input.NEW_ITEMS`).
+        item_counts: (V+1,) each item's count in the training sequences, 0 for the padding and cold items
+            (`Input.ITEM_COUNTS`).
         tasks: the tasks beside the next item whose labels the data has (`Input.TASKS`).
         retriever: the trained first stage (`Input.RETRIEVER`).
         base: the trained model this one adapts (`Input.BASE`).
@@ -132,6 +135,7 @@ class ModelInputs:
     item_domains: torch.Tensor | None = None
     domains: tuple[str, ...] = ()
     new_items: torch.Tensor | None = None
+    item_counts: torch.Tensor | None = None
     tasks: tuple[str, ...] = ()
     retriever: Upstream | None = None
     base: Upstream | None = None
@@ -237,6 +241,20 @@ def semantic_id_codes(inputs: ModelInputs, name: str, num_items: int, levels: in
     if codes.shape[1] < levels:
         raise ConfigError(f"model.params.sid_levels={levels} but the semantic IDs have {codes.shape[1]} levels")
     return codes
+
+
+def item_counts_of(inputs: ModelInputs, name: str, num_items: int) -> torch.Tensor:
+    """(V+1,) the items' training counts, for model `name`."""
+    counts: torch.Tensor = required(
+        inputs.item_counts,
+        f"model {name!r} reads the items' training counts and none were given. Fix: build it through the pipeline "
+        "(`recsys train`), or pass ModelInputs.item_counts (`SequenceData.item_counts()`)",
+    )
+    if counts.shape != (num_items + 1,):
+        raise ConfigError(
+            f"item counts of shape {tuple(counts.shape)} for {num_items} items: one per item and the padding"
+        )
+    return counts
 
 
 def content_of(inputs: ModelInputs, num_items: int) -> torch.Tensor:

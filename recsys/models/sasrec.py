@@ -2,7 +2,9 @@
 
 Trained on every position (the hidden state at t predicts item t+1); item embeddings are shared
 between input and output, so scores are `hidden @ item_embeddings.T`. Losses live in
-`recsys.training.losses`.
+`recsys.training.losses`. An item's vector is its ID embedding, or the sum of its semantic-ID prefixes' embeddings,
+or (`content_first`) a function of its content embedding plus an ID residual
+(`recsys.modules.content_items`), so that items never trained get a vector from their text.
 
 Dimension letters: B batch, L sequence length (left-padded with 0), D dim, V+1 items.
 """
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from pydantic import NonNegativeInt, PositiveInt
+from pydantic import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch import nn
 from torch.distributed.tensor import DTensor
 
@@ -26,8 +28,12 @@ from recsys.models.family import (
     Model,
     ModelFamily,
     ModelInputs,
+    content_of,
+    item_counts_of,
+    required,
     semantic_id_codes,
 )
+from recsys.modules.content_items import ContentFirstItems
 from recsys.modules.sid_embedding import SemanticIdEmbedding
 from recsys.modules.transformer import TransformerBlock, causal_segment_mask, left_padded_layout
 from recsys.ops.embedding_bag import Kernel
@@ -48,13 +54,22 @@ class SASRecConfig:
     # the model score items it never saw in training
     sid_levels: NonNegativeInt = 0
     id_embeddings: bool = True  # False (with sid_levels > 0): items are represented by their semantic ID only
+    # items = MLP(content embedding) [+ semantic-ID prefixes] + an ID residual (id_embeddings) kept in training with
+    # probability count / (count + residual_half_count), weighted so when scoring: zero for items never trained
+    content_first: bool = False
+    residual_half_count: NonNegativeFloat = 10.0
+    content_dim: NonNegativeInt = 0  # C, filled in from the content embeddings when content_first
+    encoder: str = ""  # the content encoder (`content.model`), filled in when content_first: new items embed with it
     # embedding-bag backend of the semantic-ID lookup: "auto" = Triton on CUDA, torch elsewhere
     embedding_kernel: Literal["auto", "torch", "triton"] = "auto"
 
     def __post_init__(self) -> None:
         check_heads(self.num_heads, self.dim)
-        if not (self.id_embeddings or self.sid_levels):
-            raise ValueError("id_embeddings: false needs sid_levels > 0, or nothing represents the items")
+        if not (self.id_embeddings or self.sid_levels or self.content_first):
+            raise ValueError("id_embeddings: false needs sid_levels > 0 or content_first, or nothing represents the "
+                             "items")  # fmt: skip
+        if self.content_first and self.content_dim < 1:
+            raise ValueError("content_first needs the items' content embeddings (content_dim >= 1)")
 
 
 class SASRec(Model[SASRecConfig]):
@@ -66,12 +81,18 @@ class SASRec(Model[SASRecConfig]):
         torch.Size([1, 11])
     """
 
-    def __init__(self, config: SASRecConfig, codes: torch.Tensor | None = None) -> None:
-        """Args: config; codes (V+1, >= sid_levels) semantic IDs when `sid_levels` > 0 (None: from a state dict)."""
+    def __init__(
+        self,
+        config: SASRecConfig,
+        codes: torch.Tensor | None = None,
+        content: torch.Tensor | None = None,
+        counts: torch.Tensor | None = None,
+    ) -> None:
+        """Args: config; codes (V+1, >= sid_levels) semantic IDs when `sid_levels` > 0; content (V+1, content_dim)
+        embeddings and counts (V+1,) training counts when `content_first` (each None: from a state dict)."""
         super().__init__(config)
-        self.item_emb = (
-            nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX) if config.id_embeddings else None
-        )
+        plain_ids = config.id_embeddings and not config.content_first
+        self.item_emb = nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX) if plain_ids else None
         kernel = None if config.embedding_kernel == "auto" else Kernel(config.embedding_kernel)
         self.sid_emb = (
             SemanticIdEmbedding(config.num_items, config.sid_levels, config.dim, codes, kernel)
@@ -86,6 +107,17 @@ class SASRec(Model[SASRecConfig]):
         )
         self.final_norm = nn.LayerNorm(config.dim)
         self.apply(_init_weights)
+        self.content_items = (  # after the init above: it initialises its own weights
+            ContentFirstItems(
+                content if content is not None else torch.zeros(config.num_items + 1, config.content_dim),
+                counts if counts is not None else torch.zeros(config.num_items + 1),
+                config.dim,
+                config.residual_half_count,
+                residual=config.id_embeddings,
+            )
+            if config.content_first
+            else None
+        )
 
     def forward(
         self,
@@ -134,7 +166,7 @@ class SASRec(Model[SASRecConfig]):
 
     def item_id_table(self) -> nn.Embedding | None:
         """The ID table when it alone is the items' vectors (training may read it row by row, or split its rows over
-        processes: `recsys.training.capabilities.ItemIdTable`); None when semantic IDs build them."""
+        processes: `recsys.training.capabilities.ItemIdTable`); None when semantic IDs or content build them."""
         return self.item_emb if self.sid_emb is None else None
 
     def replace_item_id_table(self, table: nn.Embedding) -> None:
@@ -151,12 +183,16 @@ class SASRec(Model[SASRecConfig]):
         return self.item_embeddings()[items]
 
     def item_embeddings(self) -> torch.Tensor:
-        """(V+1, D) item vectors, shared by the input and the output: ID embedding + semantic-ID prefixes."""
-        if self.sid_emb is None:
-            assert self.item_emb is not None
-            return self.item_emb.weight
-        table = self.sid_emb(torch.arange(self.config.num_items + 1, device=self.pos_emb.weight.device))
-        return table if self.item_emb is None else table + self.item_emb.weight
+        """(V+1, D) item vectors, shared by the input and the output: the sum of the ID embedding, the semantic-ID
+        prefixes and the content-first vectors the config has."""
+        parts = []
+        if self.content_items is not None:
+            parts.append(self.content_items())
+        if self.sid_emb is not None:
+            parts.append(self.sid_emb(torch.arange(self.config.num_items + 1, device=self.pos_emb.weight.device)))
+        if self.item_emb is not None:
+            parts.append(self.item_emb.weight)
+        return parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
 
     def encode_queries(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
@@ -183,13 +219,28 @@ def _init_weights(module: nn.Module) -> None:
 
 
 def _build(fields: dict[str, Any], inputs: ModelInputs) -> SASRec:
-    config = FAMILY.validate(fields)
-    return SASRec(config, semantic_id_codes(inputs, FAMILY.name, config.num_items, config.sid_levels))
+    if not fields.get("content_first"):
+        config = FAMILY.validate(fields)
+        return SASRec(config, semantic_id_codes(inputs, FAMILY.name, config.num_items, config.sid_levels))
+    num_items = fields["num_items"]
+    content = content_of(inputs, num_items)
+    encoder = required(
+        inputs.content_encoder,
+        "model 'sasrec' with content_first embeds new items with the content's encoder, and none is known. Fix: "
+        "build it through the pipeline, whose embed_content step names it",
+    )
+    config = FAMILY.validate({**fields, "content_dim": content.shape[1], "encoder": encoder})
+    codes = semantic_id_codes(inputs, FAMILY.name, num_items, config.sid_levels)
+    return SASRec(config, codes, content, item_counts_of(inputs, FAMILY.name, num_items))
 
 
 def _reads(config: SASRecConfig) -> frozenset[Input]:
-    return frozenset({Input.SEMANTIC_IDS} if config.sid_levels else ())
+    content = {Input.CONTENT, Input.ITEM_COUNTS} if config.content_first else set()
+    return frozenset({*content, *([Input.SEMANTIC_IDS] if config.sid_levels else [])})
 
 
-# its semantic-ID index comes with the state dict
-FAMILY = ModelFamily("sasrec", SASRecConfig, SASRec, _build, training="next_item", reads=_reads)
+# its semantic-ID index, content embeddings and counts come with the state dict
+FAMILY = ModelFamily(
+    "sasrec", SASRecConfig, SASRec, _build, training="next_item", reads=_reads,
+    filled={"num_items": 1, "content_dim": 1, "encoder": ""},
+)  # fmt: skip

@@ -53,6 +53,18 @@ def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: P
     with pytest.raises(SystemExit, match=r"no slice 'frozen' in the evaluations. Fix: one of \[.*'warm'"):
         comparisons.main([*argv, "--set", "pair_metrics=[frozen.ndcg@10]"])
 
+    metrics = "model_metrics=[ndcg@10, warm.recall@10, valid.ndcg@10]"
+    referenced = json.loads(comparisons.main([*argv, "--set", metrics, "--set", "pairs_with=SASRec"]).read_text())
+    (reversed_pair,) = referenced["pairs"]  # each model minus the reference
+    assert (reversed_pair["a"], reversed_pair["b"]) == ("SASRec small", "SASRec")
+    record = referenced["models"]["SASRec"]
+    trained = json.loads((models / "metrics.json").read_text())
+    assert record["valid.ndcg@10"]["per_seed"][0] == {"value": trained["valid"]["ndcg@10"]}
+    low, high = record["warm.recall@10"]["per_seed"][0]["interval"]
+    assert low <= record["warm.recall@10"]["per_seed"][0]["value"] <= high
+    with pytest.raises(SystemExit, match=r"no 'valid_cold' 'ndcg@10'.*cold-start split"):
+        comparisons.main([*argv, "--set", "model_metrics=[valid_cold.ndcg@10]"])
+
 
 def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:
     settings = comparisons.load_settings(REPO / "configs/benchmarks/beauty-comparisons.yaml", {"device": "cuda"})

@@ -146,3 +146,23 @@ def test_a_model_is_built_on_what_its_family_reads_and_nothing_else(
     with pytest.raises(RecsysError, match="no content embeddings"):  # two-tower with use_content reads them
         model_inputs(load_config(tiny_config(tmp_path, model={"name": "two_tower", "params": {"use_content": True}})),
                      data, features)  # fmt: skip
+
+
+def test_a_content_first_model_trains_on_a_cold_split_and_reports_its_cold_slices(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    params = {"max_history": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64, "content_first": True}
+    config = load_config(
+        tiny_config(
+            tmp_path, name="tiny-content-first", model={"name": "sasrec", "params": params},
+            data={"cold_start_fraction": 0.2, "seed": 1}, train={"schedule": {"epochs": 1}},
+            tracking={"enabled": False},
+        )
+    )  # fmt: skip
+    outputs = train(config, tmp_path)
+    assert {"valid_cold", "valid_warm", "test_cold", "test_warm"} <= set(outputs.metrics)
+    loaded = load_model_dir(outputs.model_dir)
+    assert loaded.model.config.encoder == config.content.model  # new items are embedded as the catalogue was
+    keep = loaded.model.content_items.keep_probability  # type: ignore[union-attr]
+    assert float(keep[loaded.data.cold_mask].max()) == 0.0, "cold items have no residual: their content alone"
+    assert float(keep[~loaded.data.cold_mask][1:].min()) > 0.0
