@@ -86,6 +86,13 @@ def serve_command(
     adapter_root: Annotated[
         Path | None, _setting("--adapter-root", "The only directory adapters are swapped in from.")
     ] = None,
+    added_items_file: Annotated[
+        Path | None,
+        _setting("--added-items-file", "Where items added at run time (POST /v1/admin/items) are kept; unset: off."),
+    ] = None,
+    max_added_items: Annotated[
+        int | None, _setting("--max-added-items", "The most run-time items kept (default 10,000).")
+    ] = None,
     max_body_bytes: Annotated[
         int | None, _setting("--max-body-bytes", "Larger request bodies get 413 (default 1 MiB).")
     ] = None,

@@ -82,6 +82,11 @@ def trained_config_name(model_dir: Path) -> str:
     return str(yaml.safe_load((model_dir / CONFIG_FILE).read_text())["name"])
 
 
+def trained_text_fields(model_dir: Path) -> tuple[str, ...]:
+    """The item columns whose text the model's content embeddings embed (its experiment's `content.text_fields`)."""
+    return tuple(yaml.safe_load((model_dir / CONFIG_FILE).read_text())["content"]["text_fields"])
+
+
 def model_sha256(model_dir: Path, key: str | None = None) -> str:
     """SHA-256 of a model directory's weights file: what downstream steps fingerprint (`key`: the config key naming
     the directory, for the error when it is not one)."""

@@ -58,6 +58,27 @@ class VectorScorer(Scorer, Protocol):
 
 
 @runtime_checkable
+class ContentItemScorer(VectorScorer, Protocol):
+    """A vector scorer whose item vectors can come from the items' content alone: an item it never trained on (added
+    at run time) gets a vector from its text's embedding, and is read in histories and ranked like the catalogue's."""
+
+    @property
+    def content_encoder(self) -> str | None:
+        """The content encoder (`recsys.semantic_ids.content.ContentConfig.model`) its items' texts are embedded with;
+        None when this model's items do not come from content (it cannot take new ones)."""
+        ...
+
+    def vectors_of_content(self, content: torch.Tensor) -> torch.Tensor:
+        """(N, C) content embeddings of items it never trained on -> (N, D) their item vectors."""
+        ...
+
+    def encode_queries_over(self, histories: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """(B, L) left-padded histories whose ids index `items`, (V+1+N, D) item vectors (the catalogue's and N new
+        ones) -> (B, D) user vectors, scored against `items` by a dot product."""
+        ...
+
+
+@runtime_checkable
 class QueryScorer(Scorer, Protocol):
     """A scorer that also reads a text query beside the history, or alone (search): the query's embedding by the
     content encoder that embedded the items, and its text."""

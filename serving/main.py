@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,6 +20,7 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 
 from pipelines.registry import resolve_bundle
+from serving.added_items import added_item_store, with_kept_items
 from serving.batcher import MicroBatcher
 from serving.history import HistoryStore, HistoryUnavailableError, InMemoryHistoryStore, RedisHistoryStore
 from serving.http import BodySizeLimit, validation_error_response
@@ -48,9 +50,8 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
             with contextlib.suppress(ReloadError):  # logged; not ready (/readyz says why) until a check loads one
                 app.state.watcher.check()
         else:
-            app.state.recommender = Recommender(
-                resolve_bundle(settings.bundle, settings.model_name, settings.registry_uri)
-            )
+            bundle = resolve_bundle(settings.bundle, settings.model_name, settings.registry_uri)
+            app.state.recommender = with_kept_items(Recommender(bundle), added_item_store(settings))
         if getattr(app.state, "recommender", None) is not None:
             logger.info("serving %s", app.state.recommender.version)
         poller = None
@@ -66,6 +67,8 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     app.state.admin_token = settings.admin_secret()
     app.state.api_keys = settings.api_keys()
     app.state.metrics = ServingMetrics()
+    app.state.items_lock = threading.Lock()  # one change of the served items at a time: an add, a hot swap
+    app.state.metrics.live_added_items.set_function(lambda: _live_added_items(app.state))
     app.state.dashboard_cache = dashboard.DashboardCache(settings.dashboard_ttl_s)
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
     # before the body is read: anonymous is 401 first
@@ -92,6 +95,12 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
 def create_app_from_environment() -> FastAPI:
     """The app of the RECSYS_* environment: what each worker process of `recsys serve --workers N` builds."""
     return create_app(ServingSettings())
+
+
+def _live_added_items(state: object) -> float:
+    """Run-time items the served model ranks (0 before a model is loaded)."""
+    recommender = getattr(state, "recommender", None)
+    return 0.0 if recommender is None else float(len(recommender.added_items))
 
 
 def _started_history_store(settings: ServingSettings, metrics: ServingMetrics) -> HistoryStore:

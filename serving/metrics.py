@@ -1,5 +1,5 @@
 """Prometheus metrics of one app: requests by route and status, request latency, model calls and batch sizes,
-champion reloads and their failures, whether the online history store answers.
+champion reloads and their failures, whether the online history store answers, items added at run time.
 
 Each app owns its registry (several apps in one process, e.g. tests, do not collide); `GET /metrics`
 serves it in the Prometheus text format. Requests are observed by a plain ASGI middleware (Starlette's
@@ -41,6 +41,13 @@ class ServingMetrics:
             "recsys_model_reload_failures", "champion checks that failed (registry down or bundle unloadable)",
             registry=self.registry,
         )  # fmt: skip
+        self.items_added = Counter(
+            "recsys_items_added", "items added at run time (POST /v1/admin/items), re-adds included",
+            registry=self.registry,
+        )  # fmt: skip
+        self.live_added_items = Gauge(
+            "recsys_added_items_live", "items added at run time that the served model ranks now", registry=self.registry
+        )
         self.history_store_up = Gauge(
             "recsys_history_store_up", "1 when the online history store answered its last call, else 0",
             registry=self.registry,

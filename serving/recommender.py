@@ -1,7 +1,10 @@
 """A loaded model bundle answering recommendation, search and similar-item queries (no HTTP here).
 
 A model that reads text queries (`recsys.inference.QueryScorer`) takes one beside the history, or alone (search): the
-recommender then loads the model's content encoder and embeds each batch's queries in one call.
+recommender then loads the model's content encoder and embeds each batch's queries in one call. A model whose item
+vectors come from content (`recsys.inference.ContentItemScorer`) takes new items at run time (`with_items`): their
+text is embedded by that encoder, their vectors join the item table every request is scored over (indices V+1...), and
+an exact index of them joins the bundle's for similar items.
 
 Dimension letters: V items (item_idx 1..V, 0 = padding), D vector dim, C encoder dim, k results.
 """
@@ -14,17 +17,21 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
 import torch
 
 from pipelines.bundle import Bundle
-from pipelines.model_dir import load_model_dir
+from pipelines.model_dir import load_model_dir, trained_text_fields
 from recsys.data.jagged import Jagged
+from recsys.data.schema import ITEM_ID, TITLE
 from recsys.data.times import HistoryTimes
-from recsys.inference import DomainScorer, QueryScorer, Scorer, VectorScorer, recommend
+from recsys.inference import ContentItemScorer, DomainScorer, QueryScorer, Scorer, VectorScorer, recommend
 from recsys.modules.lora import load_adapter
 from recsys.retrieval import ExactTopK, TopK
 from recsys.retrieval.faiss_index import FaissTopK
-from recsys.semantic_ids.content import ContentConfig, TextEncoder, embed_texts, load_encoder
+from recsys.retrieval.union import UnionTopK
+from recsys.semantic_ids.content import ContentConfig, TextEncoder, embed_texts, item_texts, load_encoder
+from serving.added_items import NewItem, merged
 from serving.history import Event
 
 logger = logging.getLogger(__name__)
@@ -65,11 +72,22 @@ class Recommender:
         # a model of several domains: a request may name one (its adapter, its items)
         self.domains: list[str] = list(self.model.domains) if isinstance(self.model, DomainScorer) else []
         item_ids = self.data.items["item_id"].to_list()
-        self._item_idx = {item_id: i + 1 for i, item_id in enumerate(item_ids)}
+        self._catalogue_idx = {item_id: i + 1 for i, item_id in enumerate(item_ids)}
+        self._item_idx = self._catalogue_idx  # + the items added at run time
         self._item_ids = ["", *item_ids]
         self._counts = self.data.item_counts()  # (V+1,) once: the popularity fallback reads it per request
         self._popular = torch.argsort(self._counts[1:], descending=True, stable=True) + 1  # (V,)
-        self._similar = self._similar_items_index(bundle.index_dir)
+        self._catalogue_similar = self._similar_items_index(bundle.index_dir)
+        self._similar = self._catalogue_similar
+        # a content-first model: its (V+1+N, D) item table, computed once (not per request), N items added at run time
+        self._item_table: torch.Tensor | None = None
+        self._added: tuple[NewItem, ...] = ()
+        self._text_fields: tuple[str, ...] = ()
+        self._item_encoder: list[TextEncoder] = []  # loaded at the first add, shared by the copies
+        if isinstance(self.model, ContentItemScorer) and self.model.content_encoder:
+            with torch.no_grad():
+                self._item_table = self.model.item_embeddings().float()
+            self._text_fields = trained_text_fields(bundle.model_dir)
         self._queries: tuple[QueryScorer, ContentConfig, TextEncoder] | None = None
         if isinstance(self.model, QueryScorer):  # the encoder that embedded its items embeds the queries
             encoding = ContentConfig(model=self.model.query_encoder, progress=False)
@@ -85,12 +103,75 @@ class Recommender:
 
     @property
     def version(self) -> str:
-        """The bundle's version, and each adapter swapped in since, by domain: `7+beauty:1a2b3c4d`."""
-        return self._bundle_version + "".join(f"+{d}:{digest}" for d, digest in sorted(self._adapters.items()))
+        """The bundle's version, each adapter swapped in since, by domain, and the count of items added at run time:
+        `7+beauty:1a2b3c4d`, `7+items:12`."""
+        adapters = "".join(f"+{d}:{digest}" for d, digest in sorted(self._adapters.items()))
+        return self._bundle_version + adapters + (f"+items:{len(self._added)}" if self._added else "")
 
     @property
     def num_items(self) -> int:
-        return self.data.num_items
+        """Items it ranks: the trained catalogue's and those added at run time."""
+        return self.data.num_items + len(self._added)
+
+    @property
+    def takes_new_items(self) -> bool:
+        """Whether items never trained on can be added at run time (`with_items`): a content-first model."""
+        return self._item_table is not None
+
+    @property
+    def added_items(self) -> tuple[NewItem, ...]:
+        """The items added at run time, in index order (V+1, V+2, ...)."""
+        return self._added
+
+    def in_catalogue(self, item_ids: list[str]) -> list[str]:
+        """Those of `item_ids` the trained catalogue holds (not added at run time)."""
+        return [item_id for item_id in item_ids if item_id in self._catalogue_idx]
+
+    @torch.no_grad()
+    def with_items(self, items: list[NewItem]) -> Recommender:
+        """A copy that also ranks `items`, placed by their text alone, and finds them as similar items; an id added
+        before is replaced. This one is untouched, so requests in flight finish on it. ValueError when the model
+        cannot place new items or an id is the trained catalogue's."""
+        if self._item_table is None:
+            raise ValueError(
+                f"the served {self.name} model cannot place items it never trained on: its item vectors do not come "
+                "from content. Fix: serve a model trained with model.params.content_first: true (docs/models.md)"
+            )
+        known = self.in_catalogue([item.item_id for item in items])
+        if known:
+            raise ValueError(f"{len(known)} of the items are in the trained catalogue already (e.g. {known[0]!r}): "
+                             "add only new items")  # fmt: skip
+        catalogue = self.data.num_items + 1
+        previous = dict(zip((item.item_id for item in self._added), self._item_table[catalogue:], strict=True))
+        placed = {item.item_id: vector for item, vector in zip(items, self._content_vectors(items), strict=True)}
+        added, vector_of = merged(list(self._added), items), {**previous, **placed}
+        vectors = torch.stack([vector_of[item.item_id] for item in added])
+        ids = torch.arange(catalogue, catalogue + len(added))
+        swapped = copy.copy(self)
+        swapped._added = tuple(added)
+        swapped._item_table = torch.cat([self._item_table[:catalogue], vectors])
+        swapped._item_idx = {**self._catalogue_idx, **{item.item_id: catalogue + n for n, item in enumerate(added)}}
+        swapped._item_ids = [*self._item_ids[:catalogue], *(item.item_id for item in added)]
+        swapped._similar = (
+            None if self._catalogue_similar is None else UnionTopK([self._catalogue_similar, ExactTopK(vectors, ids)])
+        )
+        return swapped
+
+    def _content_vectors(self, items: list[NewItem]) -> torch.Tensor:
+        """(N, D) the vectors of new items: their text made as the catalogue's was, embedded by the model's encoder."""
+        assert isinstance(self.model, ContentItemScorer) and self.model.content_encoder is not None
+        columns: dict[str, list[str | None]] = {ITEM_ID: [item.item_id for item in items]}
+        for name in self._text_fields:
+            columns[name] = [item.title if name == TITLE else item.fields.get(name) for item in items]
+        texts = item_texts(pl.DataFrame(columns, schema=dict.fromkeys(columns, pl.String)), self._text_fields)
+        encoding = ContentConfig(model=self.model.content_encoder, progress=False)
+        if not self._item_encoder:
+            self._item_encoder.append(load_encoder(encoding))
+            logger.info(
+                "new items' texts embedded by %s (%s)", self.model.content_encoder, ", ".join(self._text_fields)
+            )
+        content = torch.from_numpy(embed_texts(texts, encoding, encoder=self._item_encoder[0]))
+        return self.model.vectors_of_content(content).float()
 
     @property
     def takes_queries(self) -> bool:
@@ -217,7 +298,11 @@ class Recommender:
         assert isinstance(self.model, VectorScorer) and self._similar is not None
         padded = histories.to_padded(self.max_history)
         when = None if times is None or requests is None else HistoryTimes(times.to_padded(self.max_history), requests)
-        queries = self.model.encode_queries(padded, None, when).float()
+        if self._item_table is not None:  # a content-first model: its histories may hold items added at run time
+            assert isinstance(self.model, ContentItemScorer)
+            queries = self.model.encode_queries_over(padded, self._item_table).float()
+        else:
+            queries = self.model.encode_queries(padded, None, when).float()
         extra = int(histories.lengths().max()) if bool(exclude.any()) else 0
         scores, ids = self._similar.search(queries, min(k + extra, self.num_items))
         found = []
@@ -228,7 +313,11 @@ class Recommender:
         return found
 
     def _scorer(self, domains: list[int]) -> Scorer:
-        """The model, or for requests naming a domain, the model scoring in those domains."""
+        """The model, or for requests naming a domain, the model scoring in those domains; a content-first model
+        over its item table (computed once, with the items added at run time)."""
+        if self._item_table is not None:
+            assert isinstance(self.model, ContentItemScorer)
+            return _OverItemTable(self.model, self._item_table)
         if not isinstance(self.model, DomainScorer) or all(d < 0 for d in domains):
             return self.model
         return _RequestedDomains(self.model, torch.tensor(domains))
@@ -248,7 +337,8 @@ class Recommender:
         if self._similar is None:
             return None
         assert isinstance(self.model, VectorScorer)
-        query = self.model.item_embeddings()[item_idx][None].float()
+        table = self.model.item_embeddings() if self._item_table is None else self._item_table
+        query = table[item_idx][None].float()
         scores, ids = self._similar.search(query, min(k + 1, self._similar.num_items))
         pairs = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) not in (item_idx, -1)]
         return self._describe([i for i, _ in pairs[:k]], [s for _, s in pairs[:k]])
@@ -271,11 +361,27 @@ class Recommender:
         return self._describe(items, [float(self._counts[i]) for i in items])
 
     def _describe(self, items: list[int], scores: list[float]) -> list[Recommendation]:
-        titles = self.data.titles(torch.tensor(items, dtype=torch.long)) if items else []
+        catalogue = self.data.num_items
+        trained = [i for i in items if i <= catalogue]
+        known = iter(self.data.titles(torch.tensor(trained, dtype=torch.long)) if trained else [])
+        titles = [next(known) if i <= catalogue else self._added[i - catalogue - 1].title for i in items]
         return [
             Recommendation(self._item_ids[i], title, score)
             for i, title, score in zip(items, titles, scores, strict=True)
         ]
+
+
+class _OverItemTable:
+    """A content-first model scoring every history over a given item table (the catalogue's and the added items)."""
+
+    def __init__(self, model: ContentItemScorer, items: torch.Tensor) -> None:
+        self.model, self.items = model, items
+        self.max_history = model.max_history
+
+    def score(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
+    ) -> torch.Tensor:
+        return self.model.encode_queries_over(histories, self.items) @ self.items.T
 
 
 class _RequestedDomains:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.registry import download_bundle, get_champion
+from serving.added_items import added_item_store, with_kept_items
 from serving.metrics import ServingMetrics
 from serving.recommender import Recommender
 from serving.settings import ServingSettings
@@ -60,10 +61,12 @@ class ChampionWatcher:
                     return False
                 champion_version = current.version
                 recommender = Recommender(download_bundle(current.source, self.settings.registry_uri))
-            except Exception as err:  # anything a broken bundle or an unreachable registry raises
+                with self.state.items_lock:  # the items added while it loaded are in the store: it serves them too
+                    recommender = with_kept_items(recommender, added_item_store(self.settings))
+                    # loaded before the swap: the old one served meanwhile
+                    self.state.recommender, previous, self.version = recommender, self.version, current.version
+            except Exception as err:  # anything a broken bundle, its kept items or an unreachable registry raises
                 raise self._failed(champion_version, err) from err
-            # loaded before the swap: the old one served meanwhile
-            self.state.recommender, previous, self.version = recommender, self.version, current.version
             self.failure = None
         self.metrics.reloads.inc()
         was = f"was v{previous}" if previous is not None else "the first load"

@@ -11,6 +11,10 @@ from recsys.data.schema import MAX_TIMESTAMP
 MAX_ID_CHARS = 256
 MAX_ECHOED_IDS = 20  # a response names at most this many of the ids a request sent (the rest are counted)
 MAX_QUERY_CHARS = 200  # a search box's worth: longer texts are documents, not queries
+MAX_ITEM_TEXT_CHARS = (
+    2_000  # one text of an item added at run time: a title, a description (the encoder reads ~256 tokens)
+)
+MAX_ITEMS_PER_ADD = 1_000
 
 # every id a client sends: users and items alike
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
@@ -18,6 +22,9 @@ Timestamp = Annotated[int, Field(ge=0, le=MAX_TIMESTAMP, description="unix secon
 # a text query: surrounding blanks dropped, then 1..MAX_QUERY_CHARS characters (the 422 names the limit)
 QueryText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUERY_CHARS)]
 Signal = Literal["history", "query", "popularity"]
+# an item's text: 1..MAX_ITEM_TEXT_CHARS characters, not all blank (a pattern, so the spec states it)
+ItemText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ITEM_TEXT_CHARS, pattern=r"\S")]
+FieldName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]  # an item column, e.g. llm_category
 
 
 class _Body(BaseModel):
@@ -170,3 +177,30 @@ TOO_LARGE = "the body is larger than the server's limit (RECSYS_MAX_BODY_BYTES)"
 def error_responses(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` of a route for its error statuses (all with an `ErrorResponse` body)."""
     return {code: {"model": ErrorResponse, "description": text} for code, text in descriptions.items()}
+
+
+# ----------------------------------------------------------------------------------------- items added at run time
+
+
+class NewItemBody(_Body):
+    item_id: Identifier
+    title: ItemText
+    fields: dict[FieldName, ItemText] = Field(
+        default_factory=dict,
+        max_length=16,
+        json_schema_extra={"additionalProperties": False},  # the spec says what the pattern refuses
+        description="other text columns of the item (e.g. llm_category, llm_description): those the served model's "
+        "content text is made of are used, the rest ignored",
+    )
+
+
+class AddItemsRequest(_Body):
+    items: list[NewItemBody] = Field(
+        min_length=1, max_length=MAX_ITEMS_PER_ADD, description="an id given twice counts once, as its last entry"
+    )
+
+
+class AddItemsResponse(BaseModel):
+    added: int  # distinct items of this request (new, or replacing an earlier add)
+    live: int  # items added at run time that the served model ranks now
+    model_version: str

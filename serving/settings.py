@@ -46,6 +46,10 @@ class ServingSettings(BaseSettings):
             cost (0 = answer at once).
         adapter_root: the only directory adapters are loaded from (`<root>/<domain>/<version>.pt`); None = adapter
             swaps are off.
+        added_items_file: where the items added at run time (`POST /v1/admin/items`) are kept, so that a restart or a
+            hot swap serves them again until a trained bundle includes them; None = run-time items are off.
+        max_added_items: the most items kept added at run time (a larger total is refused, 409): their exact index is
+            searched beside the bundle's on every similar-items request.
         max_body_bytes: larger request bodies are refused (413) before they are read.
         dashboard_ttl_s: how long a rendered dashboard page of a store other than SQLite is served before the store
             is read again (a SQLite store's page is re-rendered when its file changes).
@@ -71,6 +75,8 @@ class ServingSettings(BaseSettings):
     api_keys_file: Path | None = None
     refusal_delay_s: float = Field(default=0.5, ge=0, le=10)
     adapter_root: Path | None = None
+    added_items_file: Path | None = None
+    max_added_items: int = Field(default=10_000, ge=1)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     dashboard_ttl_s: float = Field(default=30.0, gt=0)
     workers: int = Field(default=1, ge=1)

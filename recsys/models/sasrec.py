@@ -201,6 +201,28 @@ class SASRec(Model[SASRecConfig]):
         `times` are ignored (the vector models share this signature)."""
         return self(histories)[:, -1]
 
+    @property
+    def content_encoder(self) -> str | None:
+        """The encoder of its items' texts when they are content-first (`recsys.inference.ContentItemScorer`)."""
+        return self.config.encoder if self.content_items is not None else None
+
+    def vectors_of_content(self, content: torch.Tensor) -> torch.Tensor:
+        """(N, C) content embeddings of new items -> (N, D) their vectors, as a never-trained item of the catalogue
+        gets (no residual). Only for content-first items without semantic-ID prefixes: a new item's codes would need
+        the tokenizer, which the model does not hold."""
+        if self.content_items is None or self.sid_emb is not None:
+            raise ValueError(
+                "this SASRec cannot place items it never trained on: its items "
+                + ("add semantic-ID prefixes, which a new item has none of" if self.sid_emb is not None else
+                   "are not content-first")
+                + ". Fix: train it with model.params.content_first: true and sid_levels: 0 (docs/models.md)"
+            )  # fmt: skip
+        return self.content_items.of_content(content)
+
+    def encode_queries_over(self, histories: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """(B, L) left-padded histories indexing `items` (V+1+N, D) -> (B, D) user vectors."""
+        return self(histories, items=items)[:, -1]
+
     def score(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
     ) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """`POST /v1/admin/reload`: ask the registry for a new champion now and hot-swap to it (serving.reloader);
-`POST /v1/admin/adapters/{domain}`: hot-swap one domain's LoRA adapter of a domain-adapted bundle.
+`POST /v1/admin/adapters/{domain}`: hot-swap one domain's LoRA adapter of a domain-adapted bundle;
+`POST /v1/admin/items`: add items the model never trained on, placed by their text (serving.added_items).
 
 Mounted only with an admin token, behind it (serving.main, serving.security). Adapters are named, not located:
 `{"version": V}` reads `<adapter_root>/<domain>/<V>.pt` and nothing else, so a caller cannot make the server open
@@ -19,10 +20,11 @@ from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
+from serving.added_items import NewItem, added_item_store
 from serving.deps import RecommenderDep
 from serving.http import StrictJsonRoute
 from serving.reloader import ReloadError
-from serving.schemas import NOT_READY, UNPARSEABLE_BODY, error_responses
+from serving.schemas import NOT_READY, UNPARSEABLE_BODY, AddItemsRequest, AddItemsResponse, error_responses
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +131,66 @@ def swap_adapter(
     request.app.state.recommender = swapped
     logger.info("adapter %s version %s swapped in: serving %s", domain, body.version, swapped.version)
     return AdapterResponse(domain=domain, version=body.version, model_version=swapped.version)
+
+
+@router.post(
+    "/items",
+    # 422s (bad fields, an id of the trained catalogue) are FastAPI's validation list, documented by FastAPI itself
+    responses=error_responses(
+        {
+            400: UNPARSEABLE_BODY,
+            409: "run-time items are off, several workers serve, the model cannot place new items, or the total would "
+            "pass RECSYS_MAX_ADDED_ITEMS",
+            503: NOT_READY,
+        }
+    ),
+)
+def add_items(body: AddItemsRequest, request: Request, recommender: RecommenderDep) -> AddItemsResponse:
+    """Place new items by their text with the served model's content encoder and item tower, keep them (a restart or a
+    hot swap serves them again, until a trained bundle includes them) and swap in a model that ranks them: the next
+    request can return them. An id added before is replaced (an add is idempotent)."""
+    settings, state = request.app.state.settings, request.app.state
+    store = added_item_store(settings)
+    if store is None:
+        raise HTTPException(status_code=409, detail="run-time items are off. Fix: set RECSYS_ADDED_ITEMS_FILE")
+    if settings.workers > 1:
+        raise HTTPException(
+            status_code=409,
+            detail=f"an add would reach one of {settings.workers} workers. Fix: serve with --workers 1, or retrain "
+            "the bundle with the items",
+        )
+    if not recommender.takes_new_items:
+        raise HTTPException(
+            status_code=409,
+            detail=f"the served {recommender.name} model cannot place items it never trained on. Fix: serve a model "
+            "trained with model.params.content_first: true (docs/models.md)",
+        )
+    known = set(recommender.in_catalogue([item.item_id for item in body.items]))
+    if known:
+        raise RequestValidationError(
+            [
+                {"type": "value_error", "loc": ("body", "items", i, "item_id"),
+                 "msg": f"item {item.item_id!r} is in the trained catalogue: add only new items"}
+                for i, item in enumerate(body.items) if item.item_id in known
+            ]
+        )  # fmt: skip
+    items = [NewItem(item.item_id, item.title, dict(item.fields)) for item in body.items]
+    with state.items_lock:  # the served model may have changed (an add, a hot swap) since this request began
+        current = state.recommender
+        total = len({*(item.item_id for item in current.added_items), *(item.item_id for item in items)})
+        if total > settings.max_added_items:
+            raise HTTPException(
+                status_code=409,
+                detail=f"{total} run-time items would be kept, more than RECSYS_MAX_ADDED_ITEMS "
+                f"({settings.max_added_items}). Fix: retrain the bundle with the items added so far",
+            )
+        swapped = current.with_items(items)
+        store.save(swapped.added_items)  # kept before it serves: an acknowledged add survives a crash
+        state.recommender = swapped
+    distinct = len({item.item_id for item in items})
+    request.app.state.metrics.items_added.inc(distinct)
+    logger.info("%d items added at run time (%d live): serving %s", distinct, total, swapped.version)
+    return AddItemsResponse(added=distinct, live=total, model_version=swapped.version)
 
 
 def _adapter_file(root: Path, domain: str, version: str) -> Path:
