@@ -2,7 +2,7 @@
 again, until a trained bundle's catalogue holds them.
 
 The file is rewritten atomically on every add; on every load of a bundle (start-up, hot swap) the items its catalogue
-lacks are placed by the new model (`Recommender.with_items`) and those it holds are dropped from the file.
+lacks are placed by the new model (`serving.loading`) and those it holds are dropped from the file.
 """
 
 from __future__ import annotations
@@ -12,13 +12,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from recsys.runtime.atomic import atomic_file
-
-if TYPE_CHECKING:  # the recommender places the items; this module only keeps them
-    from serving.recommender import Recommender
-    from serving.settings import ServingSettings
 
 logger = logging.getLogger(__name__)
 
@@ -68,32 +63,3 @@ def merged(kept: list[NewItem], added: list[NewItem]) -> list[NewItem]:
     by_id = {item.item_id: item for item in kept}
     by_id.update((item.item_id, item) for item in added)
     return list(by_id.values())
-
-
-def added_item_store(settings: ServingSettings) -> AddedItemStore | None:
-    """The store of the server's run-time items; None when they are off (`added_items_file` unset)."""
-    return None if settings.added_items_file is None else AddedItemStore(settings.added_items_file)
-
-
-def with_kept_items(recommender: Recommender, store: AddedItemStore | None) -> Recommender:
-    """`recommender` (a bundle just loaded) serving the kept items its catalogue lacks; those it holds are dropped from
-    the store (the bundle was trained on them). A model that cannot place new items serves without them, and they stay
-    kept for a model that can."""
-    if store is None:
-        return recommender
-    kept = store.load()
-    trained = set(recommender.in_catalogue([item.item_id for item in kept]))
-    pending = [item for item in kept if item.item_id not in trained]
-    if trained:
-        store.save(pending)
-        logger.info("%d run-time items are in the new bundle's catalogue: no longer kept apart", len(trained))
-    if not pending:
-        return recommender
-    if not recommender.takes_new_items:
-        logger.warning(
-            "%d run-time items kept in %s are not served: the %s model cannot place items it never trained on "
-            "(serve a content-first model)", len(pending), store.path, recommender.name,
-        )  # fmt: skip
-        return recommender
-    logger.info("placing %d run-time items kept in %s", len(pending), store.path)
-    return recommender.with_items(pending)

@@ -20,10 +20,10 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 
 from pipelines.registry import resolve_bundle
-from serving.added_items import added_item_store, with_kept_items
 from serving.batcher import MicroBatcher
 from serving.history import HistoryStore, HistoryUnavailableError, InMemoryHistoryStore, RedisHistoryStore
 from serving.http import BodySizeLimit, validation_error_response
+from serving.loading import added_item_store, with_kept_items
 from serving.metrics import ServingMetrics
 from serving.recommender import Recommender
 from serving.reloader import ChampionWatcher, ReloadError

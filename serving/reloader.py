@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.registry import download_bundle, get_champion
-from serving.added_items import added_item_store, with_kept_items
+from serving.loading import added_item_store, with_kept_items
 from serving.metrics import ServingMetrics
 from serving.recommender import Recommender
 from serving.settings import ServingSettings

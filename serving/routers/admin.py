@@ -20,9 +20,10 @@ from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.added_items import NewItem, added_item_store
+from serving.added_items import NewItem
 from serving.deps import RecommenderDep
 from serving.http import StrictJsonRoute
+from serving.loading import added_item_store
 from serving.reloader import ReloadError
 from serving.schemas import NOT_READY, UNPARSEABLE_BODY, AddItemsRequest, AddItemsResponse, error_responses
 
@@ -112,12 +113,7 @@ def swap_adapter(
     settings = request.app.state.settings
     if settings.adapter_root is None:
         raise HTTPException(status_code=409, detail="adapter swaps are off. Fix: set RECSYS_ADAPTER_ROOT")
-    if settings.workers > 1:
-        raise HTTPException(
-            status_code=409,
-            detail=f"an adapter swap would reach one of {settings.workers} workers. Fix: serve with --workers 1, or "
-            "register a bundle with the new adapter",
-        )
+    _one_worker(settings.workers, "an adapter swap", "register a bundle with the new adapter")
     if not recommender.domains:
         raise HTTPException(status_code=409, detail="this bundle has no domain adapters: nothing to swap")
     try:
@@ -153,12 +149,7 @@ def add_items(body: AddItemsRequest, request: Request, recommender: RecommenderD
     store = added_item_store(settings)
     if store is None:
         raise HTTPException(status_code=409, detail="run-time items are off. Fix: set RECSYS_ADDED_ITEMS_FILE")
-    if settings.workers > 1:
-        raise HTTPException(
-            status_code=409,
-            detail=f"an add would reach one of {settings.workers} workers. Fix: serve with --workers 1, or retrain "
-            "the bundle with the items",
-        )
+    _one_worker(settings.workers, "an add", "retrain the bundle with the items")
     if not recommender.takes_new_items:
         raise HTTPException(
             status_code=409,
@@ -191,6 +182,15 @@ def add_items(body: AddItemsRequest, request: Request, recommender: RecommenderD
     request.app.state.metrics.items_added.inc(distinct)
     logger.info("%d items added at run time (%d live): serving %s", distinct, total, swapped.version)
     return AddItemsResponse(added=distinct, live=total, model_version=swapped.version)
+
+
+def _one_worker(workers: int, change: str, otherwise: str) -> None:
+    """409 when several worker processes serve: a change of the served model would reach only the one answering."""
+    if workers > 1:
+        raise HTTPException(
+            status_code=409,
+            detail=f"{change} would reach one of {workers} workers. Fix: serve with --workers 1, or {otherwise}",
+        )
 
 
 def _adapter_file(root: Path, domain: str, version: str) -> Path:

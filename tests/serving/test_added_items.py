@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.runner import run_pipeline
-from serving.added_items import AddedItemStore, NewItem, with_kept_items
+from serving.added_items import AddedItemStore, NewItem
+from serving.loading import with_kept_items
 from serving.main import create_app
 from serving.recommender import RecommendationQuery, Recommender
 from serving.settings import ServingSettings
