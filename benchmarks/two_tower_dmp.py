@@ -85,7 +85,7 @@ def two_tower(s: Settings) -> TwoTower:
 
 def recipe(s: Settings) -> TwoTowerRecipe:
     uniform = torch.full((s.items + 1,), -math.log(s.items))
-    return TwoTowerRecipe(s.max_history, s.batch_size, uniform, s.num_negatives)
+    return TwoTowerRecipe(s.max_history, s.batch_size, uniform, s.num_negatives, torch.arange(1, s.items + 1))
 
 
 def batches(s: Settings) -> Iterator[HistoryBatch]:

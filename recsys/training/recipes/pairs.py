@@ -108,11 +108,12 @@ class GenerativeRecipe:
 
 @dataclass(frozen=True)
 class TwoTowerRecipe:
-    """Softmax over the batch's targets (in-batch negatives) and `num_negatives` uniformly drawn items (mixed
-    negative sampling, Yang et al. 2020). Each candidate's logit is corrected by the log of how often it is expected
-    in the sample (logQ: batch size x its share of training targets for in-batch ones, num_negatives / V for random
-    ones), so popular items are not over-penalised. Other rows whose target is the row's own target are masked out
-    (accidental hits)."""
+    """Softmax over the batch's targets (in-batch negatives) and `num_negatives` items drawn uniformly from those that
+    exist at training time (mixed negative sampling, Yang et al. 2020; cold-start items and other domains' are never
+    drawn, as no training softmax holds them). Each candidate's logit is corrected by the log of how often it is
+    expected in the sample (logQ: batch size x its share of training targets for in-batch ones, num_negatives / the
+    pool's size for random ones), so popular items are not over-penalised. Other rows whose target is the row's own
+    target are masked out (accidental hits)."""
 
     may_skip_parameters: ClassVar[bool] = False
 
@@ -120,24 +121,26 @@ class TwoTowerRecipe:
     batch_size: int
     target_log_probs: torch.Tensor  # (V+1,) log share of each item among training targets
     num_negatives: int
+    negative_pool: torch.Tensor  # (P,) item_idx the random negatives are drawn from
 
     @staticmethod
     def create(model: TwoTowerModel, data: TrainingData, batch_size: int, settings: TwoTowerTraining) -> TwoTowerRecipe:
         log_probs = sampling_probs(data).clamp(min=1e-12).log()
-        return TwoTowerRecipe(model.max_history, batch_size, log_probs, settings.num_negatives)
+        pool = torch.nonzero(~data.training_excluded()[1:]).squeeze(1) + 1  # the padding is never a negative
+        return TwoTowerRecipe(model.max_history, batch_size, log_probs, settings.num_negatives, pool)
 
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
         return pair_batches(rows, self.max_history, self.batch_size, generator)
 
     def loss(self, model: TwoTowerModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         targets, device = batch.targets, batch.targets.device
-        B, V, R = targets.numel(), model.config.num_items, self.num_negatives
-        random = torch.randint(1, V + 1, (R,), generator=generator).to(device)
+        B, P, R = targets.numel(), len(self.negative_pool), self.num_negatives
+        random = self.negative_pool[torch.randint(0, P, (R,), generator=generator)].to(device)
         candidates = torch.cat([targets, random])  # (B + R,)
         users = model.encode_queries(batch.histories, batch.users)  # (B, D)
         logits = users @ model.encode_items(candidates).T / model.config.temperature  # (B, B + R)
         expected = torch.cat(
-            [math.log(B) + self.target_log_probs.to(device)[targets], torch.full((R,), math.log(R / V), device=device)]
+            [math.log(B) + self.target_log_probs.to(device)[targets], torch.full((R,), math.log(R / P), device=device)]
         )
         accidental = candidates[None, :] == targets[:, None]
         accidental[:, :B].fill_diagonal_(False)

@@ -9,6 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from features.prepare import prepare
+from features.settings import PrepareSettings
+from features.sources import load_source
 from recsys.data.batching import HistoryBatch
 from recsys.data.prepared import load_prepared
 from recsys.evaluation import EvalConfig, evaluate
@@ -58,14 +61,15 @@ def test_item_features_change_the_item_vector() -> None:
 
 def test_loss_is_softmax_over_in_batch_and_random_items_with_logq_and_accidental_hits_masked() -> None:
     model = small()
+    pool = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12])  # item 11 does not exist at training time (cold)
     recipe = TwoTowerRecipe(max_history=6, batch_size=3, target_log_probs=torch.log(torch.full((13,), 1 / 12)),
-                            num_negatives=2)  # fmt: skip
+                            num_negatives=2, negative_pool=pool)  # fmt: skip
     batch = HistoryBatch(torch.tensor([[1, 2], [3, 4], [5, 6]]), torch.tensor([7, 7, 8]), torch.tensor([1, 2, 3]))
     loss, n = recipe.loss(model, batch, torch.Generator().manual_seed(0))
-    random = torch.randint(1, 13, (2,), generator=torch.Generator().manual_seed(0))
+    random = pool[torch.randint(0, len(pool), (2,), generator=torch.Generator().manual_seed(0))]
     candidates = torch.cat([batch.targets, random])
     logits = model.encode_queries(batch.histories, batch.users) @ model.encode_items(candidates).T / 0.05
-    logits = logits - torch.tensor([math.log(3 / 12)] * 3 + [math.log(2 / 12)] * 2)
+    logits = logits - torch.tensor([math.log(3 / 12)] * 3 + [math.log(2 / len(pool))] * 2)
     logits[0, 1] = logits[1, 0] = float("-inf")  # rows 0 and 1 share target 7
     for row in range(3):
         for col in range(3, 5):
@@ -73,6 +77,18 @@ def test_loss_is_softmax_over_in_batch_and_random_items_with_logq_and_accidental
                 logits[row, col] = float("-inf")
     assert n == 3
     torch.testing.assert_close(loss, F.cross_entropy(logits, torch.arange(3)))
+
+
+def test_random_negatives_are_drawn_only_from_items_that_exist_at_training_time(tmp_path: Path) -> None:
+    out = tmp_path / "prepared"
+    prepare(load_source("synthetic", None, num_users=200, num_items=100), out, PrepareSettings(cold_start_fraction=0.2))
+    data = load_prepared(out)
+    model = TwoTower(TwoTowerConfig(num_items=data.num_items, max_history=20, dim=16, hidden_dim=32))
+    recipe = recipe_for(model, data, 8, TwoTowerTraining(16))
+    assert isinstance(recipe, TwoTowerRecipe)
+    pool = set(recipe.negative_pool.tolist())
+    cold = set(torch.nonzero(data.cold_mask).squeeze(1).tolist())
+    assert cold and not pool & cold and pool | cold == set(range(1, data.num_items + 1))
 
 
 def test_two_tower_beats_popularity_on_the_tiny_data(tiny_data_dir: Path) -> None:

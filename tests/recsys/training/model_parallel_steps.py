@@ -46,7 +46,7 @@ def tiny_two_tower() -> TwoTower:
 
 def recipe() -> TwoTowerRecipe:
     uniform = torch.full((CONFIG.num_items + 1,), -math.log(CONFIG.num_items))
-    return TwoTowerRecipe(CONFIG.max_history, ROWS, uniform, num_negatives=6)
+    return TwoTowerRecipe(CONFIG.max_history, ROWS, uniform, 6, torch.arange(1, CONFIG.num_items + 1))
 
 
 def batches() -> list[HistoryBatch]:
