@@ -78,8 +78,8 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 def two_tower(s: Settings) -> TwoTower:
     torch.manual_seed(0)
-    config = TwoTowerConfig(num_items=s.items, max_history=s.max_history, dim=s.dim, hidden_dim=s.hidden_dim,
-                            shard_tables="table_wise")  # fmt: skip
+    config = TwoTowerConfig(num_items=s.items, max_history=s.max_history, user_tower="pooled", dim=s.dim,
+                            hidden_dim=s.hidden_dim, shard_tables="table_wise")  # fmt: skip
     return TwoTower(config)
 
 

@@ -3,11 +3,16 @@ FAISS index of their vectors (Yi et al., RecSys 2019; Yang et al., WWW 2020 for 
 
 Sparse features go through torchrec's `KeyedJaggedTensor` into an `EmbeddingBagCollection`-compatible module
 (`FusedEmbeddingBagCollection`: the project's Triton kernels on CUDA, torch elsewhere):
-    user tower: mean of the history's item embeddings, mean of the most recent `recent` items, hashed user id
     item tower: item id + sum of its semantic-ID prefix embeddings (levels 1..sid_levels) + a projection of its
-                content (LLM) embedding
-Each tower ends in an MLP and L2 normalisation; logits = cosine / temperature. Training: in-batch negatives with
-logQ correction plus uniformly drawn random negatives (`recsys.training.recipes.TwoTowerRecipe`).
+                content (LLM) embedding, then an MLP. `content_first`: the item-id feature counts with the chance
+                count / (count + residual_half_count) (kept or dropped in training, weighted so when scoring), so an
+                item never trained is placed by its content and prefixes alone (`recsys.modules.content_items`).
+    user tower: `sequence` (default): a causal transformer over the history's item-tower vectors (the towers share
+                what they know of items), its last state + the hashed user id, then an MLP; `pooled`: the mean of
+                the history's item embeddings, the mean of the most recent `recent` items and the hashed user id,
+                then an MLP.
+Both towers end in L2 normalisation; logits = cosine / temperature. Training: in-batch negatives with logQ correction
+plus uniformly drawn random negatives (`recsys.training.recipes.TwoTowerRecipe`).
 
 torchrec (with fbgemm, seconds to import) is imported when a model is built, not when its config is checked.
 
@@ -17,12 +22,13 @@ Dimension letters: B users, H history, V+1 items, D dim, C content dim, L prefix
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
@@ -34,11 +40,13 @@ from recsys.models.family import (
     ModelFamily,
     ModelInputs,
     content_of,
+    item_counts_of,
     semantic_id_codes,
 )
 from recsys.modules.sid_embedding import prefix_ids
 from recsys.modules.table_training import TableOptimizer, TableTraining
-from recsys.runtime.validation import Fraction
+from recsys.modules.transformer import TransformerBlock, causal_segment_mask, left_padded_layout
+from recsys.runtime.validation import Fraction, check_heads
 
 if TYPE_CHECKING:
     from torchrec import EmbeddingBagConfig, KeyedJaggedTensor
@@ -48,7 +56,10 @@ if TYPE_CHECKING:
 class TwoTowerConfig:
     num_items: int  # V
     max_history: PositiveInt = DEFAULT_MAX_HISTORY  # history items the user tower reads
-    recent: PositiveInt = 3  # the most recent items, pooled apart from the whole history
+    user_tower: Literal["sequence", "pooled"] = "sequence"
+    num_layers: PositiveInt = 2  # of the sequence tower
+    num_heads: PositiveInt = 2  # of the sequence tower
+    recent: PositiveInt = 3  # the pooled tower's most recent items, pooled apart from the whole history
     dim: PositiveInt = 64
     hidden_dim: PositiveInt = 256
     dropout: Fraction = 0.2
@@ -57,6 +68,10 @@ class TwoTowerConfig:
     sid_levels: NonNegativeInt = 0  # semantic-ID prefix features of the item tower (needs codes)
     use_content: bool = False  # feed the item's content (LLM) embedding to the item tower
     content_dim: NonNegativeInt = 0  # its size, filled in from the embeddings by the registry
+    # the item-id feature counts with chance count / (count + residual_half_count): items never trained are placed
+    # by their content and semantic-ID prefixes alone (needs use_content or sid_levels; reads the training counts)
+    content_first: bool = False
+    residual_half_count: NonNegativeFloat = 10.0
     # "table_wise" / "row_wise": the sparse features use torchrec's own EmbeddingBagCollection, which a distributed
     # run shards over its processes with DistributedModelParallel (`recsys.training.model_parallel`; row_wise on
     # CUDA only); "none": the project's FusedEmbeddingBagCollection (Triton kernels on CUDA), on every process
@@ -65,6 +80,13 @@ class TwoTowerConfig:
     # Adam (which fbgemm's CPU kernels lack: "adam" needs CUDA)
     table_optimizer: TableOptimizer = "rowwise_adagrad"
     table_lr: PositiveFloat = 0.01
+
+    def __post_init__(self) -> None:
+        check_heads(self.num_heads, self.dim)
+        if self.content_first and not (self.use_content or self.sid_levels):
+            raise ValueError(
+                "content_first needs use_content or sid_levels: something other than the id to place items"
+            )
 
 
 def _tower(in_dim: int, hidden: int, out: int, dropout: float) -> nn.Sequential:
@@ -90,25 +112,32 @@ class TwoTower(Model[TwoTowerConfig]):
 
     prefix_rows: torch.Tensor  # (V+1, L) row of each item's prefix of each length in the "sid_prefix" table
     content: torch.Tensor  # (V+1, C) frozen content embeddings (empty when content_dim = 0)
+    counts: torch.Tensor  # (V+1,) training counts (content_first; empty otherwise)
 
     def __init__(
-        self, config: TwoTowerConfig, codes: torch.Tensor | None = None, content: torch.Tensor | None = None
+        self,
+        config: TwoTowerConfig,
+        codes: torch.Tensor | None = None,
+        content: torch.Tensor | None = None,
+        counts: torch.Tensor | None = None,
     ) -> None:
         from recsys.modules.embedding_bag_collection import FusedEmbeddingBagCollection
         from recsys.modules.ordered_embedding_bags import OrderedEmbeddingBags
 
         super().__init__(config)
         V1, D, L = config.num_items + 1, config.dim, config.sid_levels
-        user_tables = [_bag("history", V1, D, "MEAN"), _bag("recent", V1, D, "MEAN")]
+        pooled = config.user_tower == "pooled"
+        user_tables = [_bag("history", V1, D, "MEAN"), _bag("recent", V1, D, "MEAN")] if pooled else []
         if config.user_buckets:
             user_tables.append(_bag("user", config.user_buckets + 1, D, "SUM"))
         item_tables = [_bag("item_id", V1, D, "SUM")]
         if L:
             item_tables.append(_bag("sid_prefix", L * V1 + 1, D, "SUM"))  # row 0: padding
         bags = FusedEmbeddingBagCollection if config.shard_tables == "none" else OrderedEmbeddingBags
-        self.user_features = bags(user_tables)
+        self.user_features = bags(user_tables) if user_tables else None
         self.item_features = bags(item_tables)
-        self.user_mlp = _tower(len(user_tables) * D, config.hidden_dim, D, config.dropout)
+        self.sequence = None if pooled else _SequenceTower(config)
+        self.user_mlp = _tower((len(user_tables) + (not pooled)) * D, config.hidden_dim, D, config.dropout)
         item_in = len(item_tables) * D + (D if config.content_dim else 0)
         self.item_mlp = _tower(item_in, config.hidden_dim, D, config.dropout)
         self.content_proj = nn.Linear(config.content_dim, D) if config.content_dim else None
@@ -119,6 +148,9 @@ class TwoTower(Model[TwoTowerConfig]):
         self.register_buffer("content", torch.zeros(V1, config.content_dim))
         if config.content_dim and content is not None:
             self.content.copy_(content)
+        self.register_buffer("counts", torch.zeros(V1 if config.content_first else 0))
+        if config.content_first and counts is not None:
+            self.counts.copy_(counts)
 
     @property
     def max_history(self) -> int:
@@ -136,16 +168,19 @@ class TwoTower(Model[TwoTowerConfig]):
     ) -> torch.Tensor:
         """(B, H) left-padded histories [+ (B,) user_idx] -> (B, D) unit user vectors (`times` are ignored)."""
         histories = histories.to(self.prefix_rows.device)[:, -self.config.max_history :]
-        recent = histories[:, -self.config.recent :]
-        features: dict[str, torch.Tensor] = {"history": histories, "recent": recent}
+        features: dict[str, torch.Tensor] = {}
+        if self.sequence is None:
+            features = {"history": histories, "recent": histories[:, -self.config.recent :]}
         if self.config.user_buckets:
             bucket = torch.zeros(histories.shape[0], 1, dtype=torch.long, device=histories.device)
             if users is not None:
                 users = users.to(histories.device).long()
                 bucket = torch.where(users > 0, 1 + (users - 1) % self.config.user_buckets, 0)[:, None]
             features["user"] = bucket
-        pooled = self.user_features(_jagged(features)).values()
-        return F.normalize(self.user_mlp(pooled), dim=-1)
+        parts = [] if self.user_features is None else [self.user_features(_jagged(features)).values()]
+        if self.sequence is not None:
+            parts.insert(0, self.sequence(histories, self.encode_items))
+        return F.normalize(self.user_mlp(torch.cat(parts, dim=1)), dim=-1)
 
     def encode_items(self, items: torch.Tensor) -> torch.Tensor:
         """(N,) item_idx -> (N, D) unit item vectors."""
@@ -153,7 +188,13 @@ class TwoTower(Model[TwoTowerConfig]):
         features = {"item_id": items[:, None]}
         if self.config.sid_levels:
             features["sid_prefix"] = (self.prefix_rows[items] + 1).masked_fill((items == PADDING_IDX)[:, None], 0)
-        parts = [self.item_features(_jagged(features)).values()]
+        looked_up = self.item_features(_jagged(features)).values()
+        if self.config.content_first:  # the item-id feature (the first D columns) counts with its keep chance
+            keep = _keep_probability(self.counts[items], self.config.residual_half_count)
+            if self.training:
+                keep = torch.bernoulli(keep)
+            looked_up = torch.cat([looked_up[:, : self.config.dim] * keep[:, None], looked_up[:, self.config.dim :]], 1)
+        parts = [looked_up]
         if self.content_proj is not None:
             parts.append(self.content_proj(self.content[items]))
         return F.normalize(self.item_mlp(torch.cat(parts, dim=1)), dim=-1)
@@ -170,6 +211,41 @@ class TwoTower(Model[TwoTowerConfig]):
         return self.encode_queries(histories, users) @ self.item_embeddings().T / self.config.temperature
 
 
+class _SequenceTower(nn.Module):
+    """A causal transformer over the history's item-tower vectors (SASRec's, Kang & McAuley 2018, over the shared
+    item tower): the state of the most recent position."""
+
+    def __init__(self, config: TwoTowerConfig) -> None:
+        super().__init__()
+        D = config.dim
+        self.max_history = config.max_history
+        self.positions = nn.Embedding(config.max_history, D)
+        nn.init.normal_(self.positions.weight, std=D**-0.5)  # the scale of a unit vector's coordinates
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(D, config.num_heads, 4 * D, config.dropout, config.dropout)
+            for _ in range(config.num_layers)
+        )
+        self.norm = nn.LayerNorm(D)
+
+    def forward(self, histories: torch.Tensor, encode_items: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """(B, H) left-padded item_idx -> (B, D)."""
+        item_ids, segments, positions = left_padded_layout(histories, self.max_history)
+        present = segments != 0
+        vectors = torch.zeros(*item_ids.shape, self.positions.embedding_dim, device=item_ids.device)
+        vectors[present] = encode_items(item_ids[present]).to(vectors.dtype)  # padding rows stay zero
+        x = self.dropout(vectors + self.positions(positions)) * present[..., None]
+        mask = causal_segment_mask(segments)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.norm(x[:, -1])
+
+
+def _keep_probability(counts: torch.Tensor, half_count: float) -> torch.Tensor:
+    """count / (count + half_count), 0 for an item never trained (`recsys.modules.content_items`)."""
+    return torch.where(counts > 0, counts / (counts + half_count).clamp_min(1e-12), torch.zeros_like(counts))
+
+
 def _jagged(features: dict[str, torch.Tensor]) -> KeyedJaggedTensor:
     """{name: (B, n) ids, 0 = none} -> a KeyedJaggedTensor with the non-zero ids of each row as one bag."""
     from torchrec import KeyedJaggedTensor
@@ -184,16 +260,18 @@ def _jagged(features: dict[str, torch.Tensor]) -> KeyedJaggedTensor:
 def _build(fields: dict[str, Any], inputs: ModelInputs) -> TwoTower:
     config = FAMILY.validate(fields)
     codes = semantic_id_codes(inputs, FAMILY.name, config.num_items, config.sid_levels)
+    counts = item_counts_of(inputs, FAMILY.name, config.num_items).float() if config.content_first else None
     if not config.use_content:
-        return TwoTower(config, codes)
+        return TwoTower(config, codes, counts=counts)
     content = content_of(inputs, config.num_items)
-    return TwoTower(dataclasses.replace(config, content_dim=content.shape[1]), codes, content)
+    return TwoTower(dataclasses.replace(config, content_dim=content.shape[1]), codes, content, counts)
 
 
 def _reads(config: TwoTowerConfig) -> frozenset[Input]:
-    return frozenset({Input.SEMANTIC_IDS} if config.sid_levels else ()) | frozenset(
-        {Input.CONTENT} if config.use_content else ()
-    )
+    return frozenset(
+        {*([Input.SEMANTIC_IDS] if config.sid_levels else []), *([Input.CONTENT] if config.use_content else []),
+         *([Input.ITEM_COUNTS] if config.content_first else [])}
+    )  # fmt: skip
 
 
 FAMILY = ModelFamily(

@@ -59,6 +59,32 @@ def test_item_features_change_the_item_vector() -> None:
     assert model.item_embeddings()[0].abs().sum() == 0  # the padding item has no vector
 
 
+def test_a_content_first_item_tower_places_a_never_trained_item_by_its_content_alone() -> None:
+    counts = torch.tensor([0.0, 5, 5, 0, 5, 5, 5, 5, 5, 5, 5, 5, 5])  # item 3 never trained
+    model = small(content_first=True)
+    model.counts.copy_(counts)
+    base = model.item_embeddings()
+    with torch.no_grad():  # every item's id embedding changes (a view of the fused table's rows)
+        ids = model.item_features.table_weight("item_id")
+        ids.add_(torch.randn_like(ids))
+    moved = model.item_embeddings()
+    torch.testing.assert_close(moved[3], base[3])  # its id feature counts 0 times
+    assert not torch.allclose(moved[4], base[4])
+    with pytest.raises(ValueError, match="content_first needs use_content or sid_levels"):
+        TwoTowerConfig(num_items=3, content_first=True)
+
+
+def test_the_sequence_user_tower_reads_the_order_of_the_history() -> None:
+    model = small()  # the default user tower: a causal transformer over the item tower's vectors
+    assert model.sequence is not None and model.user_features is not None  # the hashed user id stays a bag
+    histories = torch.tensor([[0, 1, 2, 3], [0, 3, 2, 1]])
+    users = model.encode_queries(histories)
+    assert not torch.allclose(users[0], users[1]), "the same items in another order are another user"
+    torch.testing.assert_close(users.norm(dim=1), torch.ones(2))
+    pooled = small(user_tower="pooled").encode_queries(histories)
+    torch.testing.assert_close(pooled[0], pooled[1])  # the mean pools ignore the order (the 3 most recent: all)
+
+
 def test_loss_is_softmax_over_in_batch_and_random_items_with_logq_and_accidental_hits_masked() -> None:
     model = small()
     pool = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12])  # item 11 does not exist at training time (cold)

@@ -37,7 +37,9 @@ from recsys.training.recipes import TwoTowerRecipe
 MAX_HISTORY, EPOCHS = 20, 2
 SYNTHETIC = {"num_users": 120, "num_items": 80}  # more users than user buckets: some share one
 # every feature on: history, recent, hashed user id (fewer buckets than users), semantic-ID prefixes, content
-PARAMS = {"max_history": MAX_HISTORY, "recent": 3, "dim": 16, "hidden_dim": 32, "user_buckets": 64, "sid_levels": 2}
+# the pooled user tower: its feature bags name every input the loss receives (the sequence tower reads the same pairs)
+PARAMS = {"max_history": MAX_HISTORY, "user_tower": "pooled", "recent": 3, "dim": 16, "hidden_dim": 32,
+          "user_buckets": 64, "sid_levels": 2}  # fmt: skip
 MODEL = {"name": "two_tower", "params": {**PARAMS, "use_content": True}, "training": {"num_negatives": 32}}
 SID = {"method": "rqkmeans", "rqkmeans": {"levels": 2, "codebook_size": 8}}
 # every epoch trains whatever validation says: the two runs must take the same steps
@@ -77,7 +79,10 @@ def record_loss_calls(monkeypatch: pytest.MonkeyPatch) -> list[LossCall]:
             features.append((tuple(kjt.keys()), kjt.lengths().clone(), kjt.values().clone()))
 
         parameters = torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
-        hooks = [tower.register_forward_pre_hook(keep) for tower in (model.user_features, model.item_features)]
+        towers = [
+            t for t in (model.user_features, model.item_features) if t is not None
+        ]  # the sequence tower: no user bags
+        hooks = [tower.register_forward_pre_hook(keep) for tower in towers]
         try:
             loss, targets = real_loss(self, model, batch, generator)
         finally:

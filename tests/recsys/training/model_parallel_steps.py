@@ -31,8 +31,9 @@ from recsys.training.trainer import fit
 
 WORLD_SIZE, STEPS, ROWS = 2, 4, 9  # 9 rows: shares of 5 and 4 (each process its own batch size)
 DENSE_LR, TABLE_LR = 0.01, 0.5
-CONFIG = TwoTowerConfig(num_items=60, max_history=8, recent=2, dim=8, hidden_dim=16, dropout=0.0, user_buckets=10,
-                        shard_tables="table_wise", table_optimizer="sgd", table_lr=TABLE_LR)  # fmt: skip
+CONFIG = TwoTowerConfig(num_items=60, max_history=8, user_tower="pooled", recent=2, dim=8, hidden_dim=16,
+                        dropout=0.0, user_buckets=10, shard_tables="table_wise", table_optimizer="sgd",
+                        table_lr=TABLE_LR)  # fmt: skip
 
 
 # for a whole fit: the tables' fused row-wise Adagrad keeps an accumulator per row, which a resume must restore

@@ -62,7 +62,8 @@ def test_two_sharded_processes_train_as_one_unsharded() -> None:
 
 
 def test_the_planner_offers_rows_on_cuda_and_whole_tables_on_cpu() -> None:
-    model = TwoTower(TwoTowerConfig(num_items=100, dim=8, user_buckets=5, shard_tables="table_wise"))
+    config = TwoTowerConfig(num_items=100, user_tower="pooled", dim=8, user_buckets=5, shard_tables="table_wise")
+    model = TwoTower(config)
     on_gpus = placements(plan_tables(model, "row_wise", world_size=2, compute_device="cuda"))
     assert {(t.sharding, t.ranks) for t in on_gpus} == {("row_wise", (0, 1))} and len(on_gpus) == 4
     on_cpus = placements(plan_tables(model, "table_wise", world_size=2, compute_device="cpu"))
