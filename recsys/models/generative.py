@@ -102,6 +102,10 @@ class GenerativeRetriever(Model[GenerativeConfig]):
     def levels(self) -> int:
         return len(self.config.codebook_sizes)
 
+    def target_codes(self, items: torch.Tensor) -> torch.Tensor:
+        """(B,) item_idx -> (B, T) their semantic IDs (`recsys.training.recipes.GenerativeModel`)."""
+        return self.codes[items.to(self.codes.device)]
+
     def mark_new_items(self, new: torch.Tensor) -> None:
         """(V+1,) bool: items to serve through the `new_item_slots` reserved slots (e.g. the cold-start items)."""
         self.new_items.copy_(new.to(self.new_items.device).bool())

@@ -35,9 +35,12 @@ class TwoTowerTraining:
 
 @runtime_checkable
 class GenerativeModel(Protocol):
-    """What the generative recipe trains: logits of each semantic-ID level of the next item."""
+    """What the generative recipe trains: logits of each semantic-ID level of the next item. Methods only: an
+    isinstance check reads attributes statically on Python >= 3.12, where a module's buffers are not found."""
 
-    codes: torch.Tensor  # (V+1, T) every item's semantic ID
+    def target_codes(self, items: torch.Tensor) -> torch.Tensor:
+        """(B,) item_idx -> (B, T) their semantic IDs, the levels' targets."""
+        ...
 
     def __call__(
         self, histories: torch.Tensor, targets: torch.Tensor, users: torch.Tensor | None
@@ -97,7 +100,7 @@ class GenerativeRecipe:
         return pair_batches(rows, self.max_history, self.batch_size, generator)
 
     def loss(self, model: GenerativeModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        codes = model.codes[batch.targets]  # (B, T)
+        codes = model.target_codes(batch.targets)  # (B, T)
         logits = model(batch.histories, batch.targets, batch.users)  # T x (B, K_t)
         per_level = [
             F.cross_entropy(lg.float(), codes[:, t], label_smoothing=self.label_smoothing)

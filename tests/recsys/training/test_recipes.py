@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
+import typing
+
+import pytest
 import torch
 import torch.nn.functional as F
 
 from recsys.data.batching import PackedBatch
+from recsys.models.registry import family_names, model_family
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.training.recipes import NextItemRecipe
+from recsys.training.recipes.next_item import NextItemModel
+from recsys.training.recipes.pairs import GenerativeModel, TwoTowerModel
+from recsys.training.recipes.queries import QueryModel
+from recsys.training.recipes.ranker import RankerModel
 
 
 def test_within_domain_softmax_is_cross_entropy_over_the_targets_domain() -> None:
@@ -27,3 +36,25 @@ def test_within_domain_softmax_is_cross_entropy_over_the_targets_domain() -> Non
     ).mean()
     assert n == 4
     torch.testing.assert_close(loss, expected)
+
+
+TRAINED_AS = {"next_item": NextItemModel, "queries": QueryModel, "generative": GenerativeModel,
+              "two_tower": TwoTowerModel, "ranker": RankerModel}  # fmt: skip
+INSTANCE_ATTRIBUTES = {"config"}  # plain attributes every model sets in __init__ (Model.config)
+
+
+@pytest.mark.parametrize("name", [name for name in family_names() if model_family(name).training in TRAINED_AS])
+def test_each_family_meets_its_recipes_protocol_when_read_statically(name: str) -> None:
+    """On Python >= 3.12 an isinstance check of a runtime protocol reads the model's attributes with
+    inspect.getattr_static, which does not see a module's buffers, parameters or submodules: a protocol member must
+    be a method or property of the model's class."""
+    family = model_family(name)
+    protocol = TRAINED_AS[family.training]
+    missing = []
+    for member in sorted(typing._get_protocol_attrs(protocol)):  # type: ignore[attr-defined]
+        try:
+            inspect.getattr_static(family.model, member)
+        except AttributeError:
+            if member not in INSTANCE_ATTRIBUTES:
+                missing.append(member)
+    assert not missing, f"{family.model.__name__} lacks {missing} of {protocol.__name__} as class members"
