@@ -7,9 +7,9 @@ Sparse features go through torchrec's `KeyedJaggedTensor` into an `EmbeddingBagC
                 content (LLM) embedding, then an MLP. `content_first`: the item-id feature counts with the chance
                 count / (count + residual_half_count) (kept or dropped in training, weighted so when scoring), so an
                 item never trained is placed by its content and prefixes alone (`recsys.modules.content_items`).
-    user tower: `sequence` (default): a causal transformer over the history's item-tower vectors (the towers share
-                what they know of items), its last state + the hashed user id, then an MLP; `pooled`: the mean of
-                the history's item embeddings, the mean of the most recent `recent` items and the hashed user id,
+    user tower: `pooled` (default): the mean of the history's item embeddings, the mean of the most recent `recent`
+                items and the hashed user id, then an MLP; `sequence`: a causal transformer over the history's
+                item-tower vectors (the towers share what they know of items), its last state + the hashed user id,
                 then an MLP.
 Both towers end in L2 normalisation; logits = cosine / temperature. Training: in-batch negatives with logQ correction
 plus uniformly drawn random negatives (`recsys.training.recipes.TwoTowerRecipe`).
@@ -56,7 +56,8 @@ if TYPE_CHECKING:
 class TwoTowerConfig:
     num_items: int  # V
     max_history: PositiveInt = DEFAULT_MAX_HISTORY  # history items the user tower reads
-    user_tower: Literal["sequence", "pooled"] = "sequence"
+    # "pooled" (the default, which saved models and their results were made with) or "sequence" (docs/models.md)
+    user_tower: Literal["pooled", "sequence"] = "pooled"
     num_layers: PositiveInt = 2  # of the sequence tower
     num_heads: PositiveInt = 2  # of the sequence tower
     recent: PositiveInt = 3  # the pooled tower's most recent items, pooled apart from the whole history

@@ -75,13 +75,13 @@ def test_a_content_first_item_tower_places_a_never_trained_item_by_its_content_a
 
 
 def test_the_sequence_user_tower_reads_the_order_of_the_history() -> None:
-    model = small()  # the default user tower: a causal transformer over the item tower's vectors
+    model = small(user_tower="sequence")  # a causal transformer over the item tower's vectors
     assert model.sequence is not None and model.user_features is not None  # the hashed user id stays a bag
     histories = torch.tensor([[0, 1, 2, 3], [0, 3, 2, 1]])
     users = model.encode_queries(histories)
     assert not torch.allclose(users[0], users[1]), "the same items in another order are another user"
     torch.testing.assert_close(users.norm(dim=1), torch.ones(2))
-    pooled = small(user_tower="pooled").encode_queries(histories)
+    pooled = small().encode_queries(histories)  # the default tower
     torch.testing.assert_close(pooled[0], pooled[1])  # the mean pools ignore the order (the 3 most recent: all)
 
 
