@@ -43,6 +43,7 @@ from recsys.models.family import (
     item_counts_of,
     semantic_id_codes,
 )
+from recsys.modules.content_items import keep_probability
 from recsys.modules.sid_embedding import prefix_ids
 from recsys.modules.table_training import TableOptimizer, TableTraining
 from recsys.modules.transformer import TransformerBlock, causal_segment_mask, left_padded_layout
@@ -191,7 +192,7 @@ class TwoTower(Model[TwoTowerConfig]):
             features["sid_prefix"] = (self.prefix_rows[items] + 1).masked_fill((items == PADDING_IDX)[:, None], 0)
         looked_up = self.item_features(_jagged(features)).values()
         if self.config.content_first:  # the item-id feature (the first D columns) counts with its keep chance
-            keep = _keep_probability(self.counts[items], self.config.residual_half_count)
+            keep = keep_probability(self.counts[items], self.config.residual_half_count)
             if self.training:
                 keep = torch.bernoulli(keep)
             looked_up = torch.cat([looked_up[:, : self.config.dim] * keep[:, None], looked_up[:, self.config.dim :]], 1)
@@ -240,11 +241,6 @@ class _SequenceTower(nn.Module):
         for block in self.blocks:
             x = block(x, mask)
         return self.norm(x[:, -1])
-
-
-def _keep_probability(counts: torch.Tensor, half_count: float) -> torch.Tensor:
-    """count / (count + half_count), 0 for an item never trained (`recsys.modules.content_items`)."""
-    return torch.where(counts > 0, counts / (counts + half_count).clamp_min(1e-12), torch.zeros_like(counts))
 
 
 def _jagged(features: dict[str, torch.Tensor]) -> KeyedJaggedTensor:

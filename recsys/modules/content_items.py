@@ -78,8 +78,7 @@ class ContentFirstItems(nn.Module):
     @property
     def keep_probability(self) -> torch.Tensor:
         """(V+1,) the chance each item's residual is kept in training, and the weight it gets when scoring."""
-        counts = self.counts
-        return torch.where(counts > 0, counts / (counts + self.half_count).clamp_min(1e-12), torch.zeros_like(counts))
+        return keep_probability(self.counts, self.half_count)
 
     def of_content(self, content: torch.Tensor) -> torch.Tensor:
         """(N, C) content embeddings of any items, known or not -> (N, D) their vectors without a residual."""
@@ -97,3 +96,9 @@ class ContentFirstItems(nn.Module):
 
     def extra_repr(self) -> str:
         return f"half_count={self.half_count}, residual={self.residual is not None}"
+
+
+def keep_probability(counts: torch.Tensor, half_count: float) -> torch.Tensor:
+    """count / (count + half_count): the chance an item's ID part is kept in training (and its weight when scoring);
+    0 for an item never trained, whatever `half_count` (0 included)."""
+    return torch.where(counts > 0, counts / (counts + half_count).clamp_min(1e-12), torch.zeros_like(counts))
