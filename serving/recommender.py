@@ -152,9 +152,9 @@ class Recommender:
         swapped._item_table = torch.cat([self._item_table[:catalogue], vectors])
         swapped._item_idx = {**self._catalogue_idx, **{item.item_id: catalogue + n for n, item in enumerate(added)}}
         swapped._item_ids = [*self._item_ids[:catalogue], *(item.item_id for item in added)]
-        swapped._similar = (
-            None if self._catalogue_similar is None else UnionTopK([self._catalogue_similar, ExactTopK(vectors, ids)])
-        )
+        if self._catalogue_similar is not None:  # the added items scored as the bundle's index scores its own
+            metric = self._catalogue_similar.config.metric if isinstance(self._catalogue_similar, FaissTopK) else "ip"
+            swapped._similar = UnionTopK([self._catalogue_similar, ExactTopK(vectors, ids, metric)])
         return swapped
 
     def _content_vectors(self, items: list[NewItem]) -> torch.Tensor:
