@@ -30,12 +30,21 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
-from recsys.models.family import DEFAULT_MAX_HISTORY, Model, ModelFamily, ModelInputs
+from recsys.models.family import (
+    DEFAULT_MAX_HISTORY,
+    Input,
+    Model,
+    ModelFamily,
+    ModelInputs,
+    content_of,
+    item_counts_of,
+)
+from recsys.modules.content_items import ContentFirstItems
 from recsys.modules.transformer import causal_segment_mask, left_padded_layout, most_recent
 from recsys.ops.hstu_attention import Kernel, hstu_attention, select_kernel
 from recsys.ops.hstu_attention import time_buckets as time_buckets  # its home is the op; models read it here too
@@ -56,9 +65,16 @@ class HSTUConfig:
     # attention backend: "auto" = the Triton kernel on CUDA when Triton is installed, else "torch" (the dense masked
     # path); "triton" runs the users' runs as jagged sequences (recsys.ops.hstu_attention)
     attention_kernel: Literal["auto", "torch", "triton"] = "auto"
+    # items = MLP(content embedding) + an ID residual kept in training with probability count / (count +
+    # residual_half_count), as SASRec's (recsys.modules.content_items): items never trained get their text's vector
+    content_first: bool = False
+    residual_half_count: NonNegativeFloat = 10.0
+    content_dim: NonNegativeInt = 0  # C, filled in from the content embeddings when content_first
 
     def __post_init__(self) -> None:
         check_heads(self.num_heads, self.dim)
+        if self.content_first and self.content_dim < 1:
+            raise ValueError("content_first needs the items' content embeddings (content_dim >= 1)")
 
 
 @dataclass(frozen=True)
@@ -159,9 +175,25 @@ class HSTU(Model[HSTUConfig]):
         torch.Size([1, 11])
     """
 
-    def __init__(self, config: HSTUConfig) -> None:
+    def __init__(
+        self, config: HSTUConfig, content: torch.Tensor | None = None, counts: torch.Tensor | None = None
+    ) -> None:
+        """Args: config; content (V+1, content_dim) embeddings and counts (V+1,) training counts when `content_first`
+        (None: from a state dict)."""
         super().__init__(config)
-        self.item_emb = nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX)
+        self.item_emb = (
+            None if config.content_first else nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX)
+        )
+        self.content_items = (
+            ContentFirstItems(
+                content if content is not None else torch.zeros(config.num_items + 1, config.content_dim),
+                counts if counts is not None else torch.zeros(config.num_items + 1),
+                config.dim,
+                config.residual_half_count,
+            )
+            if config.content_first
+            else None
+        )
         self.pos_emb = nn.Embedding(config.max_history, config.dim)
         self.emb_dropout = nn.Dropout(config.dropout)
         self.attention_kernel = None if config.attention_kernel == "auto" else Kernel(config.attention_kernel)
@@ -169,10 +201,11 @@ class HSTU(Model[HSTUConfig]):
             HSTULayer(config.dim, config.num_heads, config.max_history, config.dropout, config.num_time_buckets)
             for _ in range(config.num_layers)
         )
-        nn.init.normal_(self.item_emb.weight, std=0.02)
         nn.init.normal_(self.pos_emb.weight, std=0.02)
-        with torch.no_grad():
-            self.item_emb.weight[PADDING_IDX].zero_()
+        if self.item_emb is not None:
+            nn.init.normal_(self.item_emb.weight, std=0.02)
+            with torch.no_grad():
+                self.item_emb.weight[PADDING_IDX].zero_()
 
     @property
     def reads_timestamps(self) -> bool:
@@ -203,7 +236,7 @@ class HSTU(Model[HSTUConfig]):
             item_ids, segments, positions = left_padded_layout(item_ids, self.config.max_history)
         elif positions is None:
             raise ValueError("packed rows need `positions` with `segments`")
-        x = self.item_emb(item_ids) * math.sqrt(self.config.dim) + self.pos_emb(positions)
+        x = self._input_rows(item_ids) * math.sqrt(self.config.dim) + self.pos_emb(positions)
         x = self.emb_dropout(x) * (segments != 0)[..., None]
         if select_kernel(self.attention_kernel, device) is Kernel.TRITON:
             x = self._jagged_layers(x, segments, timestamps, query_times)
@@ -253,8 +286,9 @@ class HSTU(Model[HSTUConfig]):
     def max_history(self) -> int:
         return self.config.max_history
 
-    def item_id_table(self) -> nn.Embedding:
-        """The ID table, the items' only vectors (`recsys.training.capabilities.ItemIdTable`)."""
+    def item_id_table(self) -> nn.Embedding | None:
+        """The ID table when it alone is the items' vectors (`recsys.training.capabilities.ItemIdTable`); None when
+        they are content-first."""
         return self.item_emb
 
     def replace_item_id_table(self, table: nn.Embedding) -> None:
@@ -262,11 +296,19 @@ class HSTU(Model[HSTUConfig]):
 
     def item_rows(self, items: torch.Tensor) -> torch.Tensor:
         """(..., D) the vectors of `items`, as `item_embeddings()[items]`, normalised row by row."""
-        return F.normalize(self.item_emb(items), dim=-1)
+        return F.normalize(self._input_rows(items), dim=-1)
 
     def item_embeddings(self) -> torch.Tensor:
         """(V+1, D) L2-normalised item vectors (output side; the input reads the raw embeddings)."""
-        return F.normalize(self.item_emb.weight, dim=-1)
+        return F.normalize(self.item_emb.weight if self.item_emb is not None else self._content_table(), dim=-1)
+
+    def _input_rows(self, items: torch.Tensor) -> torch.Tensor:
+        """(...,) item_idx -> (..., D) their raw vectors: ID embeddings, or content-first vectors."""
+        return self.item_emb(items) if self.item_emb is not None else self._content_table()[items]
+
+    def _content_table(self) -> torch.Tensor:
+        assert self.content_items is not None, "an HSTU has an ID table or content-first items"
+        return self.content_items()
 
     def encode_queries(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
@@ -286,7 +328,18 @@ class HSTU(Model[HSTUConfig]):
 
 
 def _build(fields: dict[str, Any], inputs: ModelInputs) -> HSTU:
-    return HSTU(FAMILY.validate(fields))
+    if not fields.get("content_first"):
+        return HSTU(FAMILY.validate(fields))
+    content = content_of(inputs, fields["num_items"])
+    config = FAMILY.validate({**fields, "content_dim": content.shape[1]})
+    return HSTU(config, content, item_counts_of(inputs, FAMILY.name, config.num_items))
 
 
-FAMILY = ModelFamily("hstu", HSTUConfig, HSTU, _build, training="next_item")
+def _reads(config: HSTUConfig) -> frozenset[Input]:
+    return frozenset({Input.CONTENT, Input.ITEM_COUNTS} if config.content_first else ())
+
+
+# its content embeddings and counts come with the state dict
+FAMILY = ModelFamily(
+    "hstu", HSTUConfig, HSTU, _build, training="next_item", reads=_reads, filled={"num_items": 1, "content_dim": 1}
+)

@@ -3,12 +3,15 @@ representations that reach cold items (semantic-ID prefixes, content-first vecto
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 import torch
 
 from recsys.data.prepared import SequenceData
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.evaluation.slices import slice_metrics
+from recsys.models.family import Model
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.training.config import HardwareConfig, OptimizationConfig, ScheduleConfig, TrainConfig
 from recsys.training.trainer import fit
@@ -25,7 +28,7 @@ def structured_codes(data: SequenceData) -> torch.Tensor:
 
 
 def cold_recall(
-    data: SequenceData, config: SASRecConfig, codes: torch.Tensor | None, model: SASRec | None = None
+    data: SequenceData, config: SASRecConfig, codes: torch.Tensor | None, model: Model[Any] | None = None
 ) -> float:
     """Test R@10 on the users whose target is cold, of `model` (default: a new SASRec of `config` and `codes`) trained
     for a few epochs."""

@@ -9,6 +9,7 @@ import torch
 from recsys.data.prepared import SequenceData
 from recsys.errors import ConfigError
 from recsys.models.family import ModelInputs
+from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.registry import build_model
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.modules.content_items import ContentFirstItems
@@ -99,3 +100,22 @@ def test_the_registry_builds_it_from_content_and_counts_and_says_what_is_missing
         build_model("sasrec", params, cold_data.num_items, ModelInputs(content=content, content_encoder="enc"))
     with pytest.raises(ConfigError, match="content embeddings"):
         build_model("sasrec", params, cold_data.num_items, ModelInputs(item_counts=counts))
+
+
+def test_content_first_hstu_places_never_trained_items_by_their_content(cold_data: SequenceData) -> None:
+    content, counts = _one_hot_content(cold_data), cold_data.item_counts()
+    params = {"max_history": 20, "dim": 32, "num_heads": 1, "dropout": 0.1, "content_first": True}
+    model = build_model("hstu", params, cold_data.num_items, ModelInputs(content=content, item_counts=counts))
+    assert isinstance(model, HSTU) and model.item_id_table() is None and model.item_emb is None
+    torch.manual_seed(0)
+    recall = cold_recall(cold_data, SASRecConfig(num_items=cold_data.num_items), None, model)
+    assert recall > 0.05, "cold items are reached through their content"
+    model.eval()
+    cold = int(torch.nonzero(cold_data.cold_mask)[0])
+    assert model.content_items is not None
+    vector = torch.nn.functional.normalize(model.content_items.of_content(content[cold : cold + 1]), dim=-1)[0]
+    torch.testing.assert_close(model.item_embeddings()[cold], vector)
+    loaded = HSTU(HSTUConfig(**{**model.config.__dict__}))  # shaped from the saved config alone
+    loaded.load_state_dict(model.state_dict())
+    histories = torch.tensor([[0, 1, 2, 3]])
+    torch.testing.assert_close(loaded.eval().score(histories), model.score(histories))
