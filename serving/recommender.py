@@ -77,8 +77,6 @@ class Recommender:
         self._item_ids = ["", *item_ids]
         self._counts = self.data.item_counts()  # (V+1,) once: the popularity fallback reads it per request
         self._popular = torch.argsort(self._counts[1:], descending=True, stable=True) + 1  # (V,)
-        self._catalogue_similar = self._similar_items_index(bundle.index_dir)
-        self._similar = self._catalogue_similar
         # a content-first model: its (V+1+N, D) item table, computed once (not per request), N items added at run time
         self._item_table: torch.Tensor | None = None
         self._added: tuple[NewItem, ...] = ()
@@ -88,6 +86,8 @@ class Recommender:
             with torch.no_grad():
                 self._item_table = self.model.item_embeddings().float()
             self._text_fields = trained_text_fields(bundle.model_dir)
+        self._catalogue_similar = self._similar_items_index(bundle.index_dir)
+        self._similar = self._catalogue_similar
         self._queries: tuple[QueryScorer, ContentConfig, TextEncoder] | None = None
         if isinstance(self.model, QueryScorer):  # the encoder that embedded its items embeds the queries
             encoding = ContentConfig(model=self.model.query_encoder, progress=False)
@@ -349,8 +349,8 @@ class Recommender:
             return None
         if index_dir is not None:
             return FaissTopK.load(index_dir)
-        with torch.no_grad():
-            vectors = self.model.item_embeddings()[1:].float()
+        with torch.no_grad():  # a content-first model's table is computed already
+            vectors = (self.model.item_embeddings() if self._item_table is None else self._item_table)[1:].float()
         return ExactTopK(vectors, torch.arange(1, vectors.shape[0] + 1))
 
     def _popularity(self, k: int, exclude: set[int], domain: int = -1) -> list[Recommendation]:

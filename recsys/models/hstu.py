@@ -185,11 +185,8 @@ class HSTU(Model[HSTUConfig]):
             None if config.content_first else nn.Embedding(config.num_items + 1, config.dim, padding_idx=PADDING_IDX)
         )
         self.content_items = (
-            ContentFirstItems(
-                content if content is not None else torch.zeros(config.num_items + 1, config.content_dim),
-                counts if counts is not None else torch.zeros(config.num_items + 1),
-                config.dim,
-                config.residual_half_count,
+            ContentFirstItems.of_size(
+                config.num_items, config.content_dim, config.dim, config.residual_half_count, content, counts
             )
             if config.content_first
             else None

@@ -108,16 +108,13 @@ class SASRec(Model[SASRecConfig]):
         self.final_norm = nn.LayerNorm(config.dim)
         self.apply(_init_weights)
         self.content_items = (  # after the init above: it initialises its own weights
-            ContentFirstItems(
-                content if content is not None else torch.zeros(config.num_items + 1, config.content_dim),
-                counts if counts is not None else torch.zeros(config.num_items + 1),
-                config.dim,
-                config.residual_half_count,
+            ContentFirstItems.of_size(
+                config.num_items, config.content_dim, config.dim, config.residual_half_count, content, counts,
                 residual=config.id_embeddings,
             )
             if config.content_first
             else None
-        )
+        )  # fmt: skip
 
     def forward(
         self,

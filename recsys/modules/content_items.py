@@ -75,6 +75,26 @@ class ContentFirstItems(nn.Module):
         if self.residual is not None:
             nn.init.zeros_(self.residual.weight)  # the content speaks first; interactions add what it misses
 
+    @classmethod
+    def of_size(
+        cls,
+        num_items: int,
+        content_dim: int,
+        dim: int,
+        half_count: float,
+        content: torch.Tensor | None = None,
+        counts: torch.Tensor | None = None,
+        residual: bool = True,
+    ) -> ContentFirstItems:
+        """A model's items: of `content` and `counts` when given, else of zeros that a saved state dict then fills."""
+        return cls(
+            content if content is not None else torch.zeros(num_items + 1, content_dim),
+            counts if counts is not None else torch.zeros(num_items + 1),
+            dim,
+            half_count,
+            residual,
+        )
+
     @property
     def keep_probability(self) -> torch.Tensor:
         """(V+1,) the chance each item's residual is kept in training, and the weight it gets when scoring."""
