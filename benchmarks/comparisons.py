@@ -197,7 +197,7 @@ def search_pair(a: str, b: str, evaluations: dict[str, list[Path]], uncertainty:
     levels = {}
     for key in seeds[0]:
         per_seed = [{**seed[key][SEARCH_METRIC], "users": seed[key]["users"]} for seed in seeds]
-        levels[key] = {"per_seed": per_seed, "pooled": _pooled(per_seed)}
+        levels[key] = {"per_seed": per_seed, "pooled": pooled_over_seeds(per_seed)}
     return {"a": a, "b": b, "metric": SEARCH_METRIC, "levels": levels}
 
 
@@ -212,13 +212,13 @@ def pair_record(
     """a minus b on test `metric` ("ndcg@10", or "cold.recall@10" on a slice's users), seed by seed on the same
     users, and pooled over the seeds."""
     per_seed = [
-        _difference(compare_evaluation_dirs(dir_a, dir_b, uncertainty), metric)
+        metric_difference(compare_evaluation_dirs(dir_a, dir_b, uncertainty), metric)
         for dir_a, dir_b in zip(evaluations[a], evaluations[b], strict=True)
     ]
-    return {"a": a, "b": b, "metric": metric, "per_seed": per_seed, "pooled": _pooled(per_seed)}
+    return {"a": a, "b": b, "metric": metric, "per_seed": per_seed, "pooled": pooled_over_seeds(per_seed)}
 
 
-def _pooled(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+def pooled_over_seeds(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     """The seeds' paired differences pooled: mean ± std, and in how many seeds the interval excludes 0 either way."""
     return {
         **seed_summary([seed["difference"] for seed in per_seed]),
@@ -227,7 +227,7 @@ def _pooled(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _difference(comparison: dict[str, Any], metric: str) -> dict[str, Any]:
+def metric_difference(comparison: dict[str, Any], metric: str) -> dict[str, Any]:
     """The paired difference of `metric` in a `compare_evaluation_dirs` comparison (with its slice's user count)."""
     name, _, measure = metric.rpartition(".")
     if not name:
