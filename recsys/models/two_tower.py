@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -47,6 +48,7 @@ from recsys.modules.content_items import keep_probability
 from recsys.modules.sid_embedding import prefix_ids
 from recsys.modules.table_training import TableOptimizer, TableTraining
 from recsys.modules.transformer import TransformerBlock, causal_segment_mask, left_padded_layout
+from recsys.ops.embedding_bag import Kernel
 from recsys.runtime.validation import Fraction, check_heads
 
 if TYPE_CHECKING:
@@ -82,9 +84,16 @@ class TwoTowerConfig:
     # Adam (which fbgemm's CPU kernels lack: "adam" needs CUDA)
     table_optimizer: TableOptimizer = "rowwise_adagrad"
     table_lr: PositiveFloat = 0.01
+    # the lookups' backend with shard_tables "none": "auto" = Triton on CUDA, torch elsewhere
+    embedding_kernel: Literal["auto", "torch", "triton"] = "auto"
 
     def __post_init__(self) -> None:
         check_heads(self.num_heads, self.dim)
+        if self.embedding_kernel != "auto" and self.shard_tables != "none":
+            raise ValueError(
+                f"embedding_kernel {self.embedding_kernel!r} picks the backend of the unsharded tables; sharded ones "
+                "(shard_tables table_wise / row_wise) use torchrec's. Fix: embedding_kernel: auto"
+            )
         if self.content_first and not (self.use_content or self.sid_levels):
             raise ValueError(
                 "content_first needs use_content or sid_levels: something other than the id to place items"
@@ -135,7 +144,11 @@ class TwoTower(Model[TwoTowerConfig]):
         item_tables = [_bag("item_id", V1, D, "SUM")]
         if L:
             item_tables.append(_bag("sid_prefix", L * V1 + 1, D, "SUM"))  # row 0: padding
-        bags = FusedEmbeddingBagCollection if config.shard_tables == "none" else OrderedEmbeddingBags
+        if config.shard_tables == "none":
+            kernel = None if config.embedding_kernel == "auto" else Kernel(config.embedding_kernel)
+            bags: Callable[[list[EmbeddingBagConfig]], nn.Module] = partial(FusedEmbeddingBagCollection, kernel=kernel)
+        else:
+            bags = OrderedEmbeddingBags
         self.user_features = bags(user_tables) if user_tables else None
         self.item_features = bags(item_tables)
         self.sequence = None if pooled else _SequenceTower(config)

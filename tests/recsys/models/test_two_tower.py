@@ -74,6 +74,16 @@ def test_a_content_first_item_tower_places_a_never_trained_item_by_its_content_a
         TwoTowerConfig(num_items=3, content_first=True)
 
 
+def test_the_lookup_backend_is_chosen_by_the_config() -> None:
+    from recsys.ops.embedding_bag import Kernel
+
+    model = TwoTower(TwoTowerConfig(num_items=5, max_history=4, dim=8, hidden_dim=16, embedding_kernel="torch"))
+    assert model.item_features.kernel is Kernel.TORCH
+    assert TwoTower(TwoTowerConfig(num_items=5, max_history=4, dim=8, hidden_dim=16)).item_features.kernel is None
+    with pytest.raises(ValueError, match="sharded ones"):
+        TwoTowerConfig(num_items=5, shard_tables="table_wise", embedding_kernel="torch")
+
+
 def test_the_sequence_user_tower_reads_the_order_of_the_history() -> None:
     model = small(user_tower="sequence")  # a causal transformer over the item tower's vectors
     assert model.sequence is not None and model.user_features is not None  # the hashed user id stays a bag
