@@ -76,7 +76,7 @@ def chosen_prior(priors: Sequence[float], warm_ndcg: Sequence[float], tolerance:
         tolerance: the share of warm N@10 one may lose, in [0, 1).
 
     Example:
-        >>> chosen_prior([0.0, 1.0, 2.0, 3.0], [0.050, 0.0495, 0.0485, 0.040], tolerance=0.02)
+        >>> chosen_prior([0.0, 1.0, 2.0, 3.0], [0.050, 0.0495, 0.0491, 0.040], tolerance=0.02)
         2.0
     """
     if len(priors) != len(warm_ndcg) or 0.0 not in priors:
