@@ -136,8 +136,8 @@ def _analysed(
         "overall": settings.priors[max(range(len(curve)), key=lambda p: curve[p]["ndcg@10"])],
     }
     test = data.eval_split(TEST)
-    test_ranks = ranks_with_priors(model, test, new_items, sorted(set(chosen.values())), config)
-    at = {prior: ranks for prior, ranks in zip(sorted(set(chosen.values())), test_ranks, strict=True)}
+    tested = sorted(set(chosen.values()))
+    at = dict(zip(tested, ranks_with_priors(model, test, new_items, tested, config), strict=True))
     families = slice_families(data, test)
     valid_curve = [{"prior": prior, **metrics} for prior, metrics in zip(settings.priors, curve, strict=True)]
     record: dict[str, Any] = {"model_dir": str(model_dir), "valid": valid_curve, "prior": chosen}

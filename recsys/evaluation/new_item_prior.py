@@ -59,10 +59,10 @@ def ranks_with_priors(
     for rows, histories, width in history_batches(split, scorer.max_history, config.batch_size):
         scores = scorer.score(histories.to_padded(width), split.user_idx[rows], split.times(rows, width)).float()
         scores = mask_unrankable(scores, histories if config.exclude_seen else None, candidates=split.candidates)
+        offsets = offsets.to(scores.device)  # moved once: later batches find it there
         targets = split.targets[rows].to(scores.device)
-        shifts = offsets.to(scores.device)
         for p in range(len(priors)):
-            ranks[p, rows] = target_ranks(scores + shifts[p], targets).cpu()
+            ranks[p, rows] = target_ranks(scores + offsets[p], targets).cpu()
     return ranks
 
 
