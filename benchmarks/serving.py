@@ -263,8 +263,8 @@ def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -
     uri = f"sqlite:///{registry / 'mlflow.db'}"
     config = load_config(args.config, {**reproduce.overrides, "tracking.enabled": True, "tracking.uri": uri})
     model_dir = args.model_dir.resolve()
-    _check_trained_with(model_dir, config, args.config)
-    bundle = _register_model_dir(model_dir, config, work)
+    check_trained_with(model_dir, config, args.config)
+    bundle = register_model_dir(model_dir, config, work)
     assert bundle.data_dir is not None and bundle.index_dir is not None  # Bundle.write copies both
     data = load_prepared(bundle.data_dir)
     users = data.users["user_id"].to_list()
@@ -344,7 +344,7 @@ def _against_baseline(
             f"--baseline-model-dir {baseline_dir} registers as {name}, as --model-dir does. Fix: compare models "
             "trained under different config names"
         )
-    _register_model_dir(baseline_dir, baseline_config, work)
+    register_model_dir(baseline_dir, baseline_config, work)
     served = {"model": name, "baseline": baseline_config.registered_model_name}
     rounds: dict[str, list[dict[str, Any]]] = {role: [] for role in served}
     for round_ in range(args.rounds):
@@ -387,7 +387,7 @@ def _queries(data: SequenceData) -> list[str]:
     return [q for q in QueryMaker(titles).test_queries(items, "title-3") if q]
 
 
-def _check_trained_with(model_dir: Path, config: ExperimentConfig, config_path: Path) -> None:
+def check_trained_with(model_dir: Path, config: ExperimentConfig, config_path: Path) -> None:
     """Refuse a model directory trained with another name or model than `config`: the result's `reproduce` (the
     config and its --set) must be what made the model."""
     trained = yaml.safe_load((model_dir / CONFIG_FILE).read_text())
@@ -407,7 +407,7 @@ def _at(tree: Any, dotted: str) -> Any:
     return tree
 
 
-def _register_model_dir(model_dir: Path, config: ExperimentConfig, work: Path) -> Bundle:
+def register_model_dir(model_dir: Path, config: ExperimentConfig, work: Path) -> Bundle:
     """The model's index (`pipeline.index`, kept while up to date) and bundle under `work`, registered as the
     champion of `config`'s registered model."""
     name = config.registered_model_name

@@ -86,14 +86,19 @@ class Server:
 
 
 @contextmanager
-def serve(name: str, uri: str, workers: int, history_store: str, redis_url: str) -> Iterator[Server]:
+def serve(
+    name: str, uri: str, workers: int, history_store: str, redis_url: str, added_items_file: Path | None = None
+) -> Iterator[Server]:
     """`recsys serve` of the registered model `name`'s champion with `workers` processes on a free loopback port,
-    until the block ends (an admin token, champion checks every second)."""
+    until the block ends (an admin token, champion checks every second; run-time items kept in `added_items_file`, off
+    when None)."""
     port = _free_port()
     with tempfile.TemporaryDirectory() as secrets_dir:
         token_file = Path(secrets_dir) / "admin-token"
         token_file.write_text(ADMIN_TOKEN)
         store = ["--history-store", history_store, "--redis-url", redis_url]
+        if added_items_file is not None:
+            store += ["--added-items-file", str(added_items_file)]
         start = time.perf_counter()
         server = subprocess.Popen(
             [str(Path(sys.executable).with_name("recsys")), "serve", "--model-name", name, "--tracking-uri", uri,

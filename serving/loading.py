@@ -17,11 +17,13 @@ def added_item_store(settings: ServingSettings) -> AddedItemStore | None:
 
 
 def with_kept_items(recommender: Recommender, store: AddedItemStore | None) -> Recommender:
-    """`recommender` (a bundle just loaded) serving the kept items its catalogue lacks; those it holds are dropped from
-    the store (the bundle was trained on them). A model that cannot place new items serves without them, and they stay
-    kept for a model that can."""
+    """`recommender` (a bundle just loaded) serving the kept items its catalogue lacks, its item encoder loaded;
+    those it holds are dropped from the store (the bundle was trained on them). A model that cannot place new items
+    serves without them, and they stay kept for a model that can."""
     if store is None:
         return recommender
+    if recommender.takes_new_items:
+        recommender.load_item_encoder()  # now, not at the first add (under load)
     kept = store.load()
     trained = set(recommender.in_catalogue([item.item_id for item in kept]))
     pending = [item for item in kept if item.item_id not in trained]

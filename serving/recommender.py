@@ -81,7 +81,7 @@ class Recommender:
         self._item_table: torch.Tensor | None = None
         self._added: tuple[NewItem, ...] = ()
         self._text_fields: tuple[str, ...] = ()
-        self._item_encoder: list[TextEncoder] = []  # loaded at the first add, shared by the copies
+        self._item_encoder: list[TextEncoder] = []  # `load_item_encoder`, shared by the copies
         if isinstance(self.model, ContentItemScorer) and self.model.content_encoder:
             with torch.no_grad():
                 self._item_table = self.model.item_embeddings().float()
@@ -157,6 +157,18 @@ class Recommender:
             swapped._similar = UnionTopK([self._catalogue_similar, ExactTopK(vectors, ids, metric)])
         return swapped
 
+    def load_item_encoder(self) -> TextEncoder:
+        """The encoder that embeds new items' texts, loaded once and shared by this recommender's copies. A server
+        that takes run-time items loads it with the bundle (`serving.loading`): loading it at the first add stalls
+        the requests served beside it."""
+        assert isinstance(self.model, ContentItemScorer) and self.model.content_encoder is not None
+        if not self._item_encoder:
+            self._item_encoder.append(load_encoder(ContentConfig(model=self.model.content_encoder, progress=False)))
+            logger.info(
+                "new items' texts embedded by %s (%s)", self.model.content_encoder, ", ".join(self._text_fields)
+            )
+        return self._item_encoder[0]
+
     def _content_vectors(self, items: list[NewItem]) -> torch.Tensor:
         """(N, D) the vectors of new items: their text made as the catalogue's was, embedded by the model's encoder."""
         assert isinstance(self.model, ContentItemScorer) and self.model.content_encoder is not None
@@ -165,12 +177,7 @@ class Recommender:
             columns[name] = [item.title if name == TITLE else item.fields.get(name) for item in items]
         texts = item_texts(pl.DataFrame(columns, schema=dict.fromkeys(columns, pl.String)), self._text_fields)
         encoding = ContentConfig(model=self.model.content_encoder, progress=False)
-        if not self._item_encoder:
-            self._item_encoder.append(load_encoder(encoding))
-            logger.info(
-                "new items' texts embedded by %s (%s)", self.model.content_encoder, ", ".join(self._text_fields)
-            )
-        content = torch.from_numpy(embed_texts(texts, encoding, encoder=self._item_encoder[0]))
+        content = torch.from_numpy(embed_texts(texts, encoding, encoder=self.load_item_encoder()))
         return self.model.vectors_of_content(content).float()
 
     @property

@@ -95,7 +95,13 @@ def load_model(path: Path) -> tuple[str, Model[Any]]:
         )
     name = payload["name"]
     model = _reshaped({"name": name, "config": payload["config"]})
-    model.load_state_dict(payload["state_dict"])
+    try:
+        model.load_state_dict(payload["state_dict"])
+    except RuntimeError as err:  # parameters renamed or reshaped since it was saved
+        raise RecsysError(
+            f"{path}: its weights do not fit this version's {name} model ({str(err).splitlines()[0]} ...). "
+            "Fix: train the model again with this version"
+        ) from err
     return name, model.eval()
 
 

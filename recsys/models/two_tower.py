@@ -11,8 +11,10 @@ Sparse features go through torchrec's `KeyedJaggedTensor` into an `EmbeddingBagC
                 items and the hashed user id, then an MLP; `sequence`: a causal transformer over the history's
                 item-tower vectors (the towers share what they know of items), its last state + the hashed user id,
                 then an MLP.
-Both towers end in L2 normalisation; logits = cosine / temperature. Training: in-batch negatives with logQ correction
-plus uniformly drawn random negatives (`recsys.training.recipes.TwoTowerRecipe`).
+Both towers end in a head (a linear map plus an MLP) and L2 normalisation; logits = cosine / temperature. Training
+(`model.training.objective`): "pairs", in-batch negatives with logQ correction plus uniformly drawn random negatives
+(`recsys.training.recipes.TwoTowerRecipe`); "next_item", a sequence tower on packed rows, every position predicting its
+next item over the catalogue, as SASRec trains (`forward`).
 
 torchrec (with fbgemm, seconds to import) is imported when a model is built, not when its config is checked.
 
@@ -22,6 +24,7 @@ Dimension letters: B users, H history, V+1 items, D dim, C content dim, L prefix
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +38,7 @@ from torch import nn
 
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
+from recsys.errors import ConfigError
 from recsys.models.family import (
     DEFAULT_MAX_HISTORY,
     Input,
@@ -101,16 +105,36 @@ class TwoTowerConfig:
             )
 
 
-def _tower(in_dim: int, hidden: int, out: int, dropout: float) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, out))
+class _Head(nn.Module):
+    """A tower's head: a linear map of its features plus an MLP of them. Without the linear path an MLP's output at
+    initialisation is mostly its shared offset (GELU's positive mean through the last layer): every item's vector, and
+    every user's, starts nearly the same (cosine ~0.8 between items), and training sits on that plateau for epochs."""
+
+    def __init__(self, in_dim: int, hidden: int, out: int, dropout: float) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_dim, out)
+        last = nn.Linear(hidden, out)
+        self.mlp = nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Dropout(dropout), last)
+        # the head starts as its linear map, centred: items (and users) start apart, not at a shared offset
+        nn.init.zeros_(self.linear.bias)
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) + self.mlp(x)
 
 
 def _bag(name: str, rows: int, dim: int, pooling: Literal["MEAN", "SUM"]) -> EmbeddingBagConfig:
+    """A table whose rows start at about unit length (uniform in ±sqrt(3 / dim): each coordinate's variance 1 / dim).
+    torchrec's default, ±sqrt(1 / rows), starts a 12,000-item table's rows near 0.01 long: the item tower's output is
+    then its MLP's biases, the same vector for every item, and training sits on that plateau for epochs."""
     from torchrec import EmbeddingBagConfig, PoolingType
 
+    bound = math.sqrt(3.0 / dim)
     return EmbeddingBagConfig(
-        name=name, embedding_dim=dim, num_embeddings=rows, feature_names=[name], pooling=PoolingType[pooling]
-    )
+        name=name, embedding_dim=dim, num_embeddings=rows, feature_names=[name], pooling=PoolingType[pooling],
+        weight_init_min=-bound, weight_init_max=bound,
+    )  # fmt: skip
 
 
 class TwoTower(Model[TwoTowerConfig]):
@@ -153,9 +177,9 @@ class TwoTower(Model[TwoTowerConfig]):
         self.user_features = bags(user_tables) if user_tables else None
         self.item_features = bags(item_tables)
         self.sequence = None if pooled else _SequenceTower(config)
-        self.user_mlp = _tower((len(user_tables) + (not pooled)) * D, config.hidden_dim, D, config.dropout)
+        self.user_mlp = _Head((len(user_tables) + (not pooled)) * D, config.hidden_dim, D, config.dropout)
         item_in = len(item_tables) * D + (D if config.content_dim else 0)
-        self.item_mlp = _tower(item_in, config.hidden_dim, D, config.dropout)
+        self.item_mlp = _Head(item_in, config.hidden_dim, D, config.dropout)
         self.content_proj = nn.Linear(config.content_dim, D) if config.content_dim else None
         self.register_buffer("prefix_rows", torch.zeros(V1, L, dtype=torch.long))
         if L and codes is not None:
@@ -195,9 +219,35 @@ class TwoTower(Model[TwoTowerConfig]):
             features["user"] = bucket
         parts = [] if self.user_features is None else [self.user_features(_jagged(features)).values()]
         if self.sequence is not None:
-            parts.insert(0, self.sequence(histories, self.encode_items))
+            layout = left_padded_layout(histories, self.config.max_history)
+            parts.insert(0, self.sequence(*layout, self.encode_items)[:, -1])
+        return self._user_head(torch.cat(parts, dim=1))
+
+    def forward(self, item_ids: torch.Tensor, segments: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Packed rows (`recsys.data.batching`: (B, L) item_idx, segments, positions) -> (B, L, D) the user vector at
+        every position / temperature, so its dot products with `item_embeddings()` are the logits of the position's
+        next item: what the next-item recipe trains (`model.training.objective: next_item`)."""
+        self.check_packed_rows()
+        assert self.sequence is not None  # checked above: for the type checker
+        device = self.prefix_rows.device
+        states = self.sequence(item_ids.to(device), segments.to(device), positions.to(device), self.encode_items)
+        return self._user_head(states) / self.config.temperature
+
+    def check_packed_rows(self) -> None:
+        """ConfigError unless the user tower reads packed rows: a sequence tower without per-user features (a packed
+        row holds several users' sequences)."""
+        if self.sequence is None or self.config.user_buckets:
+            raise ConfigError(
+                "model.training.objective next_item trains the user tower on packed rows of sequences, which only a "
+                f"sequence tower without user features reads (this one: user_tower {self.config.user_tower!r}, "
+                f"user_buckets {self.config.user_buckets}). Fix: set model.params.user_tower: sequence and "
+                "user_buckets: 0, or model.training.objective: pairs"
+            )
+
+    def _user_head(self, features: torch.Tensor) -> torch.Tensor:
+        """(..., F) the user tower's features -> (..., D) unit user vectors."""
         with _fp32_heads():
-            return F.normalize(self.user_mlp(torch.cat(parts, dim=1).float()), dim=-1)
+            return F.normalize(self.user_mlp(features.float()), dim=-1)
 
     def encode_items(self, items: torch.Tensor) -> torch.Tensor:
         """(N,) item_idx -> (N, D) unit item vectors."""
@@ -231,12 +281,11 @@ class TwoTower(Model[TwoTowerConfig]):
 
 class _SequenceTower(nn.Module):
     """A causal transformer over the history's item-tower vectors (SASRec's, Kang & McAuley 2018, over the shared
-    item tower): the state of the most recent position."""
+    item tower): its state at every position."""
 
     def __init__(self, config: TwoTowerConfig) -> None:
         super().__init__()
         D = config.dim
-        self.max_history = config.max_history
         self.positions = nn.Embedding(config.max_history, D)
         nn.init.normal_(self.positions.weight, std=D**-0.5)  # the scale of a unit vector's coordinates
         self.dropout = nn.Dropout(config.dropout)
@@ -246,9 +295,15 @@ class _SequenceTower(nn.Module):
         )
         self.norm = nn.LayerNorm(D)
 
-    def forward(self, histories: torch.Tensor, encode_items: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """(B, H) left-padded item_idx -> (B, D)."""
-        item_ids, segments, positions = left_padded_layout(histories, self.max_history)
+    def forward(
+        self,
+        item_ids: torch.Tensor,
+        segments: torch.Tensor,
+        positions: torch.Tensor,
+        encode_items: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """(B, L) item_idx, their segments (0 = padding) and positions (`left_padded_layout`, or packed rows) ->
+        (B, L, D)."""
         present = segments != 0
         vectors = torch.zeros(*item_ids.shape, self.positions.embedding_dim, device=item_ids.device)
         vectors[present] = encode_items(item_ids[present]).to(vectors.dtype)  # padding rows stay zero
@@ -256,7 +311,7 @@ class _SequenceTower(nn.Module):
         mask = causal_segment_mask(segments)
         for block in self.blocks:
             x = block(x, mask)
-        return self.norm(x[:, -1])
+        return self.norm(x)
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.runner import run_pipeline
+from serving import recommender as recommender_module
 from serving.added_items import AddedItemStore, NewItem
 from serving.loading import with_kept_items
 from serving.main import create_app
@@ -111,6 +112,18 @@ def test_a_bundle_that_holds_a_kept_item_drops_it_from_the_store(content_bundle:
     (tmp_path / "added.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"not a file of run-time items.*Fix: restore it"):
         store.load()
+
+
+def test_a_server_taking_run_time_items_loads_their_encoder_with_the_bundle(
+    content_bundle: Bundle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loads: list[object] = []
+    real = recommender_module.load_encoder
+    monkeypatch.setattr(recommender_module, "load_encoder", lambda *args, **kw: loads.append(args) or real(*args, **kw))
+    served = with_kept_items(Recommender(content_bundle), AddedItemStore(tmp_path / "added.json"))
+    assert len(loads) == 1  # at load time: the first add does not stall the requests beside it
+    served.with_items([NewItem("brand-new", "a new lipstick")]).with_items([NewItem("newer", "a new mascara")])
+    assert len(loads) == 1
 
 
 @pytest.mark.parametrize(

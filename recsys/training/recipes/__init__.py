@@ -26,6 +26,7 @@ from recsys.training.recipes.pairs import (
     GenerativeModel,
     GenerativeRecipe,
     GenerativeTraining,
+    PackedRowsTwoTower,
     TwoTowerModel,
     TwoTowerRecipe,
     TwoTowerTraining,
@@ -110,6 +111,11 @@ def _generative(model: Model[Any], _: TrainingData, batch: int, s: GenerativeTra
 
 
 def _two_tower(model: Model[Any], data: TrainingData, batch: int, s: TwoTowerTraining, _: RecipeInputs) -> Recipe:
+    if s.objective == "next_item":
+        if not isinstance(model, PackedRowsTwoTower):
+            raise untrainable(model, PackedRowsTwoTower, "two_tower")
+        model.check_packed_rows()
+        return NextItemRecipe.create(model, data, batch, NextItemTraining(num_negatives=s.num_negatives))
     if not isinstance(model, TwoTowerModel):
         raise untrainable(model, TwoTowerModel, "two_tower")
     return TwoTowerRecipe.create(model, data, batch, s)

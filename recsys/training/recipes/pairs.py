@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -28,9 +28,22 @@ class GenerativeTraining:
 
 @dataclass(frozen=True)
 class TwoTowerTraining:
-    """`model.training` of the two-tower model."""
+    """`model.training` of the two-tower model.
 
-    num_negatives: NonNegativeInt = 1024  # uniformly drawn items beside the batch's targets
+    `objective`: "pairs" (the default): batches of `train.optimization.batch_size` (history, next item) pairs, each
+    scored against the batch's targets and `num_negatives` uniform items (`TwoTowerRecipe`); "next_item": a sequence
+    user tower trained as SASRec is (`recsys.training.recipes.next_item`): packed rows (`batch_size` counts rows),
+    every position's user vector predicting its next item over the whole catalogue (the sampled softmax, with
+    `num_negatives` drawn by popularity, above `SAMPLED_SOFTMAX_ABOVE_ITEMS` items). The towers, the index and serving
+    are the same either way.
+    """
+
+    num_negatives: NonNegativeInt = 1024  # pairs: uniform items beside the batch's targets; next_item: see above
+    objective: Literal["pairs", "next_item"] = "pairs"
+
+    def __post_init__(self) -> None:
+        if self.objective == "next_item" and not self.num_negatives:
+            raise ValueError("objective next_item needs num_negatives >= 1 (the sampled softmax of large catalogues)")
 
 
 @runtime_checkable
@@ -77,6 +90,30 @@ class TwoTowerModel(Protocol):
     def encode_items(self, items: torch.Tensor) -> torch.Tensor:
         """(N,) item_idx -> (N, D) item vectors."""
         ...
+
+
+@runtime_checkable
+class PackedRowsTwoTower(Protocol):
+    """A two-tower model the next-item recipe trains (`TwoTowerTraining.objective` next_item): a `NextItemModel`
+    (`recsys.training.recipes.next_item`) that says whether its user tower reads packed rows."""
+
+    def __call__(self, items: torch.Tensor, segments: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """(B, L) packed items, segments, positions -> (B, L, D) user vectors / temperature at every position."""
+        ...
+
+    def item_embeddings(self) -> torch.Tensor:
+        """(V+1, D) the item vectors."""
+        ...
+
+    def check_packed_rows(self) -> None:
+        """ConfigError, saying how to fix it, when the user tower cannot read packed rows."""
+        ...
+
+    @property
+    def max_history(self) -> int: ...
+
+    @property
+    def reads_timestamps(self) -> bool: ...
 
 
 def pair_batches(

@@ -14,10 +14,12 @@ from features.settings import PrepareSettings
 from features.sources import load_source
 from recsys.data.batching import HistoryBatch
 from recsys.data.prepared import load_prepared
+from recsys.errors import ConfigError, RecsysError
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.registry import load_model, save_model
 from recsys.models.two_tower import TwoTower, TwoTowerConfig, _jagged
-from recsys.training.recipes import TwoTowerRecipe, TwoTowerTraining, recipe_for
+from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
+from recsys.training.recipes import NextItemRecipe, TwoTowerRecipe, TwoTowerTraining, recipe_for
 from recsys.training.trainer import fit
 from tests.conftest import popularity_valid_metric, quick_train
 
@@ -95,6 +97,40 @@ def test_the_sequence_user_tower_reads_the_order_of_the_history() -> None:
     torch.testing.assert_close(pooled[0], pooled[1])  # the mean pools ignore the order (the 3 most recent: all)
 
 
+def sequence_tower(num_items: int = 12) -> TwoTower:
+    torch.manual_seed(0)
+    config = TwoTowerConfig(num_items=num_items, max_history=6, dim=8, hidden_dim=16, user_tower="sequence",
+                            use_content=True, content_dim=5, temperature=0.1)  # fmt: skip
+    return TwoTower(config, content=torch.randn(num_items + 1, 5)).eval()
+
+
+def test_packed_rows_give_each_position_the_user_vector_its_history_is_served() -> None:
+    model = sequence_tower()  # objective next_item trains forward(); serving reads encode_queries: they must agree
+    items = torch.tensor([[1, 2, 3, 4, 5, 0]])
+    segments = torch.tensor([[1, 1, 1, 2, 2, 0]])
+    positions = torch.tensor([[3, 4, 5, 4, 5, 0]])  # counted back from each run's most recent item (batching)
+    states = model(items, segments, positions)
+    served = model.encode_queries(torch.tensor([[1, 2, 3], [0, 4, 5]]))
+    torch.testing.assert_close(states[0, [2, 4]] * 0.1, served)  # logits = user vector . item vector / temperature
+
+
+def test_the_next_item_objective_trains_the_sequence_tower_as_sasrec_is_trained(tiny_data_dir: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+    pooled = TwoTower(TwoTowerConfig(num_items=data.num_items))
+    with pytest.raises(ConfigError, match="user_tower: sequence"):
+        recipe_for(pooled, data, 4, TwoTowerTraining(objective="next_item"))
+    torch.manual_seed(0)
+    config = TwoTowerConfig(num_items=data.num_items, max_history=20, dim=32, hidden_dim=64, dropout=0.0,
+                            user_tower="sequence", temperature=0.1)  # fmt: skip
+    model = TwoTower(config)
+    recipe = recipe_for(model, data, 8, TwoTowerTraining(objective="next_item"))
+    assert isinstance(recipe, NextItemRecipe) and recipe.sampling_probs is None  # full softmax on a small catalogue
+    result = fit(model, data, quick_train(10, 8, 3e-3), EVAL, recipe)
+    valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
+    assert valid == pytest.approx(result.best_valid["ndcg@10"])
+    assert valid > 1.5 * popularity_valid_metric(data, EVAL) > 0
+
+
 def test_loss_is_softmax_over_in_batch_and_random_items_with_logq_and_accidental_hits_masked() -> None:
     model = small()
     pool = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12])  # item 11 does not exist at training time (cold)
@@ -147,3 +183,13 @@ def test_saved_model_carries_its_codes_and_content(tmp_path: Path) -> None:
     history, users = torch.tensor([[1, 2, 3]]), torch.tensor([5])
     assert name == "two_tower"
     torch.testing.assert_close(loaded.score(history, users), model.score(history, users))
+
+
+def test_a_model_saved_before_its_weights_were_renamed_says_to_train_again(tmp_path: Path) -> None:
+    save_model(tmp_path / "model.pt", small())
+    payload = load_checkpoint(tmp_path / "model.pt")
+    state = payload["state_dict"]
+    state["item_mlp.0.weight"] = state.pop("item_mlp.linear.weight")  # an earlier version's name of the layer
+    save_checkpoint(tmp_path / "model.pt", payload)
+    with pytest.raises(RecsysError, match=r"do not fit this version's two_tower model.*train the model again"):
+        load_model(tmp_path / "model.pt")
