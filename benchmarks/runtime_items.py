@@ -92,10 +92,10 @@ class Withheld:
 def withhold_items(raw: Path, out: Path, count: int, seed: int) -> Withheld:
     """Write `out` (raw files without `count` items drawn among the users' last items, and WITHHELD); idempotent: an
     `out` written with the same arguments is read back."""
-    record = out / WITHHELD
+    record, source = out / WITHHELD, {"raw": str(raw.resolve()), "count": count, "seed": seed}
     if record.is_file():
         kept = json.loads(record.read_text())
-        if kept["source"] == {"raw": str(raw.resolve()), "count": count, "seed": seed}:
+        if kept["source"] == source:
             return Withheld(kept["items"], kept["targets"])
     sequences = [line.split() for line in (raw / SEQUENCES).read_text().splitlines() if line.strip()]
     catalogue = pl.read_csv(raw / ITEMS, schema_overrides={"item_id": pl.String})
@@ -113,7 +113,6 @@ def withhold_items(raw: Path, out: Path, count: int, seed: int) -> Withheld:
         kept_rows = [[row[0], *(item for item in row[1:] if item not in chosen)] for row in sequences]
         (tmp / SEQUENCES).write_text("".join(" ".join(row) + "\n" for row in kept_rows if len(row) > 1))
         catalogue.filter(~pl.col("item_id").is_in(list(chosen))).write_csv(tmp / ITEMS)
-        source = {"raw": str(raw.resolve()), "count": count, "seed": seed}
         (tmp / WITHHELD).write_text(json.dumps({"source": source, "items": withheld.items,
                                                 "targets": withheld.targets}, indent=1))  # fmt: skip
     return withheld
@@ -161,11 +160,8 @@ def _measure(settings: Settings, model_dir: Path, withheld: Withheld, work: Path
     registry = work / "registry"
     uri = f"sqlite:///{registry / 'mlflow.db'}"
     added_file = work / "added-items.json"
-    for stale in (added_file, registry):  # a fresh store and no kept items: the model is version 1, items new
-        if stale.is_dir():
-            shutil.rmtree(stale)
-        elif stale.exists():
-            stale.unlink()
+    shutil.rmtree(registry, ignore_errors=True)  # a fresh store: the model is version 1, the champion
+    added_file.unlink(missing_ok=True)  # no kept items: every add is new
     served = {"tracking.enabled": True, "tracking.uri": uri, "pipeline.index.kind": settings.index}
     config = load_config(REPO / settings.experiment, served)
     check_trained_with(model_dir, config, REPO / settings.experiment)

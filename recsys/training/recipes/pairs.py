@@ -16,7 +16,7 @@ from pydantic import NonNegativeInt
 from recsys.data.batching import HistoryBatch, history_target_batches
 from recsys.data.prepared import TrainingData, TrainingRows
 from recsys.runtime.validation import Fraction
-from recsys.training.recipes.next_item import sampling_probs
+from recsys.training.recipes.next_item import NextItemModel, sampling_probs
 
 
 @dataclass(frozen=True)
@@ -93,27 +93,13 @@ class TwoTowerModel(Protocol):
 
 
 @runtime_checkable
-class PackedRowsTwoTower(Protocol):
-    """A two-tower model the next-item recipe trains (`TwoTowerTraining.objective` next_item): a `NextItemModel`
-    (`recsys.training.recipes.next_item`) that says whether its user tower reads packed rows."""
-
-    def __call__(self, items: torch.Tensor, segments: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """(B, L) packed items, segments, positions -> (B, L, D) user vectors / temperature at every position."""
-        ...
-
-    def item_embeddings(self) -> torch.Tensor:
-        """(V+1, D) the item vectors."""
-        ...
+class PackedRowsTwoTower(NextItemModel, Protocol):
+    """A two-tower model the next-item recipe trains (`TwoTowerTraining.objective` next_item): a `NextItemModel` whose
+    hidden states are user vectors / temperature, and that says whether its user tower reads packed rows."""
 
     def check_packed_rows(self) -> None:
         """ConfigError, saying how to fix it, when the user tower cannot read packed rows."""
         ...
-
-    @property
-    def max_history(self) -> int: ...
-
-    @property
-    def reads_timestamps(self) -> bool: ...
 
 
 def pair_batches(
