@@ -159,6 +159,7 @@ def history_target_batches(
     batch_size: int,
     generator: torch.Generator,
     labels: Sequence[Jagged] = (),
+    by_length: bool = False,
 ) -> Iterator[HistoryBatch]:
     """One epoch of shuffled (history, next item) pairs: every item after the first of every sequence.
 
@@ -170,11 +171,17 @@ def history_target_batches(
         batch_size: pairs per batch.
         generator: seeds the shuffling.
         labels: T task label rows aligned with `sequences`: each pair carries its target's (`HistoryBatch.labels`).
+        by_length: batch pairs of equal history length together (which pairs share a batch is random within a
+            length, the batches' order is shuffled), each batch as wide as its histories: compute follows the real
+            lengths, not H (Beauty: 6.7 items on average where H = 20). Otherwise every batch is H wide.
 
     Example:
         >>> batch = next(history_target_batches(Jagged.from_lists([[4, 5, 6]]), 2, 8, torch.Generator()))
         >>> sorted(zip(batch.histories.tolist(), batch.targets.tolist()))
         [([0, 4], 5), ([4, 5], 6)]
+        >>> [b.histories.tolist() for b in history_target_batches(
+        ...     Jagged.from_lists([[4, 5, 6]]), 2, 1, torch.Generator().manual_seed(0), by_length=True)]
+        [[[4, 5]], [[4]]]
     """
     lengths = sequences.lengths()
     starts = torch.repeat_interleave(sequences.offsets[:-1], lengths)  # (N,) row start of every value
@@ -187,9 +194,19 @@ def history_target_batches(
     users = torch.repeat_interleave(torch.arange(1, len(sequences) + 1), lengths)[targets]  # (N,) row + 1
     target_labels = _stacked([rows.values[targets] for rows in labels])
     order = torch.randperm(len(targets), generator=generator)
-    for chunk in torch.split(order, batch_size):
+    widths = position[targets].clamp(max=max_history)  # (N,) each pair's history length
+    if by_length:
+        order = order[torch.sort(widths[order], stable=True).indices]  # by length, still shuffled within one
+        chunks = list(torch.split(order, batch_size))
+        chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()]
+    else:
+        chunks = list(torch.split(order, batch_size))
+    for chunk in chunks:
         chunk_labels = None if target_labels is None else target_labels[chunk]
-        yield HistoryBatch(histories[chunk], sequences.values[targets[chunk]], users[chunk], chunk_labels)
+        width = int(widths[chunk].max()) if by_length else max_history
+        yield HistoryBatch(
+            histories[chunk, max_history - width :], sequences.values[targets[chunk]], users[chunk], chunk_labels
+        )
 
 
 def held_out_batches(

@@ -165,15 +165,19 @@ class GenerativeRetriever(Model[GenerativeConfig]):
         B, t = prefix_codes.shape
         start = torch.full((B, 1), START_TOKEN, dtype=torch.long, device=memory.device)
         tokens = torch.cat([start, self.offsets[:t] + prefix_codes], dim=1)  # (B, t+1)
-        levels = torch.cat([torch.tensor([self.levels]), torch.arange(t)]).to(memory.device)
+        levels = (torch.arange(t + 1, device=memory.device) - 1) % (self.levels + 1)  # the start token's is T
         x = self.token_emb(tokens) + self.level_emb(levels)
         causal = nn.Transformer.generate_square_subsequent_mask(t + 1, device=memory.device, dtype=torch.bool)
-        return self.transformer.decoder(x, memory, tgt_mask=causal, memory_key_padding_mask=memory_pad)
+        # tgt_is_causal: said, not detected (the detection compares the mask on the host: a sync and a graph break)
+        return self.transformer.decoder(
+            x, memory, tgt_mask=causal, memory_key_padding_mask=memory_pad, tgt_is_causal=True
+        )
 
     def level_logits(self, states: torch.Tensor, level: int) -> torch.Tensor:
         """(..., D) decoder states -> (..., K_level) logits over that level's codes (tied embeddings)."""
-        start = int(self.offsets[level])
-        return states @ self.token_emb.weight[start : start + self.config.codebook_sizes[level]].T
+        sizes = self.config.codebook_sizes
+        start = FIRST_CODE_TOKEN + sum(sizes[:level])  # from the config, not the `offsets` buffer: no device read
+        return states @ self.token_emb.weight[start : start + sizes[level]].T
 
     def forward(
         self, histories: torch.Tensor, targets: torch.Tensor, users: torch.Tensor | None = None
@@ -226,25 +230,33 @@ class GenerativeRetriever(Model[GenerativeConfig]):
     def _beam_search(
         self, memory: torch.Tensor, pad: torch.Tensor, trie: SemanticIdTrie, W: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Beam search of width W over `trie` -> items (B, W) best first (0 = none), log-probs (B, W)."""
+        """Beam search of width W over `trie` -> items (B, W) best first (0 = none), log-probs (B, W).
+
+        The first level decodes one beam per user (the only live one), the later ones W."""
         B = memory.shape[0]
-        memory, pad = memory.repeat_interleave(W, 0), pad.repeat_interleave(W, 0)  # (B*W, S, D)
-        scores = torch.full((B, W), float("-inf"), device=memory.device)
-        scores[:, 0] = 0.0  # one live beam at the start
-        keys = torch.zeros(B, W, dtype=torch.long, device=memory.device)
-        prefix = torch.zeros(B, W, 0, dtype=torch.long, device=memory.device)  # (B, W, t) chosen codes
+        beam_memory, beam_pad = memory, pad  # (B * live beams, S, D)
+        scores = torch.zeros(B, 1, device=memory.device)  # (B, live beams)
+        keys = torch.zeros(B, 1, dtype=torch.long, device=memory.device)
+        prefix = torch.zeros(B, 1, 0, dtype=torch.long, device=memory.device)  # (B, live beams, t) chosen codes
         for t in range(self.levels):
-            states = self.decode(memory, pad, prefix.reshape(B * W, t))[:, -1]  # (B*W, D)
-            logits = self.level_logits(states, t).float().view(B, W, -1)  # (B, W, K_t)
+            live = scores.shape[1]
+            states = self.decode(beam_memory, beam_pad, prefix.reshape(B * live, t))[:, -1]  # (B * live, D)
+            logits = self.level_logits(states, t).float().view(B, live, -1)  # (B, live, K_t)
             logits = logits.masked_fill(~trie.allowed_next(t, keys), float("-inf"))
-            total = scores[..., None] + F.log_softmax(logits, dim=-1)  # (B, W, K_t)
+            total = scores[..., None] + F.log_softmax(logits, dim=-1)  # (B, live, K_t)
             K = total.shape[-1]
-            scores, flat = total.view(B, -1).topk(W, dim=1)  # (B, W)
+            scores, flat = total.view(B, -1).topk(min(W, live * K), dim=1)  # (B, W) once K_0 >= W
             beam, code = flat // K, flat % K
             keys = keys.gather(1, beam) * K + code
             prefix = torch.cat([prefix.gather(1, beam[..., None].expand(-1, -1, t)), code[..., None]], dim=2)
+            if scores.shape[1] != live:
+                beam_memory, beam_pad = (
+                    memory.repeat_interleave(scores.shape[1], 0),
+                    pad.repeat_interleave(scores.shape[1], 0),
+                )
         items = trie.items(keys).masked_fill(scores == float("-inf"), PADDING_IDX)
-        return items, scores
+        short = W - items.shape[1]  # a catalogue with fewer than W items
+        return F.pad(items, (0, short), value=PADDING_IDX), F.pad(scores, (0, short), value=float("-inf"))
 
     @torch.no_grad()
     def sequence_log_probs(self, memory: torch.Tensor, pad: torch.Tensor, items: torch.Tensor) -> torch.Tensor:

@@ -74,10 +74,14 @@ class SemanticIdTrie:
         )
 
     def allowed_next(self, level: int, keys: torch.Tensor) -> torch.Tensor:
-        """keys (...,) of valid length-`level` prefixes -> (..., K_level) bool of the codes that may follow."""
-        rows = torch.searchsorted(self.prefix_keys[level], keys)
+        """keys (...,) of valid length-`level` prefixes -> (..., K_level) bool of the codes that may follow.
+
+        A key that is no valid prefix (a dead beam's, when fewer prefixes than beams exist) gets some valid prefix's
+        row, in bounds: what follows a dead beam does not matter, its score stays -inf."""
+        keys_t = self.prefix_keys[level]
+        rows = torch.searchsorted(keys_t, keys).clamp(max=len(keys_t) - 1)
         return self.allowed[level][rows]
 
     def items(self, keys: torch.Tensor) -> torch.Tensor:
-        """keys (...,) of complete tuples -> item_idx (...,)."""
-        return self.item_of_key[torch.searchsorted(self.item_keys, keys)]
+        """keys (...,) of complete tuples -> item_idx (...,); a key of no item (a dead beam's) gets some item."""
+        return self.item_of_key[torch.searchsorted(self.item_keys, keys).clamp(max=len(self.item_keys) - 1)]

@@ -454,6 +454,7 @@ def train_one_epoch(
     shown = tqdm(batches, desc="train", leave=False, disable=None if progress else True, unit="batch")
     for step, (batch, last) in enumerate(_marking_the_last(shown), start=1):
         updates = last or step % accumulate == 0
+        torch.compiler.cudagraph_mark_step_begin()  # compile modes that replay CUDA graphs: a new iteration begins
         # between updates, the processes of a distributed run keep their gradients to themselves (DDP's no_sync)
         with contextlib.nullcontext() if updates else loss_of.no_sync():
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):

@@ -24,6 +24,9 @@ class GenerativeTraining:
     """`model.training` of the generative retriever."""
 
     label_smoothing: Fraction = 0.0  # smoothing of the cross-entropy on each semantic-ID level
+    # batch pairs of equal history length, each batch as wide as its histories (`history_target_batches`): the
+    # encoder reads the real lengths instead of max_history (3x fewer tokens on Beauty)
+    by_length: bool = True
 
 
 @dataclass(frozen=True)
@@ -103,10 +106,10 @@ class PackedRowsTwoTower(NextItemModel, Protocol):
 
 
 def pair_batches(
-    rows: TrainingRows, max_history: int, batch_size: int, generator: torch.Generator
+    rows: TrainingRows, max_history: int, batch_size: int, generator: torch.Generator, by_length: bool = False
 ) -> list[HistoryBatch]:
-    """One epoch of every (history, next item) pair of the training rows."""
-    return list(history_target_batches(rows.items, max_history, batch_size, generator))
+    """One epoch of every (history, next item) pair of the training rows (`by_length`: see `history_target_batches`)."""
+    return list(history_target_batches(rows.items, max_history, batch_size, generator, by_length=by_length))
 
 
 @dataclass(frozen=True)
@@ -118,9 +121,10 @@ class GenerativeRecipe:
     max_history: int
     batch_size: int
     label_smoothing: float = 0.0
+    by_length: bool = True
 
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
-        return pair_batches(rows, self.max_history, self.batch_size, generator)
+        return pair_batches(rows, self.max_history, self.batch_size, generator, self.by_length)
 
     def loss(self, model: GenerativeModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         codes = model.target_codes(batch.targets)  # (B, T)

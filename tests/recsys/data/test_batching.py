@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from recsys.data.batching import PackedBatch, packed_next_item_batches
+from recsys.data.batching import HistoryBatch, PackedBatch, history_target_batches, packed_next_item_batches
 from recsys.data.jagged import Jagged
 
 ROWS = [[1, 2, 3, 4], [5], [6, 7], [8, 9, 10, 11, 12, 13], [14, 15, 16]]
@@ -65,3 +65,26 @@ def test_epochs_are_deterministic_by_seed_and_shuffled() -> None:
 
     assert layout(3) == layout(3)
     assert len({str(layout(s)) for s in range(6)}) > 1
+
+
+def pairs(batches: list[HistoryBatch]) -> list[tuple[tuple[int, ...], int, int]]:
+    """(history without padding, target, user) of every pair."""
+    out = []
+    for b in batches:
+        for history, target, user in zip(b.histories.tolist(), b.targets.tolist(), b.users.tolist(), strict=True):
+            out.append((tuple(item for item in history if item), target, user))
+    return sorted(out)
+
+
+def test_pairs_batched_by_length_are_the_same_pairs_each_batch_as_wide_as_its_histories() -> None:
+    rows, max_history = Jagged.from_lists(ROWS), 3
+    shuffled = list(history_target_batches(rows, max_history, 2, torch.Generator().manual_seed(0)))
+    by_length = list(history_target_batches(rows, max_history, 2, torch.Generator().manual_seed(0), by_length=True))
+    assert pairs(by_length) == pairs(shuffled) and len(pairs(shuffled)) == sum(len(r) - 1 for r in ROWS)
+    assert all(b.histories.shape[1] == max_history for b in shuffled)
+    for b in by_length:
+        lengths = (b.histories > 0).sum(dim=1)
+        assert b.histories.shape[1] == int(lengths.max()) <= max_history  # no column of padding only
+        assert int(lengths.max()) - int(lengths.min()) <= 1  # sorted by length: a batch spans one length or two
+    other = list(history_target_batches(rows, max_history, 2, torch.Generator().manual_seed(1), by_length=True))
+    assert [b.targets.tolist() for b in other] != [b.targets.tolist() for b in by_length]  # shuffled by the seed

@@ -192,3 +192,26 @@ def test_label_smoothing_mixes_each_level_target_with_a_uniform_distribution() -
     plain, _ = GenerativeRecipe(3, 2).loss(m, batch, torch.Generator())
     torch.testing.assert_close(smoothed, torch.stack(expected).mean())
     assert smoothed.item() != plain.item()
+
+
+def test_a_beam_wider_than_the_first_level_returns_every_item_then_padding() -> None:
+    """Fewer first-level codes (4) than beams, and fewer items (5) than beams: the dead beams' prefixes are no valid
+    keys; the search still returns each item once, best first, and pads the rest."""
+    codes = catalog(num_items=5)
+    m = model(codes, beam=8)
+    items, scores = m.generate(torch.tensor([[1, 2], [0, 3]]), torch.tensor([1, 2]))
+    assert items.shape == scores.shape == (2, 8)
+    for b in range(2):
+        assert sorted(items[b, :5].tolist()) == [1, 2, 3, 4, 5] and items[b, 5:].eq(0).all()
+        assert torch.isfinite(scores[b, :5]).all() and scores[b, 5:].eq(float("-inf")).all()
+
+
+def test_the_training_pass_compiles_to_one_graph() -> None:
+    """No graph breaks (each is a host sync and a graph of its own): the level offsets are the config's, and the
+    decoder is told its mask is causal instead of comparing it on the host."""
+    from tests.conftest import compiled_recording_graphs
+
+    m = model(catalog(), beam=4).train()
+    compiled, graphs = compiled_recording_graphs(m)
+    logits = compiled(torch.tensor([[1, 2, 3], [0, 4, 5]]), torch.tensor([6, 7]), torch.tensor([1, 2]))
+    assert len(graphs) == 1 and [tuple(x.shape) for x in logits] == [(2, 4), (2, 3), (2, 2)]

@@ -1,0 +1,168 @@
+"""Generative retriever training speed: seconds per training epoch and per validation pass at Beauty size, and where a
+step's time goes (torch.profiler); writes JSON.
+
+Usage:
+    .venv/bin/python -m benchmarks.generative_speed --set device=cuda  # configs/benchmarks/beauty-generative-speed.yaml
+    .venv/bin/python -m benchmarks.generative_speed --config configs/benchmarks/generative-speed-smoke.yaml  # seconds
+
+The config names an experiment config (the model and its training settings) and its data. The experiment's pipeline
+runs until its train step (prepare, content embeddings, semantic IDs: reused when already in the work directory) with
+`epochs` epochs, each validated, so that `seconds_per_epoch` (the median epoch's training part: the first epoch's
+compilation does not count once there are three or more) and `valid_seconds_per_epoch` (one validation pass: beam
+search over every validation user) are the trainer's own figures. With `profile`, one more epoch is trained under
+torch.profiler: the operators with the most device time and the most host time, the device's busy share of the
+epoch's wall time (a step that leaves the device idle is bound by the host: launches, synchronisations, Python), and
+the graphs and graph breaks torch.compile made.
+
+Writes benchmarks/results/<result_name>.json with the machine (GPU named), versions and how to reproduce it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._dynamo.utils import counters
+from torch.autograd import DeviceType
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.quality import work_overrides
+from pipelines.config import ExperimentConfig, load_config
+from pipelines.runner import run_pipeline
+from recsys.runtime.device import resolve_device, use_bf16_autocast
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the benchmark measures (configs/benchmarks/beauty-generative-speed.yaml)."""
+
+    experiment: str  # an experiment config in the repo: the generative model and its training
+    data_path: str | None  # the raw data the experiment reads (None: a generated source, e.g. synthetic)
+    result_name: str
+    device: str = "cuda"  # the training device (train.hardware.device)
+    epochs: int = 5  # timed epochs, each validated; the median is reported
+    profile: bool = True  # one more epoch, some of its steps under torch.profiler
+    profile_after: int = 100  # steps of that epoch before the profiled ones (the compilation happens in the first)
+    profile_steps: int = 50
+    top_ops: int = 20  # operators listed per profile table
+    work_dir: str = ".cache/bench-generative-speed"
+    experiment_overrides: dict[str, Any] = field(default_factory=dict)  # dotted overrides of the experiment
+
+
+def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
+    return settings_from(Settings, config, overrides)
+
+
+def experiment(s: Settings, work: Path, epochs: int) -> ExperimentConfig:
+    """The experiment config trained for `epochs` epochs, each validated, on `s.device`, tracked in `work`."""
+    timing = {
+        **({} if s.data_path is None else {"data.path": s.data_path}),
+        "train.hardware.device": s.device,
+        "train.schedule.epochs": epochs,
+        "train.schedule.eval_every": 1,
+        "train.schedule.patience": epochs + 1,  # time every epoch: no early stop
+    }
+    return load_config(REPO / s.experiment, {**timing, **s.experiment_overrides, **work_overrides(work)})
+
+
+def timed_run(s: Settings, work: Path) -> dict[str, Any]:
+    """Train `s.epochs` epochs afresh: the trainer's seconds per epoch and per validation pass."""
+    outputs = run_pipeline(experiment(s, work, s.epochs), work, until="train_retriever", rerun=["train_retriever"])[0]
+    assert outputs.model is not None
+    m = outputs.model.metrics
+    return {
+        "seconds_per_epoch": significant(m["seconds_per_epoch"]),
+        "valid_seconds_per_epoch": significant(m.get("valid_seconds_per_epoch", 0.0)),
+        "train_seconds": significant(m["train_seconds"]),
+        "epochs": m["epochs_run"],
+        "valid": m["valid"],
+    }
+
+
+def profiled_run(s: Settings, work: Path) -> dict[str, Any]:
+    """`s.profile_steps` training steps of one more epoch under torch.profiler, after `s.profile_after` steps (past
+    the compilation): top operators by device and host time, the device's busy share of those steps' wall time, and
+    the graphs and graph breaks torch.compile made in the whole epoch. The profiler steps with the trainer's optimizer
+    (a global step hook), so only training steps are recorded."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if resolve_device(s.device).type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    schedule = torch.profiler.schedule(wait=s.profile_after, warmup=2, active=s.profile_steps, repeat=1)
+    stepped: list[float] = []  # perf_counter after each optimizer step
+    counters.clear()
+    with torch.profiler.profile(activities=activities, schedule=schedule) as profiler:
+
+        def next_step(*_: Any) -> None:
+            stepped.append(time.perf_counter())
+            profiler.step()
+
+        hook = register_optimizer_step_post_hook(next_step)
+        try:
+            run_pipeline(experiment(s, work, 1), work, until="train_retriever", rerun=["train_retriever"])
+        finally:
+            hook.remove()
+    first = s.profile_after + 2  # the profiler's step number of the first active step
+    if len(stepped) < first + s.profile_steps:
+        raise SystemExit(
+            f"an epoch has {len(stepped)} steps, fewer than profile_after + 2 + profile_steps = "
+            f"{first + s.profile_steps}. Fix: lower profile_after or profile_steps"
+        )
+    wall = stepped[first + s.profile_steps - 1] - stepped[first - 1]
+    events = profiler.key_averages()
+    # the kernels' own time (an operator's device time is its kernels': counted once, at the kernels)
+    busy = sum(event.self_device_time_total for event in events if event.device_type == DeviceType.CUDA) / 1e6
+    return {
+        "steps": s.profile_steps,
+        "ms_per_step": significant(1e3 * wall / s.profile_steps),
+        "device_busy_ms_per_step": significant(1e3 * busy / s.profile_steps),
+        "device_busy_share": significant(busy / wall),
+        "graphs_compiled": counters["stats"]["unique_graphs"],
+        "graph_breaks": dict(counters["graph_break"]),
+        "top_device_ops": op_table(events, "self_device_time_total", s.top_ops),
+        "top_host_ops": op_table(events, "self_cpu_time_total", s.top_ops),
+    }
+
+
+def op_table(events: Any, key: str, top: int) -> list[dict[str, Any]]:
+    """The `top` operators by `key` (a profiler event's self time, microseconds): name, calls, self ms on each side."""
+    operators = [event for event in events if not event.key.startswith("ProfilerStep")]  # the steps themselves
+    ranked = sorted(operators, key=lambda event: getattr(event, key), reverse=True)[:top]
+    return [
+        {
+            "name": event.key[:120],
+            "calls": event.count,
+            "self_device_ms": significant(event.self_device_time_total / 1e3),
+            "self_host_ms": significant(event.self_cpu_time_total / 1e3),
+        }
+        for event in ranked
+    ]
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = benchmark_parser(__doc__, "configs/benchmarks/beauty-generative-speed.yaml")
+    args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
+    work = (REPO / s.work_dir).resolve()
+    device = resolve_device(s.device)
+    timed = timed_run(s, work)
+    result = {
+        "experiment": s.experiment,
+        "experiment_overrides": s.experiment_overrides,
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "bf16_autocast": use_bf16_autocast(experiment(s, work, 1).train.hardware.precision, device),
+        **timed,
+        "profile": profiled_run(s, work) if s.profile else None,
+        **provenance(),
+    }
+    path = write_result(s.result_name, result, args.results_dir, reproduce)
+    seconds = f"{timed['seconds_per_epoch']:.2f} s/epoch, {timed['valid_seconds_per_epoch']:.2f} s/valid"
+    print(f"{s.experiment}: {seconds} -> {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main()

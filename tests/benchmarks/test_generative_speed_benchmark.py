@@ -1,0 +1,30 @@
+"""The generative speed benchmark end to end on its smoke config (CPU): the trainer's epoch and validation times, a
+profile of the steps after the first ones, and a result that reproduces from its config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import benchmarks.generative_speed as generative_speed
+from benchmarks.reproduce import problems_of
+
+SMOKE = "configs/benchmarks/generative-speed-smoke.yaml"
+
+
+def test_the_smoke_run_times_epochs_and_profiles_training_steps(tmp_path: Path) -> None:
+    argv = ["--config", SMOKE, "--results-dir", str(tmp_path), "--set", f"work_dir={tmp_path / 'work'}"]
+    path = generative_speed.main(argv)
+    assert path == tmp_path / "generative-speed-smoke.json" and problems_of(path) == []
+    result = json.loads(path.read_text())
+    assert result["epochs"] == 3 and result["seconds_per_epoch"] > 0 and result["valid_seconds_per_epoch"] > 0
+    assert result["experiment"] == "configs/synthetic/generative.yaml" and result["gpu"] is None
+    profile = result["profile"]
+    assert profile["steps"] == 3 and profile["ms_per_step"] > 0
+    assert profile["device_busy_share"] == 0  # the CPU run has no device kernels
+    names = [row["name"] for row in profile["top_host_ops"]]
+    assert len(names) == 5 and not any(name.startswith("ProfilerStep") for name in names)
+    with pytest.raises(SystemExit, match="fewer than profile_after"):
+        generative_speed.main([*argv, "--set", "profile_after=1000", "--set", "epochs=1"])
