@@ -22,6 +22,8 @@ from torch import nn
 from recsys.data.schema import PADDING_IDX
 from recsys.data.times import HistoryTimes
 from recsys.models.family import Input, Model, ModelFamily, ModelInputs, Rebuild, semantic_ids_of
+from recsys.modules.encoder_decoder import EncoderDecoder
+from recsys.modules.transformer import most_recent
 from recsys.runtime.validation import Fraction, check_heads
 from recsys.semantic_ids.trie import SemanticIdTrie
 
@@ -82,16 +84,10 @@ class GenerativeRetriever(Model[GenerativeConfig]):
         self.slot_emb = nn.Embedding(config.max_history, config.dim)  # history slot, counted from the most recent
         self.level_emb = nn.Embedding(T + 1, config.dim)  # code level of a token (decoder: T = the start token)
         self.user_emb = nn.Embedding(config.user_buckets + 1, config.dim) if config.user_buckets else None
-        self.transformer = nn.Transformer(
-            d_model=config.dim,
-            nhead=config.num_heads,
-            num_encoder_layers=config.num_encoder_layers,
-            num_decoder_layers=config.num_decoder_layers,
-            dim_feedforward=config.ffn_dim,
-            dropout=config.dropout,
-            batch_first=True,
-            norm_first=True,
-        )
+        self.transformer = EncoderDecoder(
+            config.dim, config.num_heads, config.num_encoder_layers, config.num_decoder_layers, config.ffn_dim,
+            config.dropout,
+        )  # fmt: skip
         self._tries: dict[str, SemanticIdTrie] = {}
 
     @property
@@ -129,7 +125,7 @@ class GenerativeRetriever(Model[GenerativeConfig]):
 
     def encode(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, L) left-padded item_idx [+ (B,) user_idx, 0 = unknown] -> memory (B, S, D), padding mask (B, S)."""
-        histories = histories.to(self.codes.device)[:, -self.config.max_history :]
+        histories = most_recent(histories.to(self.codes.device), self.config.max_history)
         B, H = histories.shape
         tokens = self.offsets + self.codes[histories]  # (B, H, T)
         tokens = tokens.masked_fill((histories == PADDING_IDX)[..., None], PAD_TOKEN)
@@ -142,8 +138,7 @@ class GenerativeRetriever(Model[GenerativeConfig]):
             x, pad = torch.cat([user[:, None], x], dim=1), F.pad(pad, (1, 0), value=False)
         else:
             pad[:, -1] = False  # an empty history still leaves one (padding) token to attend to
-        memory = self.transformer.encoder(x, src_key_padding_mask=pad)
-        return memory, pad
+        return self.transformer.encode(x, pad), pad
 
     def _user_buckets(self, users: torch.Tensor | None, batch: int) -> torch.Tensor:
         """(B,) user token ids: 1 + (user_idx - 1) mod user_buckets, 0 for unknown users (user_idx 0 or None)."""
@@ -153,25 +148,20 @@ class GenerativeRetriever(Model[GenerativeConfig]):
         return torch.where(users > 0, 1 + (users - 1) % self.config.user_buckets, 0)
 
     def decode(self, memory: torch.Tensor, memory_pad: torch.Tensor, prefix_codes: torch.Tensor) -> torch.Tensor:
-        """Logits for the next level.
+        """Decoder states for the next level of G code prefixes per user (beams, or candidate items).
 
         Args:
-            memory, memory_pad: from `encode` (rows aligned with `prefix_codes`).
-            prefix_codes: (B, t) codes of levels 0..t-1 already chosen (t may be 0).
+            memory, memory_pad: from `encode`, (B, S, D) and (B, S).
+            prefix_codes: (B * G, t) codes of levels 0..t-1 already chosen (t may be 0), a user's G rows together.
 
         Returns:
-            (B, t + 1, D) decoder states; position i predicts level i.
+            (B * G, t + 1, D) decoder states; position i predicts level i.
         """
-        B, t = prefix_codes.shape
-        start = torch.full((B, 1), START_TOKEN, dtype=torch.long, device=memory.device)
-        tokens = torch.cat([start, self.offsets[:t] + prefix_codes], dim=1)  # (B, t+1)
+        N, t = prefix_codes.shape
+        start = torch.full((N, 1), START_TOKEN, dtype=torch.long, device=memory.device)
+        tokens = torch.cat([start, self.offsets[:t] + prefix_codes], dim=1)  # (B * G, t+1)
         levels = (torch.arange(t + 1, device=memory.device) - 1) % (self.levels + 1)  # the start token's is T
-        x = self.token_emb(tokens) + self.level_emb(levels)
-        causal = nn.Transformer.generate_square_subsequent_mask(t + 1, device=memory.device, dtype=torch.bool)
-        # tgt_is_causal: said, not detected (the detection compares the mask on the host: a sync and a graph break)
-        return self.transformer.decoder(
-            x, memory, tgt_mask=causal, memory_key_padding_mask=memory_pad, tgt_is_causal=True
-        )
+        return self.transformer.decode(self.token_emb(tokens) + self.level_emb(levels), memory, memory_pad)
 
     def level_logits(self, states: torch.Tensor, level: int) -> torch.Tensor:
         """(..., D) decoder states -> (..., K_level) logits over that level's codes (tied embeddings)."""
@@ -234,13 +224,12 @@ class GenerativeRetriever(Model[GenerativeConfig]):
 
         The first level decodes one beam per user (the only live one), the later ones W."""
         B = memory.shape[0]
-        beam_memory, beam_pad = memory, pad  # (B * live beams, S, D)
         scores = torch.zeros(B, 1, device=memory.device)  # (B, live beams)
         keys = torch.zeros(B, 1, dtype=torch.long, device=memory.device)
         prefix = torch.zeros(B, 1, 0, dtype=torch.long, device=memory.device)  # (B, live beams, t) chosen codes
         for t in range(self.levels):
             live = scores.shape[1]
-            states = self.decode(beam_memory, beam_pad, prefix.reshape(B * live, t))[:, -1]  # (B * live, D)
+            states = self.decode(memory, pad, prefix.reshape(B * live, t))[:, -1]  # (B * live, D)
             logits = self.level_logits(states, t).float().view(B, live, -1)  # (B, live, K_t)
             logits = logits.masked_fill(~trie.allowed_next(t, keys), float("-inf"))
             total = scores[..., None] + F.log_softmax(logits, dim=-1)  # (B, live, K_t)
@@ -249,11 +238,6 @@ class GenerativeRetriever(Model[GenerativeConfig]):
             beam, code = flat // K, flat % K
             keys = keys.gather(1, beam) * K + code
             prefix = torch.cat([prefix.gather(1, beam[..., None].expand(-1, -1, t)), code[..., None]], dim=2)
-            if scores.shape[1] != live:
-                beam_memory, beam_pad = (
-                    memory.repeat_interleave(scores.shape[1], 0),
-                    pad.repeat_interleave(scores.shape[1], 0),
-                )
         items = trie.items(keys).masked_fill(scores == float("-inf"), PADDING_IDX)
         short = W - items.shape[1]  # a catalogue with fewer than W items
         return F.pad(items, (0, short), value=PADDING_IDX), F.pad(scores, (0, short), value=float("-inf"))
@@ -271,7 +255,7 @@ class GenerativeRetriever(Model[GenerativeConfig]):
         """
         B, M = items.shape
         trie, codes = self.trie(), self.codes[items].reshape(B * M, self.levels)  # (B*M, T)
-        states = self.decode(memory.repeat_interleave(M, 0), pad.repeat_interleave(M, 0), codes[:, :-1])
+        states = self.decode(memory, pad, codes[:, :-1])  # (B * M, T, D)
         total = torch.zeros(B * M, device=memory.device)
         keys = torch.zeros(B * M, dtype=torch.long, device=memory.device)
         rows = torch.arange(B * M, device=memory.device)

@@ -123,11 +123,17 @@ def test_new_items_get_their_reserved_slots_and_comparable_scores() -> None:
     items, scores = m.generate(histories, users)
     for b in range(2):
         row = items[b].tolist()
-        old_best = [i for i in exact[b].argsort(descending=True).tolist() if i != 0 and not new[i]][:4]
-        new_best = [i for i in exact[b].argsort(descending=True).tolist() if new[i]][:2]
-        assert sorted(row) == sorted(old_best + new_best), "the 4 best old items and the 2 best new ones"
+        assert len(set(row)) == 6 and sum(new[i] for i in row) == 2, "4 old items and 2 new ones, each once"
         torch.testing.assert_close(scores[b], exact[b, items[b]], rtol=1e-4, atol=1e-4)
         assert (scores[b][:-1] >= scores[b][1:]).all(), "ranked by their log-prob over the whole catalog"
+    # beams as wide as each part of the catalogue (11 old items, 3 new ones): the search is exhaustive, so the new
+    # items' slots hold exactly the new items, whatever their scores under the whole catalog
+    wide = model(catalog(), beam=14, new_item_slots=3)
+    wide.mark_new_items(new)
+    items, scores = wide.generate(histories, users)
+    for b in range(2):
+        assert sorted(items[b].tolist()) == list(range(1, 15))
+        torch.testing.assert_close(scores[b], exact[b, items[b]], rtol=1e-4, atol=1e-4)
 
 
 def test_training_logits_have_one_head_per_level() -> None:
