@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import NonNegativeInt, PositiveInt
+from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
@@ -46,6 +46,13 @@ class GenerativeConfig:
     # Of the W items returned, this many are reserved for items marked new (`mark_new_items`): the model was
     # never trained to emit them, so they would rarely reach the beam (TIGER's epsilon * K). 0 = off.
     new_item_slots: NonNegativeInt = 0
+    # Dense re-scoring of the generated items (COBRA's sparse-then-dense cascade, Yang et al. 2025, "Sparse Meets
+    # Dense", and its BeamFusion): the decoder's state after an item's T codes is a dense query, trained against a
+    # learned vector per item (cosine / dense_temperature, a softmax over the catalogue: one more head beside the
+    # levels'); a generated item scores its log-probability + dense_weight x its dense log-probability. 0 = no dense
+    # head (TIGER's model).
+    dense_weight: NonNegativeFloat = 0.0
+    dense_temperature: PositiveFloat = 0.05
 
     def __post_init__(self) -> None:
         check_heads(self.num_heads, self.dim)
@@ -84,6 +91,9 @@ class GenerativeRetriever(Model[GenerativeConfig]):
         self.slot_emb = nn.Embedding(config.max_history, config.dim)  # history slot, counted from the most recent
         self.level_emb = nn.Embedding(T + 1, config.dim)  # code level of a token (decoder: T = the start token)
         self.user_emb = nn.Embedding(config.user_buckets + 1, config.dim) if config.user_buckets else None
+        if config.dense_weight:
+            self.item_emb = nn.Embedding(config.num_items + 1, config.dim)  # the dense head's vector per item
+            self.dense_query = nn.Linear(config.dim, config.dim)
         self.transformer = EncoderDecoder(
             config.dim, config.num_heads, config.num_encoder_layers, config.num_decoder_layers, config.ffn_dim,
             config.dropout,
@@ -98,9 +108,17 @@ class GenerativeRetriever(Model[GenerativeConfig]):
     def levels(self) -> int:
         return len(self.config.codebook_sizes)
 
-    def target_codes(self, items: torch.Tensor) -> torch.Tensor:
-        """(B,) item_idx -> (B, T) their semantic IDs (`recsys.training.recipes.GenerativeModel`)."""
-        return self.codes[items.to(self.codes.device)]
+    @property
+    def dense(self) -> bool:
+        """Whether the model has the dense head (`dense_weight` > 0)."""
+        return self.config.dense_weight > 0
+
+    def head_targets(self, items: torch.Tensor) -> torch.Tensor:
+        """(B,) item_idx -> (B, T [+ 1]) what each training head predicts: the items' semantic IDs, then (dense head)
+        the items themselves (`recsys.training.recipes.GenerativeModel`)."""
+        items = items.to(self.codes.device)
+        codes = self.codes[items]
+        return torch.cat([codes, items[:, None]], dim=1) if self.dense else codes
 
     def mark_new_items(self, new: torch.Tensor) -> None:
         """(V+1,) bool: items to serve through the `new_item_slots` reserved slots (e.g. the cold-start items)."""
@@ -180,12 +198,30 @@ class GenerativeRetriever(Model[GenerativeConfig]):
             users: (B,) user_idx (0 = unknown), or None.
 
         Returns:
-            T tensors of logits, (B, K_t) each, for the target's code at every level.
+            T tensors of logits, (B, K_t) each, for the target's code at every level; with the dense head, then the
+            (B, V+1) item logits of the query that follows the target's codes.
         """
         memory, pad = self.encode(histories, users)
-        target_codes = self.codes[targets.to(self.codes.device)]  # (B, T)
-        states = self.decode(memory, pad, target_codes[:, :-1])  # (B, T, D)
-        return [self.level_logits(states[:, t], t) for t in range(self.levels)]
+        codes = self.codes[targets.to(self.codes.device)]  # (B, T)
+        states = self.decode(memory, pad, codes if self.dense else codes[:, :-1])  # (B, T [+ 1], D)
+        levels = [self.level_logits(states[:, t], t) for t in range(self.levels)]
+        return [*levels, self.dense_logits(states[:, self.levels])] if self.dense else levels
+
+    def dense_logits(self, states: torch.Tensor) -> torch.Tensor:
+        """(N, D) decoder states after T codes -> (N, V+1) cosine / dense_temperature against every item's vector."""
+        queries = F.normalize(self.dense_query(states), dim=-1)
+        return queries @ F.normalize(self.item_emb.weight, dim=-1).T / self.config.dense_temperature
+
+    @torch.no_grad()
+    def dense_log_probs(self, memory: torch.Tensor, pad: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """(B, M) item_idx -> (B, M) each item's dense log-probability given the user and its own semantic ID
+        (softmax over the catalogue); 0 (no item) scores -inf."""
+        B, M = items.shape
+        codes = self.codes[items].reshape(B * M, self.levels).clamp(min=0)  # the padding item's codes are -1
+        states = self.decode(memory, pad, codes)[:, self.levels]  # (B * M, D)
+        log_probs = F.log_softmax(self.dense_logits(states).float(), dim=-1)  # (B * M, V+1)
+        own = log_probs.gather(1, items.reshape(B * M, 1)).view(B, M)
+        return own.masked_fill(items == PADDING_IDX, float("-inf"))
 
     @torch.no_grad()
     def generate(
@@ -195,7 +231,8 @@ class GenerativeRetriever(Model[GenerativeConfig]):
 
         With `new_item_slots` = s > 0 and items marked new, the W results are the best W - s items that are
         not new plus the best s new items (each found by a beam search over its own trie), all ranked by
-        their log-probability under the whole catalog's trie.
+        their log-probability under the whole catalog's trie. With the dense head, the W items are ranked by
+        that log-probability + `dense_weight` x their dense log-probability (`dense_log_probs`).
 
         Args:
             histories: (B, L) left-padded item_idx.
@@ -209,11 +246,14 @@ class GenerativeRetriever(Model[GenerativeConfig]):
         memory, pad = self.encode(histories, users)
         slots = min(self.config.new_item_slots, W)
         if not slots or not bool(self.new_items.any()):
-            return self._beam_search(memory, pad, self.trie(), W)
-        old, _ = self._beam_search(memory, pad, self.trie("old"), W - slots)
-        new, _ = self._beam_search(memory, pad, self.trie("new"), slots)
-        items = torch.cat([old, new], dim=1)  # (B, W)
-        scores = self.sequence_log_probs(memory, pad, items)
+            items, scores = self._beam_search(memory, pad, self.trie(), W)
+        else:
+            old, _ = self._beam_search(memory, pad, self.trie("old"), W - slots)
+            new, _ = self._beam_search(memory, pad, self.trie("new"), slots)
+            items = torch.cat([old, new], dim=1)  # (B, W)
+            scores = self.sequence_log_probs(memory, pad, items)
+        if self.dense:
+            scores = scores + self.config.dense_weight * self.dense_log_probs(memory, pad, items)
         scores, order = scores.sort(dim=1, descending=True)
         return items.gather(1, order), scores
 

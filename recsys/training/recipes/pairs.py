@@ -54,14 +54,15 @@ class GenerativeModel(Protocol):
     """What the generative recipe trains: logits of each semantic-ID level of the next item. Methods only: an
     isinstance check reads attributes statically on Python >= 3.12, where a module's buffers are not found."""
 
-    def target_codes(self, items: torch.Tensor) -> torch.Tensor:
-        """(B,) item_idx -> (B, T) their semantic IDs, the levels' targets."""
+    def head_targets(self, items: torch.Tensor) -> torch.Tensor:
+        """(B,) item_idx -> (B, N) what each of the model's N heads predicts (the semantic-ID levels' codes, ...)."""
         ...
 
     def __call__(
         self, histories: torch.Tensor, targets: torch.Tensor, users: torch.Tensor | None
     ) -> list[torch.Tensor]:
-        """(B, H) histories, (B,) next items [+ (B,) users] -> T x (B, K_t) logits, teacher-forced on the targets."""
+        """(B, H) histories, (B,) next items [+ (B,) users] -> N x (B, K_n) logits, one per head, teacher-forced on
+        the targets."""
         ...
 
     @property
@@ -114,7 +115,8 @@ def pair_batches(
 
 @dataclass(frozen=True)
 class GenerativeRecipe:
-    """TIGER-style: cross-entropy on each level of the next item's semantic ID."""
+    """TIGER-style: cross-entropy on each level of the next item's semantic ID (and on every other head the model
+    has: the dense head's item), averaged over the heads."""
 
     may_skip_parameters: ClassVar[bool] = False
 
@@ -127,13 +129,13 @@ class GenerativeRecipe:
         return pair_batches(rows, self.max_history, self.batch_size, generator, self.by_length)
 
     def loss(self, model: GenerativeModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        codes = model.target_codes(batch.targets)  # (B, T)
-        logits = model(batch.histories, batch.targets, batch.users)  # T x (B, K_t)
-        per_level = [
-            F.cross_entropy(lg.float(), codes[:, t], label_smoothing=self.label_smoothing)
-            for t, lg in enumerate(logits)
+        targets = model.head_targets(batch.targets)  # (B, N)
+        logits = model(batch.histories, batch.targets, batch.users)  # N x (B, K_n)
+        per_head = [
+            F.cross_entropy(lg.float(), targets[:, n], label_smoothing=self.label_smoothing)
+            for n, lg in enumerate(logits)
         ]
-        return torch.stack(per_level).mean(), batch.targets.numel()
+        return torch.stack(per_head).mean(), batch.targets.numel()
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ def catalog(num_items: int = 14, seed: int = 0) -> torch.Tensor:
     return torch.cat([torch.zeros(1, len(SIZES), dtype=torch.long), chosen])
 
 
-def model(codes: torch.Tensor, beam: int, user_buckets: int = 5, new_item_slots: int = 0) -> GenerativeRetriever:
+def model(
+    codes: torch.Tensor, beam: int, user_buckets: int = 5, new_item_slots: int = 0, dense_weight: float = 0.0
+) -> GenerativeRetriever:
     torch.manual_seed(0)
     config = GenerativeConfig(
         num_items=codes.shape[0] - 1,
@@ -33,6 +35,7 @@ def model(codes: torch.Tensor, beam: int, user_buckets: int = 5, new_item_slots:
         beam_size=beam,
         user_buckets=user_buckets,
         new_item_slots=new_item_slots,
+        dense_weight=dense_weight,
     )
     return GenerativeRetriever(config, codes).eval()
 
@@ -217,7 +220,51 @@ def test_the_training_pass_compiles_to_one_graph() -> None:
     decoder is told its mask is causal instead of comparing it on the host."""
     from tests.conftest import compiled_recording_graphs
 
-    m = model(catalog(), beam=4).train()
-    compiled, graphs = compiled_recording_graphs(m)
-    logits = compiled(torch.tensor([[1, 2, 3], [0, 4, 5]]), torch.tensor([6, 7]), torch.tensor([1, 2]))
-    assert len(graphs) == 1 and [tuple(x.shape) for x in logits] == [(2, 4), (2, 3), (2, 2)]
+    for dense_weight, heads in ((0.0, [(2, 4), (2, 3), (2, 2)]), (1.0, [(2, 4), (2, 3), (2, 2), (2, 15)])):
+        torch._dynamo.reset()  # the other model's compiled forward is no graph of this one
+        m = model(catalog(), beam=4, dense_weight=dense_weight).train()
+        compiled, graphs = compiled_recording_graphs(m)
+        logits = compiled(torch.tensor([[1, 2, 3], [0, 4, 5]]), torch.tensor([6, 7]), torch.tensor([1, 2]))
+        assert len(graphs) == 1 and [tuple(x.shape) for x in logits] == heads
+
+
+def test_the_dense_head_is_one_more_head_and_rescores_the_beam() -> None:
+    """Training: after the T levels' logits, the item logits of the query that follows the target's codes, and the
+    item as that head's target. Generation: the beam's items ranked by their exact log-probability + dense_weight x
+    their dense log-probability."""
+    assert not hasattr(model(catalog(), beam=4), "item_emb")  # dense_weight 0: TIGER's model, no dense head
+    m = model(catalog(), beam=6, dense_weight=0.5)
+    histories, users, targets = torch.tensor([[0, 3, 4], [1, 1, 2]]), torch.tensor([3, 4]), torch.tensor([6, 7])
+    logits = m.train()(histories, targets, users)
+    assert [tuple(x.shape) for x in logits] == [(2, 4), (2, 3), (2, 2), (2, 15)]
+    assert m.head_targets(targets).tolist() == [[*m.codes[6].tolist(), 6], [*m.codes[7].tolist(), 7]]
+    m.eval()
+    items, scores = m.generate(histories, users)
+    exact = exact_log_probs(m, histories, users)
+    memory, pad = m.encode(histories, users)
+    dense = m.dense_log_probs(memory, pad, items)
+    assert (dense <= 0).all() and torch.isfinite(dense).all()
+    torch.testing.assert_close(scores, exact.gather(1, items) + 0.5 * dense, rtol=1e-4, atol=1e-4)
+    assert (scores[:, :-1] >= scores[:, 1:]).all()
+    assert m.dense_log_probs(memory, pad, torch.tensor([[0, 6], [7, 0]]))[[0, 1], [0, 1]].eq(float("-inf")).all()
+
+
+def test_the_dense_head_learns_its_targets() -> None:
+    from recsys.data.batching import HistoryBatch
+    from recsys.training.recipes import GenerativeRecipe
+
+    m = model(catalog(), beam=6, dense_weight=1.0).train()
+    batch = HistoryBatch(torch.tensor([[0, 3, 4], [1, 1, 2]]), torch.tensor([6, 7]), torch.tensor([3, 4]))
+    optimizer = torch.optim.Adam(m.parameters(), lr=1e-2)
+
+    def dense_loss() -> float:
+        logits = m(batch.histories, batch.targets, batch.users)[-1]
+        return float(F.cross_entropy(logits, batch.targets))
+
+    before = dense_loss()
+    for _ in range(30):
+        loss, n = GenerativeRecipe(max_history=3, batch_size=2).loss(m, batch, torch.Generator())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert n == 2 and dense_loss() < 0.5 * before
