@@ -33,6 +33,7 @@ from recsys.models.registry import model_family
 from recsys.retrieval import IndexConfig
 from recsys.runtime.validation import as_json, config_from, problems
 from recsys.runtime.yaml_files import load_yaml, read_yaml
+from recsys.semantic_ids.collaborative import CollaborativeVectors
 from recsys.semantic_ids.content import ContentConfig
 from recsys.semantic_ids.rqkmeans import RQKMeansConfig
 from recsys.semantic_ids.rqvae import RQVAEConfig
@@ -165,8 +166,10 @@ class SidSection(Section):
 
     method: Literal["rqvae", "rqkmeans"] = "rqvae"
     # "content": LLM embeddings of the item text; "random": Gaussian vectors of the same size (the ablation
-    # that shows what the content is worth)
-    vectors: Literal["content", "random"] = "content"
+    # that shows what the content is worth); "collaborative": what the training interactions say (no text needed:
+    # recsys.semantic_ids.collaborative); "content_and_collaborative": both, L2-normalised and side by side
+    vectors: Literal["content", "random", "collaborative", "content_and_collaborative"] = "content"
+    collaborative: CollaborativeVectors = Field(default_factory=CollaborativeVectors)
     rqvae: RQVAEConfig = Field(default_factory=RQVAEConfig)
     rqkmeans: RQKMeansConfig = Field(default_factory=RQKMeansConfig)
     device: str = "auto"

@@ -1,4 +1,5 @@
-"""Pipeline step: content embeddings (pipelines.content) -> RQ-VAE / RQ-KMeans codes -> semantic_ids.parquet.
+"""Pipeline step: item vectors (content embeddings from pipelines.content, collaborative vectors from the training
+interactions, or both) -> RQ-VAE / RQ-KMeans codes -> semantic_ids.parquet.
 
 Skipped when a previous run produced the file from the same settings and the same catalog.
 """
@@ -18,6 +19,7 @@ import torch
 from pydantic import TypeAdapter
 
 from pipelines.config import SidSection
+from recsys.data.prepared import load_prepared
 from recsys.data.schema import ITEM_ID, ITEM_IDX, ITEMS_FILE
 from recsys.semantic_ids.codes import (
     SEMANTIC_IDS_FILE,
@@ -27,6 +29,7 @@ from recsys.semantic_ids.codes import (
     semantic_id_stats,
     write_semantic_ids,
 )
+from recsys.semantic_ids.collaborative import collaborative_vectors
 from recsys.semantic_ids.content import ContentConfig, read_content_embeddings
 from recsys.semantic_ids.rqkmeans import fit_rqkmeans
 from recsys.semantic_ids.rqvae import train_rqvae
@@ -35,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 
 def build_semantic_ids_step(
-    section: SidSection, content: ContentConfig, data_dir: Path, embeddings: Path, out_dir: Path
+    section: SidSection, content: ContentConfig, data_dir: Path, embeddings: Path | None, out_dir: Path
 ) -> Path:
     """Write `out_dir/semantic_ids.parquet` (+ stats JSON) for the catalog of `data_dir`; returns its path.
 
@@ -44,7 +47,7 @@ def build_semantic_ids_step(
         content: how `embeddings` were made (recorded with the semantic IDs).
         data_dir: a prepared directory (its items.parquet is the catalog).
         embeddings: the catalog's content_embeddings.npy (`pipelines.content.embed_content_step` with `content`);
-            random vectors take only its dimension.
+            random vectors take only its dimension; None for collaborative vectors alone (`reads_text`).
         out_dir: where the semantic IDs go.
     """
     path = out_dir / SEMANTIC_IDS_FILE
@@ -55,7 +58,9 @@ def build_semantic_ids_step(
         logger.info("semantic IDs in %s are up to date; skipping", path)
         return path
     start = time.perf_counter()
-    vectors = _vectors(section, read_content_embeddings(embeddings, items.height))
+    vectors = _vectors(
+        section, data_dir, None if embeddings is None else read_content_embeddings(embeddings, items.height)
+    )
     codes, reconstructions = _tokenize(section, vectors)
     stats = semantic_id_stats(codes, _codebook_size(section), vectors, reconstructions)
     meta = {
@@ -70,12 +75,31 @@ def build_semantic_ids_step(
     return path
 
 
-def _vectors(section: SidSection, content: np.ndarray) -> np.ndarray:
+def reads_text(section: SidSection) -> bool:
+    """Whether the semantic IDs' vectors need the content embeddings (random ones take their dimension)."""
+    return section.vectors != "collaborative"
+
+
+def _vectors(section: SidSection, data_dir: Path, content: np.ndarray | None) -> np.ndarray:
+    """(V, D) vectors of the catalogue's items (item_idx order) as `section.vectors` says."""
+    if section.vectors == "collaborative":
+        return _collaborative(section, data_dir)
+    assert content is not None, "every other kind of vectors reads the content embeddings"
     if section.vectors == "content":
         return content
+    if section.vectors == "content_and_collaborative":
+        unit = content / np.maximum(np.linalg.norm(content, axis=1, keepdims=True), 1e-12)
+        return np.concatenate([unit, _collaborative(section, data_dir)], axis=1) / np.sqrt(2.0)
     rng = np.random.default_rng(section.rqvae.seed)
     x = rng.standard_normal(content.shape).astype(np.float32)
     return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _collaborative(section: SidSection, data_dir: Path) -> np.ndarray:
+    """Collaborative vectors of the prepared data's training sequences (what the trainer trains on: no validation or
+    test target, no cold-start item)."""
+    data = load_prepared(data_dir)
+    return collaborative_vectors(data.training_sequences(), data.num_items, section.collaborative)
 
 
 def _tokenize(section: SidSection, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -35,7 +35,7 @@ from pipelines.evaluate import EvaluateOutputs, evaluate_step
 from pipelines.evaluation_dir import EVALUATION_FILE
 from pipelines.model_dir import MODEL_FILE, file_sha256, model_sha256
 from pipelines.registry import GateDecision, GateRule, register_bundle
-from pipelines.semantic_ids import build_semantic_ids_step
+from pipelines.semantic_ids import build_semantic_ids_step, reads_text
 from pipelines.train import CatalogFeatures, TrainOutputs, train_step, training_state_path
 from recsys.data.schema import META_FILE, METADATA_FILE
 from recsys.errors import ConfigError, RecsysError
@@ -223,7 +223,7 @@ def _enrich(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutp
 
 
 def _content_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, Any] | None:
-    if config.sid is None and not config.model.reads() & CONTENT_INPUTS:
+    if (config.sid is None or not reads_text(config.sid)) and not config.model.reads() & CONTENT_INPUTS:
         return None  # nothing reads the items' text
     inputs = {"content": config.model_dump(mode="json", include={"content"})["content"], "data": as_json(done.data)}
     if done.metadata is not None:
@@ -266,9 +266,11 @@ def _sid_inputs(config: ExperimentConfig, done: PipelineOutputs) -> dict[str, An
 
 
 def _sids(config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> SemanticIds:
-    assert config.sid is not None and done.data is not None and done.content is not None
+    assert config.sid is not None and done.data is not None
+    assert done.content is not None or not reads_text(config.sid), "the content step runs when the vectors read text"
+    embeddings = None if done.content is None else done.content.path
     return SemanticIds(
-        build_semantic_ids_step(config.sid, config.content, done.data.data_dir, done.content.path, paths.sid_dir)
+        build_semantic_ids_step(config.sid, config.content, done.data.data_dir, embeddings, paths.sid_dir)
     )
 
 
