@@ -102,22 +102,27 @@ def test_generative_experiment_builds_ids_trains_saves_and_reloads(
     assert items.shape == (2, 10) and bool((items > 0).all())
 
 
-def test_collaborative_semantic_ids_need_no_item_text(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
-    """sid.vectors collaborative: no content step (nothing embeds text), codes from the training interactions."""
+@pytest.mark.parametrize("vectors", ["collaborative", "content_and_collaborative"])
+def test_collaborative_semantic_ids_need_no_item_text(
+    tmp_path: Path, tiny_config: Callable[..., Path], vectors: str
+) -> None:
+    """sid.vectors collaborative: no content step (nothing embeds text), codes from the training interactions; with
+    the content too, the content step runs."""
     from pipelines.runner import run_pipeline
     from recsys.semantic_ids.codes import read_semantic_ids
 
-    sid = {"method": "rqkmeans", "vectors": "collaborative", "collaborative": {"dim": 8},
+    sid = {"method": "rqkmeans", "vectors": vectors, "collaborative": {"dim": 8},
            "rqkmeans": {"levels": 2, "codebook_size": 8}}  # fmt: skip
     model = {"name": "generative", "params": {"dim": 16, "num_heads": 2, "ffn_dim": 32, "num_encoder_layers": 1,
                                               "num_decoder_layers": 1, "beam_size": 10}}  # fmt: skip
     settings = {"train": {"schedule": {"epochs": 1}}, "eval": {"ks": [5, 10]}, "tracking": {"enabled": False}}
     config = load_config(tiny_config(tmp_path, name="tiny-cf-tiger", sid=sid, model=model, **settings))
     outputs, reports = run_pipeline(config, tmp_path, until="train_retriever")
-    assert {r.name: r.status for r in reports}["embed_content"] == "not applicable"
+    content_step = {r.name: r.status for r in reports}["embed_content"]
+    assert (content_step == "not applicable") == (vectors == "collaborative")
     assert outputs.semantic_ids is not None and outputs.model is not None
     sids, stats = read_semantic_ids(outputs.semantic_ids.path)
-    assert sids.meta["vectors"] == "collaborative" and sids.codes.shape[1] == 3  # 2 levels + the de-dup level
+    assert sids.meta["vectors"] == vectors and sids.codes.shape[1] == 3  # 2 levels + the de-dup level
     assert stats.to_dict()["utilisation"][0] > 0.5  # the first level's codes are used, not all items on one
 
 
