@@ -10,7 +10,8 @@ Runs the config's pipeline until its train step (prepare, content embeddings and
 settings, valid/test metrics, training time (total, median seconds per epoch), best epoch, machine, versions and
 how to reproduce it. With `--seeds N`, the config is trained N times (train.seed = its seed + i; the runs after the
 first under the name `<name>-seed<seed>`, `seeded`): the result's `metrics` stay the first seed's, `seeds` gives every
-seed's metrics and `over_seeds` each test metric's mean and sample std over the N seeds. Each run trains afresh;
+seed's metrics, `over_seeds` each test metric's mean and sample std over the N seeds and `mean` each valid and test
+metric's mean (`mean.test.recall@10`). Each run trains afresh;
 `--resume` continues a time-boxed one (`--set train.max_train_seconds=S`, then a larger S) from the training state it
 left in the work dir.
 """
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> Path:
 
 def over_seeds(config: ExperimentConfig, runs: list[PipelineOutputs]) -> dict[str, Any]:
     """`seeds`: each run's seed, valid/test metrics, best epoch and training time; `over_seeds`: each test metric's
-    mean and sample std over the runs (`recsys.evaluation.uncertainty.seed_summary`)."""
+    mean and sample std over the runs (`recsys.evaluation.uncertainty.seed_summary`); `mean`: each valid and test
+    metric's mean alone (`mean.test.ndcg@10`)."""
     records = []
     for offset, run in enumerate(runs):
         assert run.model is not None
@@ -179,7 +181,9 @@ def over_seeds(config: ExperimentConfig, runs: list[PipelineOutputs]) -> dict[st
         records.append({"seed": seeded(config, offset).train.seed, "valid": m["valid"], "test": m["test"],
                         "best_epoch": m["best_epoch"], "train_seconds": round(m["train_seconds"], 1)})  # fmt: skip
     test = {metric: seed_summary([r["test"][metric] for r in records]) for metric in records[0]["test"]}
-    return {"seeds": records, "over_seeds": {"test": test}}
+    means = {split: {metric: seed_summary([r[split][metric] for r in records])["mean"] for metric in records[0][split]}
+             for split in ("valid", "test")}  # fmt: skip
+    return {"seeds": records, "over_seeds": {"test": test}, "mean": means}
 
 
 def semantic_id_health(path: Path) -> dict[str, Any]:
