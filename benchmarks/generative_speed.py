@@ -5,14 +5,16 @@ Usage:
     .venv/bin/python -m benchmarks.generative_speed --set device=cuda  # configs/benchmarks/beauty-generative-speed.yaml
     .venv/bin/python -m benchmarks.generative_speed --config configs/benchmarks/generative-speed-smoke.yaml  # seconds
 
-The config names an experiment config (the model and its training settings) and its data. The experiment's pipeline
-runs until its train step (prepare, content embeddings, semantic IDs: reused when already in the work directory) with
-`epochs` epochs, each validated, so that `seconds_per_epoch` (the median epoch's training part: the first epoch's
-compilation does not count once there are three or more) and `valid_seconds_per_epoch` (one validation pass: beam
-search over every validation user) are the trainer's own figures. With `profile`, one more epoch is trained under
-torch.profiler: the operators with the most device time and the most host time, the device's busy share of the
-epoch's wall time (a step that leaves the device idle is bound by the host: launches, synchronisations, Python), and
-the graphs and graph breaks torch.compile made.
+The config names an experiment config (the model and its training settings), its data and the `variants` to time:
+"eager" (`train.hardware.compile: false`) or a torch.compile mode (`compile: true`, `compile_mode`: "default",
+"reduce-overhead" replays CUDA graphs, ...). For each, in one process one after the other, the experiment's pipeline
+runs until its train step (prepare, content embeddings, semantic IDs: built once, reused) with `epochs` epochs, each
+validated, so that `seconds_per_epoch` (the median epoch's training part: the first epoch's compilation does not
+count once there are three or more) and `valid_seconds_per_epoch` (one validation pass: beam search over every
+validation user) are the trainer's own figures. With `profile`, one more epoch of the first variant is trained with
+`profile_steps` of its steps under torch.profiler: the operators with the most device time and the most host time,
+the device's busy share of those steps' wall time (a step that leaves the device idle is bound by the host: launches,
+synchronisations, Python), and the graphs and graph breaks torch.compile made.
 
 Writes benchmarks/results/<result_name>.json with the machine (GPU named), versions and how to reproduce it.
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch._dynamo.utils import counters
@@ -34,6 +36,9 @@ from benchmarks.quality import work_overrides
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.runner import run_pipeline
 from recsys.runtime.device import resolve_device, use_bf16_autocast
+from recsys.training.config import CompileMode
+
+Variant = Literal["eager"] | CompileMode  # eager: train.hardware.compile false; else compile true in that mode
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,8 @@ class Settings:
     result_name: str
     device: str = "cuda"  # the training device (train.hardware.device)
     epochs: int = 5  # timed epochs, each validated; the median is reported
-    profile: bool = True  # one more epoch, some of its steps under torch.profiler
+    variants: tuple[Variant, ...] = ("default",)
+    profile: bool = True  # one more epoch of the first variant, some of its steps under torch.profiler
     profile_after: int = 100  # steps of that epoch before the profiled ones (the compilation happens in the first)
     profile_steps: int = 50
     top_ops: int = 20  # operators listed per profile table
@@ -57,10 +63,14 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
     return settings_from(Settings, config, overrides)
 
 
-def experiment(s: Settings, work: Path, epochs: int) -> ExperimentConfig:
-    """The experiment config trained for `epochs` epochs, each validated, on `s.device`, tracked in `work`."""
+def experiment(s: Settings, work: Path, epochs: int, variant: str) -> ExperimentConfig:
+    """The experiment config trained for `epochs` epochs, each validated, on `s.device` as `variant` says, tracked in
+    `work`."""
+    compiled = {"train.hardware.compile": False} if variant == "eager" else {
+        "train.hardware.compile": True, "train.hardware.compile_mode": variant}  # fmt: skip
     timing = {
         **({} if s.data_path is None else {"data.path": s.data_path}),
+        **compiled,
         "train.hardware.device": s.device,
         "train.schedule.epochs": epochs,
         "train.schedule.eval_every": 1,
@@ -69,9 +79,10 @@ def experiment(s: Settings, work: Path, epochs: int) -> ExperimentConfig:
     return load_config(REPO / s.experiment, {**timing, **s.experiment_overrides, **work_overrides(work)})
 
 
-def timed_run(s: Settings, work: Path) -> dict[str, Any]:
-    """Train `s.epochs` epochs afresh: the trainer's seconds per epoch and per validation pass."""
-    outputs = run_pipeline(experiment(s, work, s.epochs), work, until="train_retriever", rerun=["train_retriever"])[0]
+def timed_run(s: Settings, work: Path, variant: str) -> dict[str, Any]:
+    """Train `s.epochs` epochs afresh as `variant`: the trainer's seconds per epoch and per validation pass."""
+    config = experiment(s, work, s.epochs, variant)
+    outputs = run_pipeline(config, work, until="train_retriever", rerun=["train_retriever"])[0]
     assert outputs.model is not None
     m = outputs.model.metrics
     return {
@@ -83,7 +94,7 @@ def timed_run(s: Settings, work: Path) -> dict[str, Any]:
     }
 
 
-def profiled_run(s: Settings, work: Path) -> dict[str, Any]:
+def profiled_run(s: Settings, work: Path, variant: str) -> dict[str, Any]:
     """`s.profile_steps` training steps of one more epoch under torch.profiler, after `s.profile_after` steps (past
     the compilation): top operators by device and host time, the device's busy share of those steps' wall time, and
     the graphs and graph breaks torch.compile made in the whole epoch. The profiler steps with the trainer's optimizer
@@ -102,7 +113,7 @@ def profiled_run(s: Settings, work: Path) -> dict[str, Any]:
 
         hook = register_optimizer_step_post_hook(next_step)
         try:
-            run_pipeline(experiment(s, work, 1), work, until="train_retriever", rerun=["train_retriever"])
+            run_pipeline(experiment(s, work, 1, variant), work, until="train_retriever", rerun=["train_retriever"])
         finally:
             hook.remove()
     first = s.profile_after + 2  # the profiler's step number of the first active step
@@ -116,6 +127,7 @@ def profiled_run(s: Settings, work: Path) -> dict[str, Any]:
     # the kernels' own time (an operator's device time is its kernels': counted once, at the kernels)
     busy = sum(event.self_device_time_total for event in events if event.device_type == DeviceType.CUDA) / 1e6
     return {
+        "variant": variant,
         "steps": s.profile_steps,
         "ms_per_step": significant(1e3 * wall / s.profile_steps),
         "device_busy_ms_per_step": significant(1e3 * busy / s.profile_steps),
@@ -147,20 +159,26 @@ def main(argv: list[str] | None = None) -> Path:
     args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
     work = (REPO / s.work_dir).resolve()
     device = resolve_device(s.device)
-    timed = timed_run(s, work)
+    timed = {variant: timed_run(s, work, variant) for variant in s.variants}
+    fastest = min(timed, key=lambda variant: timed[variant]["seconds_per_epoch"])
     result = {
         "experiment": s.experiment,
         "experiment_overrides": s.experiment_overrides,
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "bf16_autocast": use_bf16_autocast(experiment(s, work, 1).train.hardware.precision, device),
-        **timed,
-        "profile": profiled_run(s, work) if s.profile else None,
+        "bf16_autocast": use_bf16_autocast(experiment(s, work, 1, fastest).train.hardware.precision, device),
+        "variants": timed,
+        "fastest": fastest,
+        "seconds_per_epoch": timed[fastest]["seconds_per_epoch"],
+        "valid_seconds_per_epoch": timed[fastest]["valid_seconds_per_epoch"],
+        "profile": profiled_run(s, work, s.variants[0]) if s.profile else None,
         **provenance(),
     }
     path = write_result(s.result_name, result, args.results_dir, reproduce)
-    seconds = f"{timed['seconds_per_epoch']:.2f} s/epoch, {timed['valid_seconds_per_epoch']:.2f} s/valid"
-    print(f"{s.experiment}: {seconds} -> {path}")
+    for variant, times in timed.items():
+        print(f"{s.experiment} {variant}: {times['seconds_per_epoch']:.2f} s/epoch, "
+              f"{times['valid_seconds_per_epoch']:.2f} s/valid")  # fmt: skip
+    print(f"-> {path}")
     return path
 
 

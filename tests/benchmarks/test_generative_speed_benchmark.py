@@ -10,6 +10,7 @@ import pytest
 
 import benchmarks.generative_speed as generative_speed
 from benchmarks.reproduce import problems_of
+from recsys.errors import ConfigError
 
 SMOKE = "configs/benchmarks/generative-speed-smoke.yaml"
 
@@ -19,12 +20,16 @@ def test_the_smoke_run_times_epochs_and_profiles_training_steps(tmp_path: Path) 
     path = generative_speed.main(argv)
     assert path == tmp_path / "generative-speed-smoke.json" and problems_of(path) == []
     result = json.loads(path.read_text())
-    assert result["epochs"] == 3 and result["seconds_per_epoch"] > 0 and result["valid_seconds_per_epoch"] > 0
+    eager = result["variants"]["eager"]
+    assert eager["epochs"] == 3 and eager["seconds_per_epoch"] > 0 and eager["valid_seconds_per_epoch"] > 0
+    assert result["fastest"] == "eager" and result["seconds_per_epoch"] == eager["seconds_per_epoch"]
     assert result["experiment"] == "configs/synthetic/generative.yaml" and result["gpu"] is None
     profile = result["profile"]
-    assert profile["steps"] == 3 and profile["ms_per_step"] > 0
+    assert profile["variant"] == "eager" and profile["steps"] == 3 and profile["ms_per_step"] > 0
     assert profile["device_busy_share"] == 0  # the CPU run has no device kernels
     names = [row["name"] for row in profile["top_host_ops"]]
     assert len(names) == 5 and not any(name.startswith("ProfilerStep") for name in names)
+    with pytest.raises(ConfigError, match=r"variants\.0"):  # a name that is neither eager nor a compile mode
+        generative_speed.main([*argv, "--set", "variants=[fast]"])
     with pytest.raises(SystemExit, match="fewer than profile_after"):
         generative_speed.main([*argv, "--set", "profile_after=1000", "--set", "epochs=1"])
