@@ -11,7 +11,7 @@ from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
-from pydantic import NonNegativeInt
+from pydantic import NonNegativeInt, PositiveFloat
 
 from recsys.data.batching import HistoryBatch, history_target_batches
 from recsys.data.prepared import TrainingData, TrainingRows
@@ -24,6 +24,9 @@ class GenerativeTraining:
     """`model.training` of the generative retriever."""
 
     label_smoothing: Fraction = 0.0  # smoothing of the cross-entropy on each semantic-ID level
+    # each head's logits are divided by it before the cross-entropy: below 1 the loss weighs the codes ranked close
+    # to the target more (LETTER's ranking-guided generation loss, Wang et al., CIKM 2024); 1 = plain cross-entropy
+    temperature: PositiveFloat = 1.0
     # batch pairs of equal history length, each batch as wide as its histories (`history_target_batches`): the
     # encoder reads the real lengths instead of max_history (3x fewer tokens on Beauty)
     by_length: bool = True
@@ -124,6 +127,7 @@ class GenerativeRecipe:
     batch_size: int
     label_smoothing: float = 0.0
     by_length: bool = True
+    temperature: float = 1.0
 
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
         return pair_batches(rows, self.max_history, self.batch_size, generator, self.by_length)
@@ -132,7 +136,7 @@ class GenerativeRecipe:
         targets = model.head_targets(batch.targets)  # (B, N)
         logits = model(batch.histories, batch.targets, batch.users)  # N x (B, K_n)
         per_head = [
-            F.cross_entropy(lg.float(), targets[:, n], label_smoothing=self.label_smoothing)
+            F.cross_entropy(lg.float() / self.temperature, targets[:, n], label_smoothing=self.label_smoothing)
             for n, lg in enumerate(logits)
         ]
         return torch.stack(per_head).mean(), batch.targets.numel()

@@ -203,6 +203,24 @@ def test_label_smoothing_mixes_each_level_target_with_a_uniform_distribution() -
     assert smoothed.item() != plain.item()
 
 
+def test_a_temperature_below_one_sharpens_each_heads_softmax() -> None:
+    """LETTER's ranking-guided loss: cross-entropy of logits / temperature; at the same logits a sharper softmax puts
+    a larger loss on a target that is not ranked first."""
+    from recsys.data.batching import HistoryBatch
+    from recsys.training.recipes import GenerativeRecipe
+
+    codes = catalog()
+    m = model(codes, beam=4)  # eval mode: the same logits for every loss
+    batch = HistoryBatch(torch.tensor([[0, 1, 2], [3, 4, 5]]), torch.tensor([6, 7]), torch.tensor([1, 2]))
+    logits = m(batch.histories, batch.targets, batch.users)
+    targets = codes[batch.targets]
+    expected = torch.stack([F.cross_entropy(lg / 0.5, targets[:, t]) for t, lg in enumerate(logits)]).mean()
+    sharp, _ = GenerativeRecipe(3, 2, temperature=0.5).loss(m, batch, torch.Generator())
+    torch.testing.assert_close(sharp, expected)
+    plain, _ = GenerativeRecipe(3, 2).loss(m, batch, torch.Generator())
+    assert sharp.item() != plain.item()
+
+
 def test_a_beam_wider_than_the_first_level_returns_every_item_then_padding() -> None:
     """Fewer first-level codes (4) than beams, and fewer items (5) than beams: the dead beams' prefixes are no valid
     keys; the search still returns each item once, best first, and pads the rest."""
