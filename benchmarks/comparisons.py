@@ -6,6 +6,7 @@ Usage:
     .venv/bin/python -m benchmarks.comparisons --config configs/benchmarks/comparisons-smoke.yaml  # seconds, synthetic
     .venv/bin/python -m benchmarks.comparisons --only-seed 2    # one seed's runs, beside others in parallel; then the
                                                                # command without it gathers them (nothing retrained)
+    .venv/bin/python -m benchmarks.comparisons --only-seed 2 --only-model SASRec   # one run: one process per run
 
 The config (configs/benchmarks/beauty-comparisons.yaml) names the models (a label and an experiment config each; a
 model built on another's retriever names it, and gets that model's run of the same seed), the seeds, the device, the
@@ -94,15 +95,23 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--only-seed", type=int, metavar="I", help="train and evaluate only run I (0..seeds-1) of "
                         "every model, and write no result: seeds run side by side in processes (or hosts sharing the "
                         "work dir) of their own; the command without it then gathers them")  # fmt: skip
+    parser.add_argument(
+        "--only-model",
+        metavar="LABEL",
+        help="train and evaluate only the runs of this model (and of the retrievers it is built on), and write no "
+        "result; with --only-seed, one run",
+    )
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     work = (REPO / settings.work_dir).resolve()
-    if args.only_seed is not None:
-        if not 0 <= args.only_seed < settings.seeds:
+    if args.only_seed is not None or args.only_model is not None:
+        seeds = range(settings.seeds) if args.only_seed is None else [args.only_seed]
+        if args.only_seed is not None and not 0 <= args.only_seed < settings.seeds:
             raise SystemExit(f"--only-seed {args.only_seed}: the config has seeds 0..{settings.seeds - 1}")
-        for model in settings.models:  # the retriever's run of this seed exists before its ranker's
-            train_seeds(model_config(settings, model, args.only_seed, work), work, 1, "evaluate", [])
-        print(f"run {args.only_seed} of every model trained and evaluated in {work}")
+        chosen = settings.models if args.only_model is None else built_on(settings.models, args.only_model)
+        for offset, model in itertools.product(seeds, chosen):  # a retriever's run of a seed before its ranker's
+            train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [])
+        print(f"runs {list(seeds)} of {[model.label for model in chosen]} trained and evaluated in {work}")
         return work
     labels = [model.label for model in settings.models]
     if settings.pairs_with is not None and settings.pairs_with not in labels:
@@ -144,6 +153,15 @@ def main(argv: list[str] | None = None) -> Path:
               f"beyond the interval: {better} of {pooled['seeds']} seeds")  # fmt: skip
     print(f"-> {path}")
     return path
+
+
+def built_on(models: list[Model], label: str) -> list[Model]:
+    """The model labelled `label`, after the retrievers it is built on (theirs first)."""
+    by_label = {model.label: model for model in models}
+    if label not in by_label:
+        raise SystemExit(f"--only-model {label!r} is not a model of the config. Fix: one of {list(by_label)}")
+    model = by_label[label]
+    return [model] if model.retriever is None else [*built_on(models, model.retriever), model]
 
 
 def model_record(evaluation_dirs: list[Path], model_dirs: list[Path], metrics: list[str]) -> dict[str, Any]:

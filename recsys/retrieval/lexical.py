@@ -14,16 +14,26 @@ Dimension letters: B queries, V items, k results per query.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
-import bm25s
 import torch
 
 from recsys.retrieval.base import check_query_texts
 
 logger = logging.getLogger(__name__)
+
+
+def _bm25s() -> ModuleType:
+    """bm25s, imported on first use. Where JAX is installed, bm25s runs it at import, and JAX on a GPU takes 75 % of
+    the GPU's memory up front (XLA's preallocation), starving a model that trains beside it; BM25's top-k needs no
+    GPU, so JAX stays on the CPU unless the caller chose its platform (JAX_PLATFORMS)."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    return importlib.import_module("bm25s")
 
 
 @dataclass(frozen=True)
@@ -53,12 +63,12 @@ class BM25Retriever:
             raise ValueError("BM25 needs the items' texts (got none). Fix: pass one text per item of the catalogue")
         self.config = config
         self.num_items = len(texts)  # V
-        self.model = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
+        self.model = _bm25s().BM25(k1=config.k1, b=config.b, method=config.method)
         self.model.index(self._tokens(texts), show_progress=False)
         logger.info("BM25 over %d items, %d distinct words", self.num_items, len(self.model.vocab_dict) - 1)
 
     def _tokens(self, texts: Sequence[str]) -> list[list[str]]:
-        tokens = bm25s.tokenize(list(texts), stopwords=self.config.stopwords, return_ids=False, show_progress=False)
+        tokens = _bm25s().tokenize(list(texts), stopwords=self.config.stopwords, return_ids=False, show_progress=False)
         return [list(words) for words in tokens]
 
     def score(self, queries: Sequence[str]) -> torch.Tensor:

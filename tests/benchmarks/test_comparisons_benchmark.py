@@ -21,7 +21,13 @@ def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: P
     argv = ["--config", SMOKE, "--set", f"work_dir={tmp_path / 'work'}", "--results-dir", str(tmp_path)]
     assert comparisons.main([*argv, "--only-seed", "1"]) == tmp_path / "work"  # a seed on its own: no result yet
     assert not (tmp_path / "comparisons-smoke.json").exists()
-    seed1 = tmp_path / "work" / "models" / "smoke-sasrec-seed1" / "model.pt"
+    models = tmp_path / "work" / "models"
+    comparisons.main([*argv, "--only-seed", "0", "--only-model", "SASRec small"])  # one run: one process per run
+    trained = {path.parent.name for path in models.glob("*/model.pt")}
+    assert trained == {"smoke-sasrec-seed1", "smoke-sasrec-small-seed1", "smoke-sasrec-small"}
+    with pytest.raises(SystemExit, match=r"--only-model 'SASrec' is not a model of the config. Fix: one of"):
+        comparisons.main([*argv, "--only-model", "SASrec"])
+    seed1 = models / "smoke-sasrec-seed1" / "model.pt"
     seed1_trained = seed1.stat().st_mtime_ns
     path = comparisons.main(argv)
     assert path == tmp_path / "comparisons-smoke.json" and problems_of(path) == []
@@ -64,6 +70,13 @@ def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: P
     assert low <= record["warm.recall@10"]["per_seed"][0]["value"] <= high
     with pytest.raises(SystemExit, match=r"no 'valid_cold' 'ndcg@10'.*cold-start split"):
         comparisons.main([*argv, "--set", "model_metrics=[valid_cold.ndcg@10]"])
+
+
+def test_a_model_run_on_its_own_brings_the_retrievers_it_is_built_on() -> None:
+    ranker = comparisons.Model("ranker", "r.yaml", retriever="retriever")
+    models = [comparisons.Model("retriever", "a.yaml"), comparisons.Model("other", "b.yaml"), ranker]
+    assert [m.label for m in comparisons.built_on(models, "ranker")] == ["retriever", "ranker"]
+    assert [m.label for m in comparisons.built_on(models, "other")] == ["other"]
 
 
 def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:

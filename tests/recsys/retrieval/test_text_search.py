@@ -4,6 +4,10 @@ the fix."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -58,3 +62,23 @@ def test_an_empty_query_is_refused_with_the_fix(dense: DenseTextRetriever, queri
     for search in (BM25Retriever(TITLES).score, dense.score):
         with pytest.raises(ValueError, match=r"is empty .* Fix: leave out the users without a query"):
             search(queries)
+
+
+def test_bm25s_is_imported_on_first_use_with_jax_kept_off_the_gpu() -> None:
+    """bm25s runs JAX at import where JAX is installed, and JAX on a GPU takes 75 % of its memory: importing the
+    models must not import it, and using BM25 leaves JAX on the CPU unless the caller chose otherwise."""
+    script = (
+        "import os, sys\n"
+        "import recsys.models.registry\n"
+        "assert 'bm25s' not in sys.modules, 'the registry imported bm25s'\n"
+        "from recsys.retrieval.lexical import BM25Retriever\n"
+        "BM25Retriever(['red lipstick'])\n"
+        "assert 'bm25s' in sys.modules\n"
+        "print(os.environ['JAX_PLATFORMS'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    chosen = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert chosen.stdout.strip() == "cpu"
+    kept = subprocess.run([sys.executable, "-c", script], env={**env, "JAX_PLATFORMS": "cuda"}, capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    assert kept.stdout.strip() == "cuda"
