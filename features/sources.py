@@ -8,7 +8,7 @@ Example:
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,6 +36,8 @@ def load_synthetic(
     num_items: int | None = None,
     seed: int = 0,
     session_reset_prob: float | None = None,
+    domains: Sequence[str] | None = None,
+    domain_concentration: float | None = None,
 ) -> RawDataset:
     """Generate the synthetic data set (`features.synthetic`), deterministic by seed.
 
@@ -45,10 +47,16 @@ def load_synthetic(
         seed: random seed.
         session_reset_prob: P(a new session switches the user's focus and breaks the follow-up chain), which makes
             time gaps informative; None keeps the generator's default (0: time does not shape the items).
+        domains: the domains the catalogue's items are split over (e.g. ["beauty", "sports"]); None keeps the
+            generator's three.
+        domain_concentration: Dirichlet concentration of each user's traffic over the domains (small: mostly one
+            domain; large: every domain alike); None keeps the generator's default (0.3).
     """
     from features.synthetic import generate_synthetic  # lazy: the generator is optional here
 
-    return generate_synthetic(_synthetic_config(num_users, num_items, seed, session_reset_prob))
+    return generate_synthetic(
+        _synthetic_config(seed, num_users, num_items, session_reset_prob, domains, domain_concentration)
+    )
 
 
 def open_synthetic(
@@ -57,12 +65,14 @@ def open_synthetic(
     num_items: int | None = None,
     seed: int = 0,
     session_reset_prob: float | None = None,
+    domains: Sequence[str] | None = None,
+    domain_concentration: float | None = None,
 ) -> RawStream:
     """The synthetic data set as a stream of user chunks (`features.synthetic.iter_synthetic`): the same rows as
     `load_synthetic`, in memory that does not grow with the number of users."""
     from features.synthetic import iter_synthetic, synthetic_items
 
-    config = _synthetic_config(num_users, num_items, seed, session_reset_prob)
+    config = _synthetic_config(seed, num_users, num_items, session_reset_prob, domains, domain_concentration)
     return RawStream(
         batches=lambda batch_bytes: iter_synthetic(config, max(1, batch_bytes // SYNTHETIC_BYTES_PER_USER)),
         items=synthetic_items(config),
@@ -72,11 +82,23 @@ def open_synthetic(
 
 
 def _synthetic_config(
-    num_users: int | None, num_items: int | None, seed: int, session_reset_prob: float | None
+    seed: int,
+    num_users: int | None,
+    num_items: int | None,
+    session_reset_prob: float | None,
+    domains: Sequence[str] | None,
+    domain_concentration: float | None,
 ) -> SyntheticConfig:
+    """The generator's config: its defaults, but for the options given (not None)."""
     from features.synthetic import SyntheticConfig
 
-    given: dict[str, Any] = {"num_users": num_users, "num_items": num_items, "session_reset_prob": session_reset_prob}
+    given: dict[str, Any] = {
+        "num_users": num_users,
+        "num_items": num_items,
+        "session_reset_prob": session_reset_prob,
+        "domains": None if domains is None else tuple(domains),
+        "domain_concentration": domain_concentration,
+    }
     return replace(SyntheticConfig(seed=seed), **{key: value for key, value in given.items() if value is not None})
 
 

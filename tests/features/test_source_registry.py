@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from features.sources import SOURCES, load_source
@@ -68,3 +69,22 @@ def test_synthetic_source_is_deterministic() -> None:
     assert first.source == "synthetic"
     assert first.interactions["user_id"].n_unique() == 40
     assert first.interactions.equals(again.interactions)
+
+
+@needs_synthetic
+def test_synthetic_domains_and_how_users_spread_over_them_are_options() -> None:
+    def majority_share(concentration: float) -> float:
+        raw = load_source("synthetic", None, num_users=200, num_items=96, domains=["beauty", "sports"],
+                          domain_concentration=concentration)  # fmt: skip
+        assert set(raw.interactions["domain"]) == {"beauty", "sports"} == set(raw.items["domain"])
+        counts = (
+            raw.interactions.group_by("user_id", "domain")
+            .len()
+            .group_by("user_id")
+            .agg(share=pl.col("len").max() / pl.col("len").sum())
+        )
+        return float(counts["share"].mean())
+
+    assert majority_share(0.05) > 0.95 > 0.9 > majority_share(20.0)  # one domain per user vs both alike
+    with pytest.raises(ConfigError, match="domains"):
+        load_source("synthetic", None, num_users=20, domains=["garden"])
