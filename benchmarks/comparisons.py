@@ -9,11 +9,11 @@ Usage:
     .venv/bin/python -m benchmarks.comparisons --only-seed 2 --only-model SASRec   # one run: one process per run
 
 The config (configs/benchmarks/beauty-comparisons.yaml) names the models (a label and an experiment config each; a
-model built on another's retriever names it, and gets that model's run of the same seed), the seeds, the device, the
-work directory and the intervals' settings. Every (model, seed) is trained and evaluated on test by the pipeline
-(`benchmarks.quality.train_seeds`: train.seed = the config's + i, until the `evaluate` step, which keeps every test
-user's rank): a (model, seed) already up to date in the work directory is skipped, so the benchmark resumes where it
-stopped. benchmarks/results/<result_name>.json then gives:
+ranker names the models it is built on, `retriever` and `holdout_retriever`, and gets their runs of the same seed),
+the seeds, the device, the work directory and the intervals' settings. Every (model, seed) is trained and evaluated on
+test by the pipeline (`benchmarks.quality.train_seeds`: train.seed = the config's + i, until the `evaluate` step,
+which keeps every test user's rank): a (model, seed) already up to date in the work directory is skipped, so the
+benchmark resumes where it stopped. benchmarks/results/<result_name>.json then gives:
 
     models   per model and metric of `model_metrics` (test N@10 and R@10 by default; `cold.recall@10` is test R@10
              on the users of slice "cold", `valid_cold.recall@10` the same on validation, from the model directory's
@@ -53,7 +53,12 @@ class Model:
     label: str  # how the result names it, e.g. "SASRec + SID features"
     config: str  # its experiment config, a path in the repo
     retriever: str | None = None  # the label of the model whose run (of the same seed) is its model.retriever_dir
+    holdout_retriever: str | None = None  # the same for model.holdout_retriever_dir (a ranker's held-out first stage)
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted, of this model's config only
+
+    def upstream(self) -> list[str]:
+        """The labels of the models it is built on."""
+        return [label for label in (self.retriever, self.holdout_retriever) if label is not None]
 
 
 @dataclass(frozen=True)
@@ -74,8 +79,9 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
     settings = settings_from(Settings, config, overrides)
     labels = [model.label for model in settings.models]
     for model in settings.models:
-        if model.retriever is not None and labels.index(model.retriever) >= labels.index(model.label):
-            raise SystemExit(f"{model.label}: its retriever {model.retriever!r} must be a model listed before it")
+        for upstream in model.upstream():
+            if upstream not in labels or labels.index(upstream) >= labels.index(model.label):
+                raise SystemExit(f"{model.label}: the model it is built on, {upstream!r}, must be listed before it")
         model_config(settings, model, 0, REPO / settings.work_dir)  # every config must load
     return settings
 
@@ -84,9 +90,13 @@ def model_config(settings: Settings, model: Model, offset: int, work: Path) -> E
     """The experiment config of `model`'s run `offset` (its retriever: that model's run of the same offset)."""
     own = {"train.hardware.device": settings.device, "eval.uncertainty": asdict(settings.uncertainty)}
     overrides = {**work_overrides(work), **own, **settings.experiment, **model.overrides}
-    if model.retriever is not None:
-        retriever = next(m for m in settings.models if m.label == model.retriever)
-        overrides["model.retriever_dir"] = str(work / "models" / model_config(settings, retriever, offset, work).name)
+    for key, label in (
+        ("model.retriever_dir", model.retriever),
+        ("model.holdout_retriever_dir", model.holdout_retriever),
+    ):
+        if label is not None:
+            upstream = next(m for m in settings.models if m.label == label)
+            overrides[key] = str(work / "models" / model_config(settings, upstream, offset, work).name)
     return seeded(load_config(REPO / model.config, overrides), offset)
 
 
@@ -161,7 +171,8 @@ def built_on(models: list[Model], label: str) -> list[Model]:
     if label not in by_label:
         raise SystemExit(f"--only-model {label!r} is not a model of the config. Fix: one of {list(by_label)}")
     model = by_label[label]
-    return [model] if model.retriever is None else [*built_on(models, model.retriever), model]
+    upstream = {m.label: m for name in model.upstream() for m in built_on(models, name)}  # each once, in order
+    return [*upstream.values(), model]
 
 
 def model_record(evaluation_dirs: list[Path], model_dirs: list[Path], metrics: list[str]) -> dict[str, Any]:

@@ -3,7 +3,8 @@ family reads is its `model.training` (`recsys.training.recipes`).
 
     train:
       seed: 0
-      schedule:      {epochs, patience, monitor, eval_every, valid_users, max_seconds}   when it stops, how it validates
+      schedule:      {epochs, patience, monitor, eval_every, valid_users, max_seconds,  when it stops, how it validates
+                      validate_initial}
       optimization:  {batch_size, accumulate_batches, lr, lr_schedule, warmup_steps, weight_decay, ema_decay}
       hardware:      {device, precision, threads, compile, compile_mode, max_memory_gb}  where and how fast it runs
       distributed:   {nproc_per_node, shard_item_table}                                   several processes
@@ -39,6 +40,9 @@ class ScheduleConfig:
     # None = every user every epoch
     valid_users: PositiveInt | None = None
     max_seconds: NonNegativeFloat | None = None  # stop after the first validated epoch past this wall time
+    # validate the weights before any training, as epoch 0: a model that starts as a baseline (a residual ranker
+    # starts as its retriever's order) is then kept as it is unless an epoch beats it on validation
+    validate_initial: bool = False
 
 
 @dataclass(frozen=True)

@@ -126,15 +126,21 @@ def fit(
     run = _TrainingRun(model, data, config, recipe)
     if state_path is not None:
         run.resume(state_path)
-    for epoch in run.epochs_left():
-        loss = run.train_epoch(epoch)
-        if epoch % config.schedule.eval_every and epoch != config.schedule.epochs:
-            continue
+
+    def validated(epoch: int, loss: float | None) -> None:
         metrics = run.validate(epoch, loss, eval_config)
         if on_epoch_end is not None:
             on_epoch_end(epoch, metrics)
         if state_path is not None:
             run.save(state_path)
+
+    if config.schedule.validate_initial and run.epoch == 0 and not run.result.valid_seconds:
+        validated(0, None)  # no training loss yet
+    for epoch in run.epochs_left():
+        loss = run.train_epoch(epoch)
+        if epoch % config.schedule.eval_every and epoch != config.schedule.epochs:
+            continue
+        validated(epoch, loss)
         if run.should_stop(epoch):
             break
     return run.finish(eval_config)
@@ -238,27 +244,29 @@ class _TrainingRun:
         seed = np.random.SeedSequence([self.config.seed % 2**32, epoch, self.workers.rank]).generate_state(1)[0]
         return torch.Generator().manual_seed(int(seed))
 
-    def validate(self, epoch: int, loss: float, eval_config: EvalConfig) -> dict[str, float]:
+    def validate(self, epoch: int, loss: float | None, eval_config: EvalConfig) -> dict[str, float]:
         """Rank the validation split with the weights that would be kept (the EMA's with it on); keep them when the
-        monitored metric improved. Returns the epoch's metrics."""
+        monitored metric improved. Returns the epoch's metrics (with the epoch's training `loss`; None: epoch 0,
+        untrained)."""
         load = expert_load(self.model)  # this epoch's training batches
         self.model.eval()
         start = time.perf_counter()
         with self.average.applied() if self.average is not None else contextlib.nullcontext():
             with gathered_item_table(self.model), gathered_tables(self.model):
                 ranked = evaluate(self.model, self.valid, self.data.num_items, eval_config, workers=self.workers)
-            metrics = {"loss": loss, **ranked.metrics}
+            metrics = {**({} if loss is None else {"loss": loss}), **ranked.metrics}
             improved = metrics[self.monitor] > self.best_score
             if improved:
                 self.best_weights = copy.deepcopy(self.model.state_dict())
         self.result.valid_seconds.append(time.perf_counter() - start)
-        metrics["epoch_seconds"] = self.result.epoch_seconds[-1]
+        metrics["epoch_seconds"] = self.result.epoch_seconds[-1] if self.result.epoch_seconds else 0.0  # 0: untrained
         if self.valid_sample is not None:
             metrics["valid_sample_users"] = float(len(ranked.ranks))
         if load is not None:
             metrics["expert_load_max_over_mean"] = float(load["max_over_mean"])  # type: ignore[arg-type]
             self.result.expert_load.append({"epoch": epoch, **load})
-        logger.info("epoch %d loss %.4f valid %s %.4f", epoch, loss, self.monitor, metrics[self.monitor])
+        trained = "untrained" if loss is None else f"loss {loss:.4f}"
+        logger.info("epoch %d %s valid %s %.4f", epoch, trained, self.monitor, metrics[self.monitor])
         if improved:
             self.best_score, self.result.best_epoch = metrics[self.monitor], epoch
             self.result.best_valid = metrics

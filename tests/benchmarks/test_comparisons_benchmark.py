@@ -73,9 +73,10 @@ def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: P
 
 
 def test_a_model_run_on_its_own_brings_the_retrievers_it_is_built_on() -> None:
-    ranker = comparisons.Model("ranker", "r.yaml", retriever="retriever")
-    models = [comparisons.Model("retriever", "a.yaml"), comparisons.Model("other", "b.yaml"), ranker]
-    assert [m.label for m in comparisons.built_on(models, "ranker")] == ["retriever", "ranker"]
+    ranker = comparisons.Model("ranker", "r.yaml", retriever="retriever", holdout_retriever="held out")
+    held_out = comparisons.Model("held out", "h.yaml", retriever="retriever")  # built on the retriever too
+    models = [comparisons.Model("retriever", "a.yaml"), comparisons.Model("other", "b.yaml"), held_out, ranker]
+    assert [m.label for m in comparisons.built_on(models, "ranker")] == ["retriever", "held out", "ranker"]
     assert [m.label for m in comparisons.built_on(models, "other")] == ["other"]
 
 

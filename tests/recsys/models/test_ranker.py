@@ -4,6 +4,7 @@ saves and loads whole."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,29 @@ def test_a_residual_ranker_starts_as_its_retriever_and_can_keep_its_item_vectors
     )
     assert torch.equal(model.ranker.item_emb.weight, items)  # frozen: still the retriever's vectors
     assert not torch.equal(model.eval().score(histories), scores)  # the head learned a correction
+
+
+def test_validated_before_training_a_residual_ranker_cannot_end_below_its_retriever(
+    tiny_data_dir: Path, retriever_dir: Path
+) -> None:
+    """`train.schedule.validate_initial`: epoch 0 is the retriever's own order, so a training that does not help (here a
+    learning rate of 30) leaves the two stages exactly as the retriever ranks."""
+    data = load_prepared(tiny_data_dir)
+    retriever = Upstream(*load_model(retriever_dir / "model.pt")).model.eval()
+    valid = data.eval_split("valid")
+    retriever_valid = evaluate(retriever, valid, data.num_items, EVAL).metrics["ndcg@10"]
+    model = two_stage(retriever_dir, data.num_items, residual=True, freeze_item_embeddings=True)
+    histories = valid.histories.select(torch.arange(6)).to_padded(20)
+    before = model.eval().score(histories)
+    quick = quick_train(2, 32, 30.0)
+    config = dataclasses.replace(quick, schedule=dataclasses.replace(quick.schedule, validate_initial=True))
+    seen: dict[int, dict[str, float]] = {}
+    result = fit(model, data, config, EVAL, on_epoch_end=lambda epoch, metrics: seen.setdefault(epoch, metrics))
+    assert sorted(seen) == [0, 1, 2] and "loss" not in seen[0]  # epoch 0: validated, not trained
+    assert seen[0]["ndcg@10"] == pytest.approx(retriever_valid)  # it starts as its retriever ranks
+    assert max(seen[1]["ndcg@10"], seen[2]["ndcg@10"]) <= seen[0]["ndcg@10"]  # the training did not help...
+    assert result.best_epoch == 0 and result.best_valid["ndcg@10"] == seen[0]["ndcg@10"]
+    torch.testing.assert_close(model.eval().score(histories), before)  # ...and the retriever's order is kept
 
 
 def test_content_features_are_cosines_to_the_history_and_travel_with_the_model(
