@@ -9,7 +9,8 @@ Usage:
     .venv/bin/python -m benchmarks.comparisons --only-seed 2 --only-model SASRec   # one run: one process per run
 
 The config (configs/benchmarks/beauty-comparisons.yaml) names the models (a label and an experiment config each; a
-ranker names the models it is built on, `retriever` and `holdout_retriever`, and gets their runs of the same seed),
+ranker names the models it is built on, `retriever` and `holdout_retriever`, a distilled student its `teacher`, and
+each gets their runs of the same seed),
 the seeds, the device, the work directory and the intervals' settings. Every (model, seed) is trained and evaluated on
 test by the pipeline (`benchmarks.quality.train_seeds`: train.seed = the config's + i, until the `evaluate` step,
 which keeps every test user's rank): a (model, seed) already up to date in the work directory is skipped, so the
@@ -54,11 +55,12 @@ class Model:
     config: str  # its experiment config, a path in the repo
     retriever: str | None = None  # the label of the model whose run (of the same seed) is its model.retriever_dir
     holdout_retriever: str | None = None  # the same for model.holdout_retriever_dir (a ranker's held-out first stage)
+    teacher: str | None = None  # the same for distill.teacher_dir (a distilled student's teacher)
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted, of this model's config only
 
     def upstream(self) -> list[str]:
         """The labels of the models it is built on."""
-        return [label for label in (self.retriever, self.holdout_retriever) if label is not None]
+        return [label for label in (self.retriever, self.holdout_retriever, self.teacher) if label is not None]
 
 
 @dataclass(frozen=True)
@@ -87,12 +89,14 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def model_config(settings: Settings, model: Model, offset: int, work: Path) -> ExperimentConfig:
-    """The experiment config of `model`'s run `offset` (its retriever: that model's run of the same offset)."""
+    """The experiment config of `model`'s run `offset` (its retriever, held-out retriever and teacher: those models'
+    runs of the same offset)."""
     own = {"train.hardware.device": settings.device, "eval.uncertainty": asdict(settings.uncertainty)}
     overrides = {**work_overrides(work), **own, **settings.experiment, **model.overrides}
     for key, label in (
         ("model.retriever_dir", model.retriever),
         ("model.holdout_retriever_dir", model.holdout_retriever),
+        ("distill.teacher_dir", model.teacher),
     ):
         if label is not None:
             upstream = next(m for m in settings.models if m.label == label)
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument(
         "--only-model",
         metavar="LABEL",
-        help="train and evaluate only the runs of this model (and of the retrievers it is built on), and write no "
+        help="train and evaluate only the runs of this model (and of the models it is built on), and write no "
         "result; with --only-seed, one run",
     )
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
@@ -166,7 +170,7 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 def built_on(models: list[Model], label: str) -> list[Model]:
-    """The model labelled `label`, after the retrievers it is built on (theirs first)."""
+    """The model labelled `label`, after the models it is built on (theirs first)."""
     by_label = {model.label: model for model in models}
     if label not in by_label:
         raise SystemExit(f"--only-model {label!r} is not a model of the config. Fix: one of {list(by_label)}")

@@ -1,7 +1,7 @@
 """The comparisons benchmark end to end on its smoke config: one seed run on its own first (--only-seed), then every
 model and seed trained and evaluated, each pair's paired difference per seed and pooled (overall and on a slice's
 users); a second run reuses what the work dir holds; Beauty's ranker runs over the
-SASRec of its own seed."""
+SASRec of its own seed, a student learns from the ranker of its own seed."""
 
 from __future__ import annotations
 
@@ -91,6 +91,20 @@ def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:
     assert comparisons.model_config(settings, settings.models[2], 0, work).model.retriever_dir == (
         work / "models" / "beauty-sasrec"
     )
+
+
+def test_a_beauty_student_learns_from_the_ranker_of_its_seed() -> None:
+    settings = comparisons.load_settings(REPO / "configs/benchmarks/beauty-ranking.yaml", {})
+    by_label = {model.label: model for model in settings.models}
+    work = Path("/work-dir")
+    student = comparisons.model_config(settings, by_label["student wide"], 2, work)
+    assert student.name == "beauty-distill-ranker-wide-seed2" and student.distill is not None
+    assert student.distill.teacher_dir == work / "models" / "beauty-ranker-residual-moe-seed2"
+    ranker = comparisons.model_config(settings, by_label["ranker MoE"], 2, work)
+    assert ranker.model.retriever_dir == work / "models" / "beauty-sasrec-seed2"
+    assert ranker.model.holdout_retriever_dir == work / "models" / "beauty-sasrec-holdout-seed2"
+    chain = [model.label for model in comparisons.built_on(settings.models, "student wide")]
+    assert chain == ["SASRec", "SASRec held out", "ranker MoE", "student wide"]  # run on its own, in this order
 
 
 def test_models_that_read_queries_are_compared_on_search_user_by_user(tmp_path: Path) -> None:
