@@ -20,11 +20,14 @@ Times are `triton.testing.do_bench` medians (L2 flushed between runs) on CUDA, p
 CPU. GB/s = the bytes the op must move (counted per op below, the same count for every implementation)
 / time; `copy_GBps` is a device-to-device copy measured in the same run (bytes read + written).
 Writes benchmarks/results/kernels-embedding-bag-<gpu>.json (`-smoke` appended for a `smoke: true` config), with the
-settings and how to reproduce it.
+settings and how to reproduce it. A case that runs out of GPU memory is recorded with the error and the device's
+memory at that moment (`failed` lists them) and the run goes on; `memory_at_start` says how much of the GPU was held
+outside this process's torch before the first case (another process, or JAX in this one: JAX_PLATFORMS=cpu).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import statistics
 import time
@@ -41,8 +44,10 @@ from benchmarks.reproduce import jsonable
 from recsys.ops.embedding_bag import Kernel, OptimType, RowwiseOptimizer, embedding_bag, fused_backward_update
 from recsys.ops.reference import embedding_bag as reference
 
+logger = logging.getLogger(__name__)
 LR = 0.01
 EPS = 1e-8
+HELD_ELSEWHERE_WARNING = 0.25  # share of the GPU held outside torch before the first case that earns a warning
 # the fused optimizer of each training op (fwd_bwd: none, the sparse gradient itself)
 FUSED = {
     "fwd_bwd_sgd": OptimType.SGD,
@@ -491,6 +496,7 @@ def run_case(
     torch_ms = timer(torch_fn)
     fbgemm_ms: float | None = None
     fbgemm_note = fbgemm_reason
+    fbgemm_fn: Callable[[], Any] | None = None
     if fbgemm_reason is None:
         try:
             fbgemm_fn = fbgemm_step(c, p, grad_output)
@@ -502,17 +508,7 @@ def run_case(
             fbgemm_note = _describe(err)
     gbps = nbytes / (ms * 1e6)
     result = {
-        "name": c.name,
-        "op": c.op,
-        "dtype": str(c.dtype).removeprefix("torch."),
-        "rows": c.rows,
-        "dim": c.dim,
-        "batch": c.batch,
-        "pool": c.pool,
-        "tables": c.tables,
-        "ids": c.ids,
-        "deterministic": c.deterministic,
-        "stochastic_rounding": c.stochastic_rounding,
+        **case_fields(c),
         "unique_rows": unique_rows,
         "bytes": nbytes,
         "ms": significant(ms),
@@ -527,10 +523,43 @@ def run_case(
         "fbgemm_note": fbgemm_note,
         "checked": checked,
     }
-    del p, grad_output, torch_fn
+    del p, grad_output, ours, torch_fn, fbgemm_fn  # and the optimizer states they hold, before the cache is emptied
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result
+
+
+def case_fields(c: Case) -> dict[str, Any]:
+    """The case's name and shape as a result records them."""
+    return {**asdict(c), "dtype": str(c.dtype).removeprefix("torch.")}
+
+
+def device_memory(device: torch.device) -> dict[str, int] | None:
+    """Bytes of the GPU: total, free, reserved by this process's torch, and held outside it (other processes, another
+    framework in this one, the CUDA context); None on CPU."""
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    reserved = torch.cuda.memory_reserved(device)
+    return {"total": total, "free": free, "torch_reserved": reserved, "held_elsewhere": total - free - reserved}
+
+
+def out_of_memory_case(c: Case, err: torch.OutOfMemoryError, device: torch.device) -> dict[str, Any]:
+    """The record of a case that ran out of memory: its shape, the error and the device's memory when it happened."""
+    memory = device_memory(device)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    logger.error("case %s ran out of memory (%s); the run goes on with the next case", c.name, _describe(err))
+    return {**case_fields(c), "error": _describe(err), "memory": memory}
+
+
+def warn_if_held_elsewhere(memory: dict[str, int] | None) -> None:
+    if memory is not None and memory["held_elsewhere"] > HELD_ELSEWHERE_WARNING * memory["total"]:
+        logger.warning(
+            "%.1f of %.1f GiB of the GPU is held outside this process's torch before the first case: the large cases "
+            "may run out of memory. Fix: stop the other process, or keep other frameworks off the GPU (JAX: "
+            "JAX_PLATFORMS=cpu)", memory["held_elsewhere"] / 2**30, memory["total"] / 2**30,
+        )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
@@ -564,6 +593,9 @@ def print_table(cases: list[dict[str, Any]], copy_gbps: float) -> None:
     print(header)
     print("-" * len(header))
     for r in cases:
+        if "error" in r:
+            print(f"{r['name']:<32} {r['error']}")
+            continue
         fbgemm = "-" if r["fbgemm_ms"] is None else f"{r['fbgemm_ms']:.3f}"
         print(
             f"{r['name']:<32} {r['ms']:>9.3f} {r['GBps']:>8,.0f} {r['fraction_of_copy']:>5.0%} {r['torch_ms']:>9.3f} "
@@ -581,9 +613,16 @@ def main(argv: list[str] | None = None) -> Path:
     timer, timer_note = make_timer(device, settings.cpu_repeats)
     copy_gbps = copy_bandwidth(settings.copy_bytes, device, timer)
     fbgemm_reason = fbgemm_status(device)
+    memory_at_start = device_memory(device)
+    warn_if_held_elsewhere(memory_at_start)
     results = []
     for c in cases:
-        results.append(run_case(c, settings, device, timer, copy_gbps, fbgemm_reason))
+        try:
+            results.append(run_case(c, settings, device, timer, copy_gbps, fbgemm_reason))
+        except torch.OutOfMemoryError as err:  # the other cases' figures are kept
+            results.append(out_of_memory_case(c, err, device))
+            print(f"  {c.name}: out of memory", flush=True)
+            continue
         print(f"  {c.name}: {results[-1]['ms']:.3f} ms, {results[-1]['GBps']:,.0f} GB/s", flush=True)
     name, head = result_head(device, "kernels-embedding-bag", settings.smoke)
     result = {
@@ -592,6 +631,8 @@ def main(argv: list[str] | None = None) -> Path:
         "copy_bytes": _copied_bytes(settings),
         "timer": timer_note,
         "fbgemm": {"available": fbgemm_reason is None, "reason": fbgemm_reason},
+        "memory_at_start": memory_at_start,
+        "failed": [r["name"] for r in results if "error" in r],
         "notes": {
             "GBps": "bytes the op must move (see benchmarks/kernels/embedding_bag.py, *_bytes) / median time; "
             "1 GB = 1e9 bytes; the same byte count for ours, torch and FBGEMM",
@@ -632,8 +673,7 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
         c = expected.get(case.get("name"))
         if c is None:
             continue
-        shape = {**asdict(c), "dtype": str(c.dtype).removeprefix("torch.")}
-        for key, value in shape.items():
+        for key, value in case_fields(c).items():
             if key != "name" and case.get(key) != value:
                 yield f"cases[{c.name}].{key}: the result has {case.get(key)!r}, the config {value!r}"
 

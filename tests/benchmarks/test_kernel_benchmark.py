@@ -94,3 +94,41 @@ def test_bytes_are_counted_per_op() -> None:
     assert sgd == embedding_bag.case_bytes(c, unique_rows=5) + 2 * 16 + 6 * 8 + 3 * 8 + 2 * 5 * 16
     adagrad = embedding_bag.case_bytes(replace(c, op="fwd_bwd_rowwise_adagrad"), unique_rows=5)
     assert adagrad == sgd + 2 * 5 * 4
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_case_out_of_memory_is_recorded_and_the_run_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_problem = embedding_bag.make_problem
+
+    def short_of_memory(c: embedding_bag.Case, *args: object, **kwargs: object) -> embedding_bag.Problem:
+        if c.name == "fwd_bwd_adam-fp32":  # as the Adam case on a GPU another framework had filled
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.77 GiB")
+        return make_problem(c, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(embedding_bag, "make_problem", short_of_memory)
+    args = ["--config", str(REPO / SMOKE), "--set", "cases=[fwd-fp32, fwd-bf16, fwd_bwd_adam-fp32]"]
+    path = embedding_bag.main([*args, "--results-dir", str(tmp_path)])
+    result = json.loads(path.read_text())
+    assert problems_of(path) == []  # a run with a failed case still matches its config
+    assert [c["name"] for c in result["cases"]] == ["fwd-fp32", "fwd-bf16", "fwd_bwd_adam-fp32"]  # the cases' order
+    failed = result["cases"][2]
+    assert result["failed"] == ["fwd_bwd_adam-fp32"] and failed["error"].startswith("OutOfMemoryError: CUDA out of")
+    assert failed["op"] == "fwd_bwd_adam" and failed["rows"] == 1_000 and "ms" not in failed
+    assert all(case["ms"] > 0 for case in result["cases"][:2])  # the others are measured
+    if torch.cuda.is_available():
+        assert set(failed["memory"]) == {"total", "free", "torch_reserved", "held_elsewhere"}
+        assert result["memory_at_start"]["total"] == failed["memory"]["total"]
+    else:
+        assert failed["memory"] is None and result["memory_at_start"] is None  # no GPU memory to report
+
+
+def test_a_gpu_mostly_held_outside_torch_is_named_before_the_first_case(caplog: pytest.LogCaptureFixture) -> None:
+    gib = 2**30
+    embedding_bag.warn_if_held_elsewhere({"total": 80 * gib, "free": 19 * gib, "torch_reserved": gib,
+                                          "held_elsewhere": 60 * gib})  # fmt: skip
+    assert "60.0 of 80.0 GiB of the GPU is held outside" in caplog.text and "JAX_PLATFORMS=cpu" in caplog.text
+    caplog.clear()
+    embedding_bag.warn_if_held_elsewhere({"total": 80 * gib, "free": 79 * gib, "torch_reserved": 0,
+                                          "held_elsewhere": gib})  # fmt: skip
+    embedding_bag.warn_if_held_elsewhere(None)  # CPU
+    assert caplog.text == ""
