@@ -21,7 +21,8 @@ Inputs of any size: the work runs in passes, so that memory follows a batch or a
    split the users, not the content: the same rows in the same order, whatever the number of parts.
 
 Budgets: after every batch of pass 1 (for the synthetic source, every chunk generated) and every part of passes 2
-and 4, the process's resident memory is checked against `memory_budget_gb` and the time since the start against
+and 4, the resident memory the prepare added since it started is checked against `memory_budget_gb` (what the
+process held before is not charged to it) and the time since the start against
 `max_seconds` (`recsys.runtime.budget`): running out is a `BudgetExceeded` naming the knob, and nothing is written.
 
 Example:
@@ -98,11 +99,13 @@ def batch_bytes(settings: PrepareSettings) -> int:
 
 
 def prepare_budget(settings: PrepareSettings) -> Budget:
-    """The budget the passes check: the memory budget against the resident memory, and the time budget."""
+    """The budget the passes check: the memory budget against the resident memory the prepare adds, and the time
+    budget."""
     return Budget(
         "the prepare",
         seconds=limit(settings.max_seconds, SECONDS_KNOB),
         memory_gb=Limit(settings.memory_budget_gb, MEMORY_KNOB),
+        memory_from_start=True,
     )
 
 

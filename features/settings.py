@@ -37,7 +37,8 @@ class PrepareSettings(BaseModel):
         cold_start_fraction: fraction of items held out of training as cold items, in [0, 1).
         seed: seed of the cold-item draw.
         memory_budget_gb: the memory the work may use, in GiB (> 0): it sizes the batches the input is read in, and
-            the process's resident memory is checked against it between batches and parts. It changes no output byte.
+            the resident memory the work adds is checked against it between batches and parts. It changes no output
+            byte.
         partitions: the number of parts the interactions are written in; None: one per 16 MiB of input.
         max_seconds: the wall seconds the work may take (> 0), checked like the memory; None: no bound.
     """

@@ -3,9 +3,11 @@
 A step checks its budget between batches (`BudgetGuard.check`). Running out is a `BudgetExceeded` that says what was
 measured against what budget, how far the step got and which knob raises it: raised while the process can still say
 so, instead of a kernel OOM kill or a run that outlives its slot. Memory is the process's resident set NOW (not its
-peak), so a check between batches sees the step's growth before the kernel does; it is the whole process's, as the
-kernel counts it (imports included: 0.09 GiB for `recsys data prepare`, more once torch is loaded). GPU memory is not
-counted.
+peak), so a check between batches sees the step's growth before the kernel does; by default it is the whole
+process's, as the kernel counts it (imports included: 0.09 GiB for `recsys data prepare`, more once torch is loaded).
+A budget for what the step itself may use (`memory_from_start`) counts the growth since `start()` instead, so a step
+run inside a long-lived process (a benchmark training many models, a test session) is not charged for what the
+process held before it. GPU memory is not counted.
 
 Example:
     >>> budget = Budget("demo", seconds=Limit(60.0, "--max-seconds"))
@@ -79,16 +81,19 @@ class Budget:
     Args:
         step: the step as the error names it, e.g. "evaluation" or "the prepare".
         seconds: wall-clock seconds from `start()`.
-        memory_gb: the process's resident memory, GiB.
+        memory_gb: the process's resident memory, GiB (with `memory_from_start`, its growth since `start()`).
+        memory_from_start: bound the memory the step adds, not the whole process's.
     """
 
     step: str
     seconds: Limit | None = None
     memory_gb: Limit | None = None
+    memory_from_start: bool = False
 
     def start(self) -> BudgetGuard:
         """The clock starts now: check the budget with the guard between the step's batches."""
-        return BudgetGuard(self, time.monotonic())
+        held = resident_gib() if self.memory_gb is not None and self.memory_from_start else 0.0
+        return BudgetGuard(self, time.monotonic(), held)
 
 
 @dataclass(frozen=True)
@@ -98,10 +103,13 @@ class BudgetGuard:
     Args:
         budget: what the step may spend.
         started: `time.monotonic()` when the step started.
+        held_at_start: the resident GiB not charged to the step (what the process held at its start, with
+            `memory_from_start`; else 0).
     """
 
     budget: Budget
     started: float
+    held_at_start: float = 0.0
 
     def check(self, progress: str) -> None:
         """Raise `BudgetExceeded` if the step has run past its seconds or holds more resident memory than its budget.
@@ -124,6 +132,10 @@ class BudgetGuard:
                 return f"ran {elapsed:,.1f} s, over its time budget of {seconds.value:g} s", seconds
         if memory is not None:
             resident = resident_gib()
-            if resident > memory.value:
-                return f"holds {resident:.2f} GiB of resident memory, over its budget of {memory.value:g} GiB", memory
+            if resident - self.held_at_start > memory.value:
+                over = f"over its budget of {memory.value:g} GiB"
+                if not self.budget.memory_from_start:
+                    return f"holds {resident:.2f} GiB of resident memory, {over}", memory
+                grown = resident - self.held_at_start
+                return f"added {grown:.2f} GiB of resident memory (the process holds {resident:.2f}), {over}", memory
         return None

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from cli.data import app
 from recsys.data import schema
+from recsys.runtime import budget
 
 runner = CliRunner()
 
@@ -72,11 +73,15 @@ def test_memory_budget_is_an_option_and_is_checked(p5_dir: Path, tmp_path: Path)
     assert "memory_budget_gb: Input should be greater than 0. Fix:" in result.stderr
 
 
-def test_running_out_of_a_budget_exits_2_naming_the_knob(tmp_path: Path) -> None:
+def test_running_out_of_a_budget_exits_2_naming_the_knob(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args = ["prepare", "--source", "synthetic", "--num-users", "40", "--num-items", "72", "--out", str(tmp_path / "o")]
-    memory = runner.invoke(app, [*args, "--memory-budget-gb", "0.01"])
+    held = budget.resident_gib()
+    readings = iter([held])  # the prepare starts holding `held`; every later reading 1 GiB more (simulated growth)
+    monkeypatch.setattr(budget, "resident_gib", lambda: next(readings, held + 1.0))
+    memory = runner.invoke(app, [*args, "--memory-budget-gb", "0.5"])
+    monkeypatch.undo()
     assert memory.exit_code == 2
-    assert "error: the prepare: holds " in memory.stderr  # after any log lines other tests route to stderr
+    assert "error: the prepare: added 1.00 GiB" in memory.stderr  # after any log lines other tests route to stderr
     assert "Fix: raise --memory-budget-gb" in memory.stderr
     time = runner.invoke(app, ["validate", "--source", "synthetic", "--num-users", "40", "--max-seconds", "1e-9"])
     assert time.exit_code == 2

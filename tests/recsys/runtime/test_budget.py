@@ -31,6 +31,18 @@ def test_a_tiny_memory_budget_trips_naming_the_knob_and_the_way_to_shrink() -> N
     assert isinstance(caught.value, RecsysError)  # the CLI prints it and exits 2
 
 
+def test_a_budget_from_the_start_charges_the_step_only_what_it_adds() -> None:
+    budget = Budget("the prepare", memory_gb=Limit(0.1, "--memory-budget-gb"), memory_from_start=True)
+    assert resident_gib() > 0.1  # the process already holds more than the budget (torch, numpy)...
+    guard = budget.start()
+    guard.check("after 1 batch")  # ...which is not the step's: nothing happens
+    ballast = bytearray(256 * 2**20)  # 256 MiB the step adds, touched: resident
+    added = r"added 0\.\d\d GiB of resident memory \(the process holds \d+\.\d\d\), over its budget of 0\.1 GiB"
+    with pytest.raises(BudgetExceeded, match=rf"^the prepare: {added} \(after 2 batches\)"):
+        guard.check("after 2 batches")
+    del ballast
+
+
 def test_a_step_past_its_seconds_trips_and_one_within_does_not() -> None:
     budget = Budget("the prepare", seconds=Limit(5.0, "--max-seconds"), memory_gb=Limit(1000.0, "--memory-budget-gb"))
     budget.start().check("at part 1 of 2")  # just started, far below 1000 GiB: nothing happens
