@@ -134,7 +134,7 @@ def fit(
         if state_path is not None:
             run.save(state_path)
 
-    if config.schedule.validate_initial and run.epoch == 0 and not run.result.valid_seconds:
+    if config.schedule.validate_initial and not run.result.valid_seconds:  # a resumed state was validated already
         validated(0, None)  # no training loss yet
     for epoch in run.epochs_left():
         loss = run.train_epoch(epoch)
