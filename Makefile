@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(HW)
 DEMO_DIR ?= .demo
 PYTEST_ARGS ?=
 
-.PHONY: setup demo serve test lint bench-beauty clean
+.PHONY: setup demo serve test lint serve-only bench-beauty clean
 
 setup: $(STAMP)
 
@@ -17,7 +17,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@echo "[setup] creating $(VENV) for $(HW)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[$(HW),dev]"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[$(HW),all,dev]"
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $$($(PY) -c \
 	  'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["tool"]["recsys"]["install"]["no_deps"]))')
 	@rm -f $(VENV)/.installed-*
@@ -39,8 +39,18 @@ lint: setup
 	$(VENV)/bin/ruff format --check recsys features pipelines serving cli dags benchmarks tests
 	$(VENV)/bin/mypy
 
+# CI's serve-only check: a fresh venv with the library and its `serve` extra alone (torch: the CPU wheel pip finds) serves
+# the committed bundle over real HTTP (.ci/serve_only.py); its size is printed (docs/install.md).
+SERVE_VENV := .venv-serve
+serve-only:
+	rm -rf $(SERVE_VENV)
+	$(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/pip install -q --disable-pip-version-check -e ".[serve]"
+	du -sh $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python .ci/serve_only.py
+
 bench-beauty: setup
 	$(PY) -m benchmarks.quality --config configs/beauty/sasrec.yaml --data-dir ../shared/data/amazon-beauty
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) mlruns.db .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SERVE_VENV) $(DEMO_DIR) mlruns.db .pytest_cache .mypy_cache .ruff_cache

@@ -38,10 +38,10 @@ from typing import Any
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
 from benchmarks.quality import seeded, train_seeds, work_overrides
-from pipelines.comparison import compare_evaluation_dirs, compare_search_dirs
 from pipelines.config import ExperimentConfig, load_config
-from pipelines.evaluation_dir import EVALUATION_FILE
-from pipelines.model_dir import METRICS_FILE
+from recsys.artifacts.comparison import compare_evaluation_dirs, compare_search_dirs
+from recsys.artifacts.evaluation_dir import EVALUATION_FILE
+from recsys.artifacts.model_dir import METRICS_FILE
 from recsys.evaluation.uncertainty import Uncertainty, seed_summary
 
 logger = logging.getLogger(__name__)

@@ -28,8 +28,8 @@ from typing import Any
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from pipelines.config import load_config
-from pipelines.dashboard import from_mlflow, render_dashboard
 from pipelines.runner import run_pipeline
+from recsys.dashboard import from_mlflow, render_dashboard
 from recsys.runtime.atomic import atomic_file
 
 logger = logging.getLogger("benchmarks.dashboard_trend")

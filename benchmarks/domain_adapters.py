@@ -39,9 +39,9 @@ from benchmarks.common import (
     write_result,
 )
 from pipelines.config import ExperimentConfig, load_config
-from pipelines.data import load_data
-from pipelines.model_dir import load_model_dir
 from pipelines.runner import run_pipeline
+from recsys.artifacts.model_dir import load_model_dir
+from recsys.data.prepared import load_prepared
 from recsys.evaluation import evaluate
 from recsys.inference import DomainScorer
 from recsys.runtime.atomic import atomic_file
@@ -123,7 +123,7 @@ def train_part(settings: Settings, part: Part, work: Path) -> dict[str, Any]:
     domains = settings.domains if part.domain is None else [part.domain]
     test = {}
     for domain in domains:
-        data = load_data(outputs.data.data_dir, domain)
+        data = load_prepared(outputs.data.data_dir, domain)
         test[domain] = evaluate(model, data.eval_split("test"), data.num_items, config.eval).metrics
     device = resolve_device(config.train.hardware.device)
     record: dict[str, Any] = {

@@ -25,8 +25,8 @@ from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, set
 from benchmarks.quality import work_overrides
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.evaluate import EVALUATION_FILE
-from pipelines.model_dir import load_model_dir
 from pipelines.runner import run_pipeline
+from recsys.artifacts.model_dir import load_model_dir
 
 logger = logging.getLogger(__name__)
 WORK_DIR = Path(".cache/bench-moe")  # the default --work-dir

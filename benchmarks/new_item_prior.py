@@ -31,9 +31,9 @@ from benchmarks.comparisons import Settings as ComparisonSettings
 from benchmarks.comparisons import load_settings as load_comparison_settings
 from benchmarks.comparisons import metric_difference, model_config, pooled_over_seeds
 from benchmarks.quality import train_seeds
-from pipelines.comparison import compare_ranks
-from pipelines.model_dir import load_model_dir
-from pipelines.per_user import PER_USER_FILE, PerUserRanks
+from recsys.artifacts.comparison import compare_ranks
+from recsys.artifacts.model_dir import load_model_dir
+from recsys.artifacts.per_user import PER_USER_FILE, PerUserRanks
 from recsys.data.splits import TEST, VALID
 from recsys.evaluation.metrics import ranking_metrics
 from recsys.evaluation.new_item_prior import chosen_prior, ranks_with_priors

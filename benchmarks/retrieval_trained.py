@@ -41,7 +41,7 @@ from benchmarks.retrieval import (
     timer_record,
 )
 from pipelines.index import item_vectors, user_queries, vector_model
-from pipelines.model_dir import load_model_dir, model_sha256
+from recsys.artifacts.model_dir import load_model_dir, model_sha256
 
 logger = logging.getLogger("benchmarks.retrieval_trained")
 QUERY_SOURCE = "encode_queries of a seeded sample of users, each from its history before its validation item"

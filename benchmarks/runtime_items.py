@@ -50,9 +50,9 @@ from benchmarks.common import (
 from benchmarks.serving import check_trained_with, register_model_dir
 from benchmarks.serving_load import ADMIN_TOKEN, RECOMMENDATIONS, percentiles, serve, wrk
 from pipelines.config import load_config
-from pipelines.model_dir import METRICS_FILE, trained_data_dir
 from pipelines.runner import run_pipeline
 from pipelines.steps import TRAIN_STEP
+from recsys.artifacts.model_dir import METRICS_FILE, trained_data_dir
 from recsys.evaluation.uncertainty import Uncertainty, bootstrap_intervals
 from recsys.retrieval.config import IndexKind
 from recsys.runtime.atomic import atomic_directory

@@ -24,8 +24,8 @@ from typing import Any
 
 from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, write_result
 from benchmarks.reproduce import jsonable
-from pipelines.model_dir import load_model_dir, load_trained_model, model_sha256, trained_data_dir
 from pipelines.search import query_search, search_inputs
+from recsys.artifacts.model_dir import load_model_dir, load_trained_model, model_sha256, trained_data_dir
 from recsys.data.schema import ITEM_IDX
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig

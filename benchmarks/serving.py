@@ -95,14 +95,14 @@ from benchmarks.serving_load import (
     serve,
     wrk,
 )
-from pipelines.bundle import Bundle
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.index import build_index_step
-from pipelines.model_dir import CONFIG_FILE
 from pipelines.registry import POINT, register_bundle
 from pipelines.runner import run_pipeline
 from pipelines.steps import PipelineOutputs
 from pipelines.tracking import start_tracking
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.model_dir import CONFIG_FILE
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.evaluation.queries import QueryMaker
 from recsys.models.family import Input

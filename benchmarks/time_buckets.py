@@ -25,7 +25,7 @@ import torch
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
 from pipelines.config import default_name, load_config
-from pipelines.model_dir import load_model_dir
+from recsys.artifacts.model_dir import load_model_dir
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.evaluation.slices import slice_metrics
 

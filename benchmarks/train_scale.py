@@ -33,7 +33,7 @@ from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, set
 from features.prepare import prepare
 from features.sources import open_synthetic
 from pipelines.config import ExperimentConfig, load_config
-from pipelines.model_dir import POPULARITY_VALID, write_model_dir
+from recsys.artifacts.model_dir import POPULARITY_VALID, write_model_dir
 from recsys.data.batching import PackedBatch
 from recsys.data.prepared import PreparedParts
 from recsys.evaluation import EvalConfig, UserSample, evaluate
@@ -112,7 +112,13 @@ def main(argv: list[str] | None = None) -> Path:
     )
     check = _sample_check(model.eval(), parts, settings)
     if settings.model_dir:
-        write_model_dir(Path(settings.model_dir), experiment, model.cpu(), data_dir, _model_dir_metrics(check))
+        write_model_dir(
+            Path(settings.model_dir),
+            experiment.model_dump(mode="json"),
+            model.cpu(),
+            data_dir,
+            _model_dir_metrics(check),
+        )
     out = {
         "settings": asdict(settings),
         "device": device.type,

@@ -11,7 +11,7 @@ import typer
 from cli.render import comparison_table, print_tables
 
 if TYPE_CHECKING:
-    from pipelines.model_dir import TrainedModel
+    from recsys.artifacts.model_dir import TrainedModel
     from recsys.evaluation import EvalResult
 
 
@@ -19,11 +19,11 @@ def compare_models(
     this: tuple[Path, TrainedModel, EvalResult], other_dir: Path, data_dir: Path | None, split: str
 ) -> None:
     """Evaluate the model of `other_dir` as `this` (model dir, model, result) was evaluated (the same split, settings
-    and user sample; on `data_dir` or its own training data), compare the two per user (`pipelines.comparison`), print
-    the table and write the comparison beside this model directory: NAME.vs-OTHER.SPLIT.json."""
-    from pipelines.comparison import compare_ranks
-    from pipelines.model_dir import load_model_dir, trained_config_name
-    from pipelines.per_user import PerUserRanks
+    and user sample; on `data_dir` or its own training data), compare the two per user (`recsys.artifacts.comparison`),
+    print the table and write the comparison beside this model directory: NAME.vs-OTHER.SPLIT.json."""
+    from recsys.artifacts.comparison import compare_ranks
+    from recsys.artifacts.model_dir import load_model_dir, trained_config_name
+    from recsys.artifacts.per_user import PerUserRanks
     from recsys.evaluation import evaluate
     from recsys.evaluation.slices import slice_families
     from recsys.runtime.atomic import atomic_file

@@ -19,7 +19,7 @@ import typer
 
 from cli.common import handle_errors
 from cli.render import metrics_table, print_tables, recommendations_table
-from pipelines.evaluation_dir import DASHBOARD_FILE
+from recsys.artifacts.evaluation_dir import DASHBOARD_FILE
 from recsys.errors import RecsysError
 
 DEFAULT_CONFIG = Path("configs/synthetic/sasrec.yaml")

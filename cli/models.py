@@ -15,7 +15,7 @@ from pipelines.launcher import launch, needs_launch
 from recsys.errors import RecsysError
 
 if TYPE_CHECKING:  # pipelines import MLflow, which is slow: commands import them when they run
-    from pipelines.model_dir import TrainedModel
+    from recsys.artifacts.model_dir import TrainedModel
 
 ModelDirOpt = Annotated[Path, typer.Option("--model-dir", help="A model directory written by `recsys train`.")]
 DataDirOpt = Annotated[
@@ -93,7 +93,7 @@ def distill_command(
                 "directory written by `recsys train`), or add `distill: {teacher_dir: DIR}` to the config"
             )
         from pipelines.distill import TEACHER_KEY
-        from pipelines.model_dir import model_sha256
+        from recsys.artifacts.model_dir import model_sha256
 
         model_sha256(cfg.distill.teacher_dir, TEACHER_KEY)  # a missing teacher fails now, not after the data's prep
     train_command(config, work_dir, data_dir, epochs, sets, nproc_per_node, max_restarts)
@@ -146,7 +146,7 @@ def evaluate_command(
     with --compare, against another model on the same users (paired bootstrap interval, randomisation p-value)."""
     from dataclasses import replace
 
-    from pipelines.model_dir import load_model_dir
+    from recsys.artifacts.model_dir import load_model_dir
     from recsys.evaluation import EvalConfig, UserSample, evaluate
 
     with handle_errors():
@@ -184,7 +184,7 @@ def recommend_command(
     include_seen: Annotated[bool, typer.Option("--include-seen", help="Allow items the user already has.")] = False,
 ) -> None:
     """Top-k recommendations (with titles) for users, from their whole history."""
-    from pipelines.model_dir import load_model_dir
+    from recsys.artifacts.model_dir import load_model_dir
 
     with handle_errors():
         trained = load_model_dir(model_dir, data_dir)

@@ -28,7 +28,7 @@ def metrics_table(title: str, rows: Mapping[str, Mapping[str, float]], extra: Se
 
 
 def comparison_table(title: str, comparison: Mapping[str, Any], rows: Mapping[str, Mapping[str, float]]) -> Table:
-    """One row per metric compared (`pipelines.comparison`): each model's value, the difference (first minus
+    """One row per metric compared (`recsys.artifacts.comparison`): each model's value, the difference (first minus
     second), its interval and p-value; `rows` = {model name: its metrics}, the challenger's first."""
     confidence = comparison["uncertainty"]["confidence"]
     table = Table(title=title, min_width=len(title) + 4)

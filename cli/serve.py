@@ -1,130 +1,94 @@
 """`recsys serve`: the online recommendation API (FastAPI under uvicorn), in one process or `--workers N`.
 
-Every option defaults to "not given": only what is given on the command line reaches `ServingSettings`, so the
-`RECSYS_*` environment variables (docs/serving.md) set the rest. The options given are handed to the server
-through those same variables, so one process and N workers (each building the app from the environment) are
-configured alike. The admin token has no option: a secret on a command line is visible to every user of the
-machine (`ps`); it comes from RECSYS_ADMIN_TOKEN or `--admin-token-file`.
+Its options are made from `serving.settings.ServingSettings`, one per field (the field's description is its help):
+every option defaults to "not given", so only what is given on the command line reaches the settings and the
+`RECSYS_*` environment variables (docs/serving.md) set the rest. The options given are handed to the server through
+those same variables, so one process and N workers (each building the app from the environment) are configured alike.
+Secrets have no option: a secret on a command line is visible to every user of the machine (`ps`); the admin token
+comes from RECSYS_ADMIN_TOKEN or `--admin-token-file`.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
-from pathlib import Path
-from typing import Annotated, Any
+import types
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import typer
+from pydantic import SecretStr
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
 from cli.common import handle_errors
+from recsys.errors import MissingExtra
+from recsys.runtime.extras import optional
 
 ENV_PREFIX = "RECSYS_"
-SECRET_SETTINGS = ("admin_token",)  # environment only (see the module docstring)
 
 
-def _setting(flag: str, description: str) -> Any:
-    """An option of a `ServingSettings` field: not given by default, so its RECSYS_ variable (named in the help)
-    applies; the settings check its value."""
-    return typer.Option(flag, help=f"{description} (env: {_variable(flag.removeprefix('--').replace('-', '_'))})")
+def _settings_fields() -> dict[str, FieldInfo]:
+    """The serving settings' fields that are options (secrets are the environment's alone); `MissingExtra` without the
+    serving extra."""
+    for module in ("fastapi", "uvicorn", "pydantic_settings"):
+        optional(module, extra="serve", feature="`recsys serve`")
+    from serving.settings import ServingSettings
+
+    return {name: f for name, f in ServingSettings.model_fields.items() if SecretStr not in _types_of(f.annotation)}
+
+
+def _types_of(annotation: Any) -> tuple[Any, ...]:
+    """The types an annotation admits (`Path | None` -> (Path, NoneType))."""
+    return get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+
+
+def _option_type(annotation: Any) -> Any:
+    """The type typer parses an option of a field as (a Literal's values are checked by the settings)."""
+    kind = next(t for t in _types_of(annotation) if t is not type(None))
+    return str if get_origin(kind) is Literal else kind
 
 
 def _variable(setting: str) -> str:
     return ENV_PREFIX + setting.upper()
 
 
+def _setting_parameters() -> list[inspect.Parameter]:
+    """One keyword parameter per settings field: `--model-name` for `model_name`, its help the field's description,
+    the variable that sets it otherwise and its default."""
+    parameters = []
+    for name, field in _settings_fields().items():
+        default = "" if field.default in (None, PydanticUndefined) else f"; default {field.default}"
+        help_text = f"{field.description} (env: {_variable(name)}{default})"
+        option = typer.Option(f"--{name.replace('_', '-')}", help=help_text, show_default=False)
+        annotation = Annotated[_option_type(field.annotation) | None, option]  # type: ignore[valid-type]
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
+    return parameters
+
+
 def serve_command(
-    bundle: Annotated[Path | None, _setting("--bundle", "A bundle directory (WORK/bundles/NAME).")] = None,
-    model_name: Annotated[
-        str | None, _setting("--model-name", "Serve this registered model's champion instead.")
-    ] = None,
-    tracking_uri: Annotated[
-        str | None,
-        _setting(
-            "--tracking-uri", "The registry's MLflow store (default $MLFLOW_TRACKING_URI, else sqlite:///mlruns.db)."
-        ),
-    ] = None,
-    history_store: Annotated[
-        str | None, _setting("--history-store", "memory (default) or redis (needed for --workers > 1).")
-    ] = None,
-    redis_url: Annotated[str | None, _setting("--redis-url", "Default redis://127.0.0.1:6379/0.")] = None,
-    max_batch: Annotated[
-        int | None,
-        _setting("--max-batch", "Requests scored in one model call, at most (default 64)."),
-    ] = None,
-    events_per_user: Annotated[
-        int | None, _setting("--events-per-user", "Online events kept per user (default 50).")
-    ] = None,
-    max_users: Annotated[
-        int | None, _setting("--max-users", "Users the in-process store keeps, least recently active dropped first.")
-    ] = None,
-    history_ttl_s: Annotated[
-        int | None, _setting("--history-ttl-s", "Seconds a user's events live in Redis (default 30 days).")
-    ] = None,
-    reload_interval_s: Annotated[
-        float | None,
-        _setting("--reload-interval-s", "Seconds between champion checks (default 30; 0 = never)."),
-    ] = None,
-    reload_min_interval_s: Annotated[
-        float | None,
-        _setting("--reload-min-interval-s", "An admin reload sooner after the last check gets 429 (default 5)."),
-    ] = None,
-    torch_threads: Annotated[
-        int | None,
-        _setting("--torch-threads", "Threads per model call (default 1: other cores serve HTTP)."),
-    ] = None,
-    admin_token_file: Annotated[
-        Path | None,
-        _setting("--admin-token-file", "File holding the admin bearer token; no token = no admin routes."),
-    ] = None,
-    api_keys_file: Annotated[
-        Path | None, _setting("--api-keys-file", "File of API keys (one per line) the /v1 routes require.")
-    ] = None,
-    refusal_delay_s: Annotated[
-        float | None,
-        _setting("--refusal-delay-s", "Seconds a request without a valid API key waits for its 401/403 (default 0.5)."),
-    ] = None,
-    adapter_root: Annotated[
-        Path | None, _setting("--adapter-root", "The only directory adapters are swapped in from.")
-    ] = None,
-    added_items_file: Annotated[
-        Path | None,
-        _setting("--added-items-file", "Where items added at run time (POST /v1/admin/items) are kept; unset: off."),
-    ] = None,
-    max_added_items: Annotated[
-        int | None, _setting("--max-added-items", "The most run-time items kept (default 10,000).")
-    ] = None,
-    max_body_bytes: Annotated[
-        int | None, _setting("--max-body-bytes", "Larger request bodies get 413 (default 1 MiB).")
-    ] = None,
-    dashboard_ttl_s: Annotated[
-        float | None,
-        _setting(
-            "--dashboard-ttl-s",
-            "Seconds a rendered /dashboard page is reused when the store is not a SQLite file (default 30).",
-        ),
-    ] = None,
-    workers: Annotated[
-        int | None, _setting("--workers", "Server processes (default 1); more need --history-store redis.")
-    ] = None,
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port")] = 8000,
     access_log: Annotated[
         bool, typer.Option("--access-log/--no-access-log", help="Log every request (costs throughput under load).")
     ] = False,
+    **settings_given: Any,
 ) -> None:
     """Serve /v1/recommendations, /v1/similar-items, /v1/events, /healthz, /readyz, /metrics (OpenAPI at /docs),
-    and /v1/admin/* when an admin token is set."""
-    import uvicorn
+    /dashboard, and /v1/admin/* when an admin token is set."""
     from pydantic import ValidationError
 
-    from pipelines.registry import resolve_bundle
+    from recsys.artifacts.registry import resolve_bundle
     from recsys.errors import ConfigError
     from recsys.runtime.validation import problems
-    from serving.settings import ServingSettings
 
-    options = dict(locals())  # the settings' options are named after their fields
-    given = {key: value for key, value in options.items() if key in ServingSettings.model_fields and value is not None}
+    given = {key: value for key, value in settings_given.items() if value is not None}
     with handle_errors():
+        _settings_fields()  # the serving extra is installed
+        import uvicorn
+
+        from serving.settings import ServingSettings
+
         try:
             settings = ServingSettings(**given)
         except ValidationError as err:
@@ -135,6 +99,20 @@ def serve_command(
         "serving.main:create_app_from_environment", factory=True, workers=settings.workers, host=host, port=port,
         log_level="info", access_log=access_log, log_config=_logging_config(),
     )  # fmt: skip
+
+
+def _with_setting_options() -> None:
+    """Give `serve_command` one option per settings field: typer reads the options off its signature. Without the
+    serving extra it keeps its fixed options, and says which extra to install when run."""
+    fixed = [p for p in inspect.signature(serve_command).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    try:
+        options = _setting_parameters()
+    except MissingExtra:
+        options = []
+    serve_command.__signature__ = inspect.Signature([*fixed, *options])  # type: ignore[attr-defined]
+
+
+_with_setting_options()
 
 
 def _logging_config() -> dict[str, Any]:

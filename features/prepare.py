@@ -62,13 +62,13 @@ from recsys.data.schema import (
     ITEM_IDX,
     ITEMS_FILE,
     META_FILE,
-    OPTIONAL_INTERACTION_COLUMNS,
     SCHEMA_VERSION,
     TITLE,
     TS,
     USER_ID,
     USER_IDX,
     USERS_FILE,
+    optional_interaction_columns,
     part_file_name,
 )
 from recsys.data.splits import RULE, split_counts
@@ -405,8 +405,9 @@ def index_interactions(path: Path, users: pl.DataFrame, item_idx_of_code: pl.Ser
     """
     rows = pl.scan_ipc(path)
     names = rows.collect_schema().names()
-    optional = [pl.col(name).cast(dtype) for name, dtype in OPTIONAL_INTERACTION_COLUMNS.items() if name in names]
-    extra = [name for name in names if name not in (USER_ID, ITEM_CODE, TS, *OPTIONAL_INTERACTION_COLUMNS)]
+    optional_columns = optional_interaction_columns()
+    optional = [pl.col(name).cast(dtype) for name, dtype in optional_columns.items() if name in names]
+    extra = [name for name in names if name not in (USER_ID, ITEM_CODE, TS, *optional_columns)]
     user_idx = pl.col(USER_ID).replace_strict(users[USER_ID], users[USER_IDX], return_dtype=pl.Int32)
     item_idx = pl.lit(item_idx_of_code).gather(pl.col(ITEM_CODE))  # codes are dense: a lookup, no hashing
     indexed = rows.select(

@@ -1,5 +1,4 @@
-"""Pipeline step: raw source -> prepared directory, skipped when its inputs did not change; and the data a model
-trains and is evaluated on."""
+"""Pipeline step: raw source -> prepared directory, skipped when its inputs did not change."""
 
 from __future__ import annotations
 
@@ -11,9 +10,7 @@ from pathlib import Path
 from features.prepare import prepare
 from features.sources import open_source
 from pipelines.config import DataSection
-from recsys.data.prepared import SequenceData, load_prepared
 from recsys.data.schema import META_FILE
-from recsys.errors import ConfigError
 from recsys.runtime.atomic import atomic_file
 from recsys.runtime.digest import feed_file
 
@@ -54,13 +51,3 @@ def data_fingerprint(section: DataSection) -> dict[str, str]:
     # the domain selects what trains, the budgets how the work is cut: none of them changes what is prepared
     settings = section.model_dump_json(exclude={"domain", *section.HOW_IT_RUNS})
     return {"settings": settings, "inputs_sha256": digest.hexdigest()}
-
-
-def load_data(data_dir: Path, domain: str | None = None) -> SequenceData:
-    """The prepared data of `data_dir`, restricted to the users and items of `domain` (`data.domain`) when given."""
-    data = load_prepared(data_dir)
-    if domain is None:
-        return data
-    if domain not in data.domains:
-        raise ConfigError(f"data.domain={domain!r} is not a domain of {data_dir}. Fix: one of {data.domains}")
-    return data.for_domain(domain)

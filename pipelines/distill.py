@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipelines.config import ExperimentConfig
-from pipelines.model_dir import load_trained_model, model_sha256
+from recsys.artifacts.model_dir import load_trained_model, model_sha256
 from recsys.data import schema
 from recsys.data.prepared import SequenceData
 from recsys.errors import ConfigError, RecsysError

@@ -13,9 +13,9 @@ It writes, atomically, one evaluation directory:
                       reads text queries, `pipelines.search`), the teacher and settings of a distilled student
                       (`distill`), the training run's validation/test metrics and the popularity baseline's
                       validation metrics (the champion gate's bar)
-    dashboard.html    this run's evaluation dashboard (pipelines.dashboard, plotly inlined, no network)
-    per_user.npz      every user's test rank and slices (`pipelines.per_user`): what pairs two evaluations
-                      (`pipelines.comparison`; evaluation.json's `split_digest` says which users they ranked)
+    dashboard.html    this run's evaluation dashboard (recsys.dashboard, plotly inlined, no network)
+    per_user.npz      every user's test rank and slices (`recsys.artifacts.per_user`): what pairs two evaluations
+                      (`recsys.artifacts.comparison`; evaluation.json's `split_digest` says which users they ranked)
 
 and, with tracking on, logs them as artifacts `evaluation/` of an MLflow run `evaluate` (nested in the
 pipeline's run), with the slice metrics as `slice.<family>_<slice>.<metric>` (e.g.
@@ -34,16 +34,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipelines.comparison import compare_ranks
 from pipelines.config import ExperimentConfig
-from pipelines.dashboard import from_evaluation, render_dashboard
 from pipelines.distill import TEACHER_KEY
-from pipelines.evaluation_dir import DASHBOARD_FILE, EVALUATE_RUN_NAME, EVALUATION_ARTIFACT_DIR, EVALUATION_FILE
-from pipelines.model_dir import POPULARITY_VALID, TrainedModel, load_model_dir, model_sha256, trained_config_name
-from pipelines.per_user import PER_USER_FILE, SEARCH_RANKS_FILE, PerUserRanks, SearchRanks, write_search_ranks
 from pipelines.search import SEARCH_SEED, evaluate_query_scorer
 from pipelines.tracking import flatten, start_tracking
 from pipelines.train import CatalogFeatures, TrainOutputs
+from recsys.artifacts.comparison import compare_ranks
+from recsys.artifacts.evaluation_dir import DASHBOARD_FILE, EVALUATE_RUN_NAME, EVALUATION_ARTIFACT_DIR, EVALUATION_FILE
+from recsys.artifacts.model_dir import POPULARITY_VALID, TrainedModel, load_model_dir, model_sha256, trained_config_name
+from recsys.artifacts.per_user import PER_USER_FILE, SEARCH_RANKS_FILE, PerUserRanks, SearchRanks, write_search_ranks
+from recsys.dashboard import from_evaluation, render_dashboard
 from recsys.data.splits import TEST, VALID
 from recsys.enrich.report import metadata_summary
 from recsys.errors import ConfigError

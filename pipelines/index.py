@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from pipelines.model_dir import TrainedModel, load_model_dir, model_sha256
+from recsys.artifacts.model_dir import TrainedModel, load_model_dir, model_sha256
 from recsys.data.prepared import SequenceData
 from recsys.errors import RecsysError
 from recsys.inference import VectorScorer

@@ -24,8 +24,9 @@ from pydantic import TypeAdapter, ValidationError
 from pipelines.config import ExperimentConfig
 from pipelines.distill import teacher_cache_path
 from pipelines.steps import ExperimentPaths, Output, Step
-from pipelines.tracking import PARENT_TAG, end_orphaned_runs
+from pipelines.tracking import end_orphaned_runs
 from pipelines.train import training_state_path
+from recsys.artifacts.registry import PARENT_TAG
 from recsys.runtime.atomic import atomic_file, remove_temporaries
 from recsys.runtime.lock import HeldLock
 

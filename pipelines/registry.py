@@ -1,4 +1,4 @@
-"""Model bundles (`pipelines.bundle`) in the MLflow model registry, and the champion gate.
+"""Model bundles (`recsys.artifacts.bundle`) in the MLflow model registry, and the champion gate.
 
 `register_bundle` logs a bundle as the artifacts of an MLflow run, creates a new version of the registered model,
 and moves the alias `champion` to it only when its validation NDCG@10 beats the popularity baseline's on the same
@@ -13,26 +13,24 @@ validation split (every promotion, the first included) and wins against the curr
 
 The decision and the numbers (exact; with strict, the difference, its interval and p-value) are logged and kept as
 tags of the new version and metrics of its run.
-`resolve_bundle` finds the bundle to serve: a directory, or a registered model's champion.
+Reading the registry (the champion, its bundle) is the library's: `recsys.artifacts.registry`.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from pipelines.bundle import Bundle, BundleError
-from pipelines.per_user import VALID_RANKS_FILE, PerUserRanks
 from pipelines.tracking import artifact_root, store_lock
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.model_dir import VALID_RANKS_FILE
+from recsys.artifacts.per_user import PerUserRanks
+from recsys.artifacts.registry import CHAMPION, GATE_METRIC, PROMOTED_TAG, champion_record, download_bundle
 from recsys.evaluation.uncertainty import PairedDifference, Uncertainty, paired_difference, per_user_metrics
 
 logger = logging.getLogger(__name__)
 
-CHAMPION = "champion"
-PROMOTED_TAG = "gate.promoted"  # the decision, on the register run (the dashboard's trend reads it)
-GATE_METRIC = "valid_ndcg_at_10"
 POPULARITY_METRIC = "popularity_valid_ndcg_at_10"  # the bar: the popularity baseline on the same validation split
 GATE_K = 10  # the gate's metric is NDCG@GATE_K
 GateMode = Literal["strict", "point"]
@@ -95,7 +93,7 @@ def register_bundle(bundle: Bundle, model_name: str, tracking_uri: str, gate: Ga
                 model_name, source=f"{run.info.artifact_uri}/bundle", run_id=run.info.run_id,
                 tags={GATE_METRIC: str(value)},
             ).version  # fmt: skip
-            champion, rule = _champion(client, model_name), gate or GateRule()
+            champion, rule = champion_record(client, model_name), gate or GateRule()
             paired = None
             if champion is not None and rule.mode == "strict":
                 paired = _paired(bundle, champion, tracking_uri, rule.uncertainty)
@@ -118,51 +116,6 @@ def register_bundle(bundle: Bundle, model_name: str, tracking_uri: str, gate: Ga
     return decision
 
 
-@dataclass(frozen=True)
-class Champion:
-    """The version holding the `champion` alias and where its bundle lives (an artifact URI)."""
-
-    version: str
-    source: str
-
-
-def get_champion(model_name: str, tracking_uri: str) -> Champion | None:
-    """The current champion of `model_name` (one registry lookup), or None when there is none."""
-    from mlflow.tracking import MlflowClient
-
-    found = _champion(MlflowClient(tracking_uri), model_name)
-    return None if found is None else Champion(str(found.version), str(found.source))
-
-
-def download_bundle(source: str, tracking_uri: str) -> Bundle:
-    """A local copy of a registered bundle (MLflow caches the download)."""
-    import mlflow
-
-    return Bundle(Path(mlflow.artifacts.download_artifacts(artifact_uri=source, tracking_uri=tracking_uri)))
-
-
-def download_champion_bundle(model_name: str, tracking_uri: str) -> Bundle | None:
-    """A local copy of the champion's bundle, or None without a champion."""
-    current = get_champion(model_name, tracking_uri)
-    return None if current is None else download_bundle(current.source, tracking_uri)
-
-
-def resolve_bundle(bundle: Path | None, model_name: str | None, tracking_uri: str) -> Bundle:
-    """The bundle to serve: the directory `bundle`, or the registered model's champion (downloaded)."""
-    if bundle is not None:
-        return Bundle(bundle)
-    if model_name is None:
-        raise BundleError(
-            "nothing to serve. Fix: set RECSYS_BUNDLE to a bundle directory or RECSYS_MODEL_NAME to a registered model"
-        )
-    champion = download_champion_bundle(model_name, tracking_uri)
-    if champion is None:
-        raise BundleError(
-            f"registered model {model_name!r} has no champion in {tracking_uri}. Fix: run `recsys pipeline run`"
-        )
-    return champion
-
-
 def _experiment_id(client: Any, name: str, tracking_uri: str) -> str:
     """The experiment of registrations outside a pipeline's run, created with its artifacts beside a SQLite store
     (MLflow's default would be ./mlruns of whatever directory the process runs in)."""
@@ -171,15 +124,6 @@ def _experiment_id(client: Any, name: str, tracking_uri: str) -> str:
         if experiment is not None:
             return str(experiment.experiment_id)
         return str(client.create_experiment(name, artifact_location=artifact_root(tracking_uri)))
-
-
-def _champion(client: Any, model_name: str) -> Any | None:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_model_version_by_alias(model_name, CHAMPION)
-    except MlflowException:  # no such model or no champion yet
-        return None
 
 
 def _paired(bundle: Bundle, champion: Any, tracking_uri: str, uncertainty: Uncertainty) -> PairedDifference | str:

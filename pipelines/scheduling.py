@@ -17,9 +17,9 @@ from typing import Any
 from pipelines.config import load_config
 from pipelines.index import build_index_step
 from pipelines.launcher import launch, needs_launch
-from pipelines.registry import download_champion_bundle
 from pipelines.runner import run_pipeline
 from pipelines.steps import TRAIN_STEP
+from recsys.artifacts.registry import download_champion_bundle
 from recsys.errors import RecsysError
 
 logger = logging.getLogger(__name__)

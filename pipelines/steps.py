@@ -26,17 +26,17 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from pipelines.bundle import BUNDLE_FILE, Bundle
 from pipelines.config import ExperimentConfig
 from pipelines.content import embed_content_step, embed_training_queries
 from pipelines.data import data_fingerprint, prepare_step
 from pipelines.distill import TEACHER_KEY
 from pipelines.evaluate import EvaluateOutputs, evaluate_step
-from pipelines.evaluation_dir import EVALUATION_FILE
-from pipelines.model_dir import MODEL_FILE, file_sha256, model_sha256
 from pipelines.registry import GateDecision, GateRule, register_bundle
 from pipelines.semantic_ids import build_semantic_ids_step, reads_text
 from pipelines.train import CatalogFeatures, TrainOutputs, train_step, training_state_path
+from recsys.artifacts.bundle import BUNDLE_FILE, Bundle
+from recsys.artifacts.evaluation_dir import EVALUATION_FILE
+from recsys.artifacts.model_dir import MODEL_FILE, file_sha256, model_sha256
 from recsys.data.schema import META_FILE, METADATA_FILE
 from recsys.errors import ConfigError, RecsysError
 from recsys.models.family import CONTENT_INPUTS, Input

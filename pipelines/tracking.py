@@ -1,17 +1,16 @@
 """Experiment tracking: MLflow runs (the default), or an explicit offline mode that records nothing.
 
-`resolve_tracking_uri` is the one owner of which MLflow store is meant (pipelines, the registry and serving all ask
-it); `start_tracking` the one place that knows experiments, how params are flattened and how metric names are made
-MLflow-safe; `store_lock` serializes what must not run twice at once on a SQLite store (its creation and migration,
-creating an experiment, the champion gate); `end_orphaned_runs` ends the runs a killed process left RUNNING.
-MLflow is imported only when a run starts (it is slow to import and optional on machines that only train, e.g. a GPU
-box without it: `tracking.enabled: false`).
+Which MLflow store is meant is the library's (`recsys.artifacts.registry.resolve_tracking_uri`); `start_tracking` is the
+one place that knows experiments, how params are flattened and how metric names are made MLflow-safe; `store_lock`
+serializes what must not run twice at once on a SQLite store (its creation and migration, creating an experiment, the
+champion gate); `end_orphaned_runs` ends the runs a killed process left RUNNING. MLflow is imported only when a run
+starts (it is slow to import and optional on machines that only train, e.g. a GPU box without it: `tracking.enabled:
+false`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -22,13 +21,12 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
+from recsys.artifacts.registry import PARENT_TAG, mlflow_module, resolve_tracking_uri, sqlite_path
 from recsys.runtime.lock import exclusive_lock
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 STORE_LOCK_WAIT_S = 120.0  # how long a process waits for another to let go of a SQLite store (`store_lock`)
-PARENT_TAG = "mlflow.parentRunId"  # MLflow's tag on a nested run
 
 _UNSAFE_METRIC_CHARS = re.compile(r"[^A-Za-z0-9_\-. :/]")  # MLflow accepts these characters only
 
@@ -116,17 +114,6 @@ class OfflineTracker:
         return None
 
 
-def resolve_tracking_uri(uri: str | None) -> str:
-    """The MLflow store meant: `uri` when given, else $MLFLOW_TRACKING_URI, else a SQLite file in the working
-    directory."""
-    return configured_tracking_uri(uri) or DEFAULT_TRACKING_URI
-
-
-def configured_tracking_uri(uri: str | None) -> str | None:
-    """The MLflow store someone named (`uri`, else $MLFLOW_TRACKING_URI), or None."""
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or None
-
-
 @contextmanager
 def start_tracking(
     tracking: TrackingSection, experiment: str, run_name: str, tags: dict[str, str] | None = None
@@ -136,8 +123,7 @@ def start_tracking(
         logger.warning("MLflow tracking is off (tracking.enabled: false): this run is recorded in its model dir only")
         yield OfflineTracker()
         return
-    import mlflow
-
+    mlflow = mlflow_module("MLflow tracking (`tracking.enabled: false` trains without it)", extra="pipelines")
     tracking_uri = resolve_tracking_uri(tracking.uri)
     mlflow.set_tracking_uri(tracking_uri)
     with store_lock(tracking_uri):  # the process's first use of the store: it may create it
@@ -198,12 +184,6 @@ def artifact_root(tracking_uri: str) -> str | None:
     """For a SQLite store, artifacts go to `mlartifacts/` beside the database file; else MLflow decides."""
     db = sqlite_path(tracking_uri)
     return None if db is None else (db.parent / "mlartifacts").as_uri()
-
-
-def sqlite_path(tracking_uri: str) -> Path | None:
-    """The database file of a SQLite store's URI (absolute); None for other stores."""
-    prefix = "sqlite:///"
-    return Path(tracking_uri[len(prefix) :]).resolve() if tracking_uri.startswith(prefix) else None
 
 
 def metric_name(name: str) -> str:

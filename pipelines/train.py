@@ -13,12 +13,11 @@ from typing import Any
 import torch
 
 from pipelines.config import ExperimentConfig
-from pipelines.data import load_data
 from pipelines.distill import distillation_recipe
-from pipelines.model_dir import POPULARITY_VALID, load_trained_model, model_sha256, write_model_dir
-from pipelines.per_user import PerUserRanks
 from pipelines.tracking import OfflineTracker, Tracker, start_tracking
-from recsys.data.prepared import EvalSplit, PreparedParts, SequenceData, TrainingData
+from recsys.artifacts.model_dir import POPULARITY_VALID, load_trained_model, model_sha256, write_model_dir
+from recsys.artifacts.per_user import PerUserRanks
+from recsys.data.prepared import EvalSplit, PreparedParts, SequenceData, TrainingData, load_prepared
 from recsys.data.schema import ITEM_IDX
 from recsys.data.splits import TEST, VALID
 from recsys.enrich.columns import with_item_metadata
@@ -77,7 +76,7 @@ def train_step(
         features: the catalog's semantic IDs and content embeddings, for the models that read them.
     """
     workers = Workers.from_environment()  # of a distributed run, the first process alone tracks and writes
-    data = load_data(data_dir, config.data.domain)
+    data = load_prepared(data_dir, config.data.domain)
     torch.manual_seed(config.train.seed)  # the initial weights follow train.seed, not what ran before in the process
     model = build_model(config.model.name, config.model.params, data.num_items, model_inputs(config, data, features))
     tracking = start_tracking(config.tracking, config.experiment_name, config.name) if workers.is_main else None
@@ -104,9 +103,8 @@ def train_step(
             if split in metrics:
                 tracker.log_metrics(metrics[split], prefix=f"{split}_")
         tracker.log_metrics({k: float(metrics[k]) for k in ("best_epoch", "train_seconds", "seconds_per_epoch")})
-        write_model_dir(
-            out_dir, config, model, data_dir, metrics, valid_ranks=PerUserRanks.of(validated.ranks, valid_split)
-        )
+        ranks = PerUserRanks.of(validated.ranks, valid_split)
+        write_model_dir(out_dir, config.model_dump(mode="json"), model, data_dir, metrics, valid_ranks=ranks)
         tracker.log_artifacts(out_dir, artifact_path="model_dir")
         tracker.log_model(model)
     logger.info("model written to %s (MLflow run %s)", out_dir, tracker.run_id)

@@ -50,3 +50,19 @@ class BudgetExceeded(RecsysError):
         self.problem = problem
         self.fix = fix
         super().__init__(f"{step}: {problem}. Fix: {fix}")
+
+
+class MissingExtra(RecsysError):
+    """A feature needs an optional part of the install (an extra) that is not installed.
+
+    Example:
+        >>> str(MissingExtra("the online API", "serve", "fastapi"))
+        "the online API needs the optional package 'fastapi', which is not installed. Fix: pip install 'recsys[serve]'"
+    """
+
+    def __init__(self, feature: str, extra: str, package: str) -> None:
+        self.feature, self.extra, self.package = feature, extra, package
+        super().__init__(
+            f"{feature} needs the optional package {package!r}, which is not installed. "
+            f"Fix: pip install 'recsys[{extra}]'"
+        )

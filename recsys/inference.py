@@ -250,7 +250,8 @@ def recommend(
     timestamps: Jagged | None = None,
     request_times: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k items for every history.
+    """Top-k items for every history: what recommendation and serving rank with, as evaluation does (each history
+    padded to the longest of the batch, at most the `scorer.max_history` items it reads; `rank_scores`).
 
     Args:
         scorer: model with `score((B, L), users, times) -> (B, V+1)`; it reads the most recent `scorer.max_history`
@@ -266,14 +267,40 @@ def recommend(
     Returns:
         (scores (B, k), item_idx (B, k)), best first (equal scores: lower item_idx first).
     """
+    width = padded_width(histories, scorer.max_history)
     times = None
     if timestamps is not None:
         if request_times is None:
             raise ValueError("timestamps need request_times: the moment each recommendation is for")
-        times = HistoryTimes(timestamps.to_padded(scorer.max_history), request_times)
-    scores = scorer.score(histories.to_padded(scorer.max_history), users, times).float()
-    scores = mask_unrankable(scores, _rows_to_exclude(histories, exclude_seen))
-    values, items = top_k(scores, min(k, scores.shape[1] - 1))
+        times = HistoryTimes(timestamps.to_padded(width), request_times)
+    scores = scorer.score(histories.to_padded(width), users, times)
+    return rank_scores(scores, histories, k, exclude_seen)
+
+
+def padded_width(histories: Jagged, max_history: int) -> int:
+    """The width a batch of histories is padded to: its longest history, at most the `max_history` items a model
+    reads (at least 1).
+
+    Example:
+        >>> padded_width(Jagged.from_lists([[1, 2, 3], [4]]), max_history=2), padded_width(Jagged.from_lists([[]]), 5)
+        (2, 1)
+    """
+    longest = int(histories.lengths().max()) if len(histories) else 0
+    return max(1, min(longest, max_history))
+
+
+def rank_scores(
+    scores: torch.Tensor, histories: Jagged, k: int, exclude_seen: bool | torch.Tensor = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top k of each row of `scores` (B, n): the padding masked and, where `exclude_seen` says (one flag, or one
+    per row), the row's history; equal scores in item id order (`top_k`). Whatever made the scores (a history, a text
+    query, both), recommendations are ranked here.
+
+    Returns:
+        (scores (B, min(k, n - 1)), item_idx (B, min(k, n - 1))) on the CPU, best first.
+    """
+    masked = mask_unrankable(scores.float(), _rows_to_exclude(histories, exclude_seen))
+    values, items = top_k(masked, min(k, masked.shape[1] - 1))
     return values.cpu(), items.cpu()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from serving.added_items import AddedItemStore
+from recsys.artifacts.added_items import AddedItemStore
 from serving.recommender import Recommender
 from serving.settings import ServingSettings
 

@@ -1,9 +1,10 @@
 """The online recommendation API: `create_app(settings)`; `recsys serve` runs it with uvicorn, one process or several
 (`create_app_from_environment`, the factory each worker calls).
 
-The lifespan loads the bundle (a directory, or the registered model's champion) into `app.state` once;
-routers read it through `serving.deps`. The admin routes are mounted only when an admin token is configured, and
-every route but the health probes and the metrics asks for an API key when keys are configured (serving.security).
+The lifespan loads the bundle (a directory, or the registered model's champion) into the app's typed state once
+(`serving.state`); routers read it through `serving.deps`. The admin routes are mounted only when an admin token is
+configured, and every route but the health probes and the metrics asks for an API key when keys are configured
+(serving.security).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,11 +19,11 @@ import torch
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 
-from pipelines.registry import resolve_bundle
+from recsys.artifacts.registry import resolve_bundle
 from serving.batcher import MicroBatcher
+from serving.dashboard_cache import DashboardCache
 from serving.history import HistoryStore, HistoryUnavailableError, InMemoryHistoryStore, RedisHistoryStore
 from serving.http import BodySizeLimit, validation_error_response
-from serving.loading import added_item_store, with_kept_items
 from serving.metrics import ServingMetrics
 from serving.recommender import Recommender
 from serving.reloader import ChampionWatcher, ReloadError
@@ -31,64 +31,65 @@ from serving.routers import admin, dashboard, events, health, items, recommendat
 from serving.schemas import TOO_LARGE, error_responses
 from serving.security import AUTH_ERRORS, AdminOnly, ApiKeyGate, ApiKeyRequired
 from serving.settings import ServingSettings
+from serving.state import ServingState
 
 logger = logging.getLogger(__name__)
 
 
 def create_app(settings: ServingSettings | None = None) -> FastAPI:
     settings = settings or ServingSettings()
+    state = ServingState(
+        settings=settings,
+        metrics=ServingMetrics(),
+        dashboard_cache=DashboardCache(settings.dashboard_ttl_s),
+        admin_token=settings.admin_secret(),
+        api_keys=settings.api_keys(),
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         torch.set_num_threads(settings.torch_threads)
-        app.state.history_store = _started_history_store(settings, app.state.metrics)
-        app.state.batcher = MicroBatcher(settings.max_batch, app.state.metrics)
-        app.state.batcher.start()
-        app.state.watcher = None
+        state.history_store = _started_history_store(settings, state.metrics)
+        batcher = state.batcher = MicroBatcher(settings.max_batch, state.metrics)
+        batcher.start()
         if settings.bundle is None and settings.model_name is not None:  # follow the registry's champion
-            app.state.watcher = ChampionWatcher(settings, app.state, app.state.metrics)
+            watcher = state.watcher = ChampionWatcher(settings, state.metrics, state.serve)
             with contextlib.suppress(ReloadError):  # logged; not ready (/readyz says why) until a check loads one
-                app.state.watcher.check()
+                watcher.check()
         else:
-            bundle = resolve_bundle(settings.bundle, settings.model_name, settings.registry_uri)
-            app.state.recommender = with_kept_items(Recommender(bundle), added_item_store(settings))
-        if getattr(app.state, "recommender", None) is not None:
-            logger.info("serving %s", app.state.recommender.version)
+            state.serve(Recommender(resolve_bundle(settings.bundle, settings.model_name, settings.registry_uri)))
+        if state.recommender is not None:
+            logger.info("serving %s", state.recommender.version)
         poller = None
-        if app.state.watcher is not None and settings.reload_interval_s > 0:
-            poller = asyncio.create_task(app.state.watcher.poll(settings.reload_interval_s))
+        if state.watcher is not None and settings.reload_interval_s > 0:
+            poller = asyncio.create_task(state.watcher.poll(settings.reload_interval_s))
         yield
         if poller is not None:
             poller.cancel()
-        await app.state.batcher.stop()
+        await batcher.stop()
 
     app = FastAPI(title="recsys online API", version="1", lifespan=lifespan)
-    app.state.settings = settings
-    app.state.admin_token = settings.admin_secret()
-    app.state.api_keys = settings.api_keys()
-    app.state.metrics = ServingMetrics()
-    app.state.items_lock = threading.Lock()  # one change of the served items at a time: an add, a hot swap
-    app.state.metrics.live_added_items.set_function(lambda: _live_added_items(app.state))
-    app.state.dashboard_cache = dashboard.DashboardCache(settings.dashboard_ttl_s)
+    app.state.serving = state
+    state.metrics.live_added_items.set_function(lambda: _live_added_items(state))
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
     # before the body is read: anonymous is 401 first
-    app.add_middleware(ApiKeyGate, api_keys=app.state.api_keys, refusal_delay_s=settings.refusal_delay_s)
-    app.state.metrics.install(app)  # outermost: refused bodies and requests are counted too
+    app.add_middleware(ApiKeyGate, api_keys=state.api_keys, refusal_delay_s=settings.refusal_delay_s)
+    state.metrics.install(app)  # outermost: refused bodies and requests are counted too
     app.add_exception_handler(RequestValidationError, validation_error_response)
     too_large = error_responses({413: TOO_LARGE})
-    public = [ApiKeyRequired] if app.state.api_keys else []
-    public_errors = too_large | (AUTH_ERRORS if app.state.api_keys else {})
+    public = [ApiKeyRequired] if state.api_keys else []
+    public_errors = too_large | (AUTH_ERRORS if state.api_keys else {})
     for module in (recommendations, items, events):
         app.include_router(module.router, dependencies=public, responses=public_errors)
     for module in (health, dashboard):
         app.include_router(module.router)
-    if app.state.admin_token is not None:
+    if state.admin_token is not None:
         app.include_router(admin.router, dependencies=[AdminOnly], responses=too_large | AUTH_ERRORS)
     else:
         logger.info("admin routes off (/v1/admin/* answer 404): set RECSYS_ADMIN_TOKEN or RECSYS_ADMIN_TOKEN_FILE")
-    if app.state.api_keys:
+    if state.api_keys:
         logger.info("every route but /healthz, /readyz and /metrics requires one of %d API keys (X-API-Key)",
-                    len(app.state.api_keys))  # fmt: skip
+                    len(state.api_keys))  # fmt: skip
     return app
 
 
@@ -97,10 +98,9 @@ def create_app_from_environment() -> FastAPI:
     return create_app(ServingSettings())
 
 
-def _live_added_items(state: object) -> float:
+def _live_added_items(state: ServingState) -> float:
     """Run-time items the served model ranks (0 before a model is loaded)."""
-    recommender = getattr(state, "recommender", None)
-    return 0.0 if recommender is None else float(len(recommender.added_items))
+    return 0.0 if state.recommender is None else float(len(state.recommender.added_items))
 
 
 def _started_history_store(settings: ServingSettings, metrics: ServingMetrics) -> HistoryStore:

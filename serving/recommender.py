@@ -1,5 +1,8 @@
 """A loaded model bundle answering recommendation, search and similar-item queries (no HTTP here).
 
+What the model can do is read once when the bundle loads (`serving.ranking.Capabilities`), and so is how it ranks
+(`serving.ranking.ranking_for`); every exact ranking is the library's (`recsys.inference`), the offline evaluation's.
+
 A model that reads text queries (`recsys.inference.QueryScorer`) takes one beside the history, or alone (search): the
 recommender then loads the model's content encoder and embeds each batch's queries in one call. A model whose item
 vectors come from content (`recsys.inference.ContentItemScorer`) takes new items at run time (`with_items`): their
@@ -16,23 +19,26 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
 import torch
 
-from pipelines.bundle import Bundle
-from pipelines.model_dir import load_model_dir, trained_text_fields
+from recsys.artifacts.added_items import NewItem, merged
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.catalogue import read_catalogue
+from recsys.artifacts.model_dir import MODEL_FILE, trained_text_fields
 from recsys.data.jagged import Jagged
-from recsys.data.schema import ITEM_ID, TITLE
-from recsys.data.times import HistoryTimes
-from recsys.inference import ContentItemScorer, DomainScorer, QueryScorer, Scorer, VectorScorer, recommend
-from recsys.modules.lora import load_adapter
+from recsys.data.schema import TITLE
+from recsys.errors import RecsysError
+from recsys.inference import rank_scores
+from recsys.models.registry import load_model
 from recsys.retrieval import ExactTopK, TopK
-from recsys.retrieval.faiss_index import FaissTopK
 from recsys.retrieval.union import UnionTopK
-from recsys.semantic_ids.content import ContentConfig, TextEncoder, embed_texts, item_texts, load_encoder
-from serving.added_items import NewItem, merged
 from serving.history import Event
+from serving.ranking import Capabilities, HistoryRanking, Ranked, RequestTimes, ranking_for
+
+if TYPE_CHECKING:
+    from recsys.semantic_ids.content import ContentConfig, TextEncoder
 
 logger = logging.getLogger(__name__)
 ANN_ABOVE_ITEMS = 100_000  # recommendations rank every item up to this catalogue size, through the index above it
@@ -57,49 +63,58 @@ class Recommendation:
 
 
 class Recommender:
-    """The bundle's model, catalog and training histories, plus its FAISS index for similar items."""
+    """The bundle's model, catalogue and users' histories, plus its FAISS index for similar items."""
 
     def __init__(self, bundle: Bundle) -> None:
-        trained = load_model_dir(bundle.model_dir, bundle.data_dir)
-        self.name, self.model, self.data = trained.name, trained.model.eval(), trained.data
+        self.name, model = load_model(bundle.model_dir / MODEL_FILE)
+        self.model = model.eval()
+        self.catalogue, self.histories = read_catalogue(bundle.catalogue_file)
+        if self.catalogue.num_items != model.config.num_items:
+            raise RecsysError(
+                f"{bundle.path}: its catalogue has {self.catalogue.num_items} items, its model "
+                f"{model.config.num_items}. Fix: assemble the bundle again (the pipeline's register step)"
+            )
+        self.capabilities = Capabilities.of(model)
         self._bundle_version = bundle.version
         self._adapters: dict[str, str] = {}  # domain -> digest of the adapter file swapped in (admin route)
-        self.max_history = self.model.max_history  # the most recent items the model reads
-        self._user_row = {user_id: row for row, user_id in enumerate(self.data.users["user_id"].to_list())}
-        # plain ints: slicing a tensor with tensor offsets costs ~0.2 ms per request
-        self._history_offsets: list[int] = self.data.sequences.offsets.tolist()
-        self._reads_timestamps = self.model.reads_timestamps
+        self.max_history = model.max_history  # the most recent items the model reads
+        self._reads_timestamps = model.reads_timestamps
+        domains = self.capabilities.domains
         # a model of several domains: a request may name one (its adapter, its items)
-        self.domains: list[str] = list(self.model.domains) if isinstance(self.model, DomainScorer) else []
-        item_ids = self.data.items["item_id"].to_list()
-        self._catalogue_idx = {item_id: i + 1 for i, item_id in enumerate(item_ids)}
+        self.domains: list[str] = [] if domains is None else list(domains.domains)
+        self._catalogue_idx = {item_id: i + 1 for i, item_id in enumerate(self.catalogue.item_ids)}
         self._item_idx = self._catalogue_idx  # + the items added at run time
-        self._item_ids = ["", *item_ids]
-        self._counts = self.data.item_counts()  # (V+1,) once: the popularity fallback reads it per request
-        self._popular = torch.argsort(self._counts[1:], descending=True, stable=True) + 1  # (V,)
+        self._item_ids = ["", *self.catalogue.item_ids]
+        self._popular = torch.argsort(self.catalogue.item_counts[1:], descending=True, stable=True) + 1  # (V,)
         # a content-first model: its (V+1+N, D) item table, computed once (not per request), N items added at run time
         self._item_table: torch.Tensor | None = None
         self._added: tuple[NewItem, ...] = ()
         self._text_fields: tuple[str, ...] = ()
         self._item_encoder: list[TextEncoder] = []  # `load_item_encoder`, shared by the copies
-        if isinstance(self.model, ContentItemScorer) and self.model.content_encoder:
+        if self.capabilities.content is not None:
             with torch.no_grad():
-                self._item_table = self.model.item_embeddings().float()
+                self._item_table = self.capabilities.content.item_embeddings().float()
             self._text_fields = trained_text_fields(bundle.model_dir)
         self._catalogue_similar = self._similar_items_index(bundle.index_dir)
         self._similar = self._catalogue_similar
-        self._queries: tuple[QueryScorer, ContentConfig, TextEncoder] | None = None
-        if isinstance(self.model, QueryScorer):  # the encoder that embedded its items embeds the queries
-            encoding = ContentConfig(model=self.model.query_encoder, progress=False)
-            self._queries = self.model, encoding, load_encoder(encoding)
-            logger.info("text queries embedded by %s", self.model.query_encoder)
+        self._queries: tuple[ContentConfig, TextEncoder] | None = None
+        if self.capabilities.queries is not None:  # the encoder that embedded its items embeds the queries
+            from recsys.semantic_ids.content import ContentConfig, load_encoder
+
+            encoding = ContentConfig(model=self.capabilities.queries.query_encoder, progress=False)
+            self._queries = encoding, load_encoder(encoding)
+            logger.info("text queries embedded by %s", encoding.model)
         # above ANN_ABOVE_ITEMS items a request's full ranking costs tens of ms (a 10^6 x 64 matmul per history):
         # the bundle's index then serves recommendations too, approximately (its build report has its recall)
-        one_domain = not isinstance(self.model, DomainScorer)
-        self._ranks_by_index = bundle.index_dir is not None and self.num_items > ANN_ABOVE_ITEMS and one_domain
+        self._ranks_by_index = bundle.index_dir is not None and self.num_items > ANN_ABOVE_ITEMS and not self.domains
         if self._ranks_by_index:
             logger.info("recommendations come from the index (%s items > %s): approximate, as similar items",
                         f"{self.num_items:,}", f"{ANN_ABOVE_ITEMS:,}")  # fmt: skip
+        self._ranking = self._history_ranking()
+
+    def _history_ranking(self) -> HistoryRanking:
+        return ranking_for(self.capabilities, self.model, self._item_table,
+                           self._similar if self._ranks_by_index else None)  # fmt: skip
 
     @property
     def version(self) -> str:
@@ -111,7 +126,7 @@ class Recommender:
     @property
     def num_items(self) -> int:
         """Items it ranks: the trained catalogue's and those added at run time."""
-        return self.data.num_items + len(self._added)
+        return self.catalogue.num_items + len(self._added)
 
     @property
     def takes_new_items(self) -> bool:
@@ -141,7 +156,7 @@ class Recommender:
         if known:
             raise ValueError(f"{len(known)} of the items are in the trained catalogue already (e.g. {known[0]!r}): "
                              "add only new items")  # fmt: skip
-        catalogue = self.data.num_items + 1
+        catalogue = self.catalogue.num_items + 1
         previous = dict(zip((item.item_id for item in self._added), self._item_table[catalogue:], strict=True))
         placed = {item.item_id: vector for item, vector in zip(items, self._content_vectors(items), strict=True)}
         added, vector_of = merged(list(self._added), items), {**previous, **placed}
@@ -153,32 +168,34 @@ class Recommender:
         swapped._item_idx = {**self._catalogue_idx, **{item.item_id: catalogue + n for n, item in enumerate(added)}}
         swapped._item_ids = [*self._item_ids[:catalogue], *(item.item_id for item in added)]
         if self._catalogue_similar is not None:  # the added items scored as the bundle's index scores its own
-            metric = self._catalogue_similar.config.metric if isinstance(self._catalogue_similar, FaissTopK) else "ip"
+            metric = self._catalogue_similar.metric
             swapped._similar = UnionTopK([self._catalogue_similar, ExactTopK(vectors, ids, metric)])
+        swapped._ranking = swapped._history_ranking()
         return swapped
 
     def load_item_encoder(self) -> TextEncoder:
         """The encoder that embeds new items' texts, loaded once and shared by this recommender's copies. A server
         that takes run-time items loads it with the bundle (`serving.loading`): loading it at the first add stalls
         the requests served beside it."""
-        assert isinstance(self.model, ContentItemScorer) and self.model.content_encoder is not None
+        content = self.capabilities.content
+        assert content is not None and content.content_encoder is not None, "a content-first model's"
         if not self._item_encoder:
-            self._item_encoder.append(load_encoder(ContentConfig(model=self.model.content_encoder, progress=False)))
-            logger.info(
-                "new items' texts embedded by %s (%s)", self.model.content_encoder, ", ".join(self._text_fields)
-            )
+            from recsys.semantic_ids.content import ContentConfig, load_encoder
+
+            self._item_encoder.append(load_encoder(ContentConfig(model=content.content_encoder, progress=False)))
+            logger.info("new items' texts embedded by %s (%s)", content.content_encoder, ", ".join(self._text_fields))
         return self._item_encoder[0]
 
     def _content_vectors(self, items: list[NewItem]) -> torch.Tensor:
         """(N, D) the vectors of new items: their text made as the catalogue's was, embedded by the model's encoder."""
-        assert isinstance(self.model, ContentItemScorer) and self.model.content_encoder is not None
-        columns: dict[str, list[str | None]] = {ITEM_ID: [item.item_id for item in items]}
-        for name in self._text_fields:
-            columns[name] = [item.title if name == TITLE else item.fields.get(name) for item in items]
-        texts = item_texts(pl.DataFrame(columns, schema=dict.fromkeys(columns, pl.String)), self._text_fields)
-        encoding = ContentConfig(model=self.model.content_encoder, progress=False)
-        content = torch.from_numpy(embed_texts(texts, encoding, encoder=self.load_item_encoder()))
-        return self.model.vectors_of_content(content).float()
+        from recsys.semantic_ids.content import ContentConfig, embed_texts, item_text
+
+        content = self.capabilities.content
+        assert content is not None and content.content_encoder is not None, "a content-first model's"
+        texts = [item_text(item.item_id, {**item.fields, TITLE: item.title}, self._text_fields) for item in items]
+        encoding = ContentConfig(model=content.content_encoder, progress=False)
+        vectors = torch.from_numpy(embed_texts(texts, encoding, encoder=self.load_item_encoder()))
+        return content.vectors_of_content(vectors).float()
 
     @property
     def takes_queries(self) -> bool:
@@ -194,6 +211,8 @@ class Recommender:
         """A copy serving `domain` with the adapter file at `path` (written by `recsys.modules.lora.save_adapter`);
         this one is untouched, so requests in flight finish on it. ValueError saying what is wrong otherwise (the
         message names the file by its name only: callers may not learn the server's directories)."""
+        from recsys.modules.lora import load_adapter
+
         self.domain_index(domain)
         if not path.is_file():  # also keeps devices and pipes (which would never end) out of torch.load
             raise ValueError(f"{path.name}: no such adapter file. Fix: pass a file written by save_adapter")
@@ -209,8 +228,10 @@ class Recommender:
             ) from err
         swapped = copy.copy(self)
         swapped.model = model.eval()
+        swapped.capabilities = Capabilities.of(swapped.model)
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
         swapped._adapters = {**self._adapters, domain: digest}
+        swapped._ranking = swapped._history_ranking()
         return swapped
 
     def domain_index(self, domain: str) -> int:
@@ -234,11 +255,7 @@ class Recommender:
     def training_history(self, user_id: str) -> tuple[list[int], list[int]] | None:
         """(item_idx, ts) of the user's interactions in the bundle's data (oldest first), or None for a user it
         does not know."""
-        row = self._user_row.get(user_id)  # a dict: the data's own lookup scans every user
-        if row is None:
-            return None
-        start, end = self._history_offsets[row], self._history_offsets[row + 1]
-        return self.data.sequences.values[start:end].tolist(), self.data.timestamps.values[start:end].tolist()
+        return self.histories.of(user_id)
 
     def recommend(
         self,
@@ -260,80 +277,48 @@ class Recommender:
         ranked = self._with_text([queries[i] for i in texts], texts) if texts else {}
         scored = [i for i, q in enumerate(queries) if q.history and not q.text]
         if scored:
-            histories = Jagged.from_lists([queries[i].history for i in scored])
-            exclude = torch.tensor([queries[i].exclude_seen for i in scored])
-            k = max(queries[i].k for i in scored)
-            times, requests = self._times([queries[i] for i in scored]) if self._reads_timestamps else (None, None)
-            if self._ranks_by_index:
-                found = self._index_top_k(histories, exclude, k, times, requests)
-            else:
-                scorer = self._scorer([queries[i].domain for i in scored])
-                scores, items = recommend(scorer, histories, k, exclude, None, times, requests)
-                found = [(items[row].tolist(), scores[row].tolist()) for row in range(len(scored))]
-            for (row_items, row_scores), i in zip(found, scored, strict=True):
-                top = queries[i].k
-                ranked[i] = self._describe(row_items[:top], row_scores[:top])
+            asked = [queries[i] for i in scored]
+            found = self._ranking.top_k(
+                Jagged.from_lists([q.history for q in asked]),
+                max(q.k for q in asked),
+                torch.tensor([q.exclude_seen for q in asked]),
+                [q.domain for q in asked],
+                self._times(asked) if self._reads_timestamps else None,
+            )
+            ranked |= {i: self._describe(*self._top(found, row, queries[i].k)) for row, i in enumerate(scored)}
         return [ranked[i] if i in ranked else self._popularity(q.k, set(), q.domain) for i, q in enumerate(queries)]
+
+    @staticmethod
+    def _top(found: Ranked, row: int, k: int) -> tuple[list[int], list[float]]:
+        items, scores = found[row]
+        return items[:k], scores[:k]
 
     def _with_text(self, queries: list[RecommendationQuery], rows: list[int]) -> dict[int, list[Recommendation]]:
         """{row: top-k} of queries with a text (and a history, or none): their texts embedded in one encoder call,
         everything ranked by the model in one call."""
-        if self._queries is None:
+        model = self.capabilities.queries
+        if model is None or self._queries is None:
             raise ValueError(f"the served {self.name} model takes no text query. Fix: omit `query`, or serve a "
                              "model that reads queries (docs/search.md)")  # fmt: skip
-        model, encoding, encoder = self._queries
+        from recsys.semantic_ids.content import embed_texts
+
+        encoding, encoder = self._queries
         texts = [q.text or "" for q in queries]
         vectors = torch.from_numpy(embed_texts(texts, encoding, encoder=encoder))
         histories = Jagged.from_lists([q.history for q in queries])
         scores = model.score_with_queries(histories.to_padded(self.max_history), vectors, texts)  # (Q, V+1)
-        scores[:, 0] = -torch.inf  # the padding is never an item
-        for row, q in enumerate(queries):
-            if q.exclude_seen and q.history:
-                scores[row, q.history] = -torch.inf
-        k = min(max(q.k for q in queries), self.num_items)
-        top_scores, top_items = scores.topk(k, dim=1)
+        exclude = torch.tensor([q.exclude_seen for q in queries])
+        top_scores, top_items = rank_scores(scores, histories, max(q.k for q in queries), exclude)
         return {
             i: self._describe(top_items[row, : q.k].tolist(), top_scores[row, : q.k].tolist())
             for row, (i, q) in enumerate(zip(rows, queries, strict=True))
         }
 
-    def _index_top_k(
-        self, histories: Jagged, exclude: torch.Tensor, k: int, times: Jagged | None, requests: torch.Tensor | None
-    ) -> list[tuple[list[int], list[float]]]:
-        """(items, scores) of each history's top k from the index: its user vector's nearest item vectors, with the
-        history's own items dropped where `exclude` says (the search asks for that many more)."""
-        assert isinstance(self.model, VectorScorer) and self._similar is not None
-        padded = histories.to_padded(self.max_history)
-        when = None if times is None or requests is None else HistoryTimes(times.to_padded(self.max_history), requests)
-        if self._item_table is not None:  # a content-first model: its histories may hold items added at run time
-            assert isinstance(self.model, ContentItemScorer)
-            queries = self.model.encode_queries_over(padded, self._item_table).float()
-        else:
-            queries = self.model.encode_queries(padded, None, when).float()
-        extra = int(histories.lengths().max()) if bool(exclude.any()) else 0
-        scores, ids = self._similar.search(queries, min(k + extra, self.num_items))
-        found = []
-        for row in range(len(histories)):
-            skip = {-1, *histories.row(row).tolist()} if bool(exclude[row]) else {-1}  # -1: fewer found than asked
-            kept = [(int(i), float(v)) for i, v in zip(ids[row], scores[row], strict=True) if int(i) not in skip]
-            found.append(([i for i, _ in kept[:k]], [v for _, v in kept[:k]]))
-        return found
-
-    def _scorer(self, domains: list[int]) -> Scorer:
-        """The model, or for requests naming a domain, the model scoring in those domains; a content-first model
-        over its item table (computed once, with the items added at run time)."""
-        if self._item_table is not None:
-            assert isinstance(self.model, ContentItemScorer)
-            return _OverItemTable(self.model, self._item_table)
-        if not isinstance(self.model, DomainScorer) or all(d < 0 for d in domains):
-            return self.model
-        return _RequestedDomains(self.model, torch.tensor(domains))
-
     @staticmethod
-    def _times(queries: list[RecommendationQuery]) -> tuple[Jagged, torch.Tensor]:
+    def _times(queries: list[RecommendationQuery]) -> RequestTimes:
         """The queries' history and request times; a query without them reads as all at one moment (no gaps)."""
         rows = [q.timestamps if q.timestamps is not None else [q.request_time] * len(q.history) for q in queries]
-        return Jagged.from_lists(rows), torch.tensor([q.request_time for q in queries])
+        return RequestTimes(Jagged.from_lists(rows), torch.tensor([q.request_time for q in queries]))
 
     def popular(self, k: int, exclude: list[int], domain: int = -1) -> list[Recommendation]:
         return self._popularity(k, set(exclude), domain)
@@ -341,10 +326,10 @@ class Recommender:
     @torch.no_grad()
     def similar_items(self, item_idx: int, k: int) -> list[Recommendation] | None:
         """The k items nearest to `item_idx` by the model's item vectors (itself excluded); None without vectors."""
-        if self._similar is None:
+        vectors = self.capabilities.vectors
+        if self._similar is None or vectors is None:
             return None
-        assert isinstance(self.model, VectorScorer)
-        table = self.model.item_embeddings() if self._item_table is None else self._item_table
+        table = vectors.item_embeddings() if self._item_table is None else self._item_table
         query = table[item_idx][None].float()
         scores, ids = self._similar.search(query, min(k + 1, self._similar.num_items))
         pairs = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if int(i) not in (item_idx, -1)]
@@ -352,53 +337,29 @@ class Recommender:
 
     def _similar_items_index(self, index_dir: Path | None) -> TopK | None:
         """The bundle's FAISS index of the model's item vectors, or exact search over them; None without vectors."""
-        if not isinstance(self.model, VectorScorer):
+        vectors = self.capabilities.vectors
+        if vectors is None:
             return None
         if index_dir is not None:
+            from recsys.retrieval.faiss_index import FaissTopK
+
             return FaissTopK.load(index_dir)
         with torch.no_grad():  # a content-first model's table is computed already
-            vectors = (self.model.item_embeddings() if self._item_table is None else self._item_table)[1:].float()
-        return ExactTopK(vectors, torch.arange(1, vectors.shape[0] + 1))
+            table = (vectors.item_embeddings() if self._item_table is None else self._item_table)[1:].float()
+        return ExactTopK(table, torch.arange(1, table.shape[0] + 1))
 
     def _popularity(self, k: int, exclude: set[int], domain: int = -1) -> list[Recommendation]:
         popular = self._popular
-        if domain >= 0 and isinstance(self.model, DomainScorer):
-            popular = popular[self.model.item_domain[popular] == domain]
+        domains = self.capabilities.domains
+        if domain >= 0 and domains is not None:
+            popular = popular[domains.item_domain[popular] == domain]
         items = [int(i) for i in popular if int(i) not in exclude][:k]
-        return self._describe(items, [float(self._counts[i]) for i in items])
+        return self._describe(items, [float(self.catalogue.item_counts[i]) for i in items])
 
     def _describe(self, items: list[int], scores: list[float]) -> list[Recommendation]:
-        catalogue = self.data.num_items
-        trained = [i for i in items if i <= catalogue]
-        known = iter(self.data.titles(torch.tensor(trained, dtype=torch.long)) if trained else [])
-        titles = [next(known) if i <= catalogue else self._added[i - catalogue - 1].title for i in items]
+        trained = self.catalogue.num_items
+        titles = [self.catalogue.title(i) if i <= trained else self._added[i - trained - 1].title for i in items]
         return [
             Recommendation(self._item_ids[i], title, score)
             for i, title, score in zip(items, titles, scores, strict=True)
         ]
-
-
-class _OverItemTable:
-    """A content-first model scoring every history over a given item table (the catalogue's and the added items)."""
-
-    def __init__(self, model: ContentItemScorer, items: torch.Tensor) -> None:
-        self.model, self.items = model, items
-        self.max_history = model.max_history
-
-    def score(
-        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
-    ) -> torch.Tensor:
-        return self.model.encode_queries_over(histories, self.items) @ self.items.T
-
-
-class _RequestedDomains:
-    """A model of several domains scoring each row in its requested domain (or its history's, where -1)."""
-
-    def __init__(self, model: DomainScorer, requested: torch.Tensor) -> None:
-        self.model, self.requested = model, requested
-        self.max_history = model.max_history
-
-    def score(
-        self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
-    ) -> torch.Tensor:
-        return self.model.score_in(histories, self.requested)

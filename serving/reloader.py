@@ -1,13 +1,13 @@
 """Hot swap: serve the registered model's new champion as soon as the champion gate promotes one.
 
-`ChampionWatcher.check()` asks the registry which version holds the `champion` alias; when it differs from
-the one being served, it loads the new bundle *beside* the old one and then replaces `app.state.recommender`
-in one assignment. A request holds the recommender it started with (through `serving.deps`), so requests in
-flight finish on the old model and none fails; the next ones get the new model. The lifespan runs `check`
-every `reload_interval_s` seconds in the background; `POST /v1/admin/reload` runs it at once.
+`ChampionWatcher.check()` asks the registry which version holds the `champion` alias; when it differs from the one being
+served, it loads the new bundle *beside* the old one and then swaps it in (`ServingState.serve`: the run-time items kept
+for it, one assignment). A request holds the recommender it started with (through `serving.deps`), so requests in flight
+finish on the old model and none fails; the next ones get the new model. The lifespan runs `check` every
+`reload_interval_s` seconds in the background; `POST /v1/admin/reload` runs it at once.
 
-A champion that cannot be loaded leaves the current model serving: the failure is kept (`/readyz` reports it),
-counted (`recsys_model_reload_failures_total`) and logged once per distinct error, not on every retry.
+A champion that cannot be loaded leaves the current model serving: the failure is kept (`/readyz` reports it), counted
+(`recsys_model_reload_failures_total`) and logged once per distinct error, not on every retry.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from pipelines.registry import download_bundle, get_champion
-from serving.loading import added_item_store, with_kept_items
+from recsys.artifacts.registry import download_bundle, get_champion
 from serving.metrics import ServingMetrics
 from serving.recommender import Recommender
 from serving.settings import ServingSettings
@@ -39,10 +38,14 @@ class ReloadFailure:
 
 
 class ChampionWatcher:
-    def __init__(self, settings: ServingSettings, state: Any, metrics: ServingMetrics) -> None:
+    """Follows `settings.model_name`'s champion; `serve` swaps a loaded one in (`ServingState.serve`)."""
+
+    def __init__(
+        self, settings: ServingSettings, metrics: ServingMetrics, serve: Callable[[Recommender], object]
+    ) -> None:
         if settings.model_name is None:
             raise ValueError("hot swap follows a registered model: set model_name")
-        self.settings, self.state, self.metrics = settings, state, metrics
+        self.settings, self.metrics, self.serve = settings, metrics, serve
         self.version: str | None = None  # the registry version being served
         self.failure: ReloadFailure | None = None  # the last check's failure, until a check succeeds
         self._lock = threading.Lock()  # one load at a time
@@ -60,11 +63,9 @@ class ChampionWatcher:
                     self.failure = None
                     return False
                 champion_version = current.version
-                recommender = Recommender(download_bundle(current.source, self.settings.registry_uri))
-                with self.state.items_lock:  # the items added while it loaded are in the store: it serves them too
-                    recommender = with_kept_items(recommender, added_item_store(self.settings))
-                    # loaded before the swap: the old one served meanwhile
-                    self.state.recommender, previous, self.version = recommender, self.version, current.version
+                # loaded before the swap: the old one serves meanwhile
+                self.serve(Recommender(download_bundle(current.source, self.settings.registry_uri)))
+                previous, self.version = self.version, current.version
             except Exception as err:  # anything a broken bundle, its kept items or an unreachable registry raises
                 raise self._failed(champion_version, err) from err
             self.failure = None

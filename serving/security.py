@@ -26,6 +26,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serving.schemas import error_responses
+from serving.state import state_of
 
 API_KEY_HEADER = "X-API-Key"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # answered without a key: probes and the scraper
@@ -46,7 +47,8 @@ def _matches(given: str, accepted: frozenset[str] | tuple[str, ...]) -> bool:
 async def require_admin(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
-    token: str = request.app.state.admin_token
+    token = state_of(request).admin_token
+    assert token is not None, "the admin routes are mounted only with a token"
     if credentials is None:
         raise HTTPException(
             status_code=401,
@@ -75,7 +77,7 @@ def api_key_refusal(key: str | None, accepted: frozenset[str]) -> HTTPException 
 async def require_api_key(request: Request, key: Annotated[str | None, Depends(_api_key)]) -> None:
     """The `/v1` routes' dependency: what declares the key in the OpenAPI schema (`ApiKeyGate` has already
     refused a request without one)."""
-    refusal = api_key_refusal(key, request.app.state.api_keys)
+    refusal = api_key_refusal(key, state_of(request).api_keys)
     if refusal is not None:
         raise refusal
 

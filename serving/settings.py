@@ -8,78 +8,105 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pipelines.tracking import resolve_tracking_uri
+from recsys.artifacts.registry import resolve_tracking_uri, sqlite_path
 
-SQLITE_PREFIX = "sqlite:///"
 MIN_TOKEN_CHARS = 16  # shorter admin tokens are refused: guessable
 
 
 class ServingSettings(BaseSettings):
-    """Which bundle to serve, where user histories live, and who may call what.
-
-    Attributes:
-        bundle: a bundle directory (`pipelines.bundle.Bundle`); None = the registered model's champion.
-        model_name: the registered model whose `champion` alias is served when `bundle` is None.
-        tracking_uri: the MLflow store holding that registry (and the dashboard's runs); None =
-            `pipelines.tracking.resolve_tracking_uri`'s default ($MLFLOW_TRACKING_URI, else sqlite:///mlruns.db).
-            A SQLite store must exist: serving never creates an empty one.
-        history_store: "memory" (in-process, the embedded default) or "redis" (shared by workers and replicas).
-        redis_url: the Redis server of the "redis" store.
-        events_per_user: most recent online events kept per user (the model reads the most recent of them that its
-            history window holds).
-        max_users: users whose online events the in-process store keeps; the least recently active are dropped
-            first (Redis keys expire after `history_ttl_s` instead).
-        history_ttl_s: seconds a user's online events live in Redis after their last event.
-        torch_threads: intra-op threads of each model call; 1 leaves the other cores to the event loop (HTTP,
-            JSON) on a small machine.
-        max_batch: most recommendation requests scored in one model call. Requests that arrive while the model
-            is busy are batched together (no waiting timer: a lone request is scored at once).
-        reload_interval_s: how often the registry is asked for a new champion (0 = never; only when serving
-            `model_name`); `POST /v1/admin/reload` asks at once.
-        reload_min_interval_s: an admin reload sooner than this after the previous one is refused (429).
-        admin_token / admin_token_file: the bearer token of the `/v1/admin` routes (the file: its first line).
-            Neither set = the admin routes are not mounted at all.
-        api_keys_file: one API key per line; when set, every route but `/healthz`, `/readyz` and `/metrics` requires
-            one in the `X-API-Key` header (the `/v1` routes, the dashboard, `/docs`, `/openapi.json`).
-        refusal_delay_s: how long a request refused for its API key (401 / 403) waits before its answer: a client
-            looping without a key, or guessing keys, is slowed to a few requests per second per connection at no CPU
-            cost (0 = answer at once).
-        adapter_root: the only directory adapters are loaded from (`<root>/<domain>/<version>.pt`); None = adapter
-            swaps are off.
-        added_items_file: where the items added at run time (`POST /v1/admin/items`) are kept, so that a restart or a
-            hot swap serves them again until a trained bundle includes them; None = run-time items are off.
-        max_added_items: the most items kept added at run time (a larger total is refused, 409): their exact index is
-            searched beside the bundle's on every similar-items request.
-        max_body_bytes: larger request bodies are refused (413) before they are read.
-        dashboard_ttl_s: how long a rendered dashboard page of a store other than SQLite is served before the store
-            is read again (a SQLite store's page is re-rendered when its file changes).
-        workers: server processes (`recsys serve --workers`); each loads the model and follows the champion.
-    """
+    """Which bundle to serve, where user histories live, and who may call what: each field is the RECSYS_ variable of
+    its name (RECSYS_MODEL_NAME, ...) and an option of `recsys serve` (`--model-name`, ...); the descriptions below are
+    both's help (docs/serving.md)."""
 
     model_config = SettingsConfigDict(env_prefix="RECSYS_", env_ignore_empty=True, frozen=True)
 
-    bundle: Path | None = None
-    model_name: str | None = None
-    tracking_uri: str | None = None
-    history_store: Literal["memory", "redis"] = "memory"
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    events_per_user: int = Field(default=50, ge=1, le=10_000)
-    max_users: int = Field(default=100_000, ge=1)
-    history_ttl_s: int = Field(default=30 * 24 * 3600, ge=1)
-    reload_interval_s: float = Field(default=30.0, ge=0)
-    reload_min_interval_s: float = Field(default=5.0, ge=0)
-    torch_threads: int = Field(default=1, ge=1)
-    max_batch: int = Field(default=64, ge=1)
-    admin_token: SecretStr | None = None
-    admin_token_file: Path | None = None
-    api_keys_file: Path | None = None
-    refusal_delay_s: float = Field(default=0.5, ge=0, le=10)
-    adapter_root: Path | None = None
-    added_items_file: Path | None = None
-    max_added_items: int = Field(default=10_000, ge=1)
-    max_body_bytes: int = Field(default=1 << 20, ge=1024)
-    dashboard_ttl_s: float = Field(default=30.0, gt=0)
-    workers: int = Field(default=1, ge=1)
+    bundle: Path | None = Field(
+        default=None, description="A bundle directory (WORK/bundles/NAME); unset: the registered model's champion."
+    )
+    model_name: str | None = Field(
+        default=None, description="Serve this registered model's champion (when no bundle is given)."
+    )
+    tracking_uri: str | None = Field(
+        default=None,
+        description="The MLflow store of that registry and of the dashboard's runs (default: $MLFLOW_TRACKING_URI, "
+        "else sqlite:///mlruns.db). A SQLite store must exist: serving never creates one.",
+    )
+    history_store: Literal["memory", "redis"] = Field(
+        default="memory",
+        description="Where users' online events live: in-process, or Redis (shared by workers and replicas).",
+    )
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0", description="The Redis server of the redis history store."
+    )
+    events_per_user: int = Field(default=50, ge=1, le=10_000, description="Most recent online events kept per user.")
+    max_users: int = Field(
+        default=100_000,
+        ge=1,
+        description="Users whose events the in-process store keeps, the least recently active dropped first.",
+    )
+    history_ttl_s: int = Field(
+        default=30 * 24 * 3600, ge=1, description="Seconds a user's events live in Redis after the last one."
+    )
+    reload_interval_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds between checks for a new champion (0: never; `POST /v1/admin/reload` asks at once).",
+    )
+    reload_min_interval_s: float = Field(
+        default=5.0, ge=0, description="An admin reload sooner than this after the previous one gets 429."
+    )
+    torch_threads: int = Field(
+        default=1,
+        ge=1,
+        description="Threads of each model call; 1 leaves the other cores to HTTP and JSON on a small machine.",
+    )
+    max_batch: int = Field(
+        default=64,
+        ge=1,
+        description="Most requests scored in one model call (batches form only under load: no waiting timer).",
+    )
+    admin_token: SecretStr | None = Field(
+        default=None,
+        description="The bearer token of the /v1/admin routes (the environment only: a command line shows in ps).",
+    )
+    admin_token_file: Path | None = Field(
+        default=None,
+        description="A file whose first line is the admin token; no token at all: the admin routes are not mounted.",
+    )
+    api_keys_file: Path | None = Field(
+        default=None,
+        description="A file of API keys, one per line: every route but /healthz, /readyz and /metrics then needs "
+        "one in the X-API-Key header.",
+    )
+    refusal_delay_s: float = Field(
+        default=0.5,
+        ge=0,
+        le=10,
+        description="Seconds a request refused for its API key waits for its 401/403 (slows guessing).",
+    )
+    adapter_root: Path | None = Field(
+        default=None,
+        description="The only directory adapters are swapped in from (<root>/<domain>/<version>.pt); unset: off.",
+    )
+    added_items_file: Path | None = Field(
+        default=None,
+        description="Where items added at run time (POST /v1/admin/items) are kept across restarts and hot swaps, "
+        "until a trained bundle holds them; unset: off.",
+    )
+    max_added_items: int = Field(
+        default=10_000, ge=1, description="The most run-time items kept (a larger total gets 409)."
+    )
+    max_body_bytes: int = Field(
+        default=1 << 20, ge=1024, description="Larger request bodies get 413 before they are read."
+    )
+    dashboard_ttl_s: float = Field(
+        default=30.0, gt=0, description="Seconds a rendered /dashboard page of a store other than SQLite is reused."
+    )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        description="Server processes, each loading the model; more than 1 needs the redis history store.",
+    )
 
     @property
     def registry_uri(self) -> str:
@@ -124,8 +151,7 @@ class ServingSettings(BaseSettings):
                 "workers > 1 with the in-process history store: each worker would keep its own users' events. "
                 "Fix: --history-store redis"
             )
-        uri = self.registry_uri
-        store_file = Path(uri.removeprefix(SQLITE_PREFIX)) if uri.startswith(SQLITE_PREFIX) else None
+        store_file = sqlite_path(self.registry_uri)
         if self.bundle is None and self.model_name is not None and store_file is not None and not store_file.is_file():
             raise ValueError(
                 f"tracking_uri: no MLflow store at {store_file} (serving never creates one). "

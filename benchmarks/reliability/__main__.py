@@ -12,10 +12,10 @@ from benchmarks.common import REPO, benchmark_parser, log_to_console, provenance
 from benchmarks.reliability import Settings, api, crashes, guarded, inputs, load_settings
 from benchmarks.reliability import __doc__ as DOC
 from benchmarks.reliability.cases import Case
-from pipelines.bundle import Bundle
-from pipelines.model_dir import MODEL_FILE, load_model_dir
 from pipelines.registry import POINT, register_bundle
 from pipelines.runner import run_pipeline
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.model_dir import MODEL_FILE, load_model_dir
 from recsys.data.prepared import load_prepared
 from recsys.modules.lora import save_adapter
 

@@ -132,9 +132,9 @@ def worse_than_popularity(model_dir: Path, name: str, root: Path) -> Case:
     import logging
     import shutil
 
-    from pipelines.bundle import Bundle
-    from pipelines.model_dir import METRICS_FILE, POPULARITY_VALID
     from pipelines.registry import register_bundle
+    from recsys.artifacts.bundle import Bundle
+    from recsys.artifacts.model_dir import METRICS_FILE, POPULARITY_VALID
 
     worse = root / "worse" / "model"
     shutil.copytree(model_dir, worse)

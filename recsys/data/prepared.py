@@ -20,7 +20,7 @@ from recsys.data.jagged import Jagged
 from recsys.data.splits import MIN_INTERACTIONS, VALID, held_out
 from recsys.data.tasks import task_labels, tasks_in
 from recsys.data.times import HistoryTimes
-from recsys.errors import DataError
+from recsys.errors import ConfigError, DataError
 from recsys.runtime.digest import feed_file
 
 
@@ -305,9 +305,9 @@ def _keep_values(rows: Jagged, keep: torch.Tensor) -> Jagged:
     return Jagged.from_lengths(rows.values[keep], lengths)
 
 
-def load_prepared(data_dir: Path) -> SequenceData:
-    """Load a prepared directory (interactions in one file or in parts); `DataError` naming the missing file or broken
-    invariant."""
+def load_prepared(data_dir: Path, domain: str | None = None) -> SequenceData:
+    """Load a prepared directory (interactions in one file or in parts), restricted to the users and items of `domain`
+    (a config's `data.domain`) when given; `DataError` naming the missing file or broken invariant."""
     data_dir = Path(data_dir)
     items, meta = _read_catalog(data_dir)
     users = pl.read_parquet(data_dir / schema.USERS_FILE).sort(schema.USER_IDX)
@@ -315,7 +315,12 @@ def load_prepared(data_dir: Path) -> SequenceData:
     where = files[0] if len(files) == 1 else data_dir / schema.INTERACTIONS_DIR
     if users.height == 0:
         raise DataError(where, "the prepared data has no users", "prepare the data again from a non-empty input")
-    return _sequence_data(_read_interactions(files), items, users, meta, where)
+    data = _sequence_data(_read_interactions(files), items, users, meta, where)
+    if domain is None:
+        return data
+    if domain not in data.domains:
+        raise ConfigError(f"data.domain={domain!r} is not a domain of {data_dir}. Fix: one of {data.domains}")
+    return data.for_domain(domain)
 
 
 def _read_catalog(data_dir: Path) -> tuple[pl.DataFrame, dict[str, Any]]:

@@ -20,10 +20,12 @@ Internal ids are dense and start at 1: index 0 is reserved for padding in every 
 from __future__ import annotations
 
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from recsys.errors import DataError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 USER_ID = "user_id"
 ITEM_ID = "item_id"
@@ -41,13 +43,25 @@ PADDING_IDX = 0
 # data files and API requests are held to it, and to times >= 0
 MAX_TIMESTAMP = 4_102_444_800
 
-INTERACTION_COLUMNS: dict[str, pl.DataType] = {USER_ID: pl.String(), ITEM_ID: pl.String(), TS: pl.Int64()}
-OPTIONAL_INTERACTION_COLUMNS: dict[str, pl.DataType] = {
-    EVENT: pl.String(),
-    VALUE: pl.Float32(),
-    DOMAIN: pl.String(),
-}
-ITEM_COLUMNS: dict[str, pl.DataType] = {ITEM_ID: pl.String(), TITLE: pl.String()}
+
+# the columns' polars types (polars is imported by what reads or writes tables, not by whoever needs a column's name)
+def interaction_columns() -> dict[str, pl.DataType]:
+    import polars as pl
+
+    return {USER_ID: pl.String(), ITEM_ID: pl.String(), TS: pl.Int64()}
+
+
+def optional_interaction_columns() -> dict[str, pl.DataType]:
+    import polars as pl
+
+    return {EVENT: pl.String(), VALUE: pl.Float32(), DOMAIN: pl.String()}
+
+
+def item_columns() -> dict[str, pl.DataType]:
+    import polars as pl
+
+    return {ITEM_ID: pl.String(), TITLE: pl.String()}
+
 
 INTERACTIONS_FILE = "interactions.parquet"
 INTERACTIONS_DIR = "interactions"  # the parts, when the interactions are split (see the module docstring)

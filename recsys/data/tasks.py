@@ -11,6 +11,7 @@ with the item, so tasks are trained and measured on interacted items (a held-out
 the data does not know (a null) is NaN, and counts in no loss and no metric.
 
 Example:
+    >>> import polars as pl
     >>> frame = pl.DataFrame({"event": ["click", "buy", "click"], "value": [4.0, 5.0, 1.0]})
     >>> tasks_in(frame)
     (Task(name='event:buy', kind='binary'), Task(name='value', kind='regression'))
@@ -22,12 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import polars as pl
 import torch
 
 from recsys.data.schema import EVENT, VALUE
+
+if TYPE_CHECKING:  # reading labels off a table; a model predicting tasks needs no table
+    import polars as pl
 
 EVENT_PREFIX = f"{EVENT}:"
 TaskKind = Literal["binary", "regression"]
@@ -62,6 +65,8 @@ def tasks_in(interactions: pl.DataFrame) -> tuple[Task, ...]:
 
 def task_labels(interactions: pl.DataFrame, tasks: Sequence[Task]) -> dict[str, torch.Tensor]:
     """(N,) float32 labels of every interaction for each task, NaN where the data does not know it."""
+    import polars as pl
+
     labels = {}
     for task in tasks:
         binary = pl.col(EVENT) == task.name.removeprefix(EVENT_PREFIX)

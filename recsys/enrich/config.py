@@ -9,6 +9,7 @@ from typing import Literal
 from recsys.enrich.backend import DEFAULT_LOCAL_MODEL, Backend
 from recsys.enrich.record import DEFAULT_PROMPT
 from recsys.errors import ConfigError
+from recsys.runtime.extras import optional
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class EnrichConfig:
 def make_backend(config: EnrichConfig, cache_dir: Path) -> Backend:
     """The backend `config` names (a local model is loaded, converted once if it is a GGUF file)."""
     if config.backend == "http":
+        optional("httpx", extra="llm", feature="the enrich step's http backend")
         from recsys.enrich.http import HttpBackend, HttpSettings
 
         assert config.url is not None  # checked by EnrichConfig
@@ -70,6 +72,7 @@ def make_backend(config: EnrichConfig, cache_dir: Path) -> Backend:
             requests_per_s=config.requests_per_s, timeout_s=config.timeout_s, max_retries=config.max_retries,
             token_budget=config.token_budget,
         ))  # fmt: skip
+    optional("transformers", extra="llm", feature="the enrich step's local model")
     from recsys.enrich.local import LocalBackend
 
     return LocalBackend(config.model, cache_dir=cache_dir, device=config.device, precision=config.precision,

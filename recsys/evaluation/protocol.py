@@ -17,7 +17,7 @@ from recsys.data.prepared import EvalSplit
 from recsys.evaluation.item_blocks import rank_in_item_blocks
 from recsys.evaluation.metrics import catalog_coverage, ranking_metrics, target_ranks
 from recsys.evaluation.uncertainty import Uncertainty
-from recsys.inference import Scorer, VectorScorer, mask_unrankable, top_k
+from recsys.inference import Scorer, VectorScorer, mask_unrankable, padded_width, top_k
 from recsys.runtime.budget import Budget, limit
 from recsys.runtime.distributed import Workers, gather_rows
 from recsys.runtime.progress import Progress
@@ -91,6 +91,8 @@ class EvalResult:
     # (U,) 0-based rank of each user's target, in the split's user order; with a sample, of the sampled users only,
     # in the order of `sample.rows(U)`
     ranks: torch.Tensor
+    # (U, min(max(ks), V)) each user's list of the best items, best first, in the order of `ranks`
+    top_items: torch.Tensor
     config: EvalConfig = field(default_factory=EvalConfig)
     sample: UserSample | None = None  # set: the metrics are over this sample of len(ranks) users, not the protocol's
 
@@ -161,7 +163,7 @@ def evaluate(
     metrics = ranking_metrics(ranks, config.ks)
     for k in config.ks:
         metrics[f"coverage@{k}"] = catalog_coverage(tops[:, :k], num_items)
-    return EvalResult(metrics=metrics, ranks=ranks, config=config, sample=sample)
+    return EvalResult(metrics=metrics, ranks=ranks, top_items=tops, config=config, sample=sample)
 
 
 def _gathered(ranks: torch.Tensor, tops: torch.Tensor, workers: Workers) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,4 +203,5 @@ def history_batches(
     rows = torch.arange(len(split.targets)) if rows is None else rows
     lengths = split.histories.lengths()[rows].clamp(max=max_history)
     for batch in torch.split(torch.argsort(lengths, stable=True), batch_size):
-        yield rows[batch], split.histories.select(rows[batch]), max(1, int(lengths[batch].max()))
+        histories = split.histories.select(rows[batch])
+        yield rows[batch], histories, padded_width(histories, max_history)

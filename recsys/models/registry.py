@@ -1,16 +1,18 @@
 """The model registry: every model family by name (`recsys.models.family.ModelFamily`), the models built from their
 config fields and inputs, saved and loaded as one file.
 
-The platform's own families register here; a family defined elsewhere registers with `register_family` (a test, a
-notebook), or through the `recsys.model_families` entry point group of an installed package, whose entries name a
-`ModelFamily` (loaded the first time a family is looked up; docs/model-families.md). A model file holds {"format",
-"name", "config" (the config dataclass's fields), "state_dict"} and is written atomically; it carries everything the
-model was built on, so loading needs the file alone.
+The platform's own families are named here (`BUILTIN_FAMILIES`: each module's `FAMILY`, imported the first time its name
+is looked up, so loading a SASRec does not import the generative model); a family defined elsewhere registers with
+`register_family` (a test, a notebook), or through the `recsys.model_families` entry point group of an installed
+package, whose entries name a `ModelFamily` (loaded the first time a family is looked up; docs/model-families.md). A
+model file holds {"format", "name", "config" (the config dataclass's fields), "state_dict"} and is written atomically;
+it carries everything the model was built on, so loading needs the file alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 from collections.abc import Mapping
 from importlib.metadata import entry_points
@@ -18,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from recsys.errors import ConfigError, RecsysError
-from recsys.models import domain_adapters, fusion, generative, hstu, popularity, query_aware, ranker, sasrec, two_tower
 from recsys.models.family import Input, Model, ModelFamily, ModelInputs
 from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
 
@@ -26,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 FORMAT = 2  # files of an earlier format hold configs of an earlier version of the models
 ENTRY_POINT_GROUP = "recsys.model_families"
+# the platform's families: name -> the module whose `FAMILY` it is (test_registry checks each module's name)
+_BUILTIN_NAMES = ("popularity", "sasrec", "hstu", "query_aware", "two_tower", "generative", "ranker", "domain_adapters")
+BUILTIN_FAMILIES = {name: f"recsys.models.{name}" for name in (*_BUILTIN_NAMES, "fusion")}
 
 _FAMILIES: dict[str, ModelFamily[Any, Any]] = {}
 _plugins_loaded = False
@@ -46,24 +50,35 @@ def register_family(family: ModelFamily[Any, Any]) -> ModelFamily[Any, Any]:
 
 def family_names() -> list[str]:
     _load_plugins()
-    return sorted(_FAMILIES)
+    return sorted(_FAMILIES.keys() | BUILTIN_FAMILIES.keys())
 
 
 def model_family(name: str) -> ModelFamily[Any, Any]:
     """The family registered as `name`; ConfigError naming the known ones."""
     _load_plugins()
+    if name not in _FAMILIES and name in BUILTIN_FAMILIES:
+        _load_builtin(name)
     if name not in _FAMILIES:
-        raise ConfigError(f"unknown model {name!r}. Fix: use one of {', '.join(sorted(_FAMILIES))}")
+        raise ConfigError(f"unknown model {name!r}. Fix: use one of {', '.join(family_names())}")
     return _FAMILIES[name]
 
 
 def family_of(model: Model[Any]) -> ModelFamily[Any, Any]:
     """The family whose model class `model` is."""
     _load_plugins()
+    for name in BUILTIN_FAMILIES.keys() - _FAMILIES.keys():  # a model's class is defined: its module is imported
+        if BUILTIN_FAMILIES[name] == type(model).__module__:
+            _load_builtin(name)
     for family in _FAMILIES.values():
         if type(model) is family.model:
             return family
     raise ConfigError(f"{type(model).__name__} is the model of no registered family. Fix: register its family")
+
+
+def _load_builtin(name: str) -> None:
+    family = importlib.import_module(BUILTIN_FAMILIES[name]).FAMILY
+    assert family.name == name, f"{BUILTIN_FAMILIES[name]}.FAMILY is named {family.name!r}, not {name!r}"
+    register_family(family)
 
 
 def build_model(name: str, params: Mapping[str, Any], num_items: int, inputs: ModelInputs | None = None) -> Model[Any]:
@@ -125,7 +140,3 @@ def _load_plugins() -> None:
             )
         register_family(family)
         logger.info("model family %r registered from %s", family.name, entry.value)
-
-
-for _module in (popularity, sasrec, hstu, query_aware, two_tower, generative, ranker, domain_adapters, fusion):
-    register_family(_module.FAMILY)

@@ -54,6 +54,7 @@ from recsys.modules.sid_embedding import prefix_ids
 from recsys.modules.table_training import TableOptimizer, TableTraining
 from recsys.modules.transformer import TransformerBlock, causal_segment_mask, left_padded_layout
 from recsys.ops.embedding_bag import Kernel
+from recsys.runtime.extras import optional
 from recsys.runtime.validation import Fraction, check_heads
 
 if TYPE_CHECKING:
@@ -157,6 +158,7 @@ class TwoTower(Model[TwoTowerConfig]):
         content: torch.Tensor | None = None,
         counts: torch.Tensor | None = None,
     ) -> None:
+        optional("torchrec", extra="torchrec", feature="the two-tower model (its features are torchrec KJTs)")
         from recsys.modules.embedding_bag_collection import FusedEmbeddingBagCollection
         from recsys.modules.ordered_embedding_bags import OrderedEmbeddingBags
 

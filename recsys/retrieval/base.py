@@ -26,6 +26,11 @@ class TopK(Protocol):
     @property
     def dim(self) -> int: ...
 
+    @property
+    def metric(self) -> Metric:
+        """How it scores a query against an item vector."""
+        ...
+
     def search(self, queries: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 

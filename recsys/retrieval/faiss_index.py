@@ -25,7 +25,7 @@ import faiss
 import numpy as np
 import torch
 
-from recsys.retrieval.base import check_item_vectors, check_queries
+from recsys.retrieval.base import Metric, check_item_vectors, check_queries
 from recsys.retrieval.config import INDEX_FILE, IndexConfig
 from recsys.retrieval.exact import ExactTopK
 from recsys.retrieval.recall import recall_at_k
@@ -80,6 +80,10 @@ class FaissTopK:
     def dim(self) -> int:
         """The dimension of the vectors searched for (the index holds one more with `mips_to_l2`)."""
         return int(self.index.d) - (self.norm_bound is not None)
+
+    @property
+    def metric(self) -> Metric:
+        return self.config.metric
 
     def set_search_params(
         self, *, nprobe: int | None = None, ef_search: int | None = None, refine_k_factor: float | None = None

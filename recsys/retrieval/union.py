@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from recsys.retrieval.base import TopK, check_queries
+from recsys.retrieval.base import Metric, TopK, check_queries
 
 
 class UnionTopK:
@@ -28,6 +28,8 @@ class UnionTopK:
     def __init__(self, parts: Sequence[TopK]) -> None:
         if not parts or len({part.dim for part in parts}) != 1:
             raise ValueError(f"a union needs retrievers of one dim, got dims {[part.dim for part in parts]}")
+        if len({part.metric for part in parts}) != 1:
+            raise ValueError(f"a union needs retrievers of one metric, got {[part.metric for part in parts]}")
         self.parts = list(parts)
 
     @property
@@ -37,6 +39,10 @@ class UnionTopK:
     @property
     def dim(self) -> int:
         return self.parts[0].dim
+
+    @property
+    def metric(self) -> Metric:
+        return self.parts[0].metric
 
     def search(self, queries: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         check_queries(queries, k, self.dim, self.num_items)

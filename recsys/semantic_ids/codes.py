@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 import torch
 
 from recsys.data import schema
@@ -209,6 +208,8 @@ def write_semantic_ids(
         )
     if len(np.unique(codes, axis=0)) != V:
         raise DataError(path, "two items have the same codes", "pass deduplicate(codes), not the raw L codes")
+    import polars as pl  # the files' reader and writer: a model holding semantic IDs needs neither
+
     dtype = pl.Int16 if int(codes.max()) <= np.iinfo(np.int16).max else pl.Int32
     order = np.argsort(idx)
     table = pl.DataFrame(
@@ -236,6 +237,8 @@ def read_semantic_ids(path: Path) -> tuple[SemanticIds, SemanticIdStats]:
     for file in (path, stats_path(path)):
         if not file.is_file():
             raise DataError(file, "semantic IDs file not found", "write it with write_semantic_ids")
+    import polars as pl
+
     payload = json.loads(stats_path(path).read_text())
     stats = SemanticIdStats.from_dict(payload["stats"])
     table = pl.read_parquet(path).sort(schema.ITEM_IDX)

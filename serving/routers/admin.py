@@ -1,6 +1,6 @@
 """`POST /v1/admin/reload`: ask the registry for a new champion now and hot-swap to it (serving.reloader);
 `POST /v1/admin/adapters/{domain}`: hot-swap one domain's LoRA adapter of a domain-adapted bundle;
-`POST /v1/admin/items`: add items the model never trained on, placed by their text (serving.added_items).
+`POST /v1/admin/items`: add items the model never trained on, placed by their text (recsys.artifacts.added_items).
 
 Mounted only with an admin token, behind it (serving.main, serving.security). Adapters are named, not located:
 `{"version": V}` reads `<adapter_root>/<domain>/<V>.pt` and nothing else, so a caller cannot make the server open
@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.added_items import NewItem
-from serving.deps import RecommenderDep
+from recsys.artifacts.added_items import NewItem
+from serving.deps import RecommenderDep, StateDep
 from serving.http import StrictJsonRoute
 from serving.loading import added_item_store
 from serving.reloader import ReloadError
@@ -52,27 +52,27 @@ class ReloadResponse(BaseModel):
         }
     ),
 )
-def reload(request: Request) -> ReloadResponse:
-    watcher = request.app.state.watcher
+def reload(state: StateDep) -> ReloadResponse:
+    watcher, settings = state.watcher, state.settings
     if watcher is None:
         raise HTTPException(
             status_code=409, detail="serving a fixed bundle: start with a model name to follow its champion"
         )
     now = time.monotonic()
-    wait = request.app.state.settings.reload_min_interval_s - (now - getattr(request.app.state, "last_reload", -1e9))
+    wait = settings.reload_min_interval_s - (now - state.last_reload)
     if wait > 0:
         raise HTTPException(
             status_code=429,
-            detail=f"the champion was checked less than {request.app.state.settings.reload_min_interval_s:g} s ago. "
+            detail=f"the champion was checked less than {settings.reload_min_interval_s:g} s ago. "
             f"Fix: retry in {math.ceil(wait)} s",
             headers={"Retry-After": str(math.ceil(wait))},
         )
-    request.app.state.last_reload = now
+    state.last_reload = now
     try:
         reloaded = watcher.check()
     except ReloadError as err:
         raise HTTPException(status_code=503, detail=f"{err}. Fix: register a loadable bundle as champion") from err
-    recommender = request.app.state.recommender
+    recommender = state.served()
     return ReloadResponse(reloaded=reloaded, model_version=recommender.version, registry_version=watcher.version)
 
 
@@ -105,12 +105,12 @@ class AdapterResponse(BaseModel):
 def swap_adapter(
     domain: Annotated[str, PathParam(pattern=NAME_PATTERN)],
     body: AdapterRequest,
-    request: Request,
+    state: StateDep,
     recommender: RecommenderDep,
 ) -> AdapterResponse:
     """Load the adapter into a copy of the served model and swap it in; requests in flight finish on the old one.
     A later champion reload replaces it with the registered bundle's adapters."""
-    settings = request.app.state.settings
+    settings = state.settings
     if settings.adapter_root is None:
         raise HTTPException(status_code=409, detail="adapter swaps are off. Fix: set RECSYS_ADAPTER_ROOT")
     _one_worker(settings.workers, "an adapter swap", "register a bundle with the new adapter")
@@ -124,7 +124,7 @@ def swap_adapter(
         swapped = recommender.with_adapter(domain, _adapter_file(settings.adapter_root, domain, body.version))
     except ValueError as err:
         raise RequestValidationError([{"type": "value_error", "loc": ("body", "version"), "msg": str(err)}]) from err
-    request.app.state.recommender = swapped
+    state.recommender = swapped
     logger.info("adapter %s version %s swapped in: serving %s", domain, body.version, swapped.version)
     return AdapterResponse(domain=domain, version=body.version, model_version=swapped.version)
 
@@ -141,11 +141,11 @@ def swap_adapter(
         }
     ),
 )
-def add_items(body: AddItemsRequest, request: Request, recommender: RecommenderDep) -> AddItemsResponse:
+def add_items(body: AddItemsRequest, state: StateDep, recommender: RecommenderDep) -> AddItemsResponse:
     """Place new items by their text with the served model's content encoder and item tower, keep them (a restart or a
     hot swap serves them again, until a trained bundle includes them) and swap in a model that ranks them: the next
     request can return them. An id added before is replaced (an add is idempotent)."""
-    settings, state = request.app.state.settings, request.app.state
+    settings = state.settings
     store = added_item_store(settings)
     if store is None:
         raise HTTPException(status_code=409, detail="run-time items are off. Fix: set RECSYS_ADDED_ITEMS_FILE")
@@ -167,7 +167,7 @@ def add_items(body: AddItemsRequest, request: Request, recommender: RecommenderD
         )  # fmt: skip
     items = [NewItem(item.item_id, item.title, dict(item.fields)) for item in body.items]
     with state.items_lock:  # the served model may have changed (an add, a hot swap) since this request began
-        current = state.recommender
+        current = state.served()
         total = len({*(item.item_id for item in current.added_items), *(item.item_id for item in items)})
         if total > settings.max_added_items:
             raise HTTPException(
@@ -179,7 +179,7 @@ def add_items(body: AddItemsRequest, request: Request, recommender: RecommenderD
         store.save(swapped.added_items)  # kept before it serves: an acknowledged add survives a crash
         state.recommender = swapped
     distinct = len({item.item_id for item in items})
-    request.app.state.metrics.items_added.inc(distinct)
+    state.metrics.items_added.inc(distinct)
     logger.info("%d items added at run time (%d live): serving %s", distinct, total, swapped.version)
     return AddItemsResponse(added=distinct, live=total, model_version=swapped.version)
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 
+from serving.deps import StateDep
 from serving.history import HistoryUnavailableError
 from serving.schemas import Health
 
@@ -16,18 +17,17 @@ def healthz() -> Health:
 
 
 @router.get("/readyz", responses={503: {"model": Health, "description": "no model loaded yet"}})
-def readyz(request: Request, response: Response) -> Health:
+def readyz(state: StateDep, response: Response) -> Health:
     """503 until a model is loaded; "degraded" (200) when the online history store is down or the registry's
     champion cannot be loaded (`reload_error`: the previous model keeps serving)."""
-    watcher = request.app.state.watcher
+    watcher, store, recommender = state.watcher, state.history_store, state.recommender
     reload_error = None if watcher is None or watcher.failure is None else watcher.failure.error
-    recommender = getattr(request.app.state, "recommender", None)
-    if recommender is None:
+    if recommender is None or store is None:
         response.status_code = 503
         return Health(status="degraded", detail="no model loaded", reload_error=reload_error)
-    store_name = type(request.app.state.history_store).__name__
+    store_name = type(store).__name__
     try:
-        request.app.state.history_store.ping()
+        store.ping()
     except HistoryUnavailableError as err:
         return Health(
             status="degraded", model_version=recommender.version, history_store=store_name, detail=str(err),

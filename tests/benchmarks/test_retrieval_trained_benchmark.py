@@ -16,7 +16,7 @@ from benchmarks.common import REPO
 from benchmarks.reproduce import problems_of
 from pipelines.config import load_config
 from pipelines.index import item_vectors, user_queries, vector_model
-from pipelines.model_dir import load_model_dir
+from recsys.artifacts.model_dir import load_model_dir
 from tests.conftest import train_experiment
 
 SMOKE = "configs/benchmarks/retrieval-trained-smoke.yaml"

@@ -13,8 +13,8 @@ import benchmarks.search as search
 from benchmarks.common import REPO
 from benchmarks.reproduce import problems_of
 from pipelines.config import load_config
-from pipelines.model_dir import load_model_dir
 from pipelines.steps import ExperimentPaths
+from recsys.artifacts.model_dir import load_model_dir
 from recsys.evaluation.queries import LEVELS, catalogue_titles
 from recsys.retrieval.lexical import BM25Retriever
 from tests.conftest import train_experiment

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import benchmarks.train_scale as train_scale
 from benchmarks.reproduce import problems_of
-from pipelines.model_dir import load_model_dir
+from recsys.artifacts.model_dir import load_model_dir
 
 
 def test_tiny_epoch_streams_the_parts_and_records_its_figures(tmp_path: Path) -> None:

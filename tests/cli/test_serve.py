@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from pipelines.registry import get_champion
+from recsys.artifacts.registry import get_champion
 from recsys.data.prepared import load_prepared
 from tests.conftest import recsys_serve
 
@@ -58,14 +58,22 @@ def test_nothing_to_serve_exits_2_with_the_fix() -> None:
 
 
 def test_every_serving_setting_but_secrets_is_an_option_that_names_its_variable() -> None:
-    from cli.serve import SECRET_SETTINGS
+    """The options are made from the settings: a new field is an option with its description as help, and a secret
+    (visible in `ps` on a command line) is none."""
+    from pydantic import SecretStr
+
     from serving.settings import ServingSettings
 
     result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "400"})
-    assert "--admin-token " not in result.output  # a secret on the command line is visible in `ps`
-    for field in set(ServingSettings.model_fields) - set(SECRET_SETTINGS):
-        assert f"--{field.replace('_', '-')}" in result.output, field
-        assert f"RECSYS_{field.upper()}" in result.output, field
+    help_text = " ".join(result.output.split())
+    for name, field in ServingSettings.model_fields.items():
+        option = f"--{name.replace('_', '-')} "
+        if SecretStr in getattr(field.annotation, "__args__", (field.annotation,)):
+            assert option not in help_text, name
+            continue
+        assert option in help_text and f"RECSYS_{name.upper()}" in help_text, name
+        assert str(field.description)[:40] in help_text, name
+    assert "--admin-token " not in help_text and "--admin-token-file " in help_text
 
 
 @pytest.mark.parametrize(

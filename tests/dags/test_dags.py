@@ -11,9 +11,9 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from pipelines.model_dir import MODEL_FILE
 from pipelines.scheduling import refresh_champion_index_task
 from pipelines.steps import STEP_NAMES, TRAIN_STEP
+from recsys.artifacts.model_dir import MODEL_FILE
 from tests.dags.conftest import DAGS_FOLDER
 
 

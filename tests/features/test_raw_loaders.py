@@ -9,14 +9,14 @@ import polars as pl
 import pytest
 
 from features.loaders import load_amazon_p5, load_amazon_raw, load_movielens, open_amazon_p5
-from recsys.data.schema import INTERACTION_COLUMNS
+from recsys.data.schema import interaction_columns
 from recsys.errors import DataError
 
 WriteFile = Callable[..., Path]
 
 
 def _assert_canonical(frame: pl.DataFrame) -> None:
-    for name, dtype in INTERACTION_COLUMNS.items():
+    for name, dtype in interaction_columns().items():
         assert frame.schema[name] == dtype, name
 
 

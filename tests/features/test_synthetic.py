@@ -20,12 +20,12 @@ from features.raw import RawDataset
 from features.synthetic import SyntheticConfig, generate_synthetic, iter_synthetic, synthetic_items
 from recsys.data.schema import (
     DOMAIN,
-    INTERACTION_COLUMNS,
-    ITEM_COLUMNS,
     ITEM_ID,
-    OPTIONAL_INTERACTION_COLUMNS,
     TS,
     USER_ID,
+    interaction_columns,
+    item_columns,
+    optional_interaction_columns,
 )
 from recsys.errors import ConfigError
 
@@ -54,10 +54,10 @@ def test_different_seed_gives_different_frames() -> None:
 
 def test_schema_matches_canonical_columns() -> None:
     ds = generate_synthetic(SMALL)
-    expected = {**INTERACTION_COLUMNS, **OPTIONAL_INTERACTION_COLUMNS}
+    expected = {**interaction_columns(), **optional_interaction_columns()}
     assert dict(ds.interactions.schema) == expected
     assert ds.items is not None
-    for name, dtype in ITEM_COLUMNS.items():
+    for name, dtype in item_columns().items():
         assert ds.items.schema[name] == dtype
     assert ds.items.schema["category"] == pl.String and ds.items.schema["brand"] == pl.String
     assert set(ds.interactions["event"].unique()) <= {"click", "purchase"}
@@ -216,7 +216,7 @@ def test_block_path_is_deterministic_by_seed() -> None:
     assert a.interactions.equals(b.interactions)
     other = generate_synthetic(dataclasses.replace(SMALL, seed=4))
     assert not a.interactions.equals(other.interactions)
-    assert dict(a.interactions.schema) == {**INTERACTION_COLUMNS, **OPTIONAL_INTERACTION_COLUMNS}
+    assert dict(a.interactions.schema) == {**interaction_columns(), **optional_interaction_columns()}
 
 
 @pytest.mark.parametrize("path", ["single stream", "blocks"])

@@ -16,15 +16,17 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from pipelines.bundle import Bundle
 from pipelines.config import ExperimentConfig, load_config
-from pipelines.data import load_data
-from pipelines.evaluation_dir import EVALUATION_FILE
-from pipelines.per_user import VALID_RANKS_FILE, PerUserRanks
-from pipelines.registry import CHAMPION, POINT, GateRule, get_champion, register_bundle
+from pipelines.registry import POINT, GateRule, register_bundle
 from pipelines.runner import run_pipeline
 from pipelines.steps import PipelineOutputs
 from pipelines.tracking import artifact_root
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.evaluation_dir import EVALUATION_FILE
+from recsys.artifacts.model_dir import VALID_RANKS_FILE
+from recsys.artifacts.per_user import PerUserRanks
+from recsys.artifacts.registry import CHAMPION, get_champion
+from recsys.data.prepared import load_prepared
 from tests.conftest import popularity_valid_metric
 
 
@@ -75,7 +77,9 @@ def test_the_first_champion_beats_the_popularity_baseline_measured_on_the_same_v
     config, outputs = pipeline
     assert outputs.registration is not None and outputs.data is not None and outputs.model is not None
     decision = outputs.registration.decision
-    expected = popularity_valid_metric(load_data(outputs.data.data_dir), config.eval)  # measured here, independently
+    expected = popularity_valid_metric(
+        load_prepared(outputs.data.data_dir), config.eval
+    )  # measured here, independently
     assert decision.popularity_value == pytest.approx(expected) and decision.value > expected
     assert decision.promoted and decision.reason.startswith("first champion: beats the popularity baseline: ")
     assert repr(decision.value) in decision.reason and repr(decision.popularity_value) in decision.reason

@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.distill import teacher_cache_path
-from pipelines.model_dir import load_model_dir, model_sha256
+from recsys.artifacts.model_dir import load_model_dir, model_sha256
 from tests.conftest import train_experiment, write_tiny_config
 
 STUDENT = {"name": "sasrec", "params": {"max_history": 20, "dim": 16, "num_heads": 1, "ffn_dim": 32}}
@@ -77,8 +77,8 @@ def test_a_student_must_be_a_next_item_model(teacher: tuple[Path, Path]) -> None
 
 
 def test_teacher_and_student_evaluated_into_one_store_side_by_side(teacher: tuple[Path, Path]) -> None:
-    from pipelines.dashboard import from_mlflow, render_dashboard
     from pipelines.runner import run_pipeline
+    from recsys.dashboard import from_mlflow, render_dashboard
 
     work, teacher_dir = teacher
     run_pipeline(

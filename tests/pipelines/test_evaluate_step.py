@@ -13,9 +13,9 @@ import pytest
 import pipelines.runner as runner
 import pipelines.steps as steps
 from pipelines.config import load_config
-from pipelines.evaluation_dir import DASHBOARD_FILE, EVALUATION_FILE
-from pipelines.model_dir import load_model_dir
 from pipelines.search import evaluate_query_scorer
+from recsys.artifacts.evaluation_dir import DASHBOARD_FILE, EVALUATION_FILE
+from recsys.artifacts.model_dir import load_model_dir
 from recsys.evaluation.queries import LEVELS
 from recsys.inference import QueryScorer
 from tests.benchmarks.test_search_benchmark import PARAMS as QUERY_AWARE_PARAMS

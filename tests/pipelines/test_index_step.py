@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cli import app
 from pipelines.config import load_config
 from pipelines.index import build_index_step
-from pipelines.model_dir import load_model_dir
+from recsys.artifacts.model_dir import load_model_dir
 from recsys.errors import RecsysError
 from recsys.retrieval import IndexConfig
 from recsys.retrieval.faiss_index import FaissTopK

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.evaluate import EVALUATION_FILE
 from pipelines.runner import run_pipeline
+from recsys.artifacts.bundle import Bundle
 from recsys.errors import ConfigError
 from serving.recommender import Recommender
 from tests.conftest import train_experiment

@@ -17,9 +17,9 @@ import pipelines.index
 import pipelines.runner as runner
 import pipelines.steps as steps
 from cli import app
-from pipelines.bundle import Bundle
 from pipelines.config import load_config
-from pipelines.registry import CHAMPION
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.registry import CHAMPION
 from recsys.enrich.columns import with_item_metadata
 from recsys.errors import ConfigError
 from recsys.models.registry import load_model

@@ -14,11 +14,11 @@ from urllib.parse import urlparse
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipelines.bundle import Bundle
 from pipelines.config import load_config
-from pipelines.dashboard import from_mlflow
-from pipelines.registry import CHAMPION, get_champion
 from pipelines.runner import run_pipeline
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.registry import CHAMPION, get_champion
+from recsys.dashboard import from_mlflow
 
 HOST, PORT, USER = "127.0.0.1", 5432, "root"
 

@@ -12,8 +12,8 @@ import torch
 
 from pipelines.config import load_config
 from pipelines.data import prepare_step
-from pipelines.model_dir import load_model_dir
 from pipelines.train import CatalogFeatures, TrainOutputs, model_inputs
+from recsys.artifacts.model_dir import load_model_dir
 from recsys.data.prepared import load_prepared
 from recsys.errors import RecsysError
 from recsys.models.family import ModelInputs

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.bundle import Bundle
 from pipelines.config import ExperimentConfig
-from pipelines.registry import download_champion_bundle
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.registry import download_champion_bundle
 from serving.recommender import Recommender
 
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"

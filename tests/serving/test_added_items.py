@@ -12,11 +12,12 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.runner import run_pipeline
-from serving import recommender as recommender_module
-from serving.added_items import AddedItemStore, NewItem
+from recsys.artifacts.added_items import AddedItemStore, NewItem
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.model_dir import trained_data
+from recsys.semantic_ids import content as content_module
 from serving.loading import with_kept_items
 from serving.main import create_app
 from serving.recommender import RecommendationQuery, Recommender
@@ -40,11 +41,12 @@ def content_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callab
     return champion_bundle(config)[2]
 
 
-def _cold_twins(recommender: Recommender, count: int) -> list[tuple[int, NewItem]]:
+def _cold_twins(bundle: Bundle, count: int) -> list[tuple[int, NewItem]]:
     """(item_idx, a new item with its title) of `count` cold items of the catalogue: never trained, so their vectors
     come from their text alone, as a new item's with the same text must."""
-    cold = torch.nonzero(recommender.data.cold_mask).squeeze(1)[:count].tolist()
-    titles = recommender.data.titles(torch.tensor(cold))
+    data = trained_data(bundle.model_dir)
+    cold = torch.nonzero(data.cold_mask).squeeze(1)[:count].tolist()
+    titles = data.titles(torch.tensor(cold))
     return [(i, NewItem(f"new-{i}", title)) for i, title in zip(cold, titles, strict=True)]
 
 
@@ -56,13 +58,13 @@ def _settings(bundle: Bundle, tmp_path: Path, **fields: object) -> ServingSettin
 
 def test_a_new_item_is_placed_and_ranked_as_a_never_trained_item_with_its_text(content_bundle: Bundle) -> None:
     recommender = Recommender(content_bundle)
-    twins = _cold_twins(recommender, 3)
+    twins = _cold_twins(content_bundle, 3)
     served = recommender.with_items([item for _, item in twins])
     assert served.num_items == recommender.num_items + 3 and recommender.added_items == ()  # the original untouched
-    history = recommender.data.sequences.row(0).tolist()
+    history = recommender.histories.items[: recommender.histories.offsets[1]].tolist()
     (ranked,) = served.recommend_batch([RecommendationQuery(history, served.num_items, exclude_seen=False)])
     score = {r.item_id: r.score for r in ranked}
-    catalogue_ids = recommender.data.items["item_id"].to_list()
+    catalogue_ids = recommender.catalogue.item_ids
     for item_idx, item in twins:
         assert score[item.item_id] == pytest.approx(score[catalogue_ids[item_idx - 1]], abs=1e-4)
     (reading,) = served.recommend_batch([RecommendationQuery([served.item_idx(["new-" + str(twins[0][0])])[0][0]],
@@ -76,7 +78,7 @@ def test_a_new_item_is_placed_and_ranked_as_a_never_trained_item_with_its_text(c
 
 
 def test_items_added_through_the_api_are_served_kept_and_counted(content_bundle: Bundle, tmp_path: Path) -> None:
-    twins = _cold_twins(Recommender(content_bundle), 2)
+    twins = _cold_twins(content_bundle, 2)
     body = {"items": [{"item_id": item.item_id, "title": item.title, "fields": {"llm_category": "Beauty > Nails"}}
                       for _, item in twins]}  # fmt: skip
     settings = _settings(content_bundle, tmp_path)
@@ -103,7 +105,7 @@ def test_items_added_through_the_api_are_served_kept_and_counted(content_bundle:
 
 def test_a_bundle_that_holds_a_kept_item_drops_it_from_the_store(content_bundle: Bundle, tmp_path: Path) -> None:
     recommender = Recommender(content_bundle)
-    in_catalogue = recommender.data.items["item_id"][0]
+    in_catalogue = recommender.catalogue.item_ids[0]
     store = AddedItemStore(tmp_path / "added.json")
     store.save([NewItem(in_catalogue, "trained on now"), NewItem("brand-new", "a new lipstick")])
     served = with_kept_items(recommender, store)
@@ -118,8 +120,8 @@ def test_a_server_taking_run_time_items_loads_their_encoder_with_the_bundle(
     content_bundle: Bundle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loads: list[object] = []
-    real = recommender_module.load_encoder
-    monkeypatch.setattr(recommender_module, "load_encoder", lambda *args, **kw: loads.append(args) or real(*args, **kw))
+    real = content_module.load_encoder
+    monkeypatch.setattr(content_module, "load_encoder", lambda *args, **kw: loads.append(args) or real(*args, **kw))
     served = with_kept_items(Recommender(content_bundle), AddedItemStore(tmp_path / "added.json"))
     assert len(loads) == 1  # at load time: the first add does not stall the requests beside it
     served.with_items([NewItem("brand-new", "a new lipstick")]).with_items([NewItem("newer", "a new mascara")])
@@ -144,7 +146,7 @@ def test_bad_items_get_422_with_the_reason(content_bundle: Bundle, tmp_path: Pat
 def test_adds_are_refused_with_the_reason_when_they_cannot_be_served(
     content_bundle: Bundle, registry: tuple[str, str, Path], tmp_path: Path
 ) -> None:
-    catalogue_id = Recommender(content_bundle).data.items["item_id"][0]
+    catalogue_id = Recommender(content_bundle).catalogue.item_ids[0]
     one = {"items": [{"item_id": "new-1", "title": "a new lipstick"}]}
     with TestClient(create_app(_settings(content_bundle, tmp_path, max_added_items=1))) as client:
         trained = client.post("/v1/admin/items", json={"items": [{"item_id": catalogue_id, "title": "x"}]},

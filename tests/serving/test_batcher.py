@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipelines.registry import download_champion_bundle
+from recsys.artifacts.registry import download_champion_bundle
 from serving.batcher import MicroBatcher
 from serving.metrics import ServingMetrics
 from serving.recommender import RecommendationQuery, Recommender
@@ -16,7 +16,8 @@ from serving.recommender import RecommendationQuery, Recommender
 
 def queries(recommender: Recommender) -> list[RecommendationQuery]:
     """Mixed lengths, k and exclusion, and one empty history (popularity)."""
-    rows = [recommender.data.sequences.row(r).tolist()[-recommender.max_history :] for r in range(8)]
+    users = recommender.histories.user_ids[:8]
+    rows = [recommender.histories.of(user)[0][-recommender.max_history :] for user in users]  # type: ignore[index]
     out = [RecommendationQuery(row, k=3 + i, exclude_seen=i % 2 == 0) for i, row in enumerate(rows)]
     return [*out, RecommendationQuery([], k=4, exclude_seen=True)]
 
@@ -46,7 +47,7 @@ def test_concurrent_requests_share_one_model_call_with_the_results_of_single_cal
         assert [r.item_id for r in result] == [r.item_id for r in alone]
         torch.testing.assert_close([r.score for r in result], [r.score for r in alone], rtol=1e-5, atol=1e-6)
         if query.exclude_seen and query.history:
-            seen = {recommender.data.items["item_id"][i - 1] for i in query.history}
+            seen = {recommender.catalogue.item_ids[i - 1] for i in query.history}
             assert not seen & {r.item_id for r in result}
 
 

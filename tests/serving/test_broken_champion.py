@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from pipelines.bundle import Bundle
 from pipelines.config import load_config
-from pipelines.model_dir import MODEL_FILE
 from pipelines.registry import POINT, register_bundle
 from pipelines.runner import run_pipeline
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.model_dir import MODEL_FILE
 from serving.main import create_app
 from serving.settings import ServingSettings
 from tests.serving.conftest import ADMIN, ADMIN_TOKEN

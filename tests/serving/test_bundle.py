@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.bundle import Bundle
-from pipelines.registry import download_champion_bundle
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.registry import download_champion_bundle
 from serving.recommender import Recommender
 
 
@@ -22,7 +22,7 @@ def test_a_bundle_needs_nothing_outside_itself(recommender: Recommender, registr
     data_json = moved.model_dir / "data.json"
     data_json.write_text(json.dumps({**json.loads(data_json.read_text()), "data_dir": "/nonexistent/prepared"}))
     elsewhere = Recommender(moved)
-    user = recommender.data.users["user_id"][0]
+    user = recommender.histories.user_ids[0]
     assert elsewhere.training_history(user) == recommender.training_history(user)
     assert [r.item_id for r in elsewhere.recommend([1, 2], 5, True)] == [
         r.item_id for r in recommender.recommend([1, 2], 5, True)
@@ -37,12 +37,12 @@ def test_above_the_catalogue_threshold_recommendations_come_from_the_index(
     assert bundle is not None and bundle.index_dir is not None
     monkeypatch.setattr("serving.recommender.ANN_ABOVE_ITEMS", 0)  # every catalogue counts as large
     by_index = Recommender(bundle)
-    history = recommender.training_history(recommender.data.users["user_id"][0])
+    history = recommender.training_history(recommender.histories.user_ids[0])
     assert history is not None
     items = history[0]
     exact = [r.item_id for r in recommender.recommend(items, 10, True)]
     approximate = by_index.recommend(items, 10, True)
     assert len(approximate) == 10
-    seen = {recommender.data.items["item_id"][i - 1] for i in items}
+    seen = {recommender.catalogue.item_ids[i - 1] for i in items}
     assert not seen & {r.item_id for r in approximate}  # the history's items are still left out
     assert len(set(exact) & {r.item_id for r in approximate}) >= 8  # the index finds (nearly) the same items

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from pipelines.dashboard.render import PALETTE
+from recsys.dashboard.render import PALETTE
 from serving.main import create_app
 from serving.routers.dashboard import PLOTLY_JS_PATH
 from serving.settings import ServingSettings
 from tests.conftest import recsys_serve
-from tests.pipelines.dashboard.test_honest_views import honest_views_page
-from tests.pipelines.dashboard.test_render import chart_ids, semantic_id_page
+from tests.recsys.dashboard.test_honest_views import honest_views_page
+from tests.recsys.dashboard.test_render import chart_ids, semantic_id_page
 
 CHARTS = {
     "chart-comparison",
@@ -71,7 +71,7 @@ def test_dashboard_shows_runs_comparison_and_slices(page: str) -> None:
 
 def test_the_page_is_rendered_once_per_store_state_and_plotly_is_cached_for_good(client: TestClient) -> None:
     first = client.get("/dashboard")
-    cache = client.app.state.dashboard_cache  # type: ignore[attr-defined]
+    cache = client.app.state.serving.dashboard_cache  # type: ignore[attr-defined]
     rendered = dict(cache.pages)
     again = client.get("/dashboard", headers={"If-None-Match": first.headers["etag"]})
     assert again.status_code == 304 and again.headers["etag"] == first.headers["etag"] and not again.content

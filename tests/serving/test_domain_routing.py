@@ -10,9 +10,9 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.runner import run_pipeline
+from recsys.artifacts.bundle import Bundle
 from recsys.errors import ConfigError
 from recsys.models.domain_adapters import DomainAdaptedRetriever
 from recsys.modules.lora import lora_layers, save_adapter
@@ -52,7 +52,7 @@ def test_requests_get_their_domains_items_through_its_adapter(adapted_bundle: tu
     model = recommender.model
     assert isinstance(model, DomainAdaptedRetriever) and recommender.domains == ["beauty", "home", "sports"]
     item_domain = model.item_domain
-    item_ids = ["", *recommender.data.items["item_id"].to_list()]
+    item_ids = ["", *recommender.catalogue.item_ids]
     domain_of = {item_ids[i]: recommender.domains[int(item_domain[i])] for i in range(1, len(item_ids))}
     beauty = [item_ids[i] for i in torch.nonzero(item_domain == 0).squeeze(1)[:4].tolist()]
     with TestClient(create_app(ServingSettings(model_name=name, tracking_uri=uri))) as client:
@@ -98,7 +98,7 @@ def test_one_domains_adapter_is_hot_swapped_from_its_file(
     sports = torch.nonzero(retrained.item_domain == 2).squeeze(1)[:3]
     settings = ServingSettings(model_name=name, tracking_uri=uri, admin_token=ADMIN_TOKEN, adapter_root=root)
     with TestClient(create_app(settings)) as client:
-        item_ids = ["", *client.app.state.recommender.data.items["item_id"].to_list()]  # type: ignore[attr-defined]
+        item_ids = ["", *client.app.state.serving.recommender.catalogue.item_ids]  # type: ignore[attr-defined]
         body = {"history": [item_ids[i] for i in sports.tolist()], "k": 10, "exclude_seen": False}
         before = client.post("/v1/recommendations", json=body).json()
         anonymous = client.post("/v1/admin/adapters/sports", json={"version": "v2"})

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.registry import POINT, register_bundle
 from pipelines.runner import run_pipeline
+from recsys.artifacts.bundle import Bundle
 from serving.main import create_app
 from serving.settings import ServingSettings
 from tests.serving.conftest import ADMIN, ADMIN_TOKEN
@@ -30,7 +30,7 @@ def test_new_champion_is_swapped_in_under_load(tmp_path: Path, tiny_config: Call
 
     with TestClient(create_app(settings)) as client:
         app = client.app
-        old = app.state.recommender  # type: ignore[attr-defined]
+        old = app.state.serving.recommender  # type: ignore[attr-defined]
         assert client.post("/v1/admin/reload", headers=ADMIN).json() == {
             "reloaded": False, "model_version": old.version, "registry_version": "1",
         }  # fmt: skip
@@ -59,6 +59,6 @@ def test_new_champion_is_swapped_in_under_load(tmp_path: Path, tiny_config: Call
             worker.join()
 
     assert swap["reloaded"] is True and swap["registry_version"] == "2"
-    assert app.state.recommender is not old  # type: ignore[attr-defined]
+    assert app.state.serving.recommender is not old  # type: ignore[attr-defined]
     assert requests_before_stop > 0, "requests ran while the new champion was registered and swapped in"
     assert set(statuses) == {200}, "no request failed during the swap"

@@ -33,7 +33,7 @@ def test_a_two_stage_bundle_serves_the_rankers_order_of_the_retrievers_candidate
     served = two_stage.recommend(history, k=10, exclude_seen=False)
     model = two_stage.model
     candidates = model.candidates(torch.tensor([history]), None).indices[0]  # type: ignore[operator]
-    item_ids = two_stage.data.items["item_id"].to_list()
+    item_ids = two_stage.catalogue.item_ids
     assert {r.item_id for r in served} == {item_ids[int(i) - 1] for i in candidates}  # same 10, reordered
     scores = [r.score for r in served]
     assert scores == sorted(scores, reverse=True)

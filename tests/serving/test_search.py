@@ -11,9 +11,9 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.runner import run_pipeline
+from recsys.artifacts.bundle import Bundle
 from recsys.semantic_ids.content import ContentConfig, embed_texts
 from serving.main import create_app
 from serving.recommender import Recommender
@@ -39,7 +39,7 @@ def query_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable
 def test_search_ranks_the_catalogue_for_the_query_alone(query_bundle: tuple[str, str, Bundle]) -> None:
     uri, name, bundle = query_bundle
     recommender = Recommender(bundle)
-    query = recommender.data.items["title"][3]
+    query = recommender.catalogue.title(4)
     with TestClient(create_app(ServingSettings(model_name=name, tracking_uri=uri))) as client:
         found = client.post("/v1/search", json={"query": f"  {query} ", "k": 5})
     assert found.status_code == 200, found.text
@@ -52,7 +52,7 @@ def test_search_ranks_the_catalogue_for_the_query_alone(query_bundle: tuple[str,
         scores = model.score_with_queries(torch.zeros(1, 0, dtype=torch.long), vector, [query])[0]
     scores[0] = -torch.inf
     expected = scores.topk(5)
-    item_ids = ["", *recommender.data.items["item_id"].to_list()]
+    item_ids = ["", *recommender.catalogue.item_ids]
     assert [i["item_id"] for i in body["items"]] == [item_ids[i] for i in expected.indices.tolist()]
     assert [i["score"] for i in body["items"]] == pytest.approx(expected.values.tolist(), abs=1e-4)
 
@@ -60,10 +60,10 @@ def test_search_ranks_the_catalogue_for_the_query_alone(query_bundle: tuple[str,
 def test_a_query_beside_the_history_moves_the_recommendations(query_bundle: tuple[str, str, Bundle]) -> None:
     uri, name, bundle = query_bundle
     recommender = Recommender(bundle)
-    user = recommender.data.users["user_id"][0]
+    user = recommender.histories.user_ids[0]
     history = recommender.training_history(user)
     assert history is not None
-    title = recommender.data.items["title"][0]
+    title = recommender.catalogue.title(1)
     with TestClient(create_app(ServingSettings(model_name=name, tracking_uri=uri))) as client:
         plain = client.post("/v1/recommendations", json={"user_id": user, "k": 10}).json()
         queried = client.post("/v1/recommendations", json={"user_id": user, "k": 10, "query": title}).json()
@@ -71,7 +71,7 @@ def test_a_query_beside_the_history_moves_the_recommendations(query_bundle: tupl
         cold = client.post("/v1/recommendations", json={"history": [], "k": 3}).json()
     assert plain["signals"] == ["history"] and queried["signals"] == ["history", "query"]
     assert [i["score"] for i in plain["items"]] != pytest.approx([i["score"] for i in queried["items"]], abs=1e-6)
-    seen = set(recommender.data.items["item_id"].gather([i - 1 for i in history[0]]).to_list())
+    seen = {recommender.catalogue.item_ids[i - 1] for i in history[0]}
     assert not seen & {i["item_id"] for i in queried["items"]}  # exclude_seen holds with a query too
     assert new_user["signals"] == ["query"] and new_user["source"] == "model"
     assert cold["signals"] == ["popularity"] and cold["source"] == "popularity"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from pipelines.bundle import Bundle
 from pipelines.config import load_config
 from pipelines.runner import run_pipeline
-from recsys.data.prepared import load_prepared
+from recsys.artifacts.bundle import Bundle
+from recsys.artifacts.model_dir import trained_data
 from serving.history import Event, decode_event, encode_event
 from serving.main import create_app
 from serving.recommender import Recommender
@@ -38,12 +38,12 @@ def timed_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable
 def test_served_scores_use_the_history_times(timed_bundle: tuple[str, str, Bundle]) -> None:
     uri, name, bundle = timed_bundle
     recommender = Recommender(bundle)
-    user = recommender.data.users["user_id"][0]
+    user = recommender.histories.user_ids[0]
     history = recommender.training_history(user)
     assert history is not None
     items, times = history
-    assert times == recommender.data.timestamps.row(0).tolist() and times[-1] > 1_600_000_000  # unix seconds
-    item_ids = ["", *recommender.data.items["item_id"].to_list()]
+    assert times == trained_data(bundle.model_dir).timestamps.row(0).tolist() and times[-1] > 1_600_000_000  # unix s
+    item_ids = ["", *recommender.catalogue.item_ids]
     with TestClient(create_app(ServingSettings(model_name=name, tracking_uri=uri))) as client:
         by_user = client.post("/v1/recommendations", json={"user_id": user, "k": 5}).json()
         explicit = client.post(
@@ -65,9 +65,7 @@ def test_served_scores_use_the_history_times(timed_bundle: tuple[str, str, Bundl
 
 def test_online_events_keep_their_time(timed_bundle: tuple[str, str, Bundle]) -> None:
     uri, name, bundle = timed_bundle
-    assert bundle.data_dir is not None
-    data = load_prepared(bundle.data_dir)
-    items = data.items["item_id"].to_list()[:3]
+    items = Recommender(bundle).catalogue.item_ids[:3]
     with TestClient(create_app(ServingSettings(model_name=name, tracking_uri=uri))) as client:
         stored = client.post("/v1/events", json={"user_id": "new", "item_ids": items, "timestamps": [10, 20, 9_000]})
         assert stored.status_code == 200

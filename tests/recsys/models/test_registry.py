@@ -15,7 +15,7 @@ import pytest
 
 from recsys.errors import ConfigError
 from recsys.models.family import Input
-from recsys.models.registry import family_names, inputs_read, model_family, register_family
+from recsys.models.registry import BUILTIN_FAMILIES, family_names, inputs_read, model_family, register_family
 
 NAMES = family_names()
 REPO = Path(__file__).resolve().parents[3]
@@ -138,3 +138,20 @@ def test_a_taken_name_is_refused_and_registering_again_is_a_no_op() -> None:
     assert register_family(sasrec) is sasrec
     with pytest.raises(ConfigError, match=r"model family 'sasrec' is registered already \(by recsys.models.sasrec\)"):
         register_family(dataclasses.replace(sasrec))
+
+
+def test_a_builtin_family_is_imported_when_its_name_is_first_looked_up() -> None:
+    """Loading one family's model does not import the others (a server of a SASRec bundle stays small)."""
+    code = (
+        "import sys; from recsys.models.registry import BUILTIN_FAMILIES, model_family\n"
+        "assert not [m for m in BUILTIN_FAMILIES.values() if m in sys.modules], 'imported before any lookup'\n"
+        "assert model_family('sasrec').name == 'sasrec'\n"
+        "print(sorted(m for m in BUILTIN_FAMILIES.values() if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["['recsys.models.sasrec']"]
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_FAMILIES))
+def test_each_builtin_module_holds_the_family_of_its_name(name: str) -> None:
+    assert model_family(name).model.__module__ == BUILTIN_FAMILIES[name]

@@ -29,9 +29,10 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.dashboard.data import TREND_METRIC, DashboardData, Evaluation, RunSummary, TrendPoint
+from recsys.dashboard.data import TREND_METRIC, DashboardData, Evaluation, RunSummary, TrendPoint
 from recsys.data.schema import ITEM_ID
 from recsys.enrich.record import FIELDS
+from recsys.runtime.extras import optional
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 SLICE_FAMILIES = {  # family -> (heading, what a slice is)
@@ -78,6 +79,7 @@ details.columns label { margin-right: 12px; white-space: nowrap; } .status-runni
 def render_dashboard(data: DashboardData, plotly_js_url: str | None = None) -> str:
     """The whole page for `data`: one HTML document with plotly.js before the first chart, inlined, or (with
     `plotly_js_url`) a script element loading it from there."""
+    optional("plotly", extra="dashboard", feature="the evaluation dashboard")
     figures: list[str] = []  # rendered chart divs, in page order; the first carries plotly.js
     plotly_js: bool | str = plotly_js_url or True
 

@@ -2,10 +2,10 @@
 one owner of its file names, which the step, the comparison of two evaluations and the dashboard all read.
 
     evaluation.json   the report (`pipelines.evaluate`)
-    dashboard.html    the run's dashboard page (`pipelines.dashboard`)
-    per_user.npz      every user's rank (`pipelines.per_user.PER_USER_FILE`)
+    dashboard.html    the run's dashboard page (`recsys.dashboard`)
+    per_user.npz      every user's rank (`recsys.artifacts.per_user.PER_USER_FILE`)
     search_ranks.npz  a model that reads queries: every user's rank per search level and setting
-                      (`pipelines.per_user.SEARCH_RANKS_FILE`)
+                      (`recsys.artifacts.per_user.SEARCH_RANKS_FILE`)
 
 With tracking on, the directory is the artifact `evaluation/` of an MLflow run named `evaluate`.
 """

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipelines.dashboard import DashboardData, Evaluation, RunSummary, render, render_dashboard
-from pipelines.dashboard.data import students_beside_teachers
+from recsys.dashboard import DashboardData, Evaluation, RunSummary, render, render_dashboard
+from recsys.dashboard.data import students_beside_teachers
 from recsys.enrich.report import metadata_summary
 from recsys.evaluation.queries import LEVELS
 from recsys.semantic_ids.codes import semantic_id_stats

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipelines.dashboard import DashboardData, Evaluation, RunSummary, render_dashboard
-from pipelines.dashboard.data import TrendPoint
-from tests.pipelines.dashboard.test_render import chart_ids
+from recsys.dashboard import DashboardData, Evaluation, RunSummary, render_dashboard
+from recsys.dashboard.data import TrendPoint
+from tests.recsys.dashboard.test_render import chart_ids
 
 NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
 

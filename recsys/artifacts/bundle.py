@@ -2,9 +2,10 @@
 
     bundle.json            name, creation time, valid/test metrics and the popularity baseline's valid metrics,
                            what it holds, the source fingerprints
-    model/                 the model directory (`pipelines.model_dir`: weights, config, id maps, metrics)
-    data/                  the prepared data it was trained on: item metadata and the users' histories, so a bundle
-                           served on another machine needs nothing else
+    model/                 the model directory (`recsys.artifacts.model_dir`: weights, config, id maps, metrics)
+    catalogue.npz          the items (ids, titles, training counts) and the users' histories of the data it was
+                           trained on (`recsys.artifacts.catalogue`), so a bundle served on another machine needs
+                           nothing else
     index/                 the FAISS index of the model's item vectors (models that have them)
     semantic_ids.parquet   the semantic IDs (models that use them)
 
@@ -21,7 +22,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pipelines.model_dir import METRICS_FILE, POPULARITY_VALID, trained_data_dir
+from recsys.artifacts.catalogue import CATALOGUE_FILE, write_catalogue
+from recsys.artifacts.model_dir import METRICS_FILE, POPULARITY_VALID, trained_data
 from recsys.errors import RecsysError
 from recsys.runtime.atomic import atomic_directory
 
@@ -58,10 +60,15 @@ class Bundle:
         return self.path / "model"
 
     @property
-    def data_dir(self) -> Path | None:
-        """The bundled training data (None in bundles written before they carried it: the model dir's own)."""
-        data = self.path / "data"
-        return data if data.is_dir() else None
+    def catalogue_file(self) -> Path:
+        """The items and users' histories it serves (`recsys.artifacts.catalogue`)."""
+        catalogue = self.path / CATALOGUE_FILE
+        if not catalogue.is_file():
+            raise BundleError(
+                f"{self.path} holds no {CATALOGUE_FILE}: it was assembled by an earlier version of recsys. Fix: run "
+                "the pipeline's register step again with this version (`recsys pipeline run --rerun register`)"
+            )
+        return catalogue
 
     @property
     def index_dir(self) -> Path | None:
@@ -90,12 +97,12 @@ class Bundle:
         semantic_ids: Path | None = None,
         source: dict[str, Any] | None = None,
     ) -> Bundle:
-        """Assemble the bundle of `model_dir` (its training data, its index and semantic IDs when given) in
-        `out_dir`, atomically."""
+        """Assemble the bundle of `model_dir` (the catalogue and histories of its training data, its index and
+        semantic IDs when given) in `out_dir`, atomically."""
         metrics = json.loads((model_dir / METRICS_FILE).read_text())
         with atomic_directory(out_dir, marker=BUNDLE_FILE) as tmp:
             shutil.copytree(model_dir, tmp / "model")
-            shutil.copytree(trained_data_dir(model_dir), tmp / "data")
+            write_catalogue(tmp / CATALOGUE_FILE, trained_data(model_dir))
             if index_dir is not None:
                 shutil.copytree(index_dir, tmp / "index")
             if semantic_ids is not None:

@@ -4,7 +4,7 @@ Served at `GET /dashboard` (serving/routers/dashboard.py) and written by the pip
 `dashboard.html` (an MLflow artifact of that step's run).
 """
 
-from pipelines.dashboard.data import (
+from recsys.dashboard.data import (
     DashboardData,
     DashboardUnavailable,
     Evaluation,
@@ -12,7 +12,7 @@ from pipelines.dashboard.data import (
     from_evaluation,
     from_mlflow,
 )
-from pipelines.dashboard.render import render_dashboard, render_message
+from recsys.dashboard.render import render_dashboard, render_message
 
 __all__ = [
     "DashboardData",

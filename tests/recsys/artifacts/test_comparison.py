@@ -1,5 +1,5 @@
 """Evaluations with intervals and per-user ranks (the `evaluate` step), and challenger vs champion on them
-(`pipelines.comparison`): two real tiny pipelines on the same data, and a refusal for different users."""
+(`recsys.artifacts.comparison`): two real tiny pipelines on the same data, and a refusal for different users."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.comparison import compare_evaluation_dirs
 from pipelines.config import load_config
-from pipelines.evaluation_dir import EVALUATION_FILE
-from pipelines.per_user import PER_USER_FILE, PerUserRanks
 from pipelines.runner import run_pipeline
+from recsys.artifacts.comparison import compare_evaluation_dirs
+from recsys.artifacts.evaluation_dir import EVALUATION_FILE
+from recsys.artifacts.per_user import PER_USER_FILE, PerUserRanks
 from recsys.errors import ConfigError
 from recsys.evaluation import Uncertainty
 

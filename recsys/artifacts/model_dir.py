@@ -1,13 +1,13 @@
 """The model directory: everything needed to evaluate a trained model and recommend with it.
 
     model.pt        name, config and weights (`recsys.models.registry`)
-    config.yaml     the experiment config
+    config.yaml     the experiment config, as plain data (the pipeline's `ExperimentConfig`, dumped)
     metrics.json    valid/test metrics (+ the cold-start slices), the popularity baseline's valid metrics on the same
                     data (`popularity_valid`, the champion gate's bar), best epoch, timings
     items.parquet, users.parquet   the id maps of the training data
     data.json       where the training data lives (for user histories), the domain it was restricted to, and
                     the data's meta.json
-    valid_ranks.npz every validation user's target rank (`pipelines.per_user`): what pairs two models' validation
+    valid_ranks.npz every validation user's target rank (`recsys.artifacts.per_user`): what pairs two models' validation
                     metrics user by user (the champion gate's paired test); absent in directories written before
 Written atomically: a crash leaves the previous directory (or none), never a partial one.
 """
@@ -17,26 +17,28 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from pipelines.config import ExperimentConfig
-from pipelines.data import load_data
-from pipelines.per_user import VALID_RANKS_FILE, PerUserRanks
-from recsys.data.prepared import SequenceData
 from recsys.data.schema import ITEMS_FILE, META_FILE, USERS_FILE
 from recsys.errors import RecsysError
 from recsys.models.family import Model
 from recsys.models.registry import load_model, save_model
 from recsys.runtime.atomic import atomic_directory
 
+if TYPE_CHECKING:  # the data and the ranks are read and written here, not needed to find a model's files
+    from recsys.artifacts.per_user import PerUserRanks
+    from recsys.data.prepared import SequenceData
+
 MODEL_FILE = "model.pt"
 METRICS_FILE = "metrics.json"
 DATA_FILE = "data.json"
 CONFIG_FILE = "config.yaml"
+VALID_RANKS_FILE = "valid_ranks.npz"  # every validation user's target rank (`recsys.artifacts.per_user`)
 POPULARITY_VALID = "popularity_valid"  # metrics.json: the popularity baseline on the validation split
 
 
@@ -50,20 +52,24 @@ class TrainedModel:
 
 def write_model_dir(
     out_dir: Path,
-    config: ExperimentConfig,
+    config: Mapping[str, Any],
     model: Model[Any],
     data_dir: Path,
     metrics: dict[str, Any],
     *,
     valid_ranks: PerUserRanks | None = None,
 ) -> None:
-    """Write the model directory for `model` trained on `data_dir` (restricted to `config.data.domain`, if set), with
-    the ranks of every validation user (None: the whole validation split was not ranked)."""
+    """Write the model directory for `model` trained on `data_dir` (restricted to the config's `data.domain`, if set),
+    with the ranks of every validation user (None: the whole validation split was not ranked).
+
+    Args:
+        config: the experiment config as plain data (JSON types), written as config.yaml.
+    """
     meta = json.loads((data_dir / META_FILE).read_text())
-    data = {"data_dir": str(data_dir.resolve()), "domain": config.data.domain, "meta": meta}
+    data = {"data_dir": str(data_dir.resolve()), "domain": config.get("data", {}).get("domain"), "meta": meta}
     with atomic_directory(out_dir, marker=MODEL_FILE) as tmp:
         save_model(tmp / MODEL_FILE, model)
-        (tmp / CONFIG_FILE).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+        (tmp / CONFIG_FILE).write_text(yaml.safe_dump(dict(config), sort_keys=False))
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
         (tmp / DATA_FILE).write_text(json.dumps(data, indent=2))
         if valid_ranks is not None:
@@ -99,17 +105,22 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedModel:
-    """Load a model directory and its data (from `data_dir`, or the directory it was trained on, restricted to the
-    domain it was trained on)."""
-    _check_is_model_dir(model_dir)
+def trained_data(model_dir: Path, data_dir: Path | None = None) -> SequenceData:
+    """The model's data: `data_dir`, or the directory it was trained on, restricted to the domain it was trained on."""
+    from recsys.data.prepared import load_prepared
+
     record = _data_record(model_dir)
-    data_dir = data_dir or Path(record["data_dir"])
-    data = load_data(data_dir, record.get("domain"))
+    return load_prepared(data_dir or Path(record["data_dir"]), record.get("domain"))
+
+
+def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedModel:
+    """Load a model directory and its data (`trained_data`)."""
+    _check_is_model_dir(model_dir)
+    data = trained_data(model_dir, data_dir)
     name, model = load_model(model_dir / MODEL_FILE)
     if data.num_items != model.config.num_items:
         raise RecsysError(
-            f"{data_dir} has {data.num_items} items but the model was trained on "
+            f"{data_dir or trained_data_dir(model_dir)} has {data.num_items} items but the model was trained on "
             f"{model.config.num_items}. Fix: pass the --data-dir the model was trained on"
         )
     metrics = json.loads((model_dir / METRICS_FILE).read_text())

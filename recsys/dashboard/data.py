@@ -1,14 +1,14 @@
 """What the evaluation dashboard shows, gathered from an MLflow store (or from one evaluation report).
 
-From MLflow (`from_mlflow`): every training run (a run that logged its model config and the standard
-metrics valid/test recall@k and ndcg@k: run name, model, the params of its model, start time, the 95 % intervals its
-pipeline's `evaluate` run logged), for each experiment the latest `evaluate` run's `evaluation/evaluation.json`
-artifact (the slices, search slices and semantic-ID health written by `pipelines.evaluate`), a distilled student's
-right after its teacher's; the trend of every `evaluate` run's test metric and whether its pipeline's registration
-promoted it; and the newest challenger against the champion, user by user (`pipelines.comparison`). A run's steps are
-nested runs of its pipeline's run, which ties a training run, its evaluation and its registration together. From one
-report (`from_evaluation`): the same page for a single pipeline run, which the `evaluate` step writes as
-`dashboard.html` beside its `evaluation.json`.
+From MLflow (`from_mlflow`): every training run (a run that logged its model config and the standard metrics valid/test
+recall@k and ndcg@k: run name, model, the params of its model, start time, the 95 % intervals its pipeline's `evaluate`
+run logged), for each experiment the latest `evaluate` run's `evaluation/evaluation.json` artifact (the slices, search
+slices and semantic-ID health written by `pipelines.evaluate`), a distilled student's right after its teacher's; the
+trend of every `evaluate` run's test metric and whether its pipeline's registration promoted it; and the newest
+challenger against the champion, user by user (`recsys.artifacts.comparison`). A run's steps are nested runs of its
+pipeline's run, which ties a training run, its evaluation and its registration together. From one report
+(`from_evaluation`): the same page for a single pipeline run, which the `evaluate` step writes as `dashboard.html`
+beside its `evaluation.json`.
 
 MLflow is imported only when the store is read (it is slow to import).
 """
@@ -24,11 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipelines.comparison import compare_evaluation_dirs
-from pipelines.config import moved_key
-from pipelines.evaluation_dir import EVALUATE_RUN_NAME, EVALUATION_ARTIFACT, EVALUATION_ARTIFACT_DIR
-from pipelines.registry import PROMOTED_TAG
-from pipelines.tracking import PARENT_TAG  # a pipeline's steps are nested runs of its pipeline's run
+from recsys.artifacts.comparison import compare_evaluation_dirs
+from recsys.artifacts.evaluation_dir import EVALUATE_RUN_NAME, EVALUATION_ARTIFACT, EVALUATION_ARTIFACT_DIR
+from recsys.artifacts.registry import PARENT_TAG, PROMOTED_TAG, sqlite_path
 from recsys.errors import RecsysError
 
 logger = logging.getLogger(__name__)
@@ -43,7 +41,6 @@ SHOWN_PARAMS = (
     "model.training.loss",
 )
 FITTED_PARAMS = ("data.source",)  # of a model fitted without gradient steps (popularity: no epochs, lr, loss)
-SQLITE_PREFIX = "sqlite:///"
 TREND_METRIC = "ndcg@10"  # the trend's and the champion comparison's headline metric
 STALE_AFTER_HOURS = 24  # a run still RUNNING this long after its start has most likely died without ending
 
@@ -134,7 +131,7 @@ class DashboardData:
         notes: what could not be read (shown on the page, never an error page).
         hint: the command that adds runs to this source (used by the empty states).
         trend: every evaluate run's `TREND_METRIC` on test, oldest first.
-        comparison: the newest challenger against the champion (`pipelines.comparison.compare_evaluation_dirs`'s
+        comparison: the newest challenger against the champion (`recsys.artifacts.comparison.compare_evaluation_dirs`'s
             report); None when there is no champion or no other evaluation to compare.
     """
 
@@ -266,14 +263,13 @@ def students_beside_teachers(evaluations: list[Evaluation]) -> list[Evaluation]:
 
 
 def _check_sqlite_exists(tracking_uri: str) -> None:
-    if tracking_uri.startswith(SQLITE_PREFIX):
-        path = Path(tracking_uri[len(SQLITE_PREFIX) :])
-        if not path.is_file():
-            raise DashboardUnavailable(
-                f"there is no MLflow store at {path.resolve()} (from the tracking URI {tracking_uri}). Fix: pass "
-                "the store your pipelines log to (tracking.uri of the config), e.g. `recsys serve --model-name "
-                "NAME --tracking-uri sqlite:///ABSOLUTE/PATH/mlflow.db`"
-            )
+    path = sqlite_path(tracking_uri)
+    if path is not None and not path.is_file():
+        raise DashboardUnavailable(
+            f"there is no MLflow store at {path} (from the tracking URI {tracking_uri}). Fix: pass "
+            "the store your pipelines log to (tracking.uri of the config), e.g. `recsys serve --model-name "
+            "NAME --tracking-uri sqlite:///ABSOLUTE/PATH/mlflow.db`"
+        )
 
 
 def _is_training_run(run: Any) -> bool:
@@ -283,10 +279,8 @@ def _is_training_run(run: Any) -> bool:
 
 
 def _shown(params: dict[str, str], shown: tuple[str, ...]) -> dict[str, str]:
-    """The `shown` params a run logged, under their names of today (a run of before a config key moved logged it
-    under its old name)."""
-    today = {moved_key(key): value for key, value in params.items()}
-    return {key: today[key] for key in shown if key in today}
+    """The `shown` params a run logged."""
+    return {key: params[key] for key in shown if key in params}
 
 
 def _summary(run: Any, experiments: dict[str, str], evaluate_runs: dict[str, Any]) -> RunSummary:

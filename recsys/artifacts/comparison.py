@@ -1,9 +1,9 @@
 """Challenger vs champion on the same users: the paired difference of every ranking metric, overall and per slice.
 
-Two evaluations pair only when they ranked the same users' same targets (equal split digests, `pipelines.per_user`);
-each metric's difference (challenger minus champion) comes with its paired-bootstrap interval and the p-value of a
-paired randomisation test (`recsys.evaluation.uncertainty`). Slices are the challenger's (the same users, so the
-same slices when both were trained on the same data). The result, JSON-able:
+Two evaluations pair only when they ranked the same users' same targets (equal split digests,
+`recsys.artifacts.per_user`); each metric's difference (challenger minus champion) comes with its paired-bootstrap
+interval and the p-value of a paired randomisation test (`recsys.evaluation.uncertainty`). Slices are the challenger's
+(the same users, so the same slices when both were trained on the same data). The result, JSON-able:
 
     {"challenger": name, "champion": name, "users": U, "uncertainty": {...}, "split": "test",
      "overall": {metric: {"difference", "low", "high", "p_value"}},
@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from pipelines.evaluation_dir import EVALUATION_FILE
-from pipelines.per_user import PER_USER_FILE, SEARCH_RANKS_FILE, PerUserRanks, read_search_ranks
+from recsys.artifacts.evaluation_dir import EVALUATION_FILE
+from recsys.artifacts.per_user import PER_USER_FILE, SEARCH_RANKS_FILE, PerUserRanks, read_search_ranks
 from recsys.errors import ConfigError, RecsysError
 from recsys.evaluation.uncertainty import Uncertainty, paired_difference, per_user_metrics
 

@@ -1,5 +1,5 @@
-"""Per-user ranks of one evaluation on disk: what pairs two models' evaluations user by user (`pipelines.comparison`,
-the champion gate).
+"""Per-user ranks of one evaluation on disk: what pairs two models' evaluations user by user
+(`recsys.artifacts.comparison`, the champion gate).
 
 One .npz file (no pickles):
 
@@ -10,10 +10,10 @@ One .npz file (no pickles):
     slice_names.<family>  (S,) str the family's slice names, in that order
 
 The split digest (SHA-256 of user_idx and targets) says whether two evaluations ranked the same users' same targets.
-Evaluations keep it as per_user.npz beside evaluation.json; model directories as valid_ranks.npz (the validation
-split, for the champion gate). The evaluation of a model that reads queries also keeps search_ranks.npz: per search
-level, setting and system, the test users it ranked (`rows|<key>`, indices into the split's users) and their targets'
-ranks (`ranks|<key>`).
+Evaluations keep it as per_user.npz beside evaluation.json; model directories as valid_ranks.npz (the validation split,
+for the champion gate: `recsys.artifacts.model_dir.VALID_RANKS_FILE`). The evaluation of a model that reads queries also
+keeps search_ranks.npz: per search level, setting and system, the test users it ranked (`rows|<key>`, indices into the
+split's users) and their targets' ranks (`ranks|<key>`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from recsys.evaluation.slices import SliceMasks, slice_codes
 
 PER_USER_FILE = "per_user.npz"  # of an evaluation directory
 SEARCH_RANKS_FILE = "search_ranks.npz"  # of the evaluation directory of a model that reads queries
-VALID_RANKS_FILE = "valid_ranks.npz"  # of a model directory
 SLICE, SLICE_NAMES = "slice.", "slice_names."
 
 

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import load_config
-from pipelines.dashboard import from_mlflow, render_dashboard
-from pipelines.registry import PROMOTED_TAG
 from pipelines.runner import run_pipeline
-from pipelines.tracking import PARENT_TAG
+from recsys.artifacts.registry import PARENT_TAG, PROMOTED_TAG
+from recsys.dashboard import from_mlflow, render_dashboard
 
 # a 200-run store is read (one search, no artifact downloads but the latest evaluations') and drawn well within this
 # on a busy 2-core CI machine: measured 1.1 s here
