@@ -16,15 +16,15 @@ import pytest
 
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.evaluate import EvaluateOutputs
-from pipelines.steps import (
-    STEPS,
+from pipelines.steps import STEPS
+from pipelines.steps.base import fingerprint
+from pipelines.steps.outputs import (
     ContentEmbeddings,
     IndexOutputs,
     ItemMetadata,
     PipelineOutputs,
     PreparedData,
     SemanticIds,
-    fingerprint,
 )
 from pipelines.train import TrainOutputs
 from tests.conftest import write_tiny_config
