@@ -10,9 +10,9 @@ step that runs is a nested run of it (params = its inputs, metrics = its numeric
 run logs its own). One process at a time runs a pipeline under a work dir (its lock, `pipelines.recovery`); a second
 one fails at once naming the holder, or waits (`wait_s`).
 
-On several processes (`torchrun`), the first runs the pipeline; the others follow it up to the steps every process
-runs (`Step.every_process`: training), waiting for the first at each step before, and reading its outputs from the
-state file; they stop after the last such step.
+On several processes (`torchrun`), the first runs the pipeline. The others wait for it at each step before a step that
+every process runs (`Step.every_process`: training) and read that step's outputs from the state file, run that one
+beside it, and stop after the last such step.
 """
 
 from __future__ import annotations
