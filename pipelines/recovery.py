@@ -23,7 +23,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from pipelines.config import ExperimentConfig
 from pipelines.distill import teacher_cache_path
-from pipelines.steps import ExperimentPaths, Output, Step
+from pipelines.steps.base import ExperimentPaths, Step
+from pipelines.steps.outputs import Output
 from pipelines.tracking import end_orphaned_runs
 from pipelines.train import training_state_path
 from recsys.artifacts.registry import PARENT_TAG
@@ -51,7 +52,7 @@ def write_state(paths: ExperimentPaths, state: State) -> None:
         tmp.write_text(json.dumps(state, indent=2) + "\n")
 
 
-def previous_outputs(step: Step, recorded: dict[str, Any] | None, fingerprint: str) -> Output | None:
+def previous_outputs(step: Step[Any], recorded: dict[str, Any] | None, fingerprint: str) -> Output | None:
     """The outputs a previous run recorded for the same inputs, when they still exist; None otherwise."""
     if recorded is None or recorded["fingerprint"] != fingerprint:
         return None

@@ -1,26 +1,28 @@
-"""The one orchestrator of the platform's steps (`pipelines.steps`: prepare_data -> embed_content ->
-build_semantic_ids -> train_retriever -> build_index -> evaluate -> register), behind `recsys pipeline run` and the
-Airflow DAGs; `recsys train`, `recsys sid build` and the benchmarks are this runner stopped after a step (`until`).
+"""The one orchestrator of the platform's steps (`pipelines.steps.STEPS`, in order), behind `recsys pipeline run` and
+the Airflow DAGs; `recsys train`, `recsys sid build` and the benchmarks are this runner stopped after a step (`until`).
+It knows a step by its interface alone (`pipelines.steps.base.Step`), never by its name.
 
 The runner fingerprints every step's inputs (its config sections and its upstream steps' outputs) and records
 (fingerprint, outputs) in the pipeline's state file (`pipelines.recovery`), so a re-run skips every step whose inputs
-did not change and whose outputs still exist, and a run that crashed resumes at the step that failed. With tracking
-on, the pipeline is one MLflow run and each step that runs is a nested run of it (params = its inputs, metrics = its
-numeric outputs). One process at a time runs a pipeline under a work dir (its lock, `pipelines.recovery`); a second
+did not change and whose outputs still exist, and a run that crashed resumes at the step that failed. A step that does
+not apply to the config (no inputs) is recorded as such. With tracking on, the pipeline is one MLflow run and each
+step that runs is a nested run of it (params = its inputs, metrics = its numeric outputs; a step that opens its own
+run logs its own). One process at a time runs a pipeline under a work dir (its lock, `pipelines.recovery`); a second
 one fails at once naming the holder, or waits (`wait_s`).
 
-Steps that do not apply are recorded as such: a model that reads no content and no `sid` section -> no content
-embeddings; no `sid` section -> no semantic IDs; a model without item vectors (generative, popularity, ranker) -> no
-index; tracking off -> no registration.
+On several processes (`torchrun`), the first runs the pipeline. The others wait for it at each step before a step that
+every process runs (`Step.every_process`: training) and read that step's outputs from the state file, run that one
+beside it, and stop after the last such step.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipelines.config import ExperimentConfig
 from pipelines.recovery import (
@@ -33,19 +35,9 @@ from pipelines.recovery import (
     run_tags,
     write_state,
 )
-from pipelines.steps import (
-    STEP_NAMES,
-    STEPS,
-    TRAIN_STEP,
-    ExperimentPaths,
-    Output,
-    PipelineOutputs,
-    Step,
-    as_json,
-    check_step_names,
-    fingerprint,
-    given_data,
-)
+from pipelines.steps import STEP_NAMES, STEPS, check_step_names
+from pipelines.steps.base import ExperimentPaths, Step, as_json, fingerprint
+from pipelines.steps.outputs import Output, PipelineOutputs
 from pipelines.tracking import OfflineTracker, Tracker, start_tracking
 from recsys.errors import RecsysError
 from recsys.runtime.device import resolve_device
@@ -54,11 +46,13 @@ from recsys.runtime.lock import exclusive_lock
 
 logger = logging.getLogger(__name__)
 
+Steps = Sequence[Step[Any]]
+
 
 @dataclass(frozen=True)
 class StepReport:
     name: str
-    status: str  # "ran", "skipped" (up to date), "given" (the caller's prepared data) or "not applicable"
+    status: str  # "ran", "skipped" (up to date), "given" (by the caller: `Step.given`) or "not applicable"
     seconds: float
     outputs: Output | None
 
@@ -80,7 +74,8 @@ def run_pipeline(
         only: run just this step (an Airflow task): the steps before it must be up to date (else `RecsysError` says
             which one to run), the steps after it are left alone.
         until: stop after this step.
-        data_dir: an already prepared directory to use instead of preparing `config.data`.
+        data_dir: an already prepared directory to use instead of preparing `config.data` (it stands in for the
+            outputs of the step that takes it: `Step.given`).
         rerun: steps to run from scratch even when they are up to date: what a step keeps to resume or skip work (a
             training state, built semantic IDs) is dropped first, e.g. for a benchmark that times a whole training run.
         wait_s: when another process runs this pipeline under `work_dir`, wait this long for it to finish; 0: raise
@@ -116,7 +111,7 @@ def runs_step(name: str, only: str | None, until: str | None) -> bool:
 
 
 def _run_steps(
-    steps: list[Step],
+    steps: Steps,
     config: ExperimentConfig,
     paths: ExperimentPaths,
     tracker: Tracker,
@@ -127,32 +122,30 @@ def _run_steps(
     """Run (or skip) `steps` in order, recording each one that ran in the state file."""
     state = read_state(paths)
     done, reports = PipelineOutputs(), []
+    followed = _followed_by_others(steps)
     for step in steps:
-        if step.name == "prepare_data" and data_dir is not None:
-            report = StepReport(step.name, "given", 0.0, given_data(data_dir))
-        else:
+        report = _given(step, data_dir)
+        if report is None:
             report = _run_step(step, config, paths, done, state, tracker, only, rerun)
             if report.status == "ran":
                 write_state(paths, state)
         setattr(done, step.field, report.outputs)
         reports.append(report)
-        if _before_training(step, steps):
+        if step in followed and not step.every_process:
             wait_for_everyone()  # the other processes of a distributed run wait for this step (`_follow`)
     tracker.log_params({f"step.{r.name}": r.status for r in reports})
     return done, reports
 
 
 def _follow(
-    steps: list[Step], config: ExperimentConfig, paths: ExperimentPaths, data_dir: Path | None, rerun: Collection[str]
+    steps: Steps, config: ExperimentConfig, paths: ExperimentPaths, data_dir: Path | None, rerun: Collection[str]
 ) -> tuple[PipelineOutputs, list[StepReport]]:
     """What a process other than the first of a distributed run does: it waits for the first to run (or skip) each
-    step before training, reads their outputs, and trains beside it. The lock, the state file, MLflow and every
-    write are the first process's; steps after training are too."""
-    if TRAIN_STEP not in [step.name for step in steps]:
-        return PipelineOutputs(), []
+    step before one that every process runs, reads their outputs, and runs that one beside it. The lock, the state
+    file, MLflow and every write are the first process's; the steps after the last one every process runs are too."""
     done, reports = PipelineOutputs(), []
-    for step in steps[: [s.name for s in steps].index(TRAIN_STEP) + 1]:
-        if step.name == TRAIN_STEP:  # all processes train; what a process writes, only the first writes
+    for step in _followed_by_others(steps):
+        if step.every_process:  # what a process writes, only the first writes
             report = _run_step(step, config, paths, done, read_state(paths), OfflineTracker(), None, rerun)
         else:
             wait_for_everyone()  # the first process has run or skipped the step
@@ -162,12 +155,20 @@ def _follow(
     return done, reports
 
 
+def _followed_by_others(steps: Steps) -> Steps:
+    """The steps the other processes of a distributed run go through: up to the last one every process runs (none
+    when no step of `steps` is one)."""
+    ends = [i + 1 for i, step in enumerate(steps) if step.every_process]
+    return steps[: ends[-1]] if ends else ()
+
+
 def _followed_step(
-    step: Step, config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs, data_dir: Path | None
+    step: Step[Any], config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs, data_dir: Path | None
 ) -> StepReport:
     """A step the first process ran or skipped: its outputs, as the state file records them."""
-    if step.name == "prepare_data" and data_dir is not None:
-        return StepReport(step.name, "given", 0.0, given_data(data_dir))
+    given = _given(step, data_dir)
+    if given is not None:
+        return given
     inputs = step.inputs(config, done)
     if inputs is None:
         return StepReport(step.name, "not applicable", 0.0, None)
@@ -180,14 +181,14 @@ def _followed_step(
     return StepReport(step.name, "skipped", 0.0, outputs)
 
 
-def _before_training(step: Step, steps: list[Step]) -> bool:
-    """Whether `step` comes before the train step in `steps` (the other processes of a distributed run wait for it)."""
-    names = [s.name for s in steps]
-    return TRAIN_STEP in names and names.index(step.name) < names.index(TRAIN_STEP)
+def _given(step: Step[Any], data_dir: Path | None) -> StepReport | None:
+    """The step's outputs as the caller gives them (`data_dir`, when it stands in for them: `Step.given`), else None."""
+    outputs = None if data_dir is None else step.given(data_dir)
+    return None if outputs is None else StepReport(step.name, "given", 0.0, outputs)
 
 
 def _run_step(
-    step: Step,
+    step: Step[Any],
     config: ExperimentConfig,
     paths: ExperimentPaths,
     done: PipelineOutputs,
@@ -210,13 +211,13 @@ def _run_step(
             f"step {step.name} is not up to date for {config.name}. Fix: run it first "
             f"(`recsys pipeline run --config ... --step {step.name}`, or its Airflow task)"
         )
-    if step.name in rerun and step.fresh_start is not None and Workers.from_environment().is_main:
+    if step.name in rerun and Workers.from_environment().is_main:
         step.fresh_start(paths)
-    if step.name == TRAIN_STEP:
-        wait_for_everyone()  # every process of a distributed run then reads the same training state (or none)
+    if step.every_process:
+        wait_for_everyone()  # every process of a distributed run then reads the same state to resume from (or none)
     start = time.perf_counter()
     logger.info("step %s: running", step.name)
-    if step.own_run or tracker.run_id is None:  # train, evaluate and register open their own nested runs
+    if step.opens_own_run or tracker.run_id is None:
         outputs = step.run(config, paths, done)
     else:
         with start_tracking(config.tracking, config.experiment_name, step.name) as step_tracker:

@@ -3,10 +3,11 @@
 Checkpoints are chosen on validation metrics only; the caller evaluates the test split once, after. What differs
 between model families (batches, loss) is the recipe's (`recsys.training.recipes`).
 
-Started by the elastic launcher on several processes (`recsys.runtime.distributed`), the same `fit` trains data
-parallel (`recsys.training.data_parallel`): each process takes its share of every batch, validation splits the users
-over the processes and gives every one the same metrics, so all take the same early-stopping decision and keep the
-same best weights; the first process alone writes the training state.
+Started by the elastic launcher on several processes (`recsys.runtime.distributed`), the same `fit` trains through
+the parallelism strategy it picks at start (`recsys.training.parallelism`: data parallel, the item table split by
+rows, or tables sharded by DMP): each process takes its share of every batch, validation splits the users over the
+processes and gives every one the same metrics, so all take the same early-stopping decision and keep the same best
+weights; the first process alone writes the training state.
 """
 
 from __future__ import annotations
@@ -23,12 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from recsys.data.prepared import TrainingData
+from recsys.data.prepared import EvalSplit, TrainingData
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, UserSample, evaluate
 from recsys.models.family import Model
@@ -49,10 +49,9 @@ from recsys.training.capabilities import TrainsPerDomain
 from recsys.training.compilation import compile_model
 from recsys.training.config import TrainConfig
 from recsys.training.data_parallel import DataParallelLoss
-from recsys.training.model_parallel import ModelParallelLoss, gathered_tables, table_training, unshard_tables
 from recsys.training.optimization import Optimization, build_optimization
+from recsys.training.parallelism import choose_parallelism
 from recsys.training.recipes import Recipe, recipe_for
-from recsys.training.row_sharding import check_shardable, gathered_item_table, shard_item_table, unshard_item_table
 
 logger = logging.getLogger(__name__)
 
@@ -156,44 +155,19 @@ class _TrainingRun:
         self.workers = join(device)
         self.device = self.workers.device(device)  # its own GPU, for one of several processes
         self.run_key = _run_key(model, data, config, recipe)  # before the move: the digest reads host memory
-        if config.distributed.shard_item_table and self.workers.distributed:
-            check_shardable(model, recipe)
-            shard_item_table(model, self.workers, self.device)  # each process moves its block only
-        self.model = model.to(self.device)
+        self.parallelism = choose_parallelism(model, recipe, config, self.workers)
+        self.model = self.parallelism.place(model, self.device)
         if self.device.type == "cpu":
             apply_cpu_threads(hardware.threads)
         self.use_bf16 = use_bf16_autocast(hardware.precision, self.device)
         logger.info("training on %s, bf16 autocast %s", self.device, self.use_bf16)
         torch.manual_seed(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
-        # a domain's adapter trains alone: the other domains' parameters sit its steps out
-        skips = recipe.may_skip_parameters or isinstance(model, TrainsPerDomain)
-        tables = table_training(model, optimization) if self.workers.distributed else None
-        self.loss: DataParallelLoss
-        if tables is None:
-            self.loss = DataParallelLoss(model, recipe, self.workers, find_unused_parameters=skips)
-        else:  # the tables sharded over the processes by torchrec's DMP (recsys.training.model_parallel)
-            self.loss = ModelParallelLoss(model, recipe, self.workers, tables)
-        # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
-        batches_per_epoch = _batches_per_epoch(data, recipe) if optimization.lr_schedule == "cosine" else 0
-        steps_per_epoch = -(-batches_per_epoch // optimization.accumulate_batches)  # optimizer steps
-        self.optimization = build_optimization(
-            model, lr=optimization.lr, weight_decay=optimization.weight_decay, schedule=optimization.lr_schedule,
-            warmup_steps=optimization.warmup_steps, total_steps=config.schedule.epochs * steps_per_epoch,
-            fused=self.device.type == "cuda",  # one kernel for the whole update instead of several per parameter
-        )  # fmt: skip
+        self.loss = self.parallelism.loss(model, recipe, _may_skip_parameters(model, recipe))
+        self.optimization = _optimization(model, data, config, recipe, self.device)
         self.average = WeightAverage(model, optimization.ema_decay) if optimization.ema_decay else None
-        shrink = "lower train.optimization.batch_size (or train.stream_parts, for a partitioned dataset)"
-        memory = limit(hardware.max_memory_gb, "train.hardware.max_memory_gb", shrink)
-        self.budget = Budget("training", memory_gb=memory)
-        valid_users = config.schedule.valid_users
-        self.valid_sample = None if valid_users is None else UserSample(valid_users, config.seed)
-        if self.valid_sample is None:
-            self.valid = data.eval_split("valid")
-        else:  # only the sampled users are read: a partitioned dataset is not loaded whole for it
-            self.valid = data.select_users(self.valid_sample.rows(data.num_users)).eval_split("valid")
-            logger.info("validating each epoch on %d of %d users (seed %d); the chosen checkpoint on all of them",
-                        len(self.valid.targets), data.num_users, config.seed)  # fmt: skip
+        self.budget = _memory_budget(hardware.max_memory_gb)
+        self.valid_sample, self.valid = _validation_users(data, config)
         self.epoch, self.early_stopped = 0, False
         self.best_score = float("-inf")
         self.best_weights: dict[str, Any] | None = None
@@ -230,19 +204,11 @@ class _TrainingRun:
         batches = (batch for rows in pieces for batch in self.recipe.batches(rows, self.generator))
         loss = train_one_epoch(
             self.model, self.loss, batches, self.optimization, self.use_bf16, self.config.progress,
-            self._loss_generator(epoch), self.average, self.budget, self.config.optimization.accumulate_batches,
+            self.parallelism.loss_generator(self.generator, self.config.seed, epoch), self.average, self.budget,
+            self.config.optimization.accumulate_batches,
         )  # fmt: skip
         self.result.epoch_seconds.append(time.perf_counter() - start)
         return loss
-
-    def _loss_generator(self, epoch: int) -> torch.Generator:
-        """What the loss draws from (negatives): the data's generator in one process; on several, one per process and
-        epoch, so that the data's stays the same on every process (each packs the same batches) and a resumed epoch
-        draws what it drew."""
-        if not self.workers.distributed:
-            return self.generator
-        seed = np.random.SeedSequence([self.config.seed % 2**32, epoch, self.workers.rank]).generate_state(1)[0]
-        return torch.Generator().manual_seed(int(seed))
 
     def validate(self, epoch: int, loss: float | None, eval_config: EvalConfig) -> dict[str, float]:
         """Rank the validation split with the weights that would be kept (the EMA's with it on); keep them when the
@@ -251,8 +217,8 @@ class _TrainingRun:
         load = expert_load(self.model)  # this epoch's training batches
         self.model.eval()
         start = time.perf_counter()
-        with self.average.applied() if self.average is not None else contextlib.nullcontext():
-            with gathered_item_table(self.model), gathered_tables(self.model):
+        with self._averaged_weights():
+            with self.parallelism.whole_tables(self.model):  # whole to rank every item; kept as trained, below
                 ranked = evaluate(self.model, self.valid, self.data.num_items, eval_config, workers=self.workers)
             metrics = {**({} if loss is None else {"loss": loss}), **ranked.metrics}
             improved = metrics[self.monitor] > self.best_score
@@ -273,6 +239,10 @@ class _TrainingRun:
         self.epoch, self.result.train_seconds = epoch, time.perf_counter() - self.started
         self.early_stopped = epoch - self.result.best_epoch >= self.config.schedule.patience
         return metrics
+
+    def _averaged_weights(self) -> contextlib.AbstractContextManager[None]:
+        """A block in which the model holds the weights validation ranks and keeps: the EMA's, with it on."""
+        return contextlib.nullcontext() if self.average is None else self.average.applied()
 
     def should_stop(self, epoch: int) -> bool:
         """After a validated epoch: stop early (patience spent) or at the time budget (a larger one resumes)."""
@@ -299,8 +269,7 @@ class _TrainingRun:
         self.result.train_seconds = time.perf_counter() - self.started
         if self.best_weights is not None:
             self.model.load_state_dict(self.best_weights)
-        unshard_item_table(self.model)  # the trained model is whole on every process: to evaluate, to write
-        unshard_tables(self.model)
+        self.parallelism.unshard(self.model)  # the trained model is whole on every process: to evaluate, to write
         self.model.eval()
         if self.valid_sample is not None and self.result.best_valid:
             valid = self.data.eval_split("valid")
@@ -344,8 +313,7 @@ class _TrainingRun:
         torch.set_rng_state(state[f"torch_rng_{rng_of}"])
         if self.average is not None:
             self.average.load_state_dict(state["average"])
-        if isinstance(self.loss, ModelParallelLoss):
-            self.loss.load_table_optimizer_state(state["table_optimizer"])
+        self.parallelism.load_state(state)
         self.epoch, self.early_stopped = saved["epoch"], saved["early_stopped"]
         self.best_score, self.result = saved["best_score"], FitResult(**saved["result"])
         logger.info("resumed from %s after epoch %d (%.0f s trained)", path, self.epoch, self.result.train_seconds)
@@ -370,9 +338,7 @@ class _TrainingRun:
             state["best_weights"] = self.best_weights
         if self.average is not None:
             state["average"] = self.average.state_dict()
-        if isinstance(self.loss, ModelParallelLoss):  # tables sharded by DMP: their fused optimizer's state
-            state["table_optimizer"] = self.loss.table_optimizer_state()
-        return state
+        return {**state, **self.parallelism.state()}  # e.g. the fused optimizer's state of tables sharded by DMP
 
 
 def _run_key(model: Model[Any], data: TrainingData, config: TrainConfig, recipe: Recipe) -> str:
@@ -493,6 +459,48 @@ def _marking_the_last(items: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
 
 
 _END = object()
+
+
+def _may_skip_parameters(model: Model[Any], recipe: Recipe) -> bool:
+    """Whether a step may leave some parameters out of its loss: the recipe's say (a ranker's experts), or a model
+    trained one domain at a time (a domain's adapter trains alone; the other domains' parameters sit its steps out)."""
+    return recipe.may_skip_parameters or isinstance(model, TrainsPerDomain)
+
+
+def _optimization(
+    model: Model[Any], data: TrainingData, config: TrainConfig, recipe: Recipe, device: torch.device
+) -> Optimization:
+    """The optimizers and learning-rate schedule of `config.optimization`, over the parameters the run's optimizer
+    updates (built after the loss: the tables DMP shards are updated in the backward pass, and left out here)."""
+    optimization = config.optimization
+    # the cosine schedule needs the epoch length: count one epoch's batches (a throw-away shuffle)
+    batches_per_epoch = _batches_per_epoch(data, recipe) if optimization.lr_schedule == "cosine" else 0
+    steps_per_epoch = -(-batches_per_epoch // optimization.accumulate_batches)  # optimizer steps
+    return build_optimization(
+        model, lr=optimization.lr, weight_decay=optimization.weight_decay, schedule=optimization.lr_schedule,
+        warmup_steps=optimization.warmup_steps, total_steps=config.schedule.epochs * steps_per_epoch,
+        fused=device.type == "cuda",  # one kernel for the whole update instead of several per parameter
+    )  # fmt: skip
+
+
+def _memory_budget(max_memory_gb: float | None) -> Budget:
+    """The bound on the memory training adds (`train.hardware.max_memory_gb`), checked after every batch."""
+    shrink = "lower train.optimization.batch_size (or train.stream_parts, for a partitioned dataset)"
+    return Budget("training", memory_gb=limit(max_memory_gb, "train.hardware.max_memory_gb", shrink))
+
+
+def _validation_users(data: TrainingData, config: TrainConfig) -> tuple[UserSample | None, EvalSplit]:
+    """The users each epoch is validated on: every one, or the seeded sample `train.schedule.valid_users` (then the
+    chosen checkpoint is validated on every user at the end)."""
+    valid_users = config.schedule.valid_users
+    if valid_users is None:
+        return None, data.eval_split("valid")
+    sample = UserSample(valid_users, config.seed)
+    # only the sampled users are read: a partitioned dataset is not loaded whole for it
+    valid = data.select_users(sample.rows(data.num_users)).eval_split("valid")
+    logger.info("validating each epoch on %d of %d users (seed %d); the chosen checkpoint on all of them",
+                len(valid.targets), data.num_users, config.seed)  # fmt: skip
+    return sample, valid
 
 
 def _batches_per_epoch(data: TrainingData, recipe: Recipe) -> int:

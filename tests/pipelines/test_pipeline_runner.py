@@ -239,3 +239,9 @@ def test_llm_metadata_is_a_step_whose_columns_the_content_text_reads(
     nowhere = load_config(path, {"pipeline.compare_with": str(tmp_path / "nowhere")})
     with pytest.raises(ConfigError, match=r"nowhere holds no evaluation .* Fix: run the baseline's pipeline"):
         runner.run_pipeline(nowhere, tmp_path, until="evaluate")
+
+
+def test_the_runner_names_no_step() -> None:
+    """What the runner does differently for a step, the step declares (`pipelines.steps.base.Step`)."""
+    source = Path(runner.__file__).read_text()
+    assert [name for name in steps.STEP_NAMES if name in source] == []
