@@ -25,7 +25,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from recsys.errors import ConfigError
-from recsys.runtime.distributed import Workers, backend_for, sum_over_workers
+from recsys.runtime.distributed import Workers, backend_for, reduce_on_hosts
 from recsys.training.recipes import Recipe
 
 
@@ -112,7 +112,9 @@ class DataParallelLoss:
         share, has_rows = share_of_rows(batch, self.workers)
         loss, n = self.module(share, generator)
         n = n if has_rows else 0
-        everyone = int(sum_over_workers(torch.tensor([n], device=loss.device)).item())
+        # the processes' target counts are integers on their hosts: summed there (gloo), never read back from a GPU,
+        # so the host goes on queueing the backward pass while the GPU still runs the forward
+        (everyone,) = reduce_on_hosts([n])
         weight = n * self.workers.world_size / max(everyone, 1)
         return loss * weight, loss.detach().float() * n, n
 
