@@ -13,15 +13,16 @@ Throughput (section "throughput"): the synthetic data set of `users` x `items` (
 step (`recsys.training.trainer.train_one_epoch`, the data-parallel loss) on 1 process, on each count of `between` and
 on `processes`, each process taking `b` packed rows of every batch for each per-process batch b of
 `per_process_batches` (weak scaling: N processes train N times the rows per step). Each configuration's processes
-start once and run every batch in turn: `warmup_steps` steps, then `timed_steps` timed, `repeats` times; tokens/s is
-over all the timed steps (each window's is reported too: their median would hide an epoch's reading, which lands in
-some windows only).
-The batches are read from the prepared parts and packed as the steps ask for them, as in training, so the timed
-steps include that work (every process reads and packs every batch: `read_share` and `pack_share` are their shares of
-the time). The steps run over as many epochs as they need, each reshuffled as training reshuffles its epochs (a large
-batch on a small data set spans several; the report says how many); `mean_rows_per_step` is what the batches held (a
-shuffle buffer of `buffer_parts` parts packs into whole batches and one shorter one: give large batches large
-buffers).
+start once and run every batch in turn: `warmup_steps` steps, then `repeats` timed windows of `timed_steps` steps, or
+of `timed_epochs` whole epochs (each from its start: the window reads and packs what an epoch does, once; a window of
+steps may hold an epoch's reading or not, whence the epochs). tokens/s is over all the timed windows (each window's
+is reported too).
+The batches come as the trainer takes them (`recsys.training.data_parallel.epoch_batches`: on several processes each
+reads and packs its own share of every shuffle buffer), read from the prepared parts and packed as the steps ask for
+them, so the timed steps include that work (`read_share` and `pack_share`: their shares of the time). Steps run over
+as many epochs as they need, each reshuffled as training reshuffles its epochs; `mean_rows_per_step` is what the
+batches held (a shuffle buffer of `buffer_parts` parts packs into whole batches and one shorter one: give large
+batches large buffers).
 tokens/s counts the targets of every process; scaling efficiency = tokens/s on N / (N * tokens/s on 1) at the same
 per-process batch. Each configuration runs in its own processes, started by torch's elastic launcher; peak memory is
 each process's (`torch.cuda.max_memory_allocated`, or its resident set on a CPU). With `row_sharded`, N processes
@@ -77,13 +78,12 @@ from features.sources import load_source, open_synthetic
 from pipelines.config import load_config
 from pipelines.launcher import run_on_processes
 from pipelines.train import train_step
-from recsys.data.batching import PackedBatch
 from recsys.data.prepared import PreparedParts
 from recsys.models.registry import build_model
 from recsys.runtime.budget import peak_resident_gib
 from recsys.runtime.device import resolve_device, use_bf16_autocast
-from recsys.runtime.distributed import backend_for, gather_rows, join, leave
-from recsys.training.data_parallel import DataParallelLoss
+from recsys.runtime.distributed import Workers, backend_for, gather_rows, join, leave
+from recsys.training.data_parallel import DataParallelLoss, epoch_batches
 from recsys.training.optimization import build_optimization
 from recsys.training.recipes import NextItemTraining, recipe_for
 from recsys.training.recipes.next_item import NextItemRecipe
@@ -118,7 +118,8 @@ class Settings:
     per_process_batches: tuple[int, ...] = ()  # throughput: each of these rows per process, in the same processes
     warmup_steps: int = 10
     timed_steps: int = 50
-    repeats: int = 1  # throughput: the timed steps this many times (tokens/s of each window reported)
+    repeats: int = 1  # throughput: this many timed windows (tokens/s of each reported)
+    timed_epochs: int = 0  # > 0: a timed window is this many whole epochs, not timed_steps steps
     row_sharded: bool = True
     # profile: torch.profiler traces and a CUDA memory snapshot of each configuration, at one per-process batch
     profile: bool = False
@@ -295,33 +296,38 @@ class _Counts:
         return _Counts(*(getattr(self, f.name) - getattr(before, f.name) for f in dataclasses.fields(self)))
 
 
-def _epochs_of_batches(
-    parts: PreparedParts, recipe: NextItemRecipe, generator: torch.Generator, counts: _Counts
-) -> Generator[PackedBatch]:
-    """The recipe's batches, epoch after epoch, each epoch's shuffle drawn from `generator` as training draws it (the
-    reading and packing counted into `counts`): as many steps as asked, however few batches an epoch holds."""
+def _epoch(parts: PreparedParts, recipe: NextItemRecipe, generator: torch.Generator, workers: Workers,
+           counts: _Counts) -> Generator[Any]:  # fmt: skip
+    """One epoch of this process's batches as training takes them (`epoch_batches`: packed apart on several
+    processes, or whole), counted into `counts`: its steps, reading and packing, and the targets and rows it trains
+    on (a whole batch's by the first process alone, so that the processes' counts add up to the run's)."""
+    counts.epochs += 1
+    seconds: dict[str, float] = {"read": 0.0, "pack": 0.0}
+    batches = epoch_batches(parts, recipe, generator, workers, seconds)
+    counted = {"read": 0.0, "pack": 0.0}
+    try:
+        for batch in batches:
+            counts.read_seconds += seconds["read"] - counted["read"]
+            counts.pack_seconds += seconds["pack"] - counted["pack"]
+            counted = dict(seconds)
+            inner = getattr(batch, "batch", batch)  # a Share of this process, or a whole batch
+            mine = getattr(batch, "has_rows", True) and (inner is not batch or workers.rank == 0)
+            counts.steps += 1
+            counts.tokens += int((inner.targets != 0).sum()) if mine else 0
+            counts.rows += len(inner.targets) if mine else 0
+            yield batch
+    finally:
+        if isinstance(batches, Generator):
+            batches.close()  # the parts' reader, when the steps end half-way through an epoch
+
+
+def _epochs(parts: PreparedParts, recipe: NextItemRecipe, generator: torch.Generator, workers: Workers,
+            counts: _Counts) -> Generator[Any]:  # fmt: skip
+    """`_epoch` after `_epoch`, each reshuffled as training reshuffles its epochs: as many steps as asked, however
+    few batches an epoch holds."""
     while True:
-        counts.epochs += 1
-        pieces = parts.training_epoch(generator)
         steps = counts.steps
-        try:
-            while True:
-                start = time.perf_counter()
-                rows = next(pieces, None)
-                counts.read_seconds += time.perf_counter() - start
-                if rows is None:
-                    break
-                start = time.perf_counter()
-                batches = recipe.batches(rows, generator)
-                counts.pack_seconds += time.perf_counter() - start
-                for batch in batches:
-                    counts.steps += 1
-                    counts.tokens += int((batch.targets != 0).sum())
-                    counts.rows += len(batch.targets)
-                    yield batch
-        finally:
-            if isinstance(pieces, Generator):
-                pieces.close()  # the parts' reader, when the steps end half-way through an epoch
+        yield from _epoch(parts, recipe, generator, workers, counts)
         if counts.steps == steps:
             raise SystemExit(f"the prepared data at {parts.data_dir} gives no training batch in an epoch. Fix: more "
                              "users (`users`), or a data set whose users have at least 2 interactions")  # fmt: skip
@@ -331,8 +337,9 @@ def _train_steps(
     settings_dict: dict[str, Any], data_dir: str, model_name: str, sharded: bool, items: int | None,
     steps: tuple[int, int, int], batches: tuple[int, ...], report: str,
 ) -> None:  # fmt: skip
-    """One process of a run: for each per-process batch of `batches`, `steps` = (warm-up, timed, repeats) steps of a
-    model of `items` items (None: the data's); the first process writes the report (a row per batch)."""
+    """One process of a run: for each per-process batch of `batches`, `steps` = (warm-up steps, timed steps, repeats)
+    of a model of `items` items (None: the data's), each timed window `timed_epochs` whole epochs where the settings
+    say so; the first process writes the report (a row per batch)."""
     settings = Settings(**settings_dict)
     device = resolve_device(settings.device)
     workers = join(device)
@@ -360,19 +367,22 @@ def _train_steps(
     negatives = torch.Generator().manual_seed(settings.seed + 1 + workers.rank)  # the loss's: one per process
     bf16 = use_bf16_autocast("auto", device)
     table = "row_sharded" if sharded else "replicated"
+
+    def train(batches: Iterator[Any]) -> float:
+        _synchronize(device)
+        start = time.perf_counter()
+        train_one_epoch(model, loss_of, batches, optimization, bf16, False, negatives)
+        _synchronize(device)
+        return time.perf_counter() - start
+
     rows: list[dict[str, Any]] = []
     for per_process in batches:
         counts = _Counts()
-        stream = _epochs_of_batches(parts, dataclasses.replace(recipe, rows_per_batch=per_process * workers.world_size),
-                                    generator, counts)  # fmt: skip
+        batch_recipe = dataclasses.replace(recipe, rows_per_batch=per_process * workers.world_size)
+        stream = _epochs(parts, batch_recipe, generator, workers, counts)
 
-        def run(steps: int, stream: Iterator[PackedBatch] = stream) -> float:
-            chunk = itertools.islice(stream, steps)
-            _synchronize(device)
-            start = time.perf_counter()
-            train_one_epoch(model, loss_of, chunk, optimization, bf16, False, negatives)
-            _synchronize(device)
-            return time.perf_counter() - start
+        def run(steps: int, stream: Iterator[Any] = stream) -> float:
+            return train(itertools.islice(stream, steps))
 
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -381,10 +391,21 @@ def _train_steps(
         windows = []
         for _ in range(repeats):
             before = dataclasses.replace(counts)
-            seconds = run(timed)
+            if settings.timed_epochs:  # whole epochs from their start: each reads and packs what an epoch does
+                whole = itertools.chain.from_iterable(
+                    _epoch(parts, batch_recipe, generator, workers, counts) for _ in range(settings.timed_epochs)
+                )
+                seconds = train(whole)
+            else:
+                seconds = run(timed)
             windows.append((seconds, counts.since(before)))
         peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else peak_resident_gib()
         peaks = [float(p) for p in gather_rows(torch.tensor([peak], dtype=torch.float64), workers)]
+        # the targets and rows every process trained on, window by window
+        trained = gather_rows(torch.tensor([[c.tokens, c.rows] for _, c in windows]), workers)
+        everyone = torch.stack(trained).sum(0).tolist()
+        windows = [(seconds, dataclasses.replace(c, tokens=int(t), rows=int(r)))
+                   for (seconds, c), (t, r) in zip(windows, everyone, strict=True)]  # fmt: skip
         label = f"{model_name}-{workers.world_size}-{table}-{per_process}"
         profile = _profile(settings, run, device, label, workers.rank) if _profiles(settings, per_process) else None
         stream.close()
@@ -412,7 +433,7 @@ def _row(model: str, processes: int, table: str, items: int, per_process: int, w
         "model": model, "processes": processes, "item_table": table, "items": items,
         "rows_per_process": per_process, "rows_per_step": per_process * processes,
         "mean_rows_per_step": significant(total.rows / total.steps), "timed_steps": total.steps // len(windows),
-        "repeats": len(windows), "epochs_begun_while_timed": total.epochs,
+        "repeats": len(windows), "epochs_begun_while_timed": total.epochs, "tokens_timed": total.tokens,
         # over every timed step (not the median window: a window without an epoch's reading would hide its cost)
         "tokens_per_second": significant(total.tokens / seconds),
         "tokens_per_second_median_window": significant(statistics.median(c.tokens / s for s, c in windows)),
@@ -425,7 +446,7 @@ def _row(model: str, processes: int, table: str, items: int, per_process: int, w
     }  # fmt: skip
 
 
-def _gathered_objects(value: Any, workers: Any) -> list[Any]:
+def _gathered_objects(value: Any, workers: Workers) -> list[Any]:
     """Every process's `value` (picklable), in rank order."""
     if not workers.distributed:
         return [value]
@@ -509,11 +530,9 @@ def _trace_summary(events: list[dict[str, Any]], steps: int) -> dict[str, Any]:
 
 def _idle_by_host_operator(idle: list[tuple[float, float]], host_ops: list[dict[str, Any]],
                            per_step: float, top: int = 12) -> dict[str, float]:  # fmt: skip
-    """The GPU's idle gaps (over 20 us) summed by the innermost host operator running at each gap's middle, on the
-    thread with the most operators (the training loop's)."""
-    by_thread = Counter(e.get("tid") for e in host_ops)
-    main = by_thread.most_common(1)[0][0] if by_thread else None
-    ops = sorted((e for e in host_ops if e.get("tid") == main), key=lambda e: e["ts"])
+    """The GPU's idle gaps (over 20 us) summed by the innermost host operator running at each gap's middle, on any
+    thread (the training loop's, or autograd's during the backward pass)."""
+    ops = sorted(host_ops, key=lambda e: e["ts"])
     starts = [e["ts"] for e in ops]
     totals: dict[str, float] = {}
     for begin, end in idle:

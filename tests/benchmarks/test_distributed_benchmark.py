@@ -56,6 +56,18 @@ def test_smoke_run_reports_each_configuration_and_batch_and_profiles_the_first(t
         assert json.load(trace)["traceEvents"]
 
 
+def test_windows_of_whole_epochs_hold_every_target_of_an_epoch_once(tmp_path: Path) -> None:
+    overrides = {"data_dir": str(tmp_path / "data"), "users": 300, "per_process_batches": "[8]", "profile": "false",
+                 "timed_epochs": 1, "row_sharded": "false"}  # fmt: skip
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
+    result = json.loads(distributed.main(["--config", SMOKE, "--results-dir", str(tmp_path), *sets]).read_text())
+
+    one, two = result["throughput"]["sasrec"]
+    # one epoch a window: every target of the epoch, once, whatever the processes (two pack apart, each its users)
+    assert one["epochs_begun_while_timed"] == 2 == two["epochs_begun_while_timed"]
+    assert one["tokens_timed"] == two["tokens_timed"] > 0
+
+
 def test_the_4_gpu_config_runs_1_2_and_4_processes_and_refuses_counts_out_of_range() -> None:
     settings = distributed.load_settings(REPO / "configs/benchmarks/distributed-4gpu.yaml", {})
     assert distributed._world_sizes(settings) == [1, 2, 4] and settings.result_name == "distributed-4gpu-h200"
@@ -65,7 +77,8 @@ def test_the_4_gpu_config_runs_1_2_and_4_processes_and_refuses_counts_out_of_ran
         )
 
 
-def test_the_h100_config_measures_three_batches_with_shared_negatives_and_profiles() -> None:
+def test_the_h100_config_measures_three_batches_over_whole_epochs_and_profiles() -> None:
     settings = distributed.load_settings(REPO / "configs/benchmarks/distributed-2gpu-h100.yaml", {})
     assert settings.per_process_batches == (128, 512, 2048) and not settings.in_batch_negatives
     assert settings.profile and settings.result_name == "distributed-2gpu-h100" and settings.processes == 2
+    assert settings.timed_epochs == 1 and settings.repeats == 3
