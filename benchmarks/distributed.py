@@ -231,11 +231,21 @@ def _throughput(settings: Settings, scratch: Path) -> dict[str, Any]:
                 row["scaling_efficiency"] = significant(
                     row["tokens_per_second"] / (row["processes"] * single["tokens_per_second"])
                 )
+                # the same over the steps' time less their reading and packing (what the GPUs and the step's host
+                # work scale as): above, N processes also share the reading and packing one process does alone
+                row["scaling_efficiency_without_reading_and_packing"] = significant(
+                    _without_data(row) / (row["processes"] * _without_data(single))
+                )
                 key = f"{row['processes']} x {row['item_table']}"
                 efficiency[model].setdefault(key, {})[str(row["rows_per_process"])] = row["scaling_efficiency"]
         results[model] = rows
     results["efficiency"] = efficiency  # model -> "N x table" -> rows per process -> scaling efficiency
     return results
+
+
+def _without_data(row: dict[str, Any]) -> float:
+    """tokens/s over the time not spent reading and packing."""
+    return float(row["tokens_per_second"]) / max(1e-9, 1 - row["read_share"] - row["pack_share"])
 
 
 def _world_sizes(settings: Settings) -> list[int]:

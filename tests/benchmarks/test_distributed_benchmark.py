@@ -37,6 +37,7 @@ def test_smoke_run_reports_each_configuration_and_batch_and_profiles_the_first(t
             single = next(r for r in runs if r["processes"] == 1 and r["rows_per_process"] == run["rows_per_process"])
             expected = run["tokens_per_second"] / (2 * single["tokens_per_second"])
             assert run["scaling_efficiency"] == pytest.approx(expected, rel=1e-3)
+            assert 0 < run["scaling_efficiency_without_reading_and_packing"]
             assert efficiency[f"2 x {run['item_table']}"][str(run["rows_per_process"])] == run["scaling_efficiency"]
 
     # the profile: the first batch of every configuration, every process; its trace written where asked
