@@ -44,8 +44,12 @@ class PackedBatch:
     target_index: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> PackedBatch:
+        pin = torch.device(device).type == "cuda"
+
         def move(t: torch.Tensor) -> torch.Tensor:
-            return t.to(device, non_blocking=True)
+            # from pinned memory the copy is queued behind the GPU's work; from pageable memory the host would wait
+            # for that work to finish first (the previous step's all-reduce and update, with several processes)
+            return (t.pin_memory() if pin and t.device.type == "cpu" else t).to(device, non_blocking=True)
 
         return PackedBatch(
             move(self.inputs),

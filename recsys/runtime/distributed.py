@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -118,6 +118,7 @@ def join(device: torch.device) -> Workers:
     backend = backend_for(device)
     dist.init_process_group(backend, store=_store_of_this_attempt(workers), rank=workers.rank,
                             world_size=workers.world_size)  # fmt: skip
+    _host_group()  # a collective: every process makes it here, at the same point
     if workers.is_main:
         logger.info("distributed: %d processes, backend %s", workers.world_size, backend)
     return workers
@@ -161,6 +162,7 @@ def leave() -> None:
         barrier.wait()
         time.sleep(_WORKERS_SETTLE_SECONDS)
     dist.destroy_process_group()
+    _HOST_GROUPS.clear()
     del barrier
 
 
@@ -177,6 +179,41 @@ def sum_over_workers(values: torch.Tensor) -> torch.Tensor:
     summed = values.to(_backend_device(), copy=True)
     dist.all_reduce(summed)
     return summed.to(values.device)
+
+
+def reduce_on_hosts(values: Sequence[int], op: Literal["sum", "max"] = "sum") -> list[int]:
+    """`values`, integers every process already holds on its host (counts, shapes), summed (or their maximum) over the
+    run's processes; themselves in a single process.
+
+    They travel over gloo between the hosts' CPUs whatever the run's backend: nothing waits on a GPU. The same
+    exchange over NCCL would put the integers on the GPU and read the result back (`.item()`), which makes the host
+    wait until its GPU has run everything queued before it: the host then queues nothing while the GPU works.
+
+    Example:
+        >>> reduce_on_hosts([3, 5], "max")  # a single process
+        [3, 5]
+    """
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return list(values)
+    summed = torch.tensor(list(values), dtype=torch.int64)
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX, group=_host_group())
+    return [int(value) for value in summed.tolist()]
+
+
+# the gloo group of the run's processes beside an NCCL default group, by the default group it was made for
+_HOST_GROUPS: dict[int, dist.ProcessGroup] = {}
+
+
+def _host_group() -> dist.ProcessGroup | None:
+    """A group of every process over gloo (CPU tensors) for `reduce_on_hosts`: the default group when it is gloo
+    already (None), else one made once per default group (`join` makes it, every process at the same point; made
+    here on first use otherwise, which is a collective too)."""
+    if dist.get_backend() == "gloo":
+        return None
+    key = id(dist.group.WORLD)
+    if key not in _HOST_GROUPS:
+        _HOST_GROUPS[key] = dist.new_group(backend="gloo")
+    return _HOST_GROUPS[key]
 
 
 def from_main(value: T) -> T:

@@ -1,13 +1,18 @@
 """Data-parallel training steps: every process takes its share of each batch, DistributedDataParallel averages the
 gradients, and the update is the one a single process makes on the whole batch.
 
-Every process packs the same batches (the same data, the same seeded generator), then trains on rows rank,
-rank + world_size, ... of each. A share's loss is the mean over its own targets, and shares hold different numbers
-of targets (packed rows, pairs the first stage missed), while DDP averages the processes' gradients with equal
-weights. So each process scales its loss by its share of the batch's targets (n_rank * world_size / n_batch): the
-averaged gradient is then the gradient of the mean over all the batch's targets, as in one process. What still
-differs from one process: the order of float sums, dropout masks (drawn per process), and in-batch negatives
-(each process sees its share's).
+Where a process's share comes from (`epoch_batches`): packed next-item batches (`NextItemRecipe`) are packed apart,
+each process reading and packing its own part of every shuffle buffer (its parts of a partitioned dataset, else every
+N-th user) into batches of rows_per_batch / N rows: no process reads or packs what another trains on. Other recipes'
+batches are packed whole by every process (the same data, the same seeded generator), which trains on rows rank,
+rank + world_size, ... of each (`share_of_rows`).
+
+A share's loss is the mean over its own targets, and shares hold different numbers of targets (packed rows, pairs
+the first stage missed), while DDP averages the processes' gradients with equal weights. So each process scales its
+loss by its share of the batch's targets (n_rank * world_size / n_batch): the averaged gradient is then the gradient
+of the mean over all the batch's targets, as in one process. What still differs from one process: the order of
+float sums, dropout masks (drawn per process), in-batch negatives (each process sees its share's), and, for batches
+packed apart, which users' runs share a batch (each process packs from its own users).
 
 The recipe's loss calls model methods other than `forward` (`encode_queries`, `item_embeddings`, ...), which DDP's
 hooks do not see; `LossModule` makes the whole loss one module's forward, so DDP tracks every parameter it reads.
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -24,9 +31,11 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
+from recsys.data.prepared import PreparedParts, TrainingData, TrainingRows
 from recsys.errors import ConfigError
-from recsys.runtime.distributed import Workers, backend_for, sum_over_workers
+from recsys.runtime.distributed import Workers, backend_for, reduce_on_hosts
 from recsys.training.recipes import Recipe
+from recsys.training.recipes.next_item import NextItemRecipe
 
 
 class LossModule(nn.Module):
@@ -39,6 +48,125 @@ class LossModule(nn.Module):
 
     def forward(self, batch: Any, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         return self.recipe.loss(self.model, batch, generator)
+
+
+@dataclasses.dataclass(frozen=True)
+class Share:
+    """A batch packed by this process for itself (`epoch_batches`): its share of the step's batch as it is.
+
+    Args:
+        batch: the rows this process trains on.
+        has_rows: False for a step the other processes have rows for and this one has not (its packing ran out
+            first): it runs `batch` (rows of an earlier step) weighted 0, since every process must run the step.
+    """
+
+    batch: Any
+    has_rows: bool = True
+
+    def to(self, device: torch.device | str) -> Share:
+        return Share(self.batch.to(device), self.has_rows)
+
+
+def epoch_batches(
+    data: TrainingData, recipe: Recipe, generator: torch.Generator, workers: Workers,
+    seconds: dict[str, float] | None = None,
+) -> Iterator[Any]:  # fmt: skip
+    """One epoch's batches as this process trains on them.
+
+    One process, or a recipe other than the packed next-item one: the recipe's batches of every shuffle buffer
+    (`data.training_epoch`), which several processes each pack whole and split by rows (`DataParallelLoss`).
+    Packed next-item batches on several processes: `Share`s this process reads and packs alone (`_packed_apart`).
+
+    Args:
+        data: the training data.
+        recipe: its batches and loss.
+        generator: the data's generator (the same on every process: the epoch's order of parts).
+        workers: the run's processes.
+        seconds: when given, the seconds spent reading ("read") and packing ("pack") are added to it.
+    """
+    if workers.distributed and type(recipe) is NextItemRecipe and not recipe.index_targets:
+        yield from _packed_apart(data, recipe, generator, workers, seconds if seconds is not None else {})
+        return
+    pieces = data.training_epoch(generator)
+    while True:
+        start = time.perf_counter()
+        rows = next(pieces, None)
+        _add(seconds, "read", start)
+        if rows is None:
+            return
+        start = time.perf_counter()
+        batches = recipe.batches(rows, generator)
+        _add(seconds, "pack", start)
+        yield from batches
+
+
+def _add(seconds: dict[str, float] | None, key: str, start: float) -> None:
+    if seconds is not None:
+        seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
+
+
+def _packed_apart(
+    data: TrainingData, recipe: NextItemRecipe, generator: torch.Generator, workers: Workers,
+    seconds: dict[str, float],
+) -> Iterator[Share]:  # fmt: skip
+    """Every shuffle buffer's users split over the processes, each packing its own into batches of
+    rows_per_batch / N rows. A buffer of at least N parts is split by parts (each process reads only its own, every
+    N-th of the buffer's), a smaller one (or data in memory) by users (every N-th). The buffers' order comes from
+    `generator` as `data.training_epoch` draws it, and one number drawn from it per buffer seeds the packing (with the
+    rank): the data's generator advances alike on every process, whatever each packed. The processes then agree on
+    the buffer's steps (the most batches any packed; on the hosts); one with fewer runs its last batch again
+    weighted 0 (`Share.has_rows`)."""
+    share = dataclasses.replace(recipe, rows_per_batch=-(-recipe.rows_per_batch // workers.world_size))
+    last: Any = None
+    for rows in _rows_apart(data, generator, workers, seconds):
+        packing = torch.Generator().manual_seed(int(torch.randint(2**62, (1,), generator=generator)) + workers.rank)
+        start = time.perf_counter()
+        batches = share.batches(rows, packing) if rows is not None else []
+        _add(seconds, "pack", start)
+        (steps,) = reduce_on_hosts([len(batches)], "max")
+        for step in range(steps):
+            if step < len(batches):
+                last = batches[step]
+                yield Share(last)
+            else:
+                if last is None:
+                    raise RuntimeError(
+                        f"process {workers.rank} has no training rows to run a step on: the data's first shuffle "
+                        f"buffer holds fewer users than the {workers.world_size} processes. Fix: more users per "
+                        "buffer (train.stream_parts), or fewer processes"
+                    )
+                yield Share(last, has_rows=False)
+
+
+def _rows_apart(
+    data: TrainingData, generator: torch.Generator, workers: Workers, seconds: dict[str, float]
+) -> Iterator[TrainingRows | None]:
+    """This process's training rows of each shuffle buffer of the epoch (None: none in this buffer)."""
+    n, rank = workers.world_size, workers.rank
+    if isinstance(data, PreparedParts):
+        order = torch.randperm(len(data.files), generator=generator)  # as PreparedParts.training_epoch draws it
+        for buffer in torch.split(order, data.buffer_parts):
+            start = time.perf_counter()
+            rows: TrainingRows | None
+            if len(buffer) >= n:  # by parts: this process reads its own only
+                rows = data.read([data.files[i] for i in buffer[rank::n].tolist()]).training_rows()
+            else:
+                rows = _every_nth_user(data.read([data.files[i] for i in buffer.tolist()]).training_rows(), workers)
+            _add(seconds, "read", start)
+            yield rows
+        return
+    for whole in data.training_epoch(generator):
+        yield _every_nth_user(whole, workers)
+
+
+def _every_nth_user(rows: TrainingRows, workers: Workers) -> TrainingRows | None:
+    users = torch.arange(workers.rank, len(rows.items), workers.world_size)
+    if len(users) == 0:
+        return None
+    return TrainingRows(
+        rows.items.select(users), rows.timestamps.select(users),
+        {task: labels.select(users) for task, labels in rows.labels.items()},
+    )  # fmt: skip
 
 
 def share_of_rows(batch: Any, workers: Workers) -> tuple[Any, bool]:
@@ -109,10 +237,14 @@ class DataParallelLoss:
         if not self.workers.distributed:
             loss, n = self.module(batch, generator)
             return loss, loss.detach().float() * n, n
-        share, has_rows = share_of_rows(batch, self.workers)
+        share, has_rows = (
+            (batch.batch, batch.has_rows) if isinstance(batch, Share) else share_of_rows(batch, self.workers)
+        )
         loss, n = self.module(share, generator)
         n = n if has_rows else 0
-        everyone = int(sum_over_workers(torch.tensor([n], device=loss.device)).item())
+        # the processes' target counts are integers on their hosts: summed there (gloo), never read back from a GPU,
+        # so the host goes on queueing the backward pass while the GPU still runs the forward
+        (everyone,) = reduce_on_hosts([n])
         weight = n * self.workers.world_size / max(everyone, 1)
         return loss * weight, loss.detach().float() * n, n
 

@@ -48,7 +48,7 @@ from recsys.training.averaging import WeightAverage
 from recsys.training.capabilities import TrainsPerDomain
 from recsys.training.compilation import compile_model
 from recsys.training.config import TrainConfig
-from recsys.training.data_parallel import DataParallelLoss
+from recsys.training.data_parallel import DataParallelLoss, epoch_batches
 from recsys.training.optimization import Optimization, build_optimization
 from recsys.training.parallelism import choose_parallelism
 from recsys.training.recipes import Recipe, recipe_for
@@ -200,8 +200,7 @@ class _TrainingRun:
         """One epoch of the recipe's batches; the epoch's wall time is recorded; returns the mean loss per target."""
         start = time.perf_counter()
         expert_load(self.model)  # count this epoch's routing only (validation routes examples too)
-        pieces = self.data.training_epoch(self.generator)
-        batches = (batch for rows in pieces for batch in self.recipe.batches(rows, self.generator))
+        batches = epoch_batches(self.data, self.recipe, self.generator, self.workers)  # this process's
         loss = train_one_epoch(
             self.model, self.loss, batches, self.optimization, self.use_bf16, self.config.progress,
             self.parallelism.loss_generator(self.generator, self.config.seed, epoch), self.average, self.budget,

@@ -1,8 +1,10 @@
 """benchmarks.distributed: the smoke config end to end on CPU processes (gloo): one process, two, and two with the
-item table split by rows, each started by torch's elastic launcher, and their report."""
+item table split by rows, each started by torch's elastic launcher and running two per-process batches, their report
+and the profile of the first batch."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -14,22 +16,57 @@ from benchmarks.common import REPO
 SMOKE = "configs/benchmarks/distributed-smoke.yaml"
 
 
-def test_smoke_run_reports_each_configuration(tmp_path: Path) -> None:
-    overrides = ["--set", f"data_dir={tmp_path / 'data'}"]
+def test_smoke_run_reports_each_configuration_and_batch_and_profiles_the_first(tmp_path: Path) -> None:
+    overrides = ["--set", f"data_dir={tmp_path / 'data'}", "--set", f"profile_dir={tmp_path / 'profile'}"]
     result = json.loads(distributed.main(["--config", SMOKE, "--results-dir", str(tmp_path), *overrides]).read_text())
 
     assert result["world_sizes"] == [1, 2] and result["backend"] == "gloo" and "versions" in result
     runs = result["throughput"]["sasrec"]
-    assert [(run["processes"], run["item_table"]) for run in runs] == [
-        (1, "replicated"), (2, "replicated"), (2, "row_sharded")
-    ]  # fmt: skip
     settings = distributed.load_settings(Path(SMOKE), {})
+    configurations = [(1, "replicated"), (2, "replicated"), (2, "row_sharded")]
+    assert [(run["rows_per_process"], run["processes"], run["item_table"]) for run in runs] == [
+        (batch, *configuration) for batch in settings.per_process_batches for configuration in configurations
+    ]
     for run in runs:
-        assert run["rows_per_step"] == settings.rows_per_process * run["processes"]
+        assert run["rows_per_step"] == run["rows_per_process"] * run["processes"]
         assert run["tokens_per_second"] > 0 and len(run["peak_memory_gib_per_process"]) == run["processes"]
-    for run in runs[1:]:  # tokens/s of N processes over N times one process's
-        expected = run["tokens_per_second"] / (2 * runs[0]["tokens_per_second"])
-        assert run["scaling_efficiency"] == pytest.approx(expected, rel=1e-3)
+        assert run["timed_steps"] == settings.timed_steps and len(run["tokens_per_second_each_window"]) == 2
+    efficiency = result["throughput"]["efficiency"]["sasrec"]
+    for run in runs:  # tokens/s of N processes over N times one process's, at the same batch per process
+        if run["processes"] == 2:
+            single = next(r for r in runs if r["processes"] == 1 and r["rows_per_process"] == run["rows_per_process"])
+            expected = run["tokens_per_second"] / (2 * single["tokens_per_second"])
+            assert run["scaling_efficiency"] == pytest.approx(expected, rel=1e-3)
+            assert 0 < run["scaling_efficiency_without_reading_and_packing"]
+            assert efficiency[f"2 x {run['item_table']}"][str(run["rows_per_process"])] == run["scaling_efficiency"]
+
+    # the profile: the first batch of every configuration, every process; its trace written where asked
+    profiled = [run for run in runs if "profile" in run]
+    assert {run["rows_per_process"] for run in profiled} == {settings.per_process_batches[0]} and len(profiled) == 3
+    for run in profiled:
+        assert sorted(run["profile"]) == [f"rank {rank}" for rank in range(run["processes"])]
+        summary = run["profile"]["rank 0"]
+        assert summary["steps"] == settings.profile_steps and summary["host_ms_per_step"] > 0
+        assert "aten::item" in summary["host_waits_per_step"] and summary["operators"]
+        assert "memory" not in summary  # the CUDA allocator's snapshot: on GPUs only
+    traces = sorted(path.name for path in (tmp_path / "profile").iterdir())
+    assert traces == sorted(
+        f"sasrec-{n}-{table}-8-rank{rank}.trace.json.gz" for n, table in configurations for rank in range(n)
+    )
+    with gzip.open(tmp_path / "profile" / traces[0]) as trace:
+        assert json.load(trace)["traceEvents"]
+
+
+def test_windows_of_whole_epochs_hold_every_target_of_an_epoch_once(tmp_path: Path) -> None:
+    overrides = {"data_dir": str(tmp_path / "data"), "users": 300, "per_process_batches": "[8]", "profile": "false",
+                 "timed_epochs": 1, "row_sharded": "false"}  # fmt: skip
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
+    result = json.loads(distributed.main(["--config", SMOKE, "--results-dir", str(tmp_path), *sets]).read_text())
+
+    one, two = result["throughput"]["sasrec"]
+    # one epoch a window: every target of the epoch, once, whatever the processes (two pack apart, each its users)
+    assert one["epochs_begun_while_timed"] == 2 == two["epochs_begun_while_timed"]
+    assert one["tokens_timed"] == two["tokens_timed"] > 0
 
 
 def test_the_4_gpu_config_runs_1_2_and_4_processes_and_refuses_counts_out_of_range() -> None:
@@ -39,3 +76,10 @@ def test_the_4_gpu_config_runs_1_2_and_4_processes_and_refuses_counts_out_of_ran
         distributed._world_sizes(
             distributed.load_settings(REPO / "configs/benchmarks/distributed.yaml", {"between": [2]})
         )
+
+
+def test_the_h100_config_measures_three_batches_over_whole_epochs_and_profiles() -> None:
+    settings = distributed.load_settings(REPO / "configs/benchmarks/distributed-2gpu-h100.yaml", {})
+    assert settings.per_process_batches == (128, 512, 2048) and not settings.in_batch_negatives
+    assert settings.profile and settings.result_name == "distributed-2gpu-h100" and settings.processes == 2
+    assert settings.timed_epochs == 1 and settings.repeats == 3

@@ -15,7 +15,7 @@ from torch.distributed.tensor import DTensor
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
-from recsys.runtime.distributed import Workers, gather_rows, join, leave
+from recsys.runtime.distributed import Workers, gather_rows, join, leave, reduce_on_hosts
 from recsys.training.config import (
     DistributedConfig,
     HardwareConfig,
@@ -155,3 +155,29 @@ def _dying_at(batch: int) -> Callable[..., None]:
             os._exit(9)
 
     return hook
+
+
+def host_sums_and_a_sharded_step(data_dir: str, out: str) -> None:
+    """`reduce_on_hosts` of each process's integers, and one training step of a SASRec of 20,000 items (dim 32) whose
+    table is split by rows, under the profiler: the largest single allocation of the step. The first process writes
+    both to `out`."""
+    torch.set_num_threads(1)
+    data = load_prepared(Path(data_dir))
+    workers = join(torch.device("cpu"))
+    sums = reduce_on_hosts([workers.rank + 1, 10 * workers.rank])
+    largest = reduce_on_hosts([3 + workers.rank, -workers.rank], "max")
+    torch.manual_seed(0)
+    model = SASRec(SASRecConfig(num_items=20_000, max_history=20, dim=32, num_heads=1, ffn_dim=64, dropout=0.0,
+                                attn_dropout=0.0))  # fmt: skip
+    recipe = recipe_of(model, data, SAMPLED)
+    shard_item_table(model, workers, torch.device("cpu"))
+    step_loss = DataParallelLoss(model, recipe, workers, find_unused_parameters=False)
+    generator = torch.Generator().manual_seed(TRAIN.seed)
+    batch = next(batch for rows in data.training_epoch(generator) for batch in recipe.batches(rows, generator))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as profile:
+        loss, _, _ = step_loss(batch, generator)
+        loss.backward()
+    allocated = max(event.cpu_memory_usage for event in profile.events() if event.name == "aten::empty")
+    if workers.is_main:
+        torch.save({"sums": sums, "largest": largest, "largest_allocation": allocated}, out)
+    leave()

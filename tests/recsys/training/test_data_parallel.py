@@ -8,15 +8,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from features.prepare import prepare
+from features.settings import PrepareSettings
+from features.sources import load_source
 from pipelines.launcher import run_on_processes
 from recsys.data.batching import HistoryBatch
-from recsys.data.prepared import load_prepared
+from recsys.data.prepared import PreparedParts, TrainingData, load_prepared
 from recsys.errors import ConfigError
 from recsys.evaluation import evaluate
 from recsys.runtime.distributed import Workers
-from recsys.training.data_parallel import share_of_rows
+from recsys.training.data_parallel import Share, epoch_batches, share_of_rows
+from recsys.training.recipes import NextItemTraining, recipe_for
 from tests.recsys.training.distributed_fit import (
     EVAL,
+    host_sums_and_a_sharded_step,
     recipe_of,
     small_sasrec,
     train_and_save,
@@ -65,6 +70,44 @@ def test_each_process_takes_every_world_size_th_row() -> None:
     assert all(has_rows for _, has_rows in shares)
     few, has_rows = share_of_rows(HistoryBatch(torch.ones(1, 2), torch.ones(1), torch.ones(1)), Workers(1, 2))
     assert not has_rows and len(few.targets) == 1  # a row to run the step on, weighed 0
+
+
+def _epoch_of_each_process(data: TrainingData, processes: int) -> tuple[list[list[Share]], list[torch.Tensor]]:
+    """`epoch_batches` of every process of a run of `processes` (in this process: nothing is exchanged, each keeps
+    its own step count), and the data generator's state after each."""
+    recipe = recipe_for(small_sasrec(data.num_items), data, 8, NextItemTraining(loss="full_softmax"))
+    epochs, states = [], []
+    for rank in range(processes):
+        generator = torch.Generator().manual_seed(5)
+        epochs.append(list(epoch_batches(data, recipe, generator, Workers(rank, processes))))
+        states.append(generator.get_state())
+    return epochs, states
+
+
+def _targets(batches: list[Share]) -> list[int]:
+    return sorted(int(t) for share in batches if share.has_rows for t in share.batch.targets.flatten() if t != 0)
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_each_process_reads_and_packs_its_own_users_of_an_epoch(
+    tiny_data_dir: Path, tmp_path: Path, partitioned: bool
+) -> None:
+    if partitioned:  # 4 parts, a shuffle buffer of 2: each process reads one part of each buffer
+        prepare(load_source("synthetic", None, seed=0, num_users=300, num_items=150), tmp_path / "parts",
+                PrepareSettings(partitions=4))  # fmt: skip
+        data: TrainingData = PreparedParts.open(tmp_path / "parts", buffer_parts=2)
+    else:  # in memory: every second user
+        data = load_prepared(tiny_data_dir)
+    (alone,), _ = _epoch_of_each_process(data, 1)
+    shares, states = _epoch_of_each_process(data, 2)
+
+    assert all(not isinstance(batch, Share) for batch in alone)  # one process packs whole batches
+    assert all(isinstance(share, Share) and len(share.batch.targets) <= 4 for share in shares[0] + shares[1])
+    # together the processes train on the epoch's targets, each once: every user's, in one process or the other
+    assert sorted(_targets(shares[0]) + _targets(shares[1])) == sorted(
+        int(t) for batch in alone for t in batch.targets.flatten() if t != 0
+    )
+    assert torch.equal(states[0], states[1])  # the data's generator advanced alike, whatever each packed
 
 
 def test_the_launcher_environment_is_read_and_checked() -> None:
@@ -129,3 +172,16 @@ def test_an_item_table_split_by_rows_over_two_processes_trains_as_one_table(
     assert two["best_valid"]["ndcg@10"] == pytest.approx(one["best_valid"]["ndcg@10"], abs=NDCG_TOLERANCE)
     trained = two["weights"]["item_emb.weight"]  # the trained model is whole again, to write and serve
     assert type(trained) is torch.Tensor and trained.shape == one["weights"]["item_emb.weight"].shape
+
+
+def test_integers_are_reduced_on_the_hosts_and_a_split_table_step_allocates_no_whole_table(
+    tiny_data_dir: Path, tmp_path: Path
+) -> None:
+    run_on_processes(2, host_sums_and_a_sharded_step, str(tiny_data_dir), str(tmp_path / "two.pt"))
+    two = torch.load(tmp_path / "two.pt")
+
+    assert two["sums"] == [3, 10] and two["largest"] == [4, 0]
+    # the table is 20,001 x 32 fp32 (2.56 MB), each process's block half of it. The lookup's backward adds into the
+    # block's gradient; RowwiseParallel's built the whole table's on every process (a 2.56 MB tensor per lookup)
+    whole_table = 20_001 * 32 * 4
+    assert two["largest_allocation"] < 0.6 * whole_table
