@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO, benchmark_parser, command, parse_run, settings_from, write_result
-from pipelines.config import moved_key
+from benchmarks.moved import renamed_key
 
 METRICS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")
 BUDGET_KEY = "train.schedule.max_seconds"
@@ -87,11 +87,11 @@ def time_budget(result: dict[str, Any]) -> float | None:
     """The training budget in seconds the result ran under (`train.schedule.max_seconds`, recorded under its old
     name by earlier results), None without one: from its `reproduce` overrides, else the `--set KEY=VALUE` strings of
     results written before it had one."""
-    overrides = {moved_key(key): value for key, value in result.get("reproduce", {}).get("overrides", {}).items()}
+    overrides = {renamed_key(key): value for key, value in result.get("reproduce", {}).get("overrides", {}).items()}
     if overrides.get(BUDGET_KEY) is not None:
         return float(overrides[BUDGET_KEY])
     sets = [o.partition("=") for o in result.get("overrides", [])]
-    budgets = [float(value) for key, _, value in sets if moved_key(key) == BUDGET_KEY]
+    budgets = [float(value) for key, _, value in sets if renamed_key(key) == BUDGET_KEY]
     return budgets[-1] if budgets else None
 
 

@@ -13,9 +13,7 @@ dotted key and the file.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import logging
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,37 +38,8 @@ from recsys.semantic_ids.rqvae import RQVAEConfig
 from recsys.training.config import TrainConfig
 from recsys.training.recipes import DistillConfig, QueryTraining, training_named
 
-logger = logging.getLogger(__name__)
-
 BASE_KEY = "base"
 CONFIGS_DIR = "configs"
-# keys that moved, old dotted name -> new: a config naming the old one is read as if it named the new one
-MOVED_KEYS: dict[str, str] = {
-    **{
-        f"train.{key}": f"train.schedule.{key}"
-        for key in ("epochs", "patience", "monitor", "eval_every", "valid_users")
-    },
-    "train.max_train_seconds": "train.schedule.max_seconds",
-    **{
-        f"train.{key}": f"train.optimization.{key}"
-        for key in (
-            "batch_size",
-            "accumulate_batches",
-            "lr",
-            "lr_schedule",
-            "warmup_steps",
-            "weight_decay",
-            "ema_decay",
-        )
-    },
-    **{
-        f"train.{key}": f"train.hardware.{key}"
-        for key in ("device", "precision", "threads", "compile", "compile_mode", "max_memory_gb")
-    },
-    **{f"train.{key}": f"train.distributed.{key}" for key in ("nproc_per_node", "shard_item_table")},
-    "data.stream_parts": "train.stream_parts",
-    "sid.content": "content",
-}
 
 
 class Section(BaseModel):
@@ -295,10 +264,7 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
         )
     raw.setdefault("name", default_name(path))
     for dotted, value in (overrides or {}).items():
-        if moved_key(dotted) != dotted:
-            logger.warning("override %s is now %s: read as such", dotted, moved_key(dotted))
-        set_dotted(raw, moved_key(dotted), value)
-    raw = moved_keys_renamed(raw, where="overrides")  # an old key inside an override's value, e.g. sid={content: ..}
+        set_dotted(raw, dotted, value)
     try:
         return ExperimentConfig.model_validate_json(as_json(raw), strict=True)
     except ValidationError as err:
@@ -307,67 +273,14 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
         raise ConfigError(f"{path}: {err}") from err
 
 
-def moved_keys_renamed(raw: dict[str, Any], warn: bool = True, where: str = "config") -> dict[str, Any]:
-    """`raw` (a config's mapping, or a result's record of one) with every key of `MOVED_KEYS` under its new name,
-    each logged as a warning naming `where` (`warn`); ConfigError when a config sets both names.
-
-    Example:
-        >>> moved_keys_renamed({"train": {"lr": 0.01}})
-        {'train': {'optimization': {'lr': 0.01}}}
-    """
-    tree = copy.deepcopy(raw)
-    for old, new in MOVED_KEYS.items():
-        found, value = _get_dotted(tree, old, pop=True)
-        if not found:
-            continue
-        if _get_dotted(tree, new)[0]:
-            raise ConfigError(f"{old} and {new} are both set; {old} is the old name of {new}. Fix: keep {new} alone")
-        if warn:
-            logger.warning("%s: key %s is now %s: read as such (rename it there)", where, old, new)
-        set_dotted(tree, new, value)
-    return tree
-
-
-def moved_key(dotted: str) -> str:
-    """The name a dotted key (an override's, e.g. `--set train.lr=...`) has now (`MOVED_KEYS`).
-
-    Example:
-        >>> moved_key("train.lr"), moved_key("sid.content.model"), moved_key("train.seed")
-        ('train.optimization.lr', 'content.model', 'train.seed')
-    """
-    for old, new in MOVED_KEYS.items():
-        if dotted == old or dotted.startswith(f"{old}."):
-            return new + dotted[len(old) :]
-    return dotted
-
-
-def _get_dotted(tree: dict[str, Any], dotted: str, pop: bool = False) -> tuple[bool, Any]:
-    """(whether `dotted` is in `tree`, its value); `pop`: removed from `tree` (an emptied section stays: an empty
-    `sid` section still asks for semantic IDs)."""
-    *parents, leaf = dotted.split(".")
-    node: Any = tree
-    for key in parents:
-        node = node.get(key)
-        if not isinstance(node, dict):
-            return False, None
-    if leaf not in node:
-        return False, None
-    return True, node.pop(leaf) if pop else node[leaf]
-
-
 def default_name(path: Path) -> str:
     """`<dataset>-<stem>` for configs/<dataset>/<stem>.yaml, else the stem."""
     return f"{path.parent.name}-{path.stem}" if path.parent.parent.name == CONFIGS_DIR else path.stem
 
 
 def read_config_tree(path: Path, _extending: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """The config's mapping merged over the configs it extends (`base:`), the base's `name` left out; each file's
-    moved keys renamed before the merge (an old name in a file overrides its base's new one)."""
+    """The config's mapping merged over the configs it extends (`base:`), the base's `name` left out."""
     raw = _read_mapping(path)
-    try:
-        raw = moved_keys_renamed(raw, where=str(path))
-    except ConfigError as err:
-        raise ConfigError(f"{path}: {err}") from err
     base = raw.pop(BASE_KEY, None)
     if base is None:
         return raw

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.comparison import compare_evaluation_dirs
-from pipelines.config import moved_key
 from pipelines.evaluation_dir import EVALUATE_RUN_NAME, EVALUATION_ARTIFACT, EVALUATION_ARTIFACT_DIR
 from pipelines.registry import PROMOTED_TAG
 from pipelines.tracking import PARENT_TAG  # a pipeline's steps are nested runs of its pipeline's run
@@ -283,10 +282,8 @@ def _is_training_run(run: Any) -> bool:
 
 
 def _shown(params: dict[str, str], shown: tuple[str, ...]) -> dict[str, str]:
-    """The `shown` params a run logged, under their names of today (a run of before a config key moved logged it
-    under its old name)."""
-    today = {moved_key(key): value for key, value in params.items()}
-    return {key: today[key] for key in shown if key in today}
+    """The `shown` params a run logged."""
+    return {key: params[key] for key in shown if key in params}
 
 
 def _summary(run: Any, experiments: dict[str, str], evaluate_runs: dict[str, Any]) -> RunSummary:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
 
@@ -83,39 +82,13 @@ def test_a_file_not_in_utf8_is_named_with_its_encoding(tmp_path: Path, encoding:
     assert str(info.value).endswith("Fix: save the file as UTF-8")
 
 
-def test_a_key_that_moved_is_read_under_its_new_name_with_a_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_key_of_earlier_configs_is_refused_by_name(tmp_path: Path) -> None:
     path = tmp_path / "old.yaml"
-    path.write_text(
-        "train: {epochs: 3, lr: 0.01, threads: 1, max_train_seconds: 60}\n"
-        "data: {stream_parts: 2}\nsid: {method: rqkmeans, content: {text_fields: [title]}}\n"
-    )
-    with caplog.at_level(logging.WARNING, logger="pipelines.config"):
-        config = load_config(path, {"train.patience": 4})  # an override by its old name too
-    train = config.train
-    assert (train.schedule.epochs, train.optimization.lr, train.hardware.threads) == (3, 0.01, 1)
-    assert (train.schedule.max_seconds, train.schedule.patience, train.stream_parts) == (60, 4, 2)
-    assert config.content.text_fields == ("title",) and config.sid is not None
-    assert f"{path}: key train.lr is now train.optimization.lr" in caplog.text
-    assert "override train.patience is now train.schedule.patience" in caplog.text
-    (tmp_path / "new.yaml").write_text("train: {schedule: {epochs: 3}}\n")
-    with caplog.at_level(logging.WARNING, logger="pipelines.config"):  # whatever level an earlier test left
-        nested = load_config(
-            tmp_path / "new.yaml", {"sid": {"method": "rqkmeans", "content": {"text_fields": ["brand"]}}}
-        )
-    assert nested.content.text_fields == ("brand",)  # an old key inside an override's value
-    assert "overrides: key sid.content is now content" in caplog.text
-    path.write_text("train: {epochs: 3, schedule: {epochs: 4}}\n")
-    with pytest.raises(ConfigError, match=r"train.epochs and train.schedule.epochs are both set.*keep train.sch"):
+    path.write_text("train: {epochs: 3}\n")  # train.schedule.epochs now: the laboratory renames old records
+    with pytest.raises(ConfigError, match=r"old.yaml: train.epochs: Unexpected keyword argument.*Fix: "):
         load_config(path)
-
-
-def test_a_base_with_new_keys_and_a_variant_with_old_ones(tmp_path: Path) -> None:
-    (tmp_path / "base.yaml").write_text("train:\n  schedule: {epochs: 5}\n  optimization: {lr: 0.01}\n")
-    (tmp_path / "old.yaml").write_text("base: base.yaml\ntrain: {epochs: 9}\n")
-    train = load_config(tmp_path / "old.yaml").train
-    assert (train.schedule.epochs, train.optimization.lr) == (9, 0.01)
+    with pytest.raises(ConfigError, match=r"train.lr: Unexpected keyword argument"):
+        load_config(REPO / "configs" / "synthetic" / "sasrec.yaml", {"train.lr": 0.01})
 
 
 def test_upstream_models_only_for_a_family_that_reads_them(tmp_path: Path) -> None:

@@ -1,0 +1,95 @@
+"""What was renamed since a result was recorded: the laboratory reads an old record under today's names.
+
+The product's loader (`pipelines.config`) knows today's config keys only. A committed result keeps the names of its
+day: its `reproduce` record (config path, `--set` overrides) and the settings it recorded. `current_record` gives
+the record in today's terms, so `python -m benchmarks.reproduce` checks and prints it as it would run now, and
+`renamed_keys` the recorded settings of an experiment config (`benchmarks.quality`); the results' files stay as they
+were written.
+
+Example:
+    >>> renamed_key("train.lr"), renamed_key("sid.content.model"), renamed_key("train.seed")
+    ('train.optimization.lr', 'content.model', 'train.seed')
+    >>> renamed_keys({"train": {"lr": 0.01}})
+    {'train': {'optimization': {'lr': 0.01}}}
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pipelines.config import set_dotted
+
+# config keys that moved, old dotted name -> new
+RENAMED_KEYS: dict[str, str] = {
+    **{
+        f"train.{key}": f"train.schedule.{key}"
+        for key in ("epochs", "patience", "monitor", "eval_every", "valid_users")
+    },
+    "train.max_train_seconds": "train.schedule.max_seconds",
+    **{
+        f"train.{key}": f"train.optimization.{key}"
+        for key in (
+            "batch_size",
+            "accumulate_batches",
+            "lr",
+            "lr_schedule",
+            "warmup_steps",
+            "weight_decay",
+            "ema_decay",
+        )
+    },
+    **{
+        f"train.{key}": f"train.hardware.{key}"
+        for key in ("device", "precision", "threads", "compile", "compile_mode", "max_memory_gb")
+    },
+    **{f"train.{key}": f"train.distributed.{key}" for key in ("nproc_per_node", "shard_item_table")},
+    "data.stream_parts": "train.stream_parts",
+    "sid.content": "content",
+}
+
+
+def renamed_key(dotted: str) -> str:
+    """The name a dotted key (an override's) has today."""
+    for old, new in RENAMED_KEYS.items():
+        if dotted == old or dotted.startswith(f"{old}."):
+            return new + dotted[len(old) :]
+    return dotted
+
+
+def renamed_keys(tree: dict[str, Any]) -> dict[str, Any]:
+    """A recorded config mapping with every old key under its name of today."""
+    tree = copy.deepcopy(tree)
+    for old, new in RENAMED_KEYS.items():
+        found, value = _pop_dotted(tree, old)
+        if found:
+            set_dotted(tree, new, value)
+    return tree
+
+
+def current_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A result's `reproduce` record {benchmark, config, overrides} in today's names: its overrides' keys, and those of
+    the experiment overrides a benchmark's settings hold (e.g. `variants: {LABEL: {train.lr: ...}}`)."""
+    return {**record, "overrides": _renamed_overrides(record["overrides"])}
+
+
+def _renamed_overrides(value: Any) -> Any:
+    """`value` with every dotted key of a mapping in it, at any depth, under its name of today."""
+    if isinstance(value, dict):
+        return {renamed_key(key): _renamed_overrides(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_renamed_overrides(item) for item in value]
+    return value
+
+
+def _pop_dotted(tree: dict[str, Any], dotted: str) -> tuple[bool, Any]:
+    """(whether `dotted` is in `tree`, its value), removed from `tree` (an emptied section stays)."""
+    *parents, leaf = dotted.split(".")
+    node: Any = tree
+    for key in parents:
+        node = node.get(key)
+        if not isinstance(node, dict):
+            return False, None
+    if leaf not in node:
+        return False, None
+    return True, node.pop(leaf)
