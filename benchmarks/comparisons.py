@@ -53,8 +53,10 @@ SEARCH_METRIC = "ndcg@10"  # per search level and setting, of a model that reads
 class Model:
     label: str  # how the result names it, e.g. "SASRec + SID features"
     config: str  # its experiment config, a path in the repo
-    retriever: str | None = None  # the label of the model whose run (of the same seed) is its model.retriever_dir
-    holdout_retriever: str | None = None  # the same for model.holdout_retriever_dir (a ranker's held-out first stage)
+    # the label of the model whose run (of the same seed) is its model.upstream.retriever
+    retriever: str | None = None
+    # the same for model.upstream.holdout_retriever (a ranker's held-out first stage)
+    holdout_retriever: str | None = None
     teacher: str | None = None  # the same for distill.teacher_dir (a distilled student's teacher)
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted, of this model's config only
 
@@ -94,8 +96,8 @@ def model_config(settings: Settings, model: Model, offset: int, work: Path) -> E
     own = {"train.hardware.device": settings.device, "eval.uncertainty": asdict(settings.uncertainty)}
     overrides = {**work_overrides(work), **own, **settings.experiment, **model.overrides}
     for key, label in (
-        ("model.retriever_dir", model.retriever),
-        ("model.holdout_retriever_dir", model.holdout_retriever),
+        ("model.upstream.retriever", model.retriever),
+        ("model.upstream.holdout_retriever", model.holdout_retriever),
         ("distill.teacher_dir", model.teacher),
     ):
         if label is not None:

@@ -35,7 +35,7 @@ WORK_DIR = Path(".cache/bench-moe")  # the default --work-dir
 @dataclass(frozen=True)
 class Settings:
     retriever: str  # experiment config of the first stage (a path in the repo)
-    ranker: str  # experiment config of the ranker; its model.retriever_dir becomes the first stage's model
+    ranker: str  # experiment config of the ranker; its model.upstream.retriever becomes the first stage's model
     variants: dict[str, dict[str, Any]]  # label -> dotted overrides of the ranker config
     shared: dict[str, Any] = field(default_factory=dict)  # dotted overrides of both configs (one data set)
 
@@ -54,7 +54,7 @@ def variant_config(settings: Settings, label: str, overrides: dict[str, Any], wo
     return load_config(
         REPO / settings.ranker,
         {**settings.shared, **overrides, "name": f"{ranker.name}-{_slug(label)}",
-         "model.retriever_dir": str(work / "models" / retriever.name), **work_overrides(work)},
+         "model.upstream.retriever": str(work / "models" / retriever.name), **work_overrides(work)},
     )  # fmt: skip
 
 

@@ -46,7 +46,14 @@ RENAMED_KEYS: dict[str, str] = {
     **{f"train.{key}": f"train.distributed.{key}" for key in ("nproc_per_node", "shard_item_table")},
     "data.stream_parts": "train.stream_parts",
     "sid.content": "content",
+    # the trained models a model is built on: one mapping by the roles its family declares
+    "model.retriever_dir": "model.upstream.retriever",
+    "model.holdout_retriever_dir": "model.upstream.holdout_retriever",
+    "model.base_dir": "model.upstream.base",
+    "model.members": "model.upstream.members",
 }
+# keys of today that a config records only where set: the old layout recorded them unset (None, []) in every config
+ABSENT_WHEN_UNSET = frozenset(new for old, new in RENAMED_KEYS.items() if old.startswith("model."))
 
 
 def renamed_key(dotted: str) -> str:
@@ -62,7 +69,7 @@ def renamed_keys(tree: dict[str, Any]) -> dict[str, Any]:
     tree = copy.deepcopy(tree)
     for old, new in RENAMED_KEYS.items():
         found, value = _pop_dotted(tree, old)
-        if found:
+        if found and not (new in ABSENT_WHEN_UNSET and value in (None, [])):
             set_dotted(tree, new, value)
     return tree
 

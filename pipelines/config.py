@@ -26,7 +26,7 @@ from recsys.enrich.columns import metadata_fields, unknown_metadata_fields
 from recsys.enrich.config import EnrichConfig
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
-from recsys.models.family import Input
+from recsys.models.family import UPSTREAM_KEY, Input
 from recsys.models.registry import model_family
 from recsys.retrieval import IndexConfig
 from recsys.runtime.validation import as_json, config_from, problems
@@ -62,17 +62,14 @@ class DataSection(PrepareSettings):
 
 class ModelSection(Section):
     """The model: its family's name (`recsys.models.registry`), its config fields (num_items comes from the data),
-    its family's training settings (`recsys.training.recipes`), and the trained models it is built on (the families
-    that read them: `recsys.models.family.Input`)."""
+    its family's training settings (`recsys.training.recipes`), and the trained models it is built on, by the roles
+    its family declares (`recsys.models.family.UpstreamRole`), e.g. `upstream: {retriever: DIR}` for the ranker."""
 
     name: str = "sasrec"
     params: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
-    retriever_dir: Path | None = None  # a trained first stage (Input.RETRIEVER: the ranker)
-    # that first stage trained without each user's last items (its model.training.holdout_last)
-    holdout_retriever_dir: Path | None = None
-    base_dir: Path | None = None  # a trained model to adapt (Input.BASE: domain adapters)
-    members: list[Path] = Field(default_factory=list)  # trained models to combine (Input.MEMBERS: fusion)
+    # role -> its model directory, or a list of them (each family's roles check the shape: `check_upstream`)
+    upstream: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _known_model_params_and_training(self) -> ModelSection:
@@ -83,13 +80,7 @@ class ModelSection(Section):
             raise ConfigError(f"model.name: {err}") from err
         family.check_params(self.params)
         self.training_settings()
-        reads = self.reads()
-        unread = [key for role, (key, given) in self._upstream().items() if given and role not in reads]
-        if unread:
-            raise ConfigError(
-                f"{', '.join(unread)}: model {self.name!r} is built on no such trained model. Fix: remove the key, or "
-                "name a model family that reads it (docs/model-families.md)"
-            )
+        family.check_upstream(self.upstream)
         return self
 
     def reads(self) -> frozenset[Input]:
@@ -111,23 +102,24 @@ class ModelSection(Section):
         return dataclasses.asdict(settings)
 
     def upstream_dirs(self) -> dict[str, Path]:
-        """Every model directory this model is built on, by role (what its fingerprint depends on)."""
-        roles = {
-            "retriever": self.retriever_dir,
-            "holdout_retriever": self.holdout_retriever_dir,
-            "base": self.base_dir,
-        }
-        found = {role: path for role, path in roles.items() if path is not None}
-        return found | {f"member{i}": path for i, path in enumerate(self.members)}
+        """Every model directory this model is built on (what its fingerprint depends on), by entry: its role, with
+        `[i]` for the i-th of a list (`members[0]`); `upstream_key` gives the config key naming it."""
+        return {entry: path for role in self.upstream for entry, path in self._entries(role)}
 
-    def _upstream(self) -> dict[Input, tuple[str, bool]]:
-        """{upstream input: (the key naming its model directories, whether it is set)}."""
-        return {
-            Input.RETRIEVER: ("model.retriever_dir", self.retriever_dir is not None),
-            Input.HOLDOUT_RETRIEVER: ("model.holdout_retriever_dir", self.holdout_retriever_dir is not None),
-            Input.BASE: ("model.base_dir", self.base_dir is not None),
-            Input.MEMBERS: ("model.members", bool(self.members)),
-        }
+    def upstream_key(self, entry: str) -> str:
+        """The dotted config key naming the model directory of an entry of `upstream_dirs`."""
+        return f"{UPSTREAM_KEY}.{entry}"
+
+    def upstream_of(self, feeds: Input) -> list[tuple[str, Path]]:
+        """(config key, model directory) of each trained model the config names for the role that feeds `feeds`."""
+        role = model_family(self.name).role(feeds)
+        return [] if role is None else [(self.upstream_key(e), path) for e, path in self._entries(role.name)]
+
+    def _entries(self, role: str) -> list[tuple[str, Path]]:
+        given = self.upstream.get(role)
+        if isinstance(given, list):
+            return [(f"{role}[{i}]", Path(path)) for i, path in enumerate(given)]
+        return [] if given is None else [(role, Path(given))]
 
 
 class SidSection(Section):

@@ -86,11 +86,11 @@ def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:
     work = Path("/work-dir")
     two_stage = comparisons.model_config(settings, settings.models[2], 1, work)
     assert two_stage.name == "beauty-two-stage-seed1" and two_stage.train.seed == 1
-    assert two_stage.model.retriever_dir == work / "models" / "beauty-sasrec-seed1"
+    assert two_stage.model.upstream_dirs() == {"retriever": work / "models" / "beauty-sasrec-seed1"}
     assert two_stage.train.hardware.device == "cuda" and two_stage.eval.uncertainty.resamples == 1000
-    assert comparisons.model_config(settings, settings.models[2], 0, work).model.retriever_dir == (
-        work / "models" / "beauty-sasrec"
-    )
+    assert comparisons.model_config(settings, settings.models[2], 0, work).model.upstream_dirs() == {
+        "retriever": work / "models" / "beauty-sasrec"
+    }
 
 
 def test_a_beauty_student_learns_from_the_ranker_of_its_seed() -> None:
@@ -101,8 +101,10 @@ def test_a_beauty_student_learns_from_the_ranker_of_its_seed() -> None:
     assert student.name == "beauty-distill-ranker-wide-seed2" and student.distill is not None
     assert student.distill.teacher_dir == work / "models" / "beauty-ranker-residual-moe-seed2"
     ranker = comparisons.model_config(settings, by_label["ranker MoE"], 2, work)
-    assert ranker.model.retriever_dir == work / "models" / "beauty-sasrec-seed2"
-    assert ranker.model.holdout_retriever_dir == work / "models" / "beauty-sasrec-holdout-seed2"
+    assert ranker.model.upstream_dirs() == {
+        "retriever": work / "models" / "beauty-sasrec-seed2",
+        "holdout_retriever": work / "models" / "beauty-sasrec-holdout-seed2",
+    }
     chain = [model.label for model in comparisons.built_on(settings.models, "student wide")]
     assert chain == ["SASRec", "SASRec held out", "ranker MoE", "student wide"]  # run on its own, in this order
 

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from benchmarks.moved import RENAMED_KEYS, current_record, renamed_key, renamed_keys
 from pipelines.config import ExperimentConfig
+from recsys.models.family import UPSTREAM_KEY
+from recsys.models.registry import family_names, model_family
 
 
 def test_every_renamed_key_has_a_name_the_product_loads() -> None:
     today = ExperimentConfig(name="x").model_dump()
+    roles = {role.key for name in family_names() for role in model_family(name).upstream}
     for new in RENAMED_KEYS.values():
+        if new.startswith(f"{UPSTREAM_KEY}."):  # a role some family declares
+            assert new in roles, f"{new} is the role of no model family"
+            continue
         tree = today
         for key in new.split("."):
             assert isinstance(tree, dict) and key in tree, f"{new} is not a key of today's configs"
@@ -34,3 +40,9 @@ def test_old_keys_of_a_record_are_read_under_their_new_names() -> None:
         "experiment": {"train.hardware.device": "cuda"},
         "models": [{"x": 1}],
     }
+
+
+def test_upstream_keys_of_a_record_are_roles_of_model_upstream() -> None:
+    assert renamed_key("model.retriever_dir") == "model.upstream.retriever"
+    recorded = {"model": {"name": "ranker", "retriever_dir": "r", "holdout_retriever_dir": None, "members": []}}
+    assert renamed_keys(recorded) == {"model": {"name": "ranker", "upstream": {"retriever": "r"}}}

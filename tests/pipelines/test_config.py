@@ -93,9 +93,21 @@ def test_a_key_of_earlier_configs_is_refused_by_name(tmp_path: Path) -> None:
 
 def test_upstream_models_only_for_a_family_that_reads_them(tmp_path: Path) -> None:
     path = tmp_path / "x.yaml"
-    path.write_text("model:\n  name: sasrec\n  retriever_dir: runs/models/a\n  members: [a, b]\n")
-    with pytest.raises(ConfigError, match=r"model.retriever_dir, model.members: model 'sasrec' is built on no such"):
+    path.write_text("model:\n  name: sasrec\n  upstream: {retriever: runs/models/a, members: [a, b]}\n")
+    with pytest.raises(ConfigError, match=r"model.upstream.retriever, model.upstream.members: model 'sasrec' is built"):
         load_config(path)
+    path.write_text("model: {name: ranker, upstream: {holdout_retriever: a}}\n")  # its first stage is required
+    with pytest.raises(ConfigError, match=r"model.upstream.retriever: model 'ranker' is built on the first stage"):
+        load_config(path)
+    path.write_text("model: {name: fusion, upstream: {members: a}}\n")
+    with pytest.raises(ConfigError, match=r"model.upstream.members: 'a' is not a list of trained model directories"):
+        load_config(path)
+    config = load_config(path, {"model.upstream.members": ["a", "b"]})
+    assert config.model.upstream_dirs() == {"members[0]": Path("a"), "members[1]": Path("b")}
+    assert config.model.upstream_of(Input.MEMBERS) == [
+        ("model.upstream.members[0]", Path("a")),
+        ("model.upstream.members[1]", Path("b")),
+    ]
 
 
 def test_semantic_ids_read_need_a_sid_section(tmp_path: Path) -> None:
