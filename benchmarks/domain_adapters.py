@@ -7,7 +7,7 @@ Usage (Beauty + Sports as two domains; parts that do not depend on each other ca
     .venv/bin/python -m benchmarks.domain_adapters --stage report   # -> benchmarks/results/domain-adapters.json
     .venv/bin/python -m benchmarks.domain_adapters --stage all      # every part of every seed and variant, then report
 
-The config (configs/benchmarks/domain-adapters.yaml) names the experiment configs, the domains, the seeds and the
+The config (benchmarks/configs/domain-adapters.yaml) names the experiment configs, the domains, the seeds and the
 adapter variants. Every part is trained by the pipeline (its train step): (a) the `shared` config on every domain's
 users; (b) the same config with `data.domain` (that domain's users and items); (c) the `adapters` config with
 `data.domain` over (a) of the same seed as `model.upstream.base`. Each part's model is tested per domain, every held-out
@@ -157,7 +157,7 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
 
 
 def main(argv: list[str] | None = None) -> Path | None:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/domain-adapters.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/domain-adapters.yaml")
     parser.add_argument("--stage", choices=STAGES, required=True)
     parser.add_argument("--seed", type=int, help="shared / separate / adapters: the part's seed")
     parser.add_argument("--domain", help="separate / adapters: the domain to train (e.g. beauty)")

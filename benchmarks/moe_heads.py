@@ -1,7 +1,7 @@
 """MoE vs dense ranking heads, expert balancing, and multi-task vs fewer tasks, with the library's ranker; writes JSON.
 
 Usage:
-    .venv/bin/python -m benchmarks.moe_heads [--config configs/benchmarks/moe-heads.yaml] [--set KEY=VALUE ...]
+    .venv/bin/python -m benchmarks.moe_heads [--config benchmarks/configs/moe-heads.yaml] [--set KEY=VALUE ...]
 
 The first stage (`retriever`, an experiment config) is trained once by the pipeline; then each variant of the
 `ranker` config (its dotted overrides) runs through the pipeline's train and evaluate steps over that first stage:
@@ -81,7 +81,7 @@ def run_variant(config: ExperimentConfig, work: Path, data_dir: Path) -> dict[st
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/moe-heads.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/moe-heads.yaml")
     parser.add_argument("--work-dir", type=Path, default=WORK_DIR, help="data, models, MLflow")
     parser.add_argument("--name", default="moe-heads-synthetic", help="the result file's name")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)

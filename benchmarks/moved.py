@@ -1,16 +1,20 @@
 """What was renamed since a result was recorded: the laboratory reads an old record under today's names.
 
-The product's loader (`pipelines.config`) knows today's config keys only. A committed result keeps the names of its
-day: its `reproduce` record (config path, `--set` overrides) and the settings it recorded. `current_record` gives
-the record in today's terms, so `python -m benchmarks.reproduce` checks and prints it as it would run now, and
-`renamed_keys` the recorded settings of an experiment config (`benchmarks.quality`); the results' files stay as they
-were written.
+The product's loader (`pipelines.config`) knows today's config keys only, and the product's `configs/` holds only the
+configs a user starts from: the laboratory's moved to `benchmarks/configs/` (the benchmarks' settings from
+configs/benchmarks/X.yaml to benchmarks/configs/X.yaml, the experiments from configs/D/S.yaml to
+benchmarks/configs/D/S.yaml, so their names, `D-S`, stay). A committed result keeps the names of its day: its
+`reproduce` record (config path, `--set` overrides) and the settings it recorded. `current_record` gives the record in
+today's terms, so `python -m benchmarks.reproduce` checks and prints it as it would run now, and `renamed_keys` the
+recorded settings of an experiment config (`benchmarks.quality`); the results' files stay as they were written.
 
 Example:
     >>> renamed_key("train.lr"), renamed_key("sid.content.model"), renamed_key("train.seed")
     ('train.optimization.lr', 'content.model', 'train.seed')
     >>> renamed_keys({"train": {"lr": 0.01}})
     {'train': {'optimization': {'lr': 0.01}}}
+    >>> config_path("configs/benchmarks/retrieval-zoo.yaml"), config_path("configs/beauty/sasrec.yaml")
+    ('benchmarks/configs/retrieval-zoo.yaml', 'configs/beauty/sasrec.yaml')
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from benchmarks.common import REPO
 from pipelines.config import set_dotted
 
 # config keys that moved, old dotted name -> new
@@ -52,6 +57,7 @@ RENAMED_KEYS: dict[str, str] = {
     "model.base_dir": "model.upstream.base",
     "model.members": "model.upstream.members",
 }
+OLD_SETTINGS, LAB_CONFIGS = "configs/benchmarks/", "benchmarks/configs/"
 # keys of today that a config records only where set: the old layout recorded them unset (None, []) in every config
 ABSENT_WHEN_UNSET = frozenset(new for old, new in RENAMED_KEYS.items() if old.startswith("model."))
 
@@ -62,6 +68,16 @@ def renamed_key(dotted: str) -> str:
         if dotted == old or dotted.startswith(f"{old}."):
             return new + dotted[len(old) :]
     return dotted
+
+
+def config_path(recorded: str) -> str:
+    """The path in the repo, today, of a config a result recorded (a path relative to the repo)."""
+    if recorded.startswith(OLD_SETTINGS):
+        return LAB_CONFIGS + recorded.removeprefix(OLD_SETTINGS)
+    lab = f"benchmarks/{recorded}"  # an experiment that moved to the laboratory
+    if recorded.startswith("configs/") and not (REPO / recorded).is_file() and (REPO / lab).is_file():
+        return lab
+    return recorded
 
 
 def renamed_keys(tree: dict[str, Any]) -> dict[str, Any]:
@@ -75,17 +91,21 @@ def renamed_keys(tree: dict[str, Any]) -> dict[str, Any]:
 
 
 def current_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A result's `reproduce` record {benchmark, config, overrides} in today's names: its overrides' keys, and those of
-    the experiment overrides a benchmark's settings hold (e.g. `variants: {LABEL: {train.lr: ...}}`)."""
-    return {**record, "overrides": _renamed_overrides(record["overrides"])}
+    """A result's `reproduce` record {benchmark, config, overrides} in today's names: its config's path, its overrides'
+    keys, and those of the experiment overrides a benchmark's settings hold (e.g. `variants: {LABEL: {train.lr: ..}}`),
+    and the config paths they name."""
+    return {**record, "config": config_path(record["config"]), "overrides": _renamed_overrides(record["overrides"])}
 
 
 def _renamed_overrides(value: Any) -> Any:
-    """`value` with every dotted key of a mapping in it, at any depth, under its name of today."""
+    """`value` with every dotted key of a mapping in it, at any depth, under its name of today, and every config path
+    in it (e.g. a benchmark's `models: [{config: configs/D/S.yaml}]`) where that config is today."""
     if isinstance(value, dict):
         return {renamed_key(key): _renamed_overrides(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_renamed_overrides(item) for item in value]
+    if isinstance(value, str) and value.startswith("configs/") and value.endswith(".yaml"):
+        return config_path(value)
     return value
 
 

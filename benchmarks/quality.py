@@ -2,7 +2,7 @@
 
 Usage:
     .venv/bin/python -m benchmarks.quality --config configs/beauty/sasrec.yaml --data-dir ../shared/data/amazon-beauty
-    .venv/bin/python -m benchmarks.quality --config configs/synthetic/sessions-hstu-time.yaml  # generated data
+    .venv/bin/python -m benchmarks.quality --config configs/synthetic/sasrec.yaml  # generated data
     .venv/bin/python -m benchmarks.quality --config configs/beauty/sasrec.yaml --seeds 3  # train.seed, +1, +2
 
 Runs the config's pipeline until its train step (prepare, content embeddings and semantic IDs when the config has a

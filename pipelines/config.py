@@ -199,8 +199,8 @@ class ExperimentConfig(Section):
         if readers and self.enrich is None:
             raise ConfigError(
                 f"{' and '.join(readers)} read LLM-written item metadata, and the config has no `enrich` section to "
-                "write it. Fix: add one (e.g. `enrich: {records: benchmarks/results/beauty-item-metadata.parquet}` "
-                "for Beauty; docs/enrich.md), or remove them"
+                "write it. Fix: add one (`enrich: {backend: local}` asks the packaged Gemma model; `records: PATH` "
+                "reads records written elsewhere; docs/enrich.md), or remove them"
             )
         return self
 
@@ -266,7 +266,14 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
 
 
 def default_name(path: Path) -> str:
-    """`<dataset>-<stem>` for configs/<dataset>/<stem>.yaml, else the stem."""
+    """`<dataset>-<stem>` for <any folder named configs>/<dataset>/<stem>.yaml, else the stem.
+
+    Example:
+        >>> default_name(Path("configs/beauty/sasrec.yaml")), default_name(Path("lab/configs/beauty/tiger.yaml"))
+        ('beauty-sasrec', 'beauty-tiger')
+        >>> default_name(Path("lab/configs/retrieval-zoo.yaml"))
+        'retrieval-zoo'
+    """
     return f"{path.parent.name}-{path.stem}" if path.parent.parent.name == CONFIGS_DIR else path.stem
 
 

@@ -63,7 +63,7 @@ SECOND_REVIEW_ITEMS = {
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(DOC or "", "configs/benchmarks/reliability.yaml")
+    parser = benchmark_parser(DOC or "", "benchmarks/configs/reliability.yaml")
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench-reliability"), help="emptied first")
     args = parser.parse_args(argv)
     log_to_console()

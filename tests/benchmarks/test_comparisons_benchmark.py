@@ -14,7 +14,7 @@ import benchmarks.comparisons as comparisons
 from benchmarks.common import REPO
 from benchmarks.reproduce import problems_of
 
-SMOKE = "configs/benchmarks/comparisons-smoke.yaml"
+SMOKE = "benchmarks/configs/comparisons-smoke.yaml"
 
 
 def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ def test_a_model_run_on_its_own_brings_the_retrievers_it_is_built_on() -> None:
 
 
 def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:
-    settings = comparisons.load_settings(REPO / "configs/benchmarks/beauty-comparisons.yaml", {"device": "cuda"})
+    settings = comparisons.load_settings(REPO / "benchmarks/configs/beauty-comparisons.yaml", {"device": "cuda"})
     assert [m.label for m in settings.models] == ["SASRec", "SASRec + SID features", "two-stage"]
     work = Path("/work-dir")
     two_stage = comparisons.model_config(settings, settings.models[2], 1, work)
@@ -94,7 +94,7 @@ def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:
 
 
 def test_a_beauty_student_learns_from_the_ranker_of_its_seed() -> None:
-    settings = comparisons.load_settings(REPO / "configs/benchmarks/beauty-ranking.yaml", {})
+    settings = comparisons.load_settings(REPO / "benchmarks/configs/beauty-ranking.yaml", {})
     by_label = {model.label: model for model in settings.models}
     work = Path("/work-dir")
     student = comparisons.model_config(settings, by_label["student wide"], 2, work)
@@ -110,7 +110,7 @@ def test_a_beauty_student_learns_from_the_ranker_of_its_seed() -> None:
 
 
 def test_models_that_read_queries_are_compared_on_search_user_by_user(tmp_path: Path) -> None:
-    config = "configs/benchmarks/comparisons-search-smoke.yaml"
+    config = "benchmarks/configs/comparisons-search-smoke.yaml"
     argv = ["--config", config, "--set", f"work_dir={tmp_path / 'work'}", "--results-dir", str(tmp_path)]
     result = json.loads(comparisons.main(argv).read_text())
     record = result["models"]["query-aware"]["search"]

@@ -11,7 +11,7 @@ import pytest
 import benchmarks.distributed as distributed
 from benchmarks.common import REPO
 
-SMOKE = "configs/benchmarks/distributed-smoke.yaml"
+SMOKE = "benchmarks/configs/distributed-smoke.yaml"
 
 
 def test_smoke_run_reports_each_configuration(tmp_path: Path) -> None:
@@ -33,9 +33,9 @@ def test_smoke_run_reports_each_configuration(tmp_path: Path) -> None:
 
 
 def test_the_4_gpu_config_runs_1_2_and_4_processes_and_refuses_counts_out_of_range() -> None:
-    settings = distributed.load_settings(REPO / "configs/benchmarks/distributed-4gpu.yaml", {})
+    settings = distributed.load_settings(REPO / "benchmarks/configs/distributed-4gpu.yaml", {})
     assert distributed._world_sizes(settings) == [1, 2, 4] and settings.result_name == "distributed-4gpu-h200"
     with pytest.raises(SystemExit, match="strictly between 1 and processes"):
         distributed._world_sizes(
-            distributed.load_settings(REPO / "configs/benchmarks/distributed.yaml", {"between": [2]})
+            distributed.load_settings(REPO / "benchmarks/configs/distributed.yaml", {"between": [2]})
         )

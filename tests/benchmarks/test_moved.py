@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.moved import RENAMED_KEYS, current_record, renamed_key, renamed_keys
+from benchmarks.moved import RENAMED_KEYS, config_path, current_record, renamed_key, renamed_keys
 from pipelines.config import ExperimentConfig
 from recsys.models.family import UPSTREAM_KEY
 from recsys.models.registry import family_names, model_family
@@ -46,3 +46,20 @@ def test_upstream_keys_of_a_record_are_roles_of_model_upstream() -> None:
     assert renamed_key("model.retriever_dir") == "model.upstream.retriever"
     recorded = {"model": {"name": "ranker", "retriever_dir": "r", "holdout_retriever_dir": None, "members": []}}
     assert renamed_keys(recorded) == {"model": {"name": "ranker", "upstream": {"retriever": "r"}}}
+
+
+def test_a_recorded_config_path_is_read_where_the_config_is_today() -> None:
+    assert config_path("configs/benchmarks/beauty-ranking.yaml") == "benchmarks/configs/beauty-ranking.yaml"
+    assert config_path("configs/beauty/tiger.yaml") == "benchmarks/configs/beauty/tiger.yaml"  # an experiment
+    assert config_path("configs/beauty/sasrec.yaml") == "configs/beauty/sasrec.yaml"  # a config a user starts from
+    assert config_path("configs/beauty/nowhere.yaml") == "configs/beauty/nowhere.yaml"  # the check says it is missing
+    record = {
+        "benchmark": "b",
+        "config": "configs/benchmarks/x.yaml",
+        "overrides": {"models": [{"config": "configs/sports/hstu.yaml"}]},
+    }
+    assert current_record(record) == {
+        "benchmark": "b",
+        "config": "benchmarks/configs/x.yaml",
+        "overrides": {"models": [{"config": "benchmarks/configs/sports/hstu.yaml"}]},
+    }

@@ -9,20 +9,33 @@ from pipelines.config import load_config, parse_overrides
 from recsys.errors import ConfigError
 from recsys.models.family import Input
 from recsys.training.recipes import NextItemTraining
+from tests.conftest import check_frozen_config
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-EXPERIMENTS = sorted(p for p in (REPO / "configs").glob("*/*.yaml") if p.parent.name != "benchmarks")
+CONFIGS = REPO / "configs"  # the configs a user starts from (the laboratory's: benchmarks/configs)
+EXPERIMENTS = sorted(CONFIGS.glob("*/*.yaml"))
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_frozen_configs_load_and_state_their_purpose_date_and_command(path: Path) -> None:
-    config = load_config(path)
-    assert config.name == f"{path.parent.name}-{path.stem}"  # configs/<dataset>/<stem>.yaml
-    header = path.read_text().splitlines()[:8]
-    for field in ("# Purpose:", "# Date:", "# Command:"):
-        assert any(line.startswith(field) for line in header), f"{path.name} lacks '{field}'"
+    check_frozen_config(path)
+
+
+def test_the_product_ships_few_configs_each_extending_only_its_own() -> None:
+    files = [p for p in CONFIGS.rglob("*") if p.is_file()]
+    assert len(files) <= 30, f"{len(files)} files under configs/: the product ships the configs a user starts from"
+    for path in EXPERIMENTS:
+        base = re.search(r"^base: *(\S+)", path.read_text(), re.MULTILINE)
+        if base:
+            assert (path.parent / base.group(1)).resolve().is_relative_to(CONFIGS), f"{path} extends {base.group(1)}"
+
+
+def test_every_product_config_is_named_in_a_doc() -> None:
+    docs = "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+    unnamed = [str(p.relative_to(REPO)) for p in EXPERIMENTS if str(p.relative_to(REPO)) not in docs]
+    assert not unnamed, f"configs a user starts from that no doc names: {unnamed} (docs/configs.md lists them)"
 
 
 def test_unknown_key_is_named(tmp_path: Path) -> None:
