@@ -4,7 +4,7 @@ same users: bootstrap + sign-flip randomisation test) at Beauty's test split siz
 Usage:
     .venv/bin/python -m benchmarks.bootstrap_cost
 
-Settings: configs/benchmarks/bootstrap-cost.yaml (`--config`, `--set KEY=VALUE`). Per-user metrics come from ranks
+Settings: benchmarks/configs/bootstrap-cost.yaml (`--config`, `--set KEY=VALUE`). Per-user metrics come from ranks
 drawn like a recommender's (geometric, most users far down the list), through `per_user_metrics` at `ks` (recall@k
 and ndcg@k for each k, and mrr: 7 at the default ks); each call is timed `repeats` times after one
 warm-up, medians reported. Writes benchmarks/results/bootstrap-cost.json.
@@ -46,7 +46,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/bootstrap-cost.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/bootstrap-cost.yaml")
     args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
     if s.threads is not None:
         torch.set_num_threads(s.threads)

@@ -2,7 +2,8 @@
 it records beside its figures (the machine, the versions, and how to reproduce the result).
 
 Every benchmark module defines `load_settings(config, overrides)`: its settings from a YAML file in the repo (an
-experiment config, or a benchmark config under configs/benchmarks/) and dotted overrides. Every result it writes
+experiment config: a product one of configs/ or an experiment of the laboratory's benchmarks/configs/<dataset>/, or a
+benchmark's settings, benchmarks/configs/<name>.yaml) and dotted overrides. Every result it writes
 carries `reproduce` = {benchmark, config, overrides}: `python -m benchmarks.reproduce` turns that back into the
 command, and `--check` holds every result to it.
 """
@@ -111,7 +112,7 @@ def reproduce_of(module: str, args: argparse.Namespace, given: dict[str, Any] | 
     if not resolved.is_relative_to(REPO) or not resolved.is_file():
         raise SystemExit(
             f"--config {config} is not a file in the repo ({REPO}). Fix: a result must come from a config in the repo "
-            "(configs/), with --set for what differs"
+            "(configs/ or benchmarks/configs/), with --set for what differs"
         )
     return Reproduce(benchmark, resolved.relative_to(REPO).as_posix(), overrides)
 

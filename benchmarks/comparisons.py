@@ -3,12 +3,12 @@
 Usage:
     .venv/bin/python -m benchmarks.comparisons                                   # Beauty: SASRec, + SID, two-stage
     .venv/bin/python -m benchmarks.comparisons --set device=cuda                 # the same on a GPU
-    .venv/bin/python -m benchmarks.comparisons --config configs/benchmarks/comparisons-smoke.yaml  # seconds, synthetic
+    .venv/bin/python -m benchmarks.comparisons --config benchmarks/configs/comparisons-smoke.yaml  # seconds, synthetic
     .venv/bin/python -m benchmarks.comparisons --only-seed 2    # one seed's runs, beside others in parallel; then the
                                                                # command without it gathers them (nothing retrained)
     .venv/bin/python -m benchmarks.comparisons --only-seed 2 --only-model SASRec   # one run: one process per run
 
-The config (configs/benchmarks/beauty-comparisons.yaml) names the models (a label and an experiment config each; a
+The config (benchmarks/configs/beauty-comparisons.yaml) names the models (a label and an experiment config each; a
 ranker names the models it is built on, `retriever` and `holdout_retriever`, a distilled student its `teacher`, and
 each gets their runs of the same seed),
 the seeds, the device, the work directory and the intervals' settings. Every (model, seed) is trained and evaluated on
@@ -53,8 +53,10 @@ SEARCH_METRIC = "ndcg@10"  # per search level and setting, of a model that reads
 class Model:
     label: str  # how the result names it, e.g. "SASRec + SID features"
     config: str  # its experiment config, a path in the repo
-    retriever: str | None = None  # the label of the model whose run (of the same seed) is its model.retriever_dir
-    holdout_retriever: str | None = None  # the same for model.holdout_retriever_dir (a ranker's held-out first stage)
+    # the label of the model whose run (of the same seed) is its model.upstream.retriever
+    retriever: str | None = None
+    # the same for model.upstream.holdout_retriever (a ranker's held-out first stage)
+    holdout_retriever: str | None = None
     teacher: str | None = None  # the same for distill.teacher_dir (a distilled student's teacher)
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted, of this model's config only
 
@@ -94,8 +96,8 @@ def model_config(settings: Settings, model: Model, offset: int, work: Path) -> E
     own = {"train.hardware.device": settings.device, "eval.uncertainty": asdict(settings.uncertainty)}
     overrides = {**work_overrides(work), **own, **settings.experiment, **model.overrides}
     for key, label in (
-        ("model.retriever_dir", model.retriever),
-        ("model.holdout_retriever_dir", model.holdout_retriever),
+        ("model.upstream.retriever", model.retriever),
+        ("model.upstream.holdout_retriever", model.holdout_retriever),
         ("distill.teacher_dir", model.teacher),
     ):
         if label is not None:
@@ -105,7 +107,7 @@ def model_config(settings: Settings, model: Model, offset: int, work: Path) -> E
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/beauty-comparisons.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/beauty-comparisons.yaml")
     parser.add_argument("--only-seed", type=int, metavar="I", help="train and evaluate only run I (0..seeds-1) of "
                         "every model, and write no result: seeds run side by side in processes (or hosts sharing the "
                         "work dir) of their own; the command without it then gathers them")  # fmt: skip

@@ -5,9 +5,9 @@ and the graphs dynamic compilation makes across history lengths; writes JSON.
 Usage:
     .venv/bin/python -m benchmarks.compile_speedup   # on CUDA when there is one, else the CPU
     .venv/bin/python -m benchmarks.compile_speedup --set device=cuda --set steps=50 --set warmup=10
-    .venv/bin/python -m benchmarks.compile_speedup --config configs/benchmarks/compile-speedup-smoke.yaml  # seconds
+    .venv/bin/python -m benchmarks.compile_speedup --config benchmarks/configs/compile-speedup-smoke.yaml  # seconds
 
-Settings: configs/benchmarks/compile-speedup.yaml (`--config`, `--set KEY=VALUE`). A step is what the trainer runs per
+Settings: benchmarks/configs/compile-speedup.yaml (`--config`, `--set KEY=VALUE`). A step is what the trainer runs per
 batch (NextItemRecipe full-softmax loss, backward, Adam step) on packed rows of Beauty's shape (16 rows x 50 items,
 12,101 items; session-like timestamps: minutes apart, a day between the two runs of a row), bf16 autocast where the
 trainer would use it (`precision`). Every variant trains the same initial weights on the same batch, in one process,
@@ -53,7 +53,7 @@ Compile = Callable[[nn.Module], None] | None  # how a variant compiles the model
 
 @dataclass(frozen=True)
 class Settings:
-    """What the benchmark measures (configs/benchmarks/compile-speedup.yaml)."""
+    """What the benchmark measures (benchmarks/configs/compile-speedup.yaml)."""
 
     device: str  # "auto": cuda when there is one, else cpu (resolved at run time; the result records the one used)
     steps: int  # timed steps per variant (median)
@@ -258,7 +258,7 @@ def summary(model: str, figures: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/compile-speedup.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/compile-speedup.yaml")
     args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
     device = resolve_device(s.device)
     build = builders(s)

@@ -3,7 +3,7 @@
 Usage:
     .venv/bin/python -m benchmarks.cpu_plan          # needs ../shared/data/amazon-beauty; ~5 min on 2 cores
 
-Settings: configs/benchmarks/cpu-plan.yaml (`--config`, `--set KEY=VALUE`). Each variant trains the experiment's model
+Settings: benchmarks/configs/cpu-plan.yaml (`--config`, `--set KEY=VALUE`). Each variant trains the experiment's model
 from scratch for `epochs` epochs on the CPU (the pipeline until its train step, tracking off, data prepared once) and
 records the median training seconds of its epochs; what `precision: auto` chose on this CPU, and why, beside them.
 The variants run one after another in one session: compare them with each other, not across days.
@@ -45,7 +45,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/cpu-plan.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/cpu-plan.yaml")
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench-cpu-plan"))
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     rows = {}

@@ -6,7 +6,7 @@ Usage:
     .venv/bin/python -m benchmarks.dashboard_trend
     .venv/bin/python -m benchmarks.dashboard_trend --set runs=3 --set work_dir=/tmp/trend
 
-Settings: configs/benchmarks/dashboard-trend.yaml (`--config`, `--set KEY=VALUE`). Run i trains `experiment` with
+Settings: benchmarks/configs/dashboard-trend.yaml (`--config`, `--set KEY=VALUE`). Run i trains `experiment` with
 train.seed = `first_seed` + i (what changes from one scheduled run to the next when the data stays), under one work
 directory, so each run is a new version of the same registered model, gated against the champion. A run already
 done in the work directory is skipped by the pipeline (its steps are up to date). Writes `work_dir`/dashboard.html
@@ -52,7 +52,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/dashboard-trend.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/dashboard-trend.yaml")
     args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
     work = Path(s.work_dir)
     uri = f"sqlite:///{(work / 'mlflow.db').resolve()}"

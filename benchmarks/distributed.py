@@ -3,9 +3,9 @@ with the item table replicated vs split by rows; and Beauty's SASRec trained on 
 
 Usage:
     .venv/bin/python -m benchmarks.distributed                      # on a host with 2 GPUs (NCCL)
-    .venv/bin/python -m benchmarks.distributed --config configs/benchmarks/distributed-smoke.yaml   # CPU, gloo
+    .venv/bin/python -m benchmarks.distributed --config benchmarks/configs/distributed-smoke.yaml   # CPU, gloo
 
-Settings: configs/benchmarks/distributed.yaml (`--config`, `--set KEY=VALUE`).
+Settings: benchmarks/configs/distributed.yaml (`--config`, `--set KEY=VALUE`).
 
 Throughput (section "throughput"): the synthetic data set of `users` x `items` (`features.synthetic`, prepared into
 `data_dir` unless it is there) feeds each model of `models` (SASRec, HSTU at `dim`, the sampled softmax with
@@ -141,7 +141,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/distributed.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/distributed.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     device = resolve_device(settings.device)
     if device.type == "cuda" and torch.cuda.device_count() < settings.processes:

@@ -7,10 +7,10 @@ Usage (Beauty + Sports as two domains; parts that do not depend on each other ca
     .venv/bin/python -m benchmarks.domain_adapters --stage report   # -> benchmarks/results/domain-adapters.json
     .venv/bin/python -m benchmarks.domain_adapters --stage all      # every part of every seed and variant, then report
 
-The config (configs/benchmarks/domain-adapters.yaml) names the experiment configs, the domains, the seeds and the
+The config (benchmarks/configs/domain-adapters.yaml) names the experiment configs, the domains, the seeds and the
 adapter variants. Every part is trained by the pipeline (its train step): (a) the `shared` config on every domain's
 users; (b) the same config with `data.domain` (that domain's users and items); (c) the `adapters` config with
-`data.domain` over (a) of the same seed as `model.base_dir`. Each part's model is tested per domain, every held-out
+`data.domain` over (a) of the same seed as `model.upstream.base`. Each part's model is tested per domain, every held-out
 item ranked among its domain's items only (leave-one-out otherwise). As the parts were first made, the
 process is seeded with the part's seed before the model is built (and `train.seed` is the seed). The report gives
 each variant's per-seed and mean test NDCG@10, and whether (c) >= max(a, b) on the mean and in how many seeds.
@@ -55,7 +55,7 @@ STAGES = ("shared", "separate", "adapters", "report", "all")
 @dataclass(frozen=True)
 class Settings:
     shared: str  # experiment config of the model of every domain (a); with data.domain, of one domain (b)
-    adapters: str  # experiment config of the domain adapters (c); its model.base_dir is (a) of the same seed
+    adapters: str  # experiment config of the domain adapters (c); its model.upstream.base is (a) of the same seed
     domains: list[str]
     seeds: list[int]
     variants: dict[str, dict[str, Any]]  # label -> dotted overrides of the adapters config
@@ -108,7 +108,7 @@ def part_config(settings: Settings, part: Part, work: Path) -> ExperimentConfig:
             raise SystemExit(f"--variant {part.variant!r} is not in the config. Fix: one of {list(settings.variants)}")
         variant = settings.variants[part.variant]
         config = load_config(REPO / settings.adapters, {**common, **variant, "data.domain": part.domain,
-                                                         "model.base_dir": str(base)})  # fmt: skip
+                                                         "model.upstream.base": str(base)})  # fmt: skip
     return config.model_copy(update={"name": f"{config.name}-{part.name}"})
 
 
@@ -157,7 +157,7 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
 
 
 def main(argv: list[str] | None = None) -> Path | None:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/domain-adapters.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/domain-adapters.yaml")
     parser.add_argument("--stage", choices=STAGES, required=True)
     parser.add_argument("--seed", type=int, help="shared / separate / adapters: the part's seed")
     parser.add_argument("--domain", help="separate / adapters: the domain to train (e.g. beauty)")

@@ -4,7 +4,7 @@ Usage:
     .venv/bin/python -m benchmarks.eval_scale
     .venv/bin/python -m benchmarks.eval_scale --set device=cuda --set users=1000000
 
-Settings: configs/benchmarks/eval-scale.yaml (`--config`, `--set KEY=VALUE`). A SASRec of the configured shape (random
+Settings: benchmarks/configs/eval-scale.yaml (`--config`, `--set KEY=VALUE`). A SASRec of the configured shape (random
 weights: ranking costs the same trained or not) ranks each of U users' held-out item among all V items, from a random
 history of `history` items, in blocks of `item_block` items (`EvalConfig.item_block`); the wall time, the users/s and
 the peak memory (resident set on the CPU, allocated device memory on a GPU) are recorded. Writes
@@ -46,7 +46,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/eval-scale.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/eval-scale.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     device = resolve_device(settings.device)
     if device.type == "cpu":

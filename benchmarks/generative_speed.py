@@ -2,8 +2,8 @@
 step's time goes (torch.profiler); writes JSON.
 
 Usage:
-    .venv/bin/python -m benchmarks.generative_speed --set device=cuda  # configs/benchmarks/beauty-generative-speed.yaml
-    .venv/bin/python -m benchmarks.generative_speed --config configs/benchmarks/generative-speed-smoke.yaml  # seconds
+    .venv/bin/python -m benchmarks.generative_speed --set device=cuda  # benchmarks/configs/beauty-generative-speed.yaml
+    .venv/bin/python -m benchmarks.generative_speed --config benchmarks/configs/generative-speed-smoke.yaml  # seconds
 
 The config names an experiment config (the model and its training settings), its data and the `variants` to time:
 "eager" (`train.hardware.compile: false`) or a torch.compile mode (`compile: true`, `compile_mode`: "default",
@@ -43,7 +43,7 @@ Variant = Literal["eager"] | CompileMode  # eager: train.hardware.compile false;
 
 @dataclass(frozen=True)
 class Settings:
-    """What the benchmark measures (configs/benchmarks/beauty-generative-speed.yaml)."""
+    """What the benchmark measures (benchmarks/configs/beauty-generative-speed.yaml)."""
 
     experiment: str  # an experiment config in the repo: the generative model and its training
     data_path: str | None  # the raw data the experiment reads (None: a generated source, e.g. synthetic)
@@ -157,7 +157,7 @@ def op_table(events: Any, key: str, top: int) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/beauty-generative-speed.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/beauty-generative-speed.yaml")
     args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
     work = (REPO / s.work_dir).resolve()
     device = resolve_device(s.device)

@@ -56,7 +56,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/beauty-metadata.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/beauty-metadata.yaml")
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench-metadata"))
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     catalogue = pl.read_csv(settings.items_csv, schema_overrides={"item_id": pl.String}).sample(

@@ -1,7 +1,7 @@
 """MoE vs dense ranking heads, expert balancing, and multi-task vs fewer tasks, with the library's ranker; writes JSON.
 
 Usage:
-    .venv/bin/python -m benchmarks.moe_heads [--config configs/benchmarks/moe-heads.yaml] [--set KEY=VALUE ...]
+    .venv/bin/python -m benchmarks.moe_heads [--config benchmarks/configs/moe-heads.yaml] [--set KEY=VALUE ...]
 
 The first stage (`retriever`, an experiment config) is trained once by the pipeline; then each variant of the
 `ranker` config (its dotted overrides) runs through the pipeline's train and evaluate steps over that first stage:
@@ -35,7 +35,7 @@ WORK_DIR = Path(".cache/bench-moe")  # the default --work-dir
 @dataclass(frozen=True)
 class Settings:
     retriever: str  # experiment config of the first stage (a path in the repo)
-    ranker: str  # experiment config of the ranker; its model.retriever_dir becomes the first stage's model
+    ranker: str  # experiment config of the ranker; its model.upstream.retriever becomes the first stage's model
     variants: dict[str, dict[str, Any]]  # label -> dotted overrides of the ranker config
     shared: dict[str, Any] = field(default_factory=dict)  # dotted overrides of both configs (one data set)
 
@@ -54,7 +54,7 @@ def variant_config(settings: Settings, label: str, overrides: dict[str, Any], wo
     return load_config(
         REPO / settings.ranker,
         {**settings.shared, **overrides, "name": f"{ranker.name}-{_slug(label)}",
-         "model.retriever_dir": str(work / "models" / retriever.name), **work_overrides(work)},
+         "model.upstream.retriever": str(work / "models" / retriever.name), **work_overrides(work)},
     )  # fmt: skip
 
 
@@ -81,7 +81,7 @@ def run_variant(config: ExperimentConfig, work: Path, data_dir: Path) -> dict[st
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/moe-heads.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/moe-heads.yaml")
     parser.add_argument("--work-dir", type=Path, default=WORK_DIR, help="data, models, MLflow")
     parser.add_argument("--name", default="moe-heads-synthetic", help="the result file's name")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)

@@ -1,7 +1,7 @@
 """The new-item prior on the cold-start protocol: a logit offset for never-trained items, chosen on validation.
 
 Usage:
-    .venv/bin/python -m benchmarks.new_item_prior --set device=cuda   # configs/benchmarks/beauty-new-item-prior.yaml
+    .venv/bin/python -m benchmarks.new_item_prior --set device=cuda   # benchmarks/configs/beauty-new-item-prior.yaml
 
 The config names a comparisons config (`benchmarks.comparisons`: its models, seeds, work directory), the models of it
 to analyse, the reference they are paired against, the offsets tried and the warm-quality tolerance. Every (model,
@@ -69,7 +69,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
     comparisons = (REPO / settings.comparisons).resolve()
     if not comparisons.is_relative_to(REPO) or not comparisons.is_file():
         raise SystemExit(f"comparisons {settings.comparisons} is not a file in the repo. Fix: a comparisons config "
-                         "under configs/benchmarks/")  # fmt: skip
+                         "under benchmarks/configs/")  # fmt: skip
     if 0.0 not in settings.priors:
         raise SystemExit(f"priors {settings.priors} lack 0, the model's own scores. Fix: add 0.0")
     labels = [m.label for m in _comparisons(settings).models]
@@ -86,7 +86,7 @@ def _comparisons(settings: Settings) -> ComparisonSettings:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/beauty-new-item-prior.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/beauty-new-item-prior.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     comparisons = _comparisons(settings)
     work = (REPO / comparisons.work_dir).resolve()

@@ -2,7 +2,7 @@
 
 Usage:
     .venv/bin/python -m benchmarks.quality --config configs/beauty/sasrec.yaml --data-dir ../shared/data/amazon-beauty
-    .venv/bin/python -m benchmarks.quality --config configs/synthetic/sessions-hstu-time.yaml  # generated data
+    .venv/bin/python -m benchmarks.quality --config configs/synthetic/sasrec.yaml  # generated data
     .venv/bin/python -m benchmarks.quality --config configs/beauty/sasrec.yaml --seeds 3  # train.seed, +1, +2
 
 Runs the config's pipeline until its train step (prepare, content embeddings and semantic IDs when the config has a
@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import benchmark_parser, log_to_console, provenance, reproduce_of, write_result
-from pipelines.config import ExperimentConfig, load_config, moved_keys_renamed
+from benchmarks.moved import renamed_keys
+from pipelines.config import ExperimentConfig, load_config
 from pipelines.runner import run_pipeline
 from pipelines.steps import ExperimentPaths, PipelineOutputs
 from recsys.evaluation.uncertainty import seed_summary
@@ -67,7 +68,7 @@ def recorded_mismatches(
     trained (`auto` decided for the catalogue: `num_items`, else the result's dataset's)."""
     items = num_items if num_items is not None else result.get("dataset", {}).get("items")
     expected = settings_record(config, items)
-    recorded = moved_keys_renamed(result.get("settings", {}), warn=False)  # a result of before a key moved
+    recorded = renamed_keys(result.get("settings", {}))  # a result of before a key moved
     for dotted, value in _leaves(recorded):
         if dotted.startswith(UNRECORDED):
             continue

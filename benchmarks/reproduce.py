@@ -6,7 +6,8 @@ Usage:
 
 A result passes the check when its `reproduce` record names a benchmark module, a config file in the repo and
 overrides that the module loads (`load_settings`), and, for benchmarks that can tell (`recorded_mismatches`), when
-the settings the result records are those of that config with those overrides.
+the settings the result records are those of that config with those overrides. A record of before a config key or
+path was renamed is read under today's names (`benchmarks.moved`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO, RESULTS_DIR, Reproduce
+from benchmarks.moved import current_record
 
 
 def jsonable(tree: Any) -> Any:
@@ -42,6 +43,7 @@ def problems_of(path: Path) -> list[str]:
     record = result.get("reproduce")
     if not isinstance(record, dict) or set(record) != {"benchmark", "config", "overrides"}:
         return ["no `reproduce` record {benchmark, config, overrides}"]
+    record = current_record(record)
     try:
         module = importlib.import_module(record["benchmark"])
     except ImportError as err:
@@ -62,12 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", nargs="*", type=Path, help="result JSONs whose commands to print")
     parser.add_argument("--check", action="store_true", help=f"check every JSON under {RESULTS_DIR.relative_to(REPO)}")
     args = parser.parse_args(argv)
-    # results recorded before a config key moved name it the old way: read as such, without a warning per result
-    logging.getLogger("pipelines.config").setLevel(logging.ERROR)
     if not args.check:
         for path in args.results:
             record = json.loads(path.read_text()).get("reproduce")
-            print(f"{path}: {Reproduce(**record).command() if record else 'no reproduce record'}")
+            print(f"{path}: {Reproduce(**current_record(record)).command() if record else 'no reproduce record'}")
         return 0
     failed = 0
     paths = sorted(RESULTS_DIR.rglob("*.json"))

@@ -2,10 +2,10 @@
 
 Usage:
     .venv/bin/python -m benchmarks.retrieval   # 1M items x 64-d, 1,000 queries, k=100 (~10 min on 2 cores)
-    .venv/bin/python -m benchmarks.retrieval --config configs/benchmarks/retrieval-faiss-smoke.yaml   # 20,000 items
+    .venv/bin/python -m benchmarks.retrieval --config benchmarks/configs/retrieval-faiss-smoke.yaml   # 20,000 items
     .venv/bin/python -m benchmarks.retrieval --set noise=1.0 --set centres=4096   # another data shape
 
-Settings: configs/benchmarks/retrieval-faiss.yaml (`--config`, `--set KEY=VALUE`). Data: synthetic unit vectors around
+Settings: benchmarks/configs/retrieval-faiss.yaml (`--config`, `--set KEY=VALUE`). Data: synthetic unit vectors around
 16,384 Gaussian centres (N(0, 1) centres, N(0, 0.6^2) noise per coordinate: ~61 items per centre at 1M, so a query's
 top 100 spans several clusters), a clustered shape like learned item embeddings, neither trivially separable (few
 large clusters: IVF cells then hold whole top-100 lists) nor uniform on the sphere (ANN's worst case; `--set
@@ -87,7 +87,7 @@ def build_key(config: IndexConfig) -> IndexConfig:
 
 @dataclass(frozen=True)
 class Settings:
-    """What the benchmark measures (configs/benchmarks/retrieval-faiss*.yaml)."""
+    """What the benchmark measures (benchmarks/configs/retrieval-faiss*.yaml)."""
 
     smoke: bool  # a quick check, not a measurement: the result is named `-smoke`
     items: int  # catalog size
@@ -175,7 +175,7 @@ def size_label(n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/retrieval-faiss.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/retrieval-faiss.yaml")
     args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
 
     gen = torch.Generator().manual_seed(0)

@@ -4,10 +4,10 @@ queries per second, in one run; writes JSON.
 Usage:
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m benchmarks.retrieval_trained \
         --set model_dir=/work/scale/models/sasrec-1m   # 10^6 items: ~25 min on 2 cores
-    .venv/bin/python -m benchmarks.retrieval_trained --config configs/benchmarks/retrieval-trained-smoke.yaml \
+    .venv/bin/python -m benchmarks.retrieval_trained --config benchmarks/configs/retrieval-trained-smoke.yaml \
         --set model_dir=runs/models/synthetic-sasrec   # a small model: a quick check
 
-Settings: configs/benchmarks/retrieval-trained.yaml (`--config`, `--set KEY=VALUE`; `model_dir` has no default: it
+Settings: benchmarks/configs/retrieval-trained.yaml (`--config`, `--set KEY=VALUE`; `model_dir` has no default: it
 is the model directory written by `recsys train`). Data: the model's item vectors (`item_embeddings()` without the
 padding row, ids 1..V), and as queries the user vectors (`encode_queries`) of a seeded sample of `queries` users of
 the data it was trained on, each encoded from its history before its validation item (what `recsys index build`
@@ -49,7 +49,7 @@ QUERY_SOURCE = "encode_queries of a seeded sample of users, each from its histor
 
 @dataclass(frozen=True)
 class Settings:
-    """What the benchmark measures (configs/benchmarks/retrieval-trained*.yaml)."""
+    """What the benchmark measures (benchmarks/configs/retrieval-trained*.yaml)."""
 
     smoke: bool  # a quick check, not a measurement: the result is named `-smoke`
     model_dir: str | None  # a model directory written by `recsys train` (required: --set model_dir=DIR)
@@ -66,7 +66,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/retrieval-trained.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/retrieval-trained.yaml")
     args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
     if s.model_dir is None:
         raise SystemExit("model_dir is not set. Fix: --set model_dir=DIR, a model directory written by `recsys train`")

@@ -2,7 +2,7 @@
 their text alone (`POST /v1/admin/items`), at the rate the offline cold-start evaluation gives.
 
 Usage:
-    .venv/bin/python -m benchmarks.runtime_items                  # configs/benchmarks/beauty-runtime-items.yaml
+    .venv/bin/python -m benchmarks.runtime_items                  # benchmarks/configs/beauty-runtime-items.yaml
     .venv/bin/python -m benchmarks.runtime_items --prepare-only   # the data without the items, and how to train on it
     .venv/bin/python -m benchmarks.runtime_items --model-dir DIR  # a model trained elsewhere (a GPU) by that command
 
@@ -123,7 +123,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> Path | None:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/beauty-runtime-items.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/beauty-runtime-items.yaml")
     parser.add_argument("--model-dir", type=Path, help="serve this model, trained by the --prepare-only command")
     parser.add_argument("--prepare-only", action="store_true", help="withhold the items, print the training command")
     args = parser.parse_args(argv)

@@ -2,11 +2,11 @@
 and the markdown table of docs/scale.md.
 
 Usage:
-    .venv/bin/python -m benchmarks.scale                           # the grid of configs/benchmarks/scale.yaml
-    .venv/bin/python -m benchmarks.scale --config configs/benchmarks/scale-smoke.yaml
+    .venv/bin/python -m benchmarks.scale                           # the grid of benchmarks/configs/scale.yaml
+    .venv/bin/python -m benchmarks.scale --config benchmarks/configs/scale-smoke.yaml
     .venv/bin/python -m benchmarks.scale --table benchmarks/results/scale-cpu2.json      # a result as a table
 
-Settings: configs/benchmarks/scale.yaml (`--config`, `--set KEY=VALUE`): the sizes (users x items of the synthetic
+Settings: benchmarks/configs/scale.yaml (`--config`, `--set KEY=VALUE`): the sizes (users x items of the synthetic
 data) and the steps, each a command template run at each size in a process group of its own, through
 `benchmarks.child_rusage`, so that the peak RSS its `wait4` reports (ru_maxrss: the command and the processes it waited
 for) is the step's alone. Per step and size: the status, the wall and CPU seconds, the peak RSS and the size of what it
@@ -234,7 +234,7 @@ def exponents(runs: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/scale.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/scale.yaml")
     parser.add_argument("--table", type=Path, help="print the markdown table of this result JSON and run nothing")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     if args.table is not None:

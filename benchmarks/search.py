@@ -2,12 +2,12 @@
 (docs/search.md): Recall@k / NDCG@k per query level and setting, full ranking; writes JSON.
 
 Usage:
-    .venv/bin/python -m benchmarks.search --config configs/benchmarks/search-beauty.yaml \
+    .venv/bin/python -m benchmarks.search --config benchmarks/configs/search-beauty.yaml \
         --set query_aware_model_dir=.cache/bench/models/beauty-query-aware \
         --set sasrec_model_dir=.cache/bench/models/beauty-sasrec \
         --set content_dir=.cache/bench/content/beauty-query-aware
 
-Settings: configs/benchmarks/search-*.yaml (`--config`, `--set KEY=VALUE`). The models are the model directories
+Settings: benchmarks/configs/search-*.yaml (`--config`, `--set KEY=VALUE`). The models are the model directories
 `benchmarks.quality` trains (WORK/models/<config name>); `content_dir` is the query-aware experiment's content
 directory (WORK/content/<config name>: content_embeddings.npy and .json, training_queries.npz): the items' embeddings
 (dense search, the neighbour-mix level's neighbours), the encoder settings queries are embedded with, and the
@@ -50,7 +50,7 @@ EXAMPLES = 3  # test queries of the first users recorded per level
 
 @dataclass(frozen=True)
 class Settings:
-    """What the benchmark evaluates (configs/benchmarks/search-*.yaml)."""
+    """What the benchmark evaluates (benchmarks/configs/search-*.yaml)."""
 
     smoke: bool  # a quick check on generated data, not a measurement
     query_aware_model_dir: str  # `benchmarks.quality --config configs/<data>/query-aware.yaml`'s WORK/models/NAME

@@ -1,7 +1,7 @@
 """Semantic-ID benchmark: content-embedding throughput and SID health of several tokenizer configs; writes JSON.
 
 Usage:
-    .venv/bin/python -m benchmarks.semantic_ids [--config configs/benchmarks/semantic-ids.yaml] [--set KEY=VALUE ...]
+    .venv/bin/python -m benchmarks.semantic_ids [--config benchmarks/configs/semantic-ids.yaml] [--set KEY=VALUE ...]
 
 The config lists the experiment configs to compare (each with a `sid` section, all on one data set) and the raw
 data they read. Throughput embeds every catalog text once with no cache, with the encoder of the first config whose
@@ -79,7 +79,7 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/semantic-ids.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/semantic-ids.yaml")
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench"), help="prepared data, SIDs, cache")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     work = args.work_dir.resolve()

@@ -3,8 +3,8 @@
 Usage:
     .venv/bin/python -m benchmarks.serving --epochs 3   # Beauty SASRec (trains its pipeline once, ~10 min on 2 cores)
     .venv/bin/python -m benchmarks.serving --config configs/synthetic/sasrec.yaml --duration 5   # quick
-    .venv/bin/python -m benchmarks.serving --config configs/beauty/two-stage.yaml --epochs 1 \
-        --set model.retriever_dir=.cache/serving-bench/models/beauty-sasrec   # the ranker over the SASRec above
+    .venv/bin/python -m benchmarks.serving --config benchmarks/configs/beauty/two-stage.yaml --epochs 1 \
+        --set model.upstream.retriever=.cache/serving-bench/models/beauty-sasrec   # the ranker over the SASRec above
 
     .venv/bin/python -m benchmarks.serving --epochs 3 --history-store redis --workers 1 2   # 1 vs 2 workers
 

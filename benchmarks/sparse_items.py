@@ -4,7 +4,7 @@ Usage:
     .venv/bin/python -m benchmarks.sparse_items
     .venv/bin/python -m benchmarks.sparse_items --set device=cuda
 
-Settings: configs/benchmarks/sparse-items.yaml (`--config`, `--set KEY=VALUE`). A step is what the trainer runs per
+Settings: benchmarks/configs/sparse-items.yaml (`--config`, `--set KEY=VALUE`). A step is what the trainer runs per
 batch with `model.training.loss: sampled_softmax` (the recipe's loss on random packed rows, backward, the optimizers'
 step, `recsys.training.optimization`), for a SASRec over each catalogue size, dense and sparse in the same process.
 Dense Adam reads and writes every row of the item table and its two moments every step; SparseAdam only the rows the
@@ -48,7 +48,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/sparse-items.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/sparse-items.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     device = resolve_device(settings.device)
     if device.type == "cpu":

@@ -5,7 +5,7 @@ Usage:
     .venv/bin/python -m benchmarks.synthetic_scale
     .venv/bin/python -m benchmarks.synthetic_scale --set 'streams=[{users: 1000000, items: 100000}]'
 
-Settings: configs/benchmarks/synthetic-scale.yaml (`--config`, `--set KEY=VALUE`). Catalogue: per size, the seconds
+Settings: benchmarks/configs/synthetic-scale.yaml (`--config`, `--set KEY=VALUE`). Catalogue: per size, the seconds
 of the catalog (items, titles), of the follow-up links as the block path draws them (`_sampled_followups`,
 O(N K log N)) and, up to `exact_max_items`, as the single stream does (`_exact_followups`, the Gumbel top-K over
 every item of the domain that every size used before the block path: quadratic). Streams: per (users, items),
@@ -52,7 +52,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/synthetic-scale.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/synthetic-scale.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     catalogue = []
     for items in settings.catalogue_sizes:

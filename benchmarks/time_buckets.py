@@ -1,13 +1,13 @@
 """HSTU time buckets: test metrics by the gap between the request and the user's last event; writes JSON.
 
 Usage (after training the config's models with benchmarks.quality into the same work dir):
-    .venv/bin/python -m benchmarks.quality --config configs/synthetic/sessions-hstu.yaml \
+    .venv/bin/python -m benchmarks.quality --config benchmarks/configs/synthetic/sessions-hstu.yaml \
         --work-dir .cache/bench-sessions
-    .venv/bin/python -m benchmarks.quality --config configs/synthetic/sessions-hstu-time.yaml \
+    .venv/bin/python -m benchmarks.quality --config benchmarks/configs/synthetic/sessions-hstu-time.yaml \
         --work-dir .cache/bench-sessions
     .venv/bin/python -m benchmarks.time_buckets --work-dir .cache/bench-sessions
 
-Loads the trained model of each experiment config of configs/benchmarks/time-buckets.yaml (WORK/models/<config
+Loads the trained model of each experiment config of benchmarks/configs/time-buckets.yaml (WORK/models/<config
 name>: positions only; positions + time buckets), evaluates the test split once per model and splits it by the gap
 between the held-out item (the request) and the last history item: within the session (< new_session_seconds) or a
 new one. The data's new sessions switch the user's focus, so time has a signal to find there. Also records the
@@ -69,7 +69,7 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/time-buckets.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/time-buckets.yaml")
     parser.add_argument(
         "--work-dir", type=Path, default=Path(".cache/bench-sessions"), help="where the models were trained"
     )

@@ -4,7 +4,7 @@ Usage:
     .venv/bin/python -m benchmarks.train_scale                         # CPU: 6x10^5 users x 10^6 items (~10^7 tokens)
     .venv/bin/python -m benchmarks.train_scale --set device=cuda --set users=6000000 --set rows_per_batch=256
 
-Settings: configs/benchmarks/train-scale.yaml (`--config`, `--set KEY=VALUE`). The synthetic data set of `users` x
+Settings: benchmarks/configs/train-scale.yaml (`--config`, `--set KEY=VALUE`). The synthetic data set of `users` x
 `items` (`features.synthetic`) is prepared into `data_dir` by `features.prepare` when that directory does not hold it
 yet (its wall time is recorded apart). Then a SASRec of the configured shape trains one epoch exactly as
 `recsys.training.trainer` does (`train_one_epoch`, the next-item recipe with `loss: auto`, which picks the sampled
@@ -78,7 +78,7 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/train-scale.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/train-scale.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     device = resolve_device(settings.device)

@@ -3,9 +3,9 @@ sharding plan the planner chose; writes JSON.
 
 Usage:
     nice -n 10 .venv/bin/python -m benchmarks.two_tower_dmp
-    .venv/bin/python -m benchmarks.two_tower_dmp --config configs/benchmarks/two-tower-dmp-smoke.yaml
+    .venv/bin/python -m benchmarks.two_tower_dmp --config benchmarks/configs/two-tower-dmp-smoke.yaml
 
-Settings: configs/benchmarks/two-tower-dmp.yaml (`--config`, `--set KEY=VALUE`). A step is the trainer's: the
+Settings: benchmarks/configs/two-tower-dmp.yaml (`--config`, `--set KEY=VALUE`). A step is the trainer's: the
 two-tower recipe's loss (in-batch + sampled negatives) of a batch of `batch_size` (history, target) rows over every
 process (each takes rows rank::N), backward, the optimizer step. The model is the two-tower with torchrec's
 EmbeddingBagCollection (`model.shard_tables`) in every variant. Variants:
@@ -53,7 +53,7 @@ DISTRIBUTED: tuple[Variant, ...] = ("data_parallel", "model_parallel")
 
 @dataclass(frozen=True)
 class Settings:
-    """What the benchmark measures (configs/benchmarks/two-tower-dmp.yaml)."""
+    """What the benchmark measures (benchmarks/configs/two-tower-dmp.yaml)."""
 
     items: int  # V: rows of the history, recent and item-id tables (V+1 each)
     dim: int
@@ -159,7 +159,7 @@ def launch(s: Settings) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/two-tower-dmp.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/two-tower-dmp.yaml")
     args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
     load_before = os.getloadavg()[0]  # a busy shared machine slows every variant: the result says how busy
     seconds: dict[str, float] = {}

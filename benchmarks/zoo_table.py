@@ -1,12 +1,13 @@
 """The Retrieval-zoo table: every model's test metrics and training time, from the quality JSONs; writes JSON.
 
 Usage:
-    .venv/bin/python -m benchmarks.zoo_table [--config configs/benchmarks/retrieval-zoo.yaml]
+    .venv/bin/python -m benchmarks.zoo_table [--config benchmarks/configs/retrieval-zoo.yaml]
 
 Reads benchmarks/results/<result>.json, written by benchmarks.quality, for each row of the config's tables, prints a
 markdown table per data set and writes benchmarks/results/retrieval-zoo.json. A row whose JSON is missing is an
 error (run its config first), so the table never silently drops a model. Each row names the experiment config in
-the repo that made its result (the result's own `reproduce.config`, else configs/<dataset>/<stem>.yaml of its name).
+the repo that made its result (the result's own `reproduce.config`, else <dataset>/<stem>.yaml of its name, under
+configs/ or benchmarks/configs/).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO, benchmark_parser, command, parse_run, settings_from, write_result
-from pipelines.config import moved_key
+from benchmarks.moved import config_path, renamed_key
 
 METRICS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")
 BUDGET_KEY = "train.schedule.max_seconds"
@@ -57,9 +58,12 @@ def row(label: str, name: str, results_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise SystemExit(f"{path} is missing. Fix: run .venv/bin/python -m benchmarks.quality --config {config} first")
     result = json.loads(path.read_text())
-    config = result.get("reproduce", {}).get("config", config)
+    config = config_path(result.get("reproduce", {}).get("config", config))  # where that config is today
     if not (REPO / config).is_file():
-        raise SystemExit(f"{path}: its config {config} is not in the repo. Fix: re-run it from a config in configs/")
+        raise SystemExit(
+            f"{path}: its config {config} is not in the repo. Fix: re-run it from a config in configs/ or "
+            "benchmarks/configs/"
+        )
     test = result["metrics"]["test"]
     budget = time_budget(result)
     cuda = result["device"] == "cuda"
@@ -78,20 +82,21 @@ def row(label: str, name: str, results_dir: Path) -> dict[str, Any]:
 
 
 def experiment_config(name: str) -> str:
-    """The experiment config a result name comes from: configs/<dataset>/<stem>.yaml for `<dataset>-<stem>`."""
+    """The experiment config a result name comes from: configs/<dataset>/<stem>.yaml for `<dataset>-<stem>`, or the
+    laboratory's benchmarks/configs/<dataset>/<stem>.yaml."""
     dataset, _, stem = name.partition("-")
-    return f"configs/{dataset}/{stem}.yaml"
+    return config_path(f"configs/{dataset}/{stem}.yaml")
 
 
 def time_budget(result: dict[str, Any]) -> float | None:
     """The training budget in seconds the result ran under (`train.schedule.max_seconds`, recorded under its old
     name by earlier results), None without one: from its `reproduce` overrides, else the `--set KEY=VALUE` strings of
     results written before it had one."""
-    overrides = {moved_key(key): value for key, value in result.get("reproduce", {}).get("overrides", {}).items()}
+    overrides = {renamed_key(key): value for key, value in result.get("reproduce", {}).get("overrides", {}).items()}
     if overrides.get(BUDGET_KEY) is not None:
         return float(overrides[BUDGET_KEY])
     sets = [o.partition("=") for o in result.get("overrides", [])]
-    budgets = [float(value) for key, _, value in sets if moved_key(key) == BUDGET_KEY]
+    budgets = [float(value) for key, _, value in sets if renamed_key(key) == BUDGET_KEY]
     return budgets[-1] if budgets else None
 
 
@@ -109,7 +114,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/retrieval-zoo.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/retrieval-zoo.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     tables = {data: [row(r.label, r.result, args.results_dir) for r in rows] for data, rows in settings.tables.items()}
     for data, rows in tables.items():

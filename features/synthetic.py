@@ -729,7 +729,7 @@ def iter_synthetic(config: SyntheticConfig, users_per_chunk: int = 100_000) -> I
     The rows do not depend on `users_per_chunk`: above the single-stream sizes every block of `USERS_PER_BLOCK`
     users draws from its own stream (seed, block), so memory holds the catalog, one block's arrays and the chunk
     (~35 bytes per interaction), however many users there are. Below them the dataset is drawn whole, then split.
-    Streamed to parquet on 2 CPU cores (the generate step of benchmarks/results/scale-cpu2.json): 10^6 users x 10^5
+    Streamed to parquet on 2 CPU cores (the generate step of the scale benchmark, docs/scale.md): 10^6 users x 10^5
     items (16.6M interactions) in 24 s at 0.49 GiB peak RSS; 10^7 users x 10^6 items (166M) in 261 s at 0.76 GiB.
 
     Args:

@@ -13,9 +13,7 @@ dotted key and the file.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import logging
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +26,7 @@ from recsys.enrich.columns import metadata_fields, unknown_metadata_fields
 from recsys.enrich.config import EnrichConfig
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
-from recsys.models.family import Input
+from recsys.models.family import UPSTREAM_KEY, Input
 from recsys.models.registry import model_family
 from recsys.retrieval import IndexConfig
 from recsys.runtime.validation import as_json, config_from, problems
@@ -40,37 +38,8 @@ from recsys.semantic_ids.rqvae import RQVAEConfig
 from recsys.training.config import TrainConfig
 from recsys.training.recipes import DistillConfig, QueryTraining, training_named
 
-logger = logging.getLogger(__name__)
-
 BASE_KEY = "base"
 CONFIGS_DIR = "configs"
-# keys that moved, old dotted name -> new: a config naming the old one is read as if it named the new one
-MOVED_KEYS: dict[str, str] = {
-    **{
-        f"train.{key}": f"train.schedule.{key}"
-        for key in ("epochs", "patience", "monitor", "eval_every", "valid_users")
-    },
-    "train.max_train_seconds": "train.schedule.max_seconds",
-    **{
-        f"train.{key}": f"train.optimization.{key}"
-        for key in (
-            "batch_size",
-            "accumulate_batches",
-            "lr",
-            "lr_schedule",
-            "warmup_steps",
-            "weight_decay",
-            "ema_decay",
-        )
-    },
-    **{
-        f"train.{key}": f"train.hardware.{key}"
-        for key in ("device", "precision", "threads", "compile", "compile_mode", "max_memory_gb")
-    },
-    **{f"train.{key}": f"train.distributed.{key}" for key in ("nproc_per_node", "shard_item_table")},
-    "data.stream_parts": "train.stream_parts",
-    "sid.content": "content",
-}
 
 
 class Section(BaseModel):
@@ -93,17 +62,14 @@ class DataSection(PrepareSettings):
 
 class ModelSection(Section):
     """The model: its family's name (`recsys.models.registry`), its config fields (num_items comes from the data),
-    its family's training settings (`recsys.training.recipes`), and the trained models it is built on (the families
-    that read them: `recsys.models.family.Input`)."""
+    its family's training settings (`recsys.training.recipes`), and the trained models it is built on, by the roles
+    its family declares (`recsys.models.family.UpstreamRole`), e.g. `upstream: {retriever: DIR}` for the ranker."""
 
     name: str = "sasrec"
     params: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
-    retriever_dir: Path | None = None  # a trained first stage (Input.RETRIEVER: the ranker)
-    # that first stage trained without each user's last items (its model.training.holdout_last)
-    holdout_retriever_dir: Path | None = None
-    base_dir: Path | None = None  # a trained model to adapt (Input.BASE: domain adapters)
-    members: list[Path] = Field(default_factory=list)  # trained models to combine (Input.MEMBERS: fusion)
+    # role -> its model directory, or a list of them (each family's roles check the shape: `check_upstream`)
+    upstream: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _known_model_params_and_training(self) -> ModelSection:
@@ -114,13 +80,7 @@ class ModelSection(Section):
             raise ConfigError(f"model.name: {err}") from err
         family.check_params(self.params)
         self.training_settings()
-        reads = self.reads()
-        unread = [key for role, (key, given) in self._upstream().items() if given and role not in reads]
-        if unread:
-            raise ConfigError(
-                f"{', '.join(unread)}: model {self.name!r} is built on no such trained model. Fix: remove the key, or "
-                "name a model family that reads it (docs/model-families.md)"
-            )
+        family.check_upstream(self.upstream)
         return self
 
     def reads(self) -> frozenset[Input]:
@@ -142,23 +102,24 @@ class ModelSection(Section):
         return dataclasses.asdict(settings)
 
     def upstream_dirs(self) -> dict[str, Path]:
-        """Every model directory this model is built on, by role (what its fingerprint depends on)."""
-        roles = {
-            "retriever": self.retriever_dir,
-            "holdout_retriever": self.holdout_retriever_dir,
-            "base": self.base_dir,
-        }
-        found = {role: path for role, path in roles.items() if path is not None}
-        return found | {f"member{i}": path for i, path in enumerate(self.members)}
+        """Every model directory this model is built on (what its fingerprint depends on), by entry: its role, with
+        `[i]` for the i-th of a list (`members[0]`); `upstream_key` gives the config key naming it."""
+        return {entry: path for role in self.upstream for entry, path in self._entries(role)}
 
-    def _upstream(self) -> dict[Input, tuple[str, bool]]:
-        """{upstream input: (the key naming its model directories, whether it is set)}."""
-        return {
-            Input.RETRIEVER: ("model.retriever_dir", self.retriever_dir is not None),
-            Input.HOLDOUT_RETRIEVER: ("model.holdout_retriever_dir", self.holdout_retriever_dir is not None),
-            Input.BASE: ("model.base_dir", self.base_dir is not None),
-            Input.MEMBERS: ("model.members", bool(self.members)),
-        }
+    def upstream_key(self, entry: str) -> str:
+        """The dotted config key naming the model directory of an entry of `upstream_dirs`."""
+        return f"{UPSTREAM_KEY}.{entry}"
+
+    def upstream_of(self, feeds: Input) -> list[tuple[str, Path]]:
+        """(config key, model directory) of each trained model the config names for the role that feeds `feeds`."""
+        role = model_family(self.name).role(feeds)
+        return [] if role is None else [(self.upstream_key(e), path) for e, path in self._entries(role.name)]
+
+    def _entries(self, role: str) -> list[tuple[str, Path]]:
+        given = self.upstream.get(role)
+        if isinstance(given, list):
+            return [(f"{role}[{i}]", Path(path)) for i, path in enumerate(given)]
+        return [] if given is None else [(role, Path(given))]
 
 
 class SidSection(Section):
@@ -238,8 +199,8 @@ class ExperimentConfig(Section):
         if readers and self.enrich is None:
             raise ConfigError(
                 f"{' and '.join(readers)} read LLM-written item metadata, and the config has no `enrich` section to "
-                "write it. Fix: add one (e.g. `enrich: {records: benchmarks/results/beauty-item-metadata.parquet}` "
-                "for Beauty; docs/enrich.md), or remove them"
+                "write it. Fix: add one (`enrich: {backend: local}` asks the packaged Gemma model; `records: PATH` "
+                "reads records written elsewhere; docs/enrich.md), or remove them"
             )
         return self
 
@@ -295,10 +256,7 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
         )
     raw.setdefault("name", default_name(path))
     for dotted, value in (overrides or {}).items():
-        if moved_key(dotted) != dotted:
-            logger.warning("override %s is now %s: read as such", dotted, moved_key(dotted))
-        set_dotted(raw, moved_key(dotted), value)
-    raw = moved_keys_renamed(raw, where="overrides")  # an old key inside an override's value, e.g. sid={content: ..}
+        set_dotted(raw, dotted, value)
     try:
         return ExperimentConfig.model_validate_json(as_json(raw), strict=True)
     except ValidationError as err:
@@ -307,67 +265,21 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> Experime
         raise ConfigError(f"{path}: {err}") from err
 
 
-def moved_keys_renamed(raw: dict[str, Any], warn: bool = True, where: str = "config") -> dict[str, Any]:
-    """`raw` (a config's mapping, or a result's record of one) with every key of `MOVED_KEYS` under its new name,
-    each logged as a warning naming `where` (`warn`); ConfigError when a config sets both names.
-
-    Example:
-        >>> moved_keys_renamed({"train": {"lr": 0.01}})
-        {'train': {'optimization': {'lr': 0.01}}}
-    """
-    tree = copy.deepcopy(raw)
-    for old, new in MOVED_KEYS.items():
-        found, value = _get_dotted(tree, old, pop=True)
-        if not found:
-            continue
-        if _get_dotted(tree, new)[0]:
-            raise ConfigError(f"{old} and {new} are both set; {old} is the old name of {new}. Fix: keep {new} alone")
-        if warn:
-            logger.warning("%s: key %s is now %s: read as such (rename it there)", where, old, new)
-        set_dotted(tree, new, value)
-    return tree
-
-
-def moved_key(dotted: str) -> str:
-    """The name a dotted key (an override's, e.g. `--set train.lr=...`) has now (`MOVED_KEYS`).
-
-    Example:
-        >>> moved_key("train.lr"), moved_key("sid.content.model"), moved_key("train.seed")
-        ('train.optimization.lr', 'content.model', 'train.seed')
-    """
-    for old, new in MOVED_KEYS.items():
-        if dotted == old or dotted.startswith(f"{old}."):
-            return new + dotted[len(old) :]
-    return dotted
-
-
-def _get_dotted(tree: dict[str, Any], dotted: str, pop: bool = False) -> tuple[bool, Any]:
-    """(whether `dotted` is in `tree`, its value); `pop`: removed from `tree` (an emptied section stays: an empty
-    `sid` section still asks for semantic IDs)."""
-    *parents, leaf = dotted.split(".")
-    node: Any = tree
-    for key in parents:
-        node = node.get(key)
-        if not isinstance(node, dict):
-            return False, None
-    if leaf not in node:
-        return False, None
-    return True, node.pop(leaf) if pop else node[leaf]
-
-
 def default_name(path: Path) -> str:
-    """`<dataset>-<stem>` for configs/<dataset>/<stem>.yaml, else the stem."""
+    """`<dataset>-<stem>` for <any folder named configs>/<dataset>/<stem>.yaml, else the stem.
+
+    Example:
+        >>> default_name(Path("configs/beauty/sasrec.yaml")), default_name(Path("lab/configs/beauty/tiger.yaml"))
+        ('beauty-sasrec', 'beauty-tiger')
+        >>> default_name(Path("lab/configs/retrieval-zoo.yaml"))
+        'retrieval-zoo'
+    """
     return f"{path.parent.name}-{path.stem}" if path.parent.parent.name == CONFIGS_DIR else path.stem
 
 
 def read_config_tree(path: Path, _extending: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """The config's mapping merged over the configs it extends (`base:`), the base's `name` left out; each file's
-    moved keys renamed before the merge (an old name in a file overrides its base's new one)."""
+    """The config's mapping merged over the configs it extends (`base:`), the base's `name` left out."""
     raw = _read_mapping(path)
-    try:
-        raw = moved_keys_renamed(raw, where=str(path))
-    except ConfigError as err:
-        raise ConfigError(f"{path}: {err}") from err
     base = raw.pop(BASE_KEY, None)
     if base is None:
         return raw

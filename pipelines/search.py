@@ -38,7 +38,7 @@ from recsys.training.recipes import QUERIES_FILE, QueryBank
 
 logger = logging.getLogger(__name__)
 
-SEARCH_SEED = 0  # the evaluate step's query seed (configs/benchmarks/search-*.yaml's `seed`)
+SEARCH_SEED = 0  # the evaluate step's query seed (the search benchmark's `seed` too)
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ def model_inputs(config: ExperimentConfig, data: SequenceData, features: Catalog
         items = with_item_metadata(data.items, features.item_metadata).sort(ITEM_IDX)
         texts = tuple(item_texts(items, config.content.text_fields))
     sids = features.semantic_ids if Input.SEMANTIC_IDS in reads else None
-    section = config.model
+    retriever, base = _upstream(config, Input.RETRIEVER), _upstream(config, Input.BASE)
     return ModelInputs(
         semantic_ids=None if sids is None else read_semantic_ids(sids)[0],
         content=content,
@@ -134,20 +134,16 @@ def model_inputs(config: ExperimentConfig, data: SequenceData, features: Catalog
         new_items=data.cold_mask if Input.NEW_ITEMS in reads else None,
         item_counts=data.item_counts() if Input.ITEM_COUNTS in reads else None,
         tasks=data.tasks if Input.TASKS in reads else (),
-        retriever=_upstream(section.retriever_dir, "model.retriever_dir"),
-        base=_upstream(section.base_dir, "model.base_dir"),
-        members=tuple(_trained(d, "model.members") for d in section.members),
+        retriever=retriever[0] if retriever else None,
+        base=base[0] if base else None,
+        members=_upstream(config, Input.MEMBERS),
     )
 
 
-def _upstream(path: Path | None, key: str) -> Upstream | None:
-    return None if path is None else _trained(path, key)
-
-
-def _trained(path: Path, key: str) -> Upstream:
-    """The trained model of `path` (named by config `key`), frozen, with its family's name."""
-    family, model = load_trained_model(path, key)
-    return Upstream(family, model)
+def _upstream(config: ExperimentConfig, feeds: Input) -> tuple[Upstream, ...]:
+    """The trained models the config names for the upstream role that feeds `feeds` (`model.upstream`), frozen, each
+    with its family's name."""
+    return tuple(Upstream(*load_trained_model(path, key)) for key, path in config.model.upstream_of(feeds))
 
 
 def _logged_config(config: ExperimentConfig) -> dict[str, Any]:
@@ -211,12 +207,9 @@ def _recipe(
 ) -> Recipe:
     """The model's recipe on the inputs of it that its family reads."""
     reads, features = config.model.reads(), features or CatalogFeatures()
-    holdout_dir = config.model.holdout_retriever_dir
-    holdout = None
-    if Input.HOLDOUT_RETRIEVER in reads and holdout_dir is not None:
-        holdout = load_trained_model(holdout_dir, "model.holdout_retriever_dir")[1]
+    holdout = _upstream(config, Input.HOLDOUT_RETRIEVER)
     queries = features.training_queries if Input.QUERIES in reads else None
-    inputs = RecipeInputs(holdout, None if queries is None else QueryBank.load(queries))
+    inputs = RecipeInputs(holdout[0].model if holdout else None, None if queries is None else QueryBank.load(queries))
     return recipe_for(model, data, config.train.optimization.batch_size, config.model.training_settings(), inputs)
 
 

@@ -90,6 +90,18 @@ def tiny_config() -> Callable[..., Path]:
     return write_tiny_config
 
 
+def check_frozen_config(path: Path) -> None:
+    """An experiment config of <dataset>/<stem>.yaml under a `configs` folder loads, is named `<dataset>-<stem>`,
+    and is headed by its purpose, date and command."""
+    from pipelines.config import load_config  # the pipeline imports the Triton kernels: after TRITON_INTERPRET
+
+    config = load_config(path)
+    assert config.name == f"{path.parent.name}-{path.stem}"  # configs/<dataset>/<stem>.yaml
+    header = path.read_text().splitlines()[:8]
+    for field in ("# Purpose:", "# Date:", "# Command:"):
+        assert any(line.startswith(field) for line in header), f"{path.name} lacks '{field}'"
+
+
 def train_experiment(config: ExperimentConfig, work: Path) -> TrainOutputs:
     """The pipeline of `config` until its train step, under `work`: the trained model's outputs."""
     from pipelines.runner import run_pipeline  # the pipeline imports the Triton kernels: after TRITON_INTERPRET

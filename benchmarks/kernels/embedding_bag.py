@@ -2,11 +2,11 @@
 
 Usage:
     .venv/bin/python -m benchmarks.kernels.embedding_bag   # on a CUDA GPU: the issue's cases (~5 GB tables)
-    .venv/bin/python -m benchmarks.kernels.embedding_bag --config configs/benchmarks/kernels-embedding-bag-smoke.yaml
+    .venv/bin/python -m benchmarks.kernels.embedding_bag --config benchmarks/configs/kernels-embedding-bag-smoke.yaml
         # tiny sizes; on CPU in Triton's interpreter
     .venv/bin/python -m benchmarks.kernels.embedding_bag --set cases=[fwd-fp32,fwd-bf16]   # only these cases
 
-Settings: configs/benchmarks/kernels-embedding-bag.yaml (`--config`, `--set KEY=VALUE`).
+Settings: benchmarks/configs/kernels-embedding-bag.yaml (`--config`, `--set KEY=VALUE`).
 
 Cases (one run): forward fp32 / bf16, D=128, 10M rows, B=65,536 bags of 20 ids, uniform ids, and the fp32
 forward with Zipf-skewed ids (alpha 1.15); the training side as a matrix of op (forward + backward to a sparse
@@ -64,7 +64,7 @@ TOLERANCE: dict[torch.dtype, dict[str, Any]] = {
 
 @dataclass(frozen=True)
 class Settings:
-    """What the benchmark measures (configs/benchmarks/kernels-embedding-bag*.yaml)."""
+    """What the benchmark measures (benchmarks/configs/kernels-embedding-bag*.yaml)."""
 
     # a quick check, not a measurement: it may run on CPU (Triton's interpreter) and its result is named `-smoke`
     smoke: bool
@@ -604,10 +604,10 @@ def print_table(cases: list[dict[str, Any]], copy_gbps: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/kernels-embedding-bag.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/kernels-embedding-bag.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
 
-    device = kernel_device(settings.smoke, "configs/benchmarks/kernels-embedding-bag-smoke.yaml")
+    device = kernel_device(settings.smoke, "benchmarks/configs/kernels-embedding-bag-smoke.yaml")
 
     cases = [c for c in all_cases(settings) if not settings.cases or c.name in settings.cases]
     timer, timer_note = make_timer(device, settings.cpu_repeats)

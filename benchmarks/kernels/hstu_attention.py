@@ -3,11 +3,11 @@ with either; writes JSON.
 
 Usage:
     .venv/bin/python -m benchmarks.kernels.hstu_attention   # on a CUDA GPU
-    .venv/bin/python -m benchmarks.kernels.hstu_attention --config configs/benchmarks/kernels-hstu-attention-smoke.yaml
+    .venv/bin/python -m benchmarks.kernels.hstu_attention --config benchmarks/configs/kernels-hstu-attention-smoke.yaml
         # tiny sizes; on CPU in Triton's interpreter, the TORCH backend eager
     .venv/bin/python -m benchmarks.kernels.hstu_attention --set 'cases=[]'   # the training step only
 
-Settings: configs/benchmarks/kernels-hstu-attention.yaml (`--config`, `--set KEY=VALUE`).
+Settings: benchmarks/configs/kernels-hstu-attention.yaml (`--config`, `--set KEY=VALUE`).
 
 Attention cases (bf16; S sequences, the longest L = the position-bias width, H heads, E head dim): forward and
 forward + backward (gradients of q, k, v and the bias tables) at S=128, L=200 and S=32, L=1024 (H=2, E=64), every
@@ -77,7 +77,7 @@ class StepCase:
 
 @dataclass(frozen=True)
 class Settings:
-    """What the benchmark measures (configs/benchmarks/kernels-hstu-attention*.yaml)."""
+    """What the benchmark measures (benchmarks/configs/kernels-hstu-attention*.yaml)."""
 
     # a quick check, not a measurement: it may run on CPU (Triton's interpreter) and its result is named `-smoke`
     smoke: bool
@@ -309,9 +309,9 @@ def print_tables(cases: list[dict[str, Any]], steps: list[dict[str, Any]]) -> No
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/kernels-hstu-attention.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/kernels-hstu-attention.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
-    device = kernel_device(settings.smoke, "configs/benchmarks/kernels-hstu-attention-smoke.yaml")
+    device = kernel_device(settings.smoke, "benchmarks/configs/kernels-hstu-attention-smoke.yaml")
 
     timer, timer_note = make_timer(device, settings.cpu_repeats)
     cases = []

@@ -3,7 +3,7 @@ HSTU's attention, `torch` vs `triton`; writes JSON.
 
 Usage:
     .venv/bin/python -m benchmarks.kernels.training_step   # on a CUDA GPU
-    .venv/bin/python -m benchmarks.kernels.training_step --config configs/benchmarks/kernels-training-step-smoke.yaml
+    .venv/bin/python -m benchmarks.kernels.training_step --config benchmarks/configs/kernels-training-step-smoke.yaml
         # tiny sizes; on CPU in Triton's interpreter
 
 SASRec with semantic-ID features (`sid_levels` 3) looks every item up as an embedding bag of its 3 prefix
@@ -11,7 +11,7 @@ ids, and builds the whole (V+1, D) item table each step for the softmax; its `em
 `torch` and `triton`. HSTU's `attention_kernel` is timed the same way (dense masked rows vs the jagged Triton
 attention). One training step = the NextItemRecipe loss on a packed batch, backward, and an Adam step, exactly as
 `recsys.training.trainer` runs it (bf16 autocast on CUDA); the same model and batch for both kernels. Cases
-(configs/benchmarks/kernels-training-step.yaml; `--config`, `--set KEY=VALUE`): SASRec at the Beauty shape of
+(benchmarks/configs/kernels-training-step.yaml; `--config`, `--set KEY=VALUE`): SASRec at the Beauty shape of
 configs/beauty/sasrec-sid.yaml (12,101 items, D=64, full softmax) and on a 1M-item catalog (sampled softmax with
 1,024 negatives), HSTU on a 1M-item catalog with the attention benchmark's shape (128 rows of 200, 2 heads of 64).
 Writes benchmarks/results/kernels-training-step-<gpu>.json (`-smoke` appended for a `smoke: true` config), with
@@ -55,7 +55,7 @@ class StepCase:
 
 @dataclass(frozen=True)
 class Settings:
-    """What the benchmark measures (configs/benchmarks/kernels-training-step*.yaml)."""
+    """What the benchmark measures (benchmarks/configs/kernels-training-step*.yaml)."""
 
     # a quick check, not a measurement: it may run on CPU (Triton's interpreter) and its result is named `-smoke`
     smoke: bool
@@ -133,9 +133,9 @@ def run_case(c: StepCase, device: torch.device, timer: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(__doc__, "configs/benchmarks/kernels-training-step.yaml")
+    parser = benchmark_parser(__doc__, "benchmarks/configs/kernels-training-step.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
-    device = kernel_device(settings.smoke, "configs/benchmarks/kernels-training-step-smoke.yaml")
+    device = kernel_device(settings.smoke, "benchmarks/configs/kernels-training-step-smoke.yaml")
 
     timer, timer_note = make_timer(device, settings.cpu_repeats)
     cases = []

@@ -63,7 +63,7 @@ SECOND_REVIEW_ITEMS = {
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = benchmark_parser(DOC or "", "configs/benchmarks/reliability.yaml")
+    parser = benchmark_parser(DOC or "", "benchmarks/configs/reliability.yaml")
     parser.add_argument("--work-dir", type=Path, default=Path(".cache/bench-reliability"), help="emptied first")
     args = parser.parse_args(argv)
     log_to_console()
@@ -161,7 +161,7 @@ def _api_cases(settings: Settings, work: Path) -> tuple[list[Case], dict[str, An
 def _adapter_cases(settings: Settings, base_dir: Path, uri: str, work: Path, token: list[str]) -> list[Case]:
     """A domain-adapted champion over the experiment's model (the synthetic data's domains), served with an admin
     token and an adapter root: the adapter-file cases."""
-    model = {"name": "domain_adapters", "base_dir": str(base_dir), "params": {"rank": 2}}
+    model = {"name": "domain_adapters", "upstream": {"base": str(base_dir)}, "params": {"rank": 2}}
     config = settings.experiment_config({"tracking.uri": uri, "name": "reliability-adapters", "model": model})
     outputs, _ = run_pipeline(config, work)
     assert outputs.model is not None

@@ -27,7 +27,10 @@ class TrainRetrieverStep(Step[TrainOutputs]):
         # the intervals are the evaluate step's: they do not change what training makes
         exclude = {**HOW_IT_RUNS, "eval": HOW_IT_RUNS["eval"] | {"uncertainty"}}
         sections = config.model_dump(mode="json", include={"model", "train", "eval", *student}, exclude=exclude)
-        upstream = {role: model_sha256(path, _config_key(role)) for role, path in config.model.upstream_dirs().items()}
+        model = config.model
+        upstream = {
+            entry: model_sha256(path, model.upstream_key(entry)) for entry, path in model.upstream_dirs().items()
+        }
         if config.distill is not None:
             upstream["teacher"] = model_sha256(config.distill.teacher_dir, TEACHER_KEY)
         features = {"sids": as_json(done.semantic_ids), "content": as_json(done.content)}
@@ -43,8 +46,3 @@ class TrainRetrieverStep(Step[TrainOutputs]):
 
     def fresh_start(self, paths: ExperimentPaths) -> None:
         shutil.rmtree(training_state_path(paths.model_dir), ignore_errors=True)
-
-
-def _config_key(role: str) -> str:
-    """The config key naming an upstream model directory of `role` (`ModelSection.upstream_dirs`)."""
-    return "model.members" if role.startswith("member") else f"model.{role}_dir"

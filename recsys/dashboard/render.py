@@ -379,7 +379,7 @@ def _metadata(evaluations: Sequence[Evaluation]) -> str:
     if not present:
         return _empty(
             "No LLM-written item metadata in the evaluated models: their configs have no enrich section.",
-            "recsys pipeline run --config configs/beauty/sasrec-sid-cold-metadata.yaml",
+            "recsys pipeline run --config CONFIG with an enrich section in CONFIG (docs/enrich.md)",
         )
     lines = []
     for e in present:

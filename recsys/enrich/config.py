@@ -27,9 +27,8 @@ class EnrichConfig:
         text_fields: the item columns that make an item's text (absent ones skipped; items without text are skipped).
         batch_size: items per local model call / per round of http requests (and per cache transaction).
         limit: most items asked in one run (None: all); the rest are left for the next run.
-        records: an item_metadata.parquet written elsewhere (another machine, a GPU run; Beauty's is committed as
-            benchmarks/results/beauty-item-metadata.parquet) whose answers seed the cache: an item whose text,
-            prompt and model match one of them is not asked again.
+        records: an item_metadata.parquet written elsewhere (another machine, a GPU run: docs/enrich.md) whose
+            answers seed the cache: an item whose text, prompt and model match one of them is not asked again.
         device, precision, threads: the local model's ("auto" = cuda when available).
         concurrency, requests_per_s, timeout_s, max_retries, token_budget: the http backend's (recsys.enrich.http).
     """

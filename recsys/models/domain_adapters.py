@@ -5,7 +5,7 @@ layers of the transformer blocks (`recsys.modules.lora`) and, with `embedding_ra
 own items' embeddings (`DomainItemLoRA`), trained on that domain's users only. A history is
 scored with the adapter of its domain, over that domain's items only: the domain of its most recent item
 (histories stay within a domain), or the one a request names (`score_in`). New adapters are zero, so before
-training the model ranks like its base. In a pipeline: `model.name: domain_adapters` with `model.base_dir`
+training the model ranks like its base. In a pipeline: `model.name: domain_adapters` with `model.upstream.base`
 (a trained SASRec model directory on the same multi-domain data); the domains are the data's.
 
 Dimension letters: B histories, L length, V+1 items (0 = padding).
@@ -22,7 +22,16 @@ from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
 
 from recsys.data.times import HistoryTimes
 from recsys.errors import ConfigError
-from recsys.models.family import Input, Model, ModelFamily, ModelInputs, Rebuild, check_items, required
+from recsys.models.family import (
+    Input,
+    Model,
+    ModelFamily,
+    ModelInputs,
+    Rebuild,
+    UpstreamRole,
+    check_items,
+    required,
+)
 from recsys.models.sasrec import SASRec
 from recsys.modules.lora import DomainItemLoRA, LoRAConfig, add_lora, lora_layers, route
 from recsys.runtime.validation import Fraction
@@ -145,10 +154,10 @@ def _last_item(rows: torch.Tensor) -> torch.Tensor:
 
 
 def _build(fields: dict[str, Any], inputs: ModelInputs) -> DomainAdaptedRetriever:
-    base = required(inputs.base, "model 'domain_adapters' adapts a SASRec of every domain. Fix: set model.base_dir")
+    base = required(inputs.base, f"model 'domain_adapters' adapts a SASRec of every domain. Fix: set {BASE.key}")
     if not isinstance(base.model, SASRec):  # its adapters wrap SASRec's block layers by name
-        raise ConfigError(f"model 'domain_adapters' adapts a SASRec; model.base_dir holds a {base.family} model")
-    check_items(base, fields["num_items"], "model.base_dir")
+        raise ConfigError(f"model 'domain_adapters' adapts a SASRec; {BASE.key} holds a {base.family} model")
+    check_items(base, fields["num_items"], BASE.key)
     item_domains = required(inputs.item_domains, "model 'domain_adapters' needs the items' domains (a domain column)")
     asked = tuple(fields.get("domains") or inputs.domains)
     if asked != inputs.domains:
@@ -166,7 +175,9 @@ def _shape(config: DomainAdapterConfig, rebuild: Rebuild) -> DomainAdaptedRetrie
     return DomainAdaptedRetriever(config, base, torch.zeros(config.num_items + 1, dtype=torch.long))
 
 
+BASE = UpstreamRole("base", Input.BASE, "the SASRec of every domain it adapts")
 FAMILY = ModelFamily(
     "domain_adapters", DomainAdapterConfig, DomainAdaptedRetriever, _build, training="next_item",
-    reads=lambda config: frozenset({Input.BASE, Input.DOMAINS}), shape=_shape, filled={"num_items": 0, "base": {}},
+    reads=lambda config: frozenset({Input.DOMAINS}), upstream=(BASE,), shape=_shape,
+    filled={"num_items": 0, "base": {}},
 )  # fmt: skip

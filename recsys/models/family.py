@@ -2,11 +2,12 @@
 
 Each family declares its spec in its own module (`FAMILY = ModelFamily(...)` at the end of `recsys/models/sasrec.py`,
 ...): its config dataclass and model class, how a model is built from config fields and inputs, what it reads
-(`reads`: a function of its config, so `sid_levels: 0` reads no semantic IDs), how it trains (`training`: a key of
-`recsys.training.recipes`) and, for a model made of other models, how a saved one is reshaped. The registry
-(`recsys.models.registry`) collects the specs; the pipeline builds only the inputs a family reads and runs only the
-steps those inputs need; everything else asks the model through protocols (`recsys.inference`,
-`recsys.training.capabilities`). docs/model-families.md walks through adding one.
+(`reads`: a function of its config, so `sid_levels: 0` reads no semantic IDs), the trained models it is built on
+(`upstream`: each role's name under `model.upstream`, one model directory or a list, and the input it feeds), how it
+trains (`training`: a key of `recsys.training.recipes`) and, for a model made of other models, how a saved one is
+reshaped. The registry (`recsys.models.registry`) collects the specs; the pipeline builds only the inputs a family
+reads and runs only the steps those inputs need; everything else asks the model through protocols
+(`recsys.inference`, `recsys.training.capabilities`). docs/model-families.md walks through adding one.
 
 Dimension letters: V+1 items (0 = padding), C content dim, T semantic-ID levels.
 """
@@ -18,6 +19,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 import torch
@@ -85,13 +87,13 @@ class Input(StrEnum):
     NEW_ITEMS = "new_items"  # the items held out of training (the cold-start split)
     ITEM_COUNTS = "item_counts"  # how often each item occurs in the training sequences (0: never trained)
     TASKS = "tasks"  # the data's prediction tasks beside the next item (`recsys.data.tasks`)
-    RETRIEVER = "retriever"  # a trained first stage (`model.retriever_dir`)
+    # trained models this one is built on (model directories: the family's `UpstreamRole`s name them)
+    RETRIEVER = "retriever"  # a trained first stage
     HOLDOUT_RETRIEVER = "holdout_retriever"  # that first stage trained without the last items (its recipe's)
-    BASE = "base"  # a trained model adapted by this one (`model.base_dir`)
-    MEMBERS = "members"  # trained models combined by this one (`model.members`)
+    BASE = "base"  # a trained model adapted by this one
+    MEMBERS = "members"  # trained models combined by this one
 
 
-UPSTREAM = (Input.RETRIEVER, Input.HOLDOUT_RETRIEVER, Input.BASE, Input.MEMBERS)  # read from model directories
 CONTENT_INPUTS = frozenset({Input.CONTENT, Input.ITEM_TEXTS, Input.QUERIES})  # made by the `embed_content` step
 
 
@@ -142,6 +144,49 @@ class ModelInputs:
     members: tuple[Upstream, ...] = ()
 
 
+UPSTREAM_KEY = "model.upstream"  # the experiment config's mapping of a family's upstream roles to model directories
+
+
+@dataclass(frozen=True)
+class UpstreamRole:
+    """A trained model (or a list of them) that a family is built on: an experiment config names its model
+    directory under `model.upstream.<name>`.
+
+    Args:
+        name: the role's key under `model.upstream` (and its entry in the train step's fingerprint).
+        feeds: the input it is (`Input.RETRIEVER`, ...): what the model or its recipe gets.
+        what: what it is, for messages, e.g. "the first stage whose top candidates it re-scores".
+        many: a list of model directories rather than one.
+        required: a config of the family must name it.
+    """
+
+    name: str
+    feeds: Input
+    what: str
+    many: bool = False
+    required: bool = True
+
+    @property
+    def key(self) -> str:
+        """Its dotted config key."""
+        return f"{UPSTREAM_KEY}.{self.name}"
+
+    def check(self, family: str, given: object) -> None:
+        """ConfigError naming the key and the fix when `given` (the config's value, None: absent) does not fit."""
+        shape = "a list of trained model directories" if self.many else "a trained model directory"
+        example = "[runs/models/A, runs/models/B]" if self.many else "runs/models/NAME"
+        if given is None or given == []:
+            if self.required:
+                raise ConfigError(
+                    f"{self.key}: model {family!r} is built on {self.what}, and the config names none. Fix: set "
+                    f"{self.key} to {shape} (e.g. {example}; `--set {self.key}=...`)"
+                )
+            return
+        paths = given if isinstance(given, list) else [given]
+        if isinstance(given, list) != self.many or not all(isinstance(path, str | Path) for path in paths):
+            raise ConfigError(f"{self.key}: {given!r} is not {shape}. Fix: e.g. {self.key}: {example}")
+
+
 ModelT = TypeVar("ModelT", bound=Model[Any])
 Rebuild = Callable[[Mapping[str, Any]], Model[Any]]  # a saved {"name", "config"} -> an untrained model of its shape
 
@@ -163,7 +208,9 @@ class ModelFamily(Generic[ConfigT, ModelT]):
         training: how it trains, a key of `recsys.training.recipes` (its `model.training` settings and its recipe):
             "next_item", "queries", "generative", "two_tower", "ranker"; "counts" (fitted on item counts) and
             "frozen" (made of trained models) have no epoch loop.
-        reads: its config -> the inputs it reads (`Input`); the pipeline builds those and no others.
+        reads: its config -> the inputs it reads (`Input`) besides its upstream models; the pipeline builds those and
+            no others.
+        upstream: the trained models it is built on, by role (`UpstreamRole`); none for a model trained from data.
         shape: (a saved config, a rebuilder of saved parts) -> an untrained model of its shape, which the saved
             state dict then fills; None: `model(config)`.
         filled: the config fields `build` fills in (not the user's to set), with values that stand in for them when
@@ -176,6 +223,7 @@ class ModelFamily(Generic[ConfigT, ModelT]):
     build: Callable[[dict[str, Any], ModelInputs], ModelT]
     training: str
     reads: Callable[[ConfigT], frozenset[Input]] = reads_nothing
+    upstream: tuple[UpstreamRole, ...] = ()
     shape: Callable[[ConfigT, Rebuild], ModelT] | None = None
     filled: Mapping[str, Any] = field(default_factory=lambda: {"num_items": 1})
 
@@ -191,8 +239,26 @@ class ModelFamily(Generic[ConfigT, ModelT]):
         return self.validate(params, self.filled)
 
     def inputs(self, params: Mapping[str, Any]) -> frozenset[Input]:
-        """What a model of these `params` reads."""
-        return self.reads(self.check_params(params))
+        """What a model of these `params` reads, its upstream models included."""
+        return self.reads(self.check_params(params)) | {role.feeds for role in self.upstream}
+
+    def check_upstream(self, given: Mapping[str, object]) -> None:
+        """The trained models a config names by role (`model.upstream`): ConfigError naming the key and the fix for
+        a role the family has not, a required one missing or one of the wrong shape."""
+        roles = {role.name: role for role in self.upstream}
+        unknown = [f"{UPSTREAM_KEY}.{name}" for name in given if name not in roles]
+        if unknown:
+            known = ", ".join(role.key for role in self.upstream) or "none"
+            raise ConfigError(
+                f"{', '.join(unknown)}: model {self.name!r} is built on no such trained model (its roles: {known}). "
+                "Fix: remove the key, or name a model family that reads it (docs/model-families.md)"
+            )
+        for role in self.upstream:
+            role.check(self.name, given.get(role.name))
+
+    def role(self, feeds: Input) -> UpstreamRole | None:
+        """The upstream role that feeds input `feeds`, if the family has one."""
+        return next((role for role in self.upstream if role.feeds == feeds), None)
 
     def reshaped(self, saved_config: Mapping[str, Any], rebuild: Rebuild) -> ModelT:
         """An untrained model of a saved config, for its state dict to fill."""

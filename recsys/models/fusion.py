@@ -19,7 +19,7 @@ from torch import nn
 
 from recsys.data.times import HistoryTimes
 from recsys.errors import ConfigError
-from recsys.models.family import Input, Model, ModelFamily, ModelInputs, Rebuild, check_items
+from recsys.models.family import Input, Model, ModelFamily, ModelInputs, Rebuild, UpstreamRole, check_items
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,9 @@ class Fusion(Model[FusionConfig]):
 
 def _build(fields: dict[str, Any], inputs: ModelInputs) -> Fusion:
     if len(inputs.members) < 2:
-        raise ConfigError("model 'fusion' needs model.members: a list of >= 2 trained model directories")
+        raise ConfigError(f"model 'fusion' needs {MEMBERS.key}: a list of >= 2 trained model directories")
     for member in inputs.members:
-        check_items(member, fields["num_items"], "model.members")
+        check_items(member, fields["num_items"], MEMBERS.key)
     config = FAMILY.validate({**fields, "members": [member.saved() for member in inputs.members]})
     return Fusion(config, [member.model for member in inputs.members])
 
@@ -87,7 +87,8 @@ def _shape(config: FusionConfig, rebuild: Rebuild) -> Fusion:
     return Fusion(config, [rebuild(member) for member in config.members])
 
 
+MEMBERS = UpstreamRole("members", Input.MEMBERS, "the trained models it combines (two or more)", many=True)
 FAMILY = ModelFamily(
-    "fusion", FusionConfig, Fusion, _build, training="frozen", reads=lambda config: frozenset({Input.MEMBERS}),
-    shape=_shape, filled={"num_items": 1, "members": []},
+    "fusion", FusionConfig, Fusion, _build, training="frozen", upstream=(MEMBERS,), shape=_shape,
+    filled={"num_items": 1, "members": []},
 )  # fmt: skip

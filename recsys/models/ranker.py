@@ -41,6 +41,7 @@ from recsys.models.family import (
     ModelFamily,
     ModelInputs,
     Rebuild,
+    UpstreamRole,
     check_items,
     content_of,
     required,
@@ -277,8 +278,8 @@ class TwoStageRanker(Model[RankerConfig]):
 def _build(fields: dict[str, Any], inputs: ModelInputs) -> TwoStageRanker:
     """A ranker over its trained first stage, frozen; it starts from the first stage's item vectors where those are
     the retriever's one item table (input and output tied) of the ranker's dim."""
-    retriever = required(inputs.retriever, "model 'ranker' re-scores a first stage. Fix: set model.retriever_dir")
-    check_items(retriever, fields["num_items"], "model.retriever_dir")
+    retriever = required(inputs.retriever, f"model 'ranker' re-scores a first stage. Fix: set {RETRIEVER.key}")
+    check_items(retriever, fields["num_items"], RETRIEVER.key)
     config = FAMILY.validate({**fields, "retriever": retriever.saved()})
     shared = retriever.model.shared_item_table() if isinstance(retriever.model, SharedItemTable) else None
     items = shared if shared is not None and shared.shape[1] == config.dim else None
@@ -313,15 +314,19 @@ def _tasks(asked: tuple[str, ...] | None, available: tuple[str, ...]) -> tuple[s
 
 
 def _reads(config: RankerConfig) -> frozenset[Input]:
-    inputs = {Input.RETRIEVER, Input.HOLDOUT_RETRIEVER, Input.TASKS}
-    return frozenset(inputs | ({Input.CONTENT} if config.use_content else set()))
+    return frozenset({Input.TASKS} | ({Input.CONTENT} if config.use_content else set()))
 
 
 def _shape(config: RankerConfig, rebuild: Rebuild) -> TwoStageRanker:
     return TwoStageRanker(config, rebuild(config.retriever))
 
 
+RETRIEVER = UpstreamRole("retriever", Input.RETRIEVER, "the first stage whose top candidates it re-scores")
+HOLDOUT_RETRIEVER = UpstreamRole(
+    "holdout_retriever", Input.HOLDOUT_RETRIEVER, "that first stage trained without each user's last training items "
+    "(its model.training.holdout_last), whose candidates it learns on", required=False,
+)  # fmt: skip
 FAMILY = ModelFamily(
-    "ranker", RankerConfig, TwoStageRanker, _build, training="ranker", reads=_reads, shape=_shape,
-    filled={"num_items": 1, "retriever": {}, "content_dim": 0},
+    "ranker", RankerConfig, TwoStageRanker, _build, training="ranker", reads=_reads,
+    upstream=(RETRIEVER, HOLDOUT_RETRIEVER), shape=_shape, filled={"num_items": 1, "retriever": {}, "content_dim": 0},
 )  # fmt: skip

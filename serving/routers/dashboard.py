@@ -2,8 +2,8 @@
 
 It reads the MLflow store the API's registry lives in (settings.registry_uri): runs, metric comparison, slices of the
 latest evaluate runs, semantic-ID health. Reading and drawing cost up to seconds of CPU, so a page is rendered once
-per state of the store and served from a cache (`serving.dashboard_cache`): a SQLite store's state is its file's size and
-modification time (a new evaluation, run or promotion changes it); any other store is read again at most every
+per state of the store and served from a cache (`serving.dashboard_cache`): a SQLite store's state is its file's size
+and modification time (a new evaluation, run or promotion changes it); any other store is read again at most every
 `dashboard_ttl_s`. Each page carries an ETag: a client that has it gets 304. plotly.js (4.8 MB) is not in the page:
 it is `GET /dashboard/plotly-<version>.min.js`, cached by the browser for good (the version is in its name).
 

@@ -14,7 +14,7 @@ import benchmarks.comparisons as comparisons
 from benchmarks.common import REPO
 from benchmarks.reproduce import problems_of
 
-SMOKE = "configs/benchmarks/comparisons-smoke.yaml"
+SMOKE = "benchmarks/configs/comparisons-smoke.yaml"
 
 
 def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: Path) -> None:
@@ -81,34 +81,36 @@ def test_a_model_run_on_its_own_brings_the_retrievers_it_is_built_on() -> None:
 
 
 def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:
-    settings = comparisons.load_settings(REPO / "configs/benchmarks/beauty-comparisons.yaml", {"device": "cuda"})
+    settings = comparisons.load_settings(REPO / "benchmarks/configs/beauty-comparisons.yaml", {"device": "cuda"})
     assert [m.label for m in settings.models] == ["SASRec", "SASRec + SID features", "two-stage"]
     work = Path("/work-dir")
     two_stage = comparisons.model_config(settings, settings.models[2], 1, work)
     assert two_stage.name == "beauty-two-stage-seed1" and two_stage.train.seed == 1
-    assert two_stage.model.retriever_dir == work / "models" / "beauty-sasrec-seed1"
+    assert two_stage.model.upstream_dirs() == {"retriever": work / "models" / "beauty-sasrec-seed1"}
     assert two_stage.train.hardware.device == "cuda" and two_stage.eval.uncertainty.resamples == 1000
-    assert comparisons.model_config(settings, settings.models[2], 0, work).model.retriever_dir == (
-        work / "models" / "beauty-sasrec"
-    )
+    assert comparisons.model_config(settings, settings.models[2], 0, work).model.upstream_dirs() == {
+        "retriever": work / "models" / "beauty-sasrec"
+    }
 
 
 def test_a_beauty_student_learns_from_the_ranker_of_its_seed() -> None:
-    settings = comparisons.load_settings(REPO / "configs/benchmarks/beauty-ranking.yaml", {})
+    settings = comparisons.load_settings(REPO / "benchmarks/configs/beauty-ranking.yaml", {})
     by_label = {model.label: model for model in settings.models}
     work = Path("/work-dir")
     student = comparisons.model_config(settings, by_label["student wide"], 2, work)
     assert student.name == "beauty-distill-ranker-wide-seed2" and student.distill is not None
     assert student.distill.teacher_dir == work / "models" / "beauty-ranker-residual-moe-seed2"
     ranker = comparisons.model_config(settings, by_label["ranker MoE"], 2, work)
-    assert ranker.model.retriever_dir == work / "models" / "beauty-sasrec-seed2"
-    assert ranker.model.holdout_retriever_dir == work / "models" / "beauty-sasrec-holdout-seed2"
+    assert ranker.model.upstream_dirs() == {
+        "retriever": work / "models" / "beauty-sasrec-seed2",
+        "holdout_retriever": work / "models" / "beauty-sasrec-holdout-seed2",
+    }
     chain = [model.label for model in comparisons.built_on(settings.models, "student wide")]
     assert chain == ["SASRec", "SASRec held out", "ranker MoE", "student wide"]  # run on its own, in this order
 
 
 def test_models_that_read_queries_are_compared_on_search_user_by_user(tmp_path: Path) -> None:
-    config = "configs/benchmarks/comparisons-search-smoke.yaml"
+    config = "benchmarks/configs/comparisons-search-smoke.yaml"
     argv = ["--config", config, "--set", f"work_dir={tmp_path / 'work'}", "--results-dir", str(tmp_path)]
     result = json.loads(comparisons.main(argv).read_text())
     record = result["models"]["query-aware"]["search"]

@@ -13,8 +13,8 @@ import benchmarks.compile_speedup as compile_speedup
 from benchmarks.common import REPO
 from benchmarks.reproduce import problems_of
 
-CONFIG = "configs/benchmarks/compile-speedup.yaml"
-SMOKE = "configs/benchmarks/compile-speedup-smoke.yaml"
+CONFIG = "benchmarks/configs/compile-speedup.yaml"
+SMOKE = "benchmarks/configs/compile-speedup-smoke.yaml"
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's (torch.jit.script_method)

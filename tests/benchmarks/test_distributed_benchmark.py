@@ -13,7 +13,7 @@ import pytest
 import benchmarks.distributed as distributed
 from benchmarks.common import REPO
 
-SMOKE = "configs/benchmarks/distributed-smoke.yaml"
+SMOKE = "benchmarks/configs/distributed-smoke.yaml"
 
 
 def test_smoke_run_reports_each_configuration_and_batch_and_profiles_the_first(tmp_path: Path) -> None:
@@ -70,16 +70,16 @@ def test_windows_of_whole_epochs_hold_every_target_of_an_epoch_once(tmp_path: Pa
 
 
 def test_the_4_gpu_config_runs_1_2_and_4_processes_and_refuses_counts_out_of_range() -> None:
-    settings = distributed.load_settings(REPO / "configs/benchmarks/distributed-4gpu.yaml", {})
+    settings = distributed.load_settings(REPO / "benchmarks/configs/distributed-4gpu.yaml", {})
     assert distributed._world_sizes(settings) == [1, 2, 4] and settings.result_name == "distributed-4gpu-h200"
     with pytest.raises(SystemExit, match="strictly between 1 and processes"):
         distributed._world_sizes(
-            distributed.load_settings(REPO / "configs/benchmarks/distributed.yaml", {"between": [2]})
+            distributed.load_settings(REPO / "benchmarks/configs/distributed.yaml", {"between": [2]})
         )
 
 
 def test_the_h100_config_measures_three_batches_over_whole_epochs_and_profiles() -> None:
-    settings = distributed.load_settings(REPO / "configs/benchmarks/distributed-2gpu-h100.yaml", {})
+    settings = distributed.load_settings(REPO / "benchmarks/configs/distributed-2gpu-h100.yaml", {})
     assert settings.per_process_batches == (128, 512, 2048) and not settings.in_batch_negatives
     assert settings.profile and settings.result_name == "distributed-2gpu-h100" and settings.processes == 2
     assert settings.timed_epochs == 1 and settings.repeats == 3

@@ -12,7 +12,7 @@ import benchmarks.generative_speed as generative_speed
 from benchmarks.reproduce import problems_of
 from recsys.errors import ConfigError
 
-SMOKE = "configs/benchmarks/generative-speed-smoke.yaml"
+SMOKE = "benchmarks/configs/generative-speed-smoke.yaml"
 
 
 def test_the_smoke_run_times_epochs_and_profiles_training_steps(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from benchmarks.kernels.embedding_bag import gpu_name
 from benchmarks.reproduce import problems_of
 from recsys.errors import ConfigError
 
-SMOKE = "configs/benchmarks/kernels-hstu-attention-smoke.yaml"
+SMOKE = "benchmarks/configs/kernels-hstu-attention-smoke.yaml"
 TIMING = {"ms", "torch_ms", "ratio_vs_torch", "flops", "TFLOPs", "torch_TFLOPs", "bytes", "GBps"}
 
 
@@ -81,7 +81,7 @@ def test_jagged_lengths_reach_the_longest_and_stay_above_half() -> None:
 
 
 def test_the_full_config_loads_the_issue_cases() -> None:
-    settings = hstu_attention.load_settings(REPO / "configs/benchmarks/kernels-hstu-attention.yaml", {})
+    settings = hstu_attention.load_settings(REPO / "benchmarks/configs/kernels-hstu-attention.yaml", {})
     shapes = {(c.num_seqs, c.seq_len, c.heads, c.head_dim, c.lengths) for c in settings.cases}
     assert {(128, 200, 2, 64, "full"), (128, 200, 2, 64, "jagged"), (32, 1024, 2, 64, "full")} <= shapes
     assert settings.dtype == "bfloat16" and settings.compile_torch and not settings.smoke

@@ -16,7 +16,7 @@ from benchmarks.kernels import embedding_bag
 from benchmarks.reproduce import problems_of
 from recsys.errors import ConfigError
 
-SMOKE = "configs/benchmarks/kernels-embedding-bag-smoke.yaml"
+SMOKE = "benchmarks/configs/kernels-embedding-bag-smoke.yaml"
 
 TOP_LEVEL = {"gpu": str, "torch": str, "triton": str, "copy_GBps": float, "cases": list, "machine": dict,
              "versions": dict, "command": str}  # fmt: skip

@@ -24,5 +24,5 @@ def test_variants_report_ranking_tasks_and_expert_load(tmp_path: Path) -> None:
     assert moe["head_active_parameters"] > 0 and dense["head_active_parameters"] > 0
     assert 0.0 <= moe["test"]["ndcg@10"] <= 1.0
     assert result["reproduce"]["benchmark"] == "benchmarks.moe_heads"
-    assert result["reproduce"]["config"] == "configs/benchmarks/moe-heads.yaml"
+    assert result["reproduce"]["config"] == "benchmarks/configs/moe-heads.yaml"
     assert problems_of(path) == []

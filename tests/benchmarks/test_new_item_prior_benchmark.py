@@ -12,7 +12,7 @@ import pytest
 import benchmarks.new_item_prior as new_item_prior
 from benchmarks.reproduce import problems_of
 
-SMOKE = "configs/benchmarks/new-item-prior-smoke.yaml"
+SMOKE = "benchmarks/configs/new-item-prior-smoke.yaml"
 
 
 def test_the_smoke_prior_is_chosen_on_validation_and_paired_on_test(tmp_path: Path) -> None:
@@ -20,7 +20,7 @@ def test_the_smoke_prior_is_chosen_on_validation_and_paired_on_test(tmp_path: Pa
     argv = ["--config", SMOKE, "--results-dir", str(tmp_path), "--set", "priors=[0.0, 1.0, 4.0, 50.0]",
             "--set", f"comparisons_overrides={{work_dir: {work}}}"]  # fmt: skip
     outside = tmp_path / "cold-start.yaml"
-    outside.write_text(Path("configs/benchmarks/cold-start-smoke.yaml").read_text())
+    outside.write_text(Path("benchmarks/configs/cold-start-smoke.yaml").read_text())
     with pytest.raises(SystemExit, match="not a file in the repo"):  # a result comes from configs in the repo only
         new_item_prior.main([*argv, "--set", f"comparisons={outside}"])
     path = new_item_prior.main([*argv, "--set", "warm_tolerance=0.05"])

@@ -45,11 +45,11 @@ def test_a_result_needs_a_config_in_the_repo(tmp_path: Path) -> None:
     outside.write_text("train: {schedule: {epochs: 1}}\n")
     with pytest.raises(SystemExit, match="not a file in the repo"):
         reproduce_of("benchmarks.quality", Namespace(config=outside, set=[]))
-    args = Namespace(config=REPO / SASREC, set=["model.members=[a, b]"])
+    args = Namespace(config=REPO / SASREC, set=["model.upstream.members=[a, b]"])
     record = reproduce_of("benchmarks.quality", args, {"train.hardware.device": "cuda"})
-    expected = {"train.hardware.device": "cuda", "model.members": ["a", "b"]}
+    expected = {"train.hardware.device": "cuda", "model.upstream.members": ["a", "b"]}
     assert record == Reproduce("benchmarks.quality", SASREC, expected)
     assert record.command() == (
         f".venv/bin/python -m benchmarks.quality --config {SASREC} --set train.hardware.device=cuda "
-        "--set 'model.members=[a, b]'"
+        "--set 'model.upstream.members=[a, b]'"
     )

@@ -13,7 +13,7 @@ from benchmarks.common import REPO
 from benchmarks.reproduce import problems_of
 from recsys.errors import ConfigError
 
-SMOKE = "configs/benchmarks/retrieval-faiss-smoke.yaml"
+SMOKE = "benchmarks/configs/retrieval-faiss-smoke.yaml"
 
 
 def test_small_run_writes_recall_and_qps_against_exact(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from pipelines.index import item_vectors, user_queries, vector_model
 from recsys.artifacts.model_dir import load_model_dir
 from tests.conftest import train_experiment
 
-SMOKE = "configs/benchmarks/retrieval-trained-smoke.yaml"
+SMOKE = "benchmarks/configs/retrieval-trained-smoke.yaml"
 PQ = "{kind: ivf_pq, nlist: 4, pq_m: 8, pq_nbits: 4, fast_scan: true, refine_k_factor: 2}"
 INDEXES = (
     f"[{{index: {PQ}, knob: nprobe, values: [1, 4]}}, {{index: {PQ}, knob: refine_k_factor, values: [8]}}, "

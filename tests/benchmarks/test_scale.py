@@ -14,7 +14,7 @@ import benchmarks.scale as scale
 from benchmarks.reproduce import problems_of
 from recsys.errors import ConfigError
 
-SMOKE = "configs/benchmarks/scale-smoke.yaml"
+SMOKE = "benchmarks/configs/scale-smoke.yaml"
 DATA_STEPS = ("generate", "prepare", "p5_text", "prepare_p5")
 RECORD_KEYS = {"users", "items", "interactions", "status", "wall_s", "cpu_s", "peak_rss_gib", "disk_gib", "note"}
 

@@ -19,7 +19,7 @@ from recsys.evaluation.queries import LEVELS, catalogue_titles
 from recsys.retrieval.lexical import BM25Retriever
 from tests.conftest import train_experiment
 
-SMOKE = "configs/benchmarks/search-smoke.yaml"
+SMOKE = "benchmarks/configs/search-smoke.yaml"
 PARAMS = {"max_history": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64}
 
 

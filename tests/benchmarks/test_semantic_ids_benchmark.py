@@ -10,8 +10,8 @@ import benchmarks.semantic_ids as semantic_ids
 from benchmarks.reproduce import problems_of
 
 EXPERIMENT = (
-    "{data.options.num_users: 300, data.options.num_items: 150, "
-    "sid: {method: rqkmeans, content: {text_fields: [title]}, rqkmeans: {levels: 2, codebook_size: 8}}}"
+    "{data.options.num_users: 300, data.options.num_items: 150, content.text_fields: [title], "
+    "sid: {method: rqkmeans, rqkmeans: {levels: 2, codebook_size: 8}}}"
 )
 
 
@@ -29,6 +29,6 @@ def test_throughput_and_health_of_each_config(tmp_path: Path) -> None:
     assert health["num_items"] == 150 and health["levels"] == 2 and len(health["utilisation"]) == 2
     assert 0.0 <= health["collision_rate"] <= 1.0 and health["build"]["method"] == "rqkmeans"
     assert result["reproduce"]["benchmark"] == "benchmarks.semantic_ids"
-    assert result["reproduce"]["config"] == "configs/benchmarks/semantic-ids.yaml"
+    assert result["reproduce"]["config"] == "benchmarks/configs/semantic-ids.yaml"
     assert result["reproduce"]["overrides"]["configs"] == ["configs/synthetic/sasrec.yaml"]
     assert problems_of(path) == []

@@ -27,5 +27,5 @@ def test_tiny_run_records_catalogue_times_and_the_stream(tmp_path: Path) -> None
     assert stream["users"] == 200 and stream["interactions"] > 5 * 200  # at least min_length per user
     assert 0 < stream["rss_after_imports_gib"] <= stream["peak_rss_gib"] < 8
     assert stream["largest_chunk_mib"] > 0 and stream["parquet_gib"] > 0
-    assert result["reproduce"]["config"] == "configs/benchmarks/synthetic-scale.yaml"
+    assert result["reproduce"]["config"] == "benchmarks/configs/synthetic-scale.yaml"
     assert problems_of(path) == []

@@ -26,7 +26,8 @@ TINY = {
 
 def test_slices_cover_every_test_user_and_only_the_time_model_has_a_time_bias(tmp_path: Path) -> None:
     work = tmp_path / "work"
-    for config in ("configs/synthetic/sessions-hstu.yaml", "configs/synthetic/sessions-hstu-time.yaml"):
+    for stem in ("sessions-hstu", "sessions-hstu-time"):
+        config = f"benchmarks/configs/synthetic/{stem}.yaml"
         train_experiment(load_config(Path(config), TINY), work)
     path = time_buckets.main(["--work-dir", str(work), "--results-dir", str(tmp_path)])
     result = json.loads(path.read_text())
@@ -34,14 +35,14 @@ def test_slices_cover_every_test_user_and_only_the_time_model_has_a_time_bias(tm
     for row in models.values():
         assert row["same_session"]["users"] + row["new_session"]["users"] == row["all"]["users"] == 300
         assert 0 < row["new_session"]["users"] < 300
-    assert models["positions"]["config"] == "configs/synthetic/sessions-hstu.yaml"
+    assert models["positions"]["config"] == "benchmarks/configs/synthetic/sessions-hstu.yaml"
     assert models["positions"]["time_bias_layer1"] is None
     bias = models["positions + time buckets"]["time_bias_layer1"]
     assert len(bias) == 2 and len(bias[0]) == 32 and any(v != 0 for head in bias for v in head)  # trained: moved
     assert result["config"] == {"new_session_seconds": 3600, "split": "test", "ks": [10]}
     assert result["reproduce"] == {
         "benchmark": "benchmarks.time_buckets",
-        "config": "configs/benchmarks/time-buckets.yaml",
+        "config": "benchmarks/configs/time-buckets.yaml",
         "overrides": {},
     }
     assert problems_of(path) == []

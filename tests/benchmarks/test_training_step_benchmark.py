@@ -14,7 +14,7 @@ from benchmarks.kernels import training_step
 from benchmarks.kernels.embedding_bag import gpu_name
 from benchmarks.reproduce import problems_of
 
-SMOKE = "configs/benchmarks/kernels-training-step-smoke.yaml"
+SMOKE = "benchmarks/configs/kernels-training-step-smoke.yaml"
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -39,7 +39,7 @@ def test_smoke_run_times_both_kernels(tmp_path: Path) -> None:
 
 
 def test_the_full_config_loads_its_cases() -> None:
-    settings = training_step.load_settings(REPO / "configs/benchmarks/kernels-training-step.yaml", {})
+    settings = training_step.load_settings(REPO / "benchmarks/configs/kernels-training-step.yaml", {})
     assert [(c.name, c.model, c.num_items, c.loss) for c in settings.cases] == [
         ("beauty", "sasrec", 12_101, "full_softmax"),
         ("catalog-1m", "sasrec", 1_000_000, "sampled_softmax"),

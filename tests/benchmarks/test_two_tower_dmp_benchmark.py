@@ -10,7 +10,7 @@ import benchmarks.two_tower_dmp as two_tower_dmp
 from benchmarks.common import REPO
 from benchmarks.reproduce import problems_of
 
-SMOKE = "configs/benchmarks/two-tower-dmp-smoke.yaml"
+SMOKE = "benchmarks/configs/two-tower-dmp-smoke.yaml"
 
 
 def test_smoke_run_times_dmp_on_one_and_two_processes_and_records_the_plans(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 import benchmarks.zoo_table as zoo
 from benchmarks.reproduce import problems_of
 
-CONFIG = Path("configs/benchmarks/retrieval-zoo.yaml")
+CONFIG = Path("benchmarks/configs/retrieval-zoo.yaml")
 
 
 def quality_json(ndcg10: float, budget: int | None = None, reproduce: dict[str, Any] | None = None) -> dict:
@@ -49,7 +49,7 @@ def test_table_has_every_model_with_its_figures_config_and_budget(tmp_path: Path
     assert beauty[0]["device"] == "CPU, 2 cores"
     assert beauty[1]["config"] == "configs/beauty/sasrec.yaml"  # from the result's name
     assert beauty[3]["config"] == "configs/beauty/hstu.yaml"  # from the result's `reproduce`
-    assert result["tables"]["amazon-sports"][0]["config"] == "configs/sports/popularity.yaml"
+    assert result["tables"]["amazon-sports"][0]["config"] == "benchmarks/configs/sports/popularity.yaml"
     assert result["reproduce"] == {"benchmark": "benchmarks.zoo_table", "config": str(CONFIG), "overrides": {}}
     assert problems_of(path) == []
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
 
@@ -10,20 +9,33 @@ from pipelines.config import load_config, parse_overrides
 from recsys.errors import ConfigError
 from recsys.models.family import Input
 from recsys.training.recipes import NextItemTraining
+from tests.conftest import check_frozen_config
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-EXPERIMENTS = sorted(p for p in (REPO / "configs").glob("*/*.yaml") if p.parent.name != "benchmarks")
+CONFIGS = REPO / "configs"  # the configs a user starts from (the laboratory's: benchmarks/configs)
+EXPERIMENTS = sorted(CONFIGS.glob("*/*.yaml"))
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_frozen_configs_load_and_state_their_purpose_date_and_command(path: Path) -> None:
-    config = load_config(path)
-    assert config.name == f"{path.parent.name}-{path.stem}"  # configs/<dataset>/<stem>.yaml
-    header = path.read_text().splitlines()[:8]
-    for field in ("# Purpose:", "# Date:", "# Command:"):
-        assert any(line.startswith(field) for line in header), f"{path.name} lacks '{field}'"
+    check_frozen_config(path)
+
+
+def test_the_product_ships_few_configs_each_extending_only_its_own() -> None:
+    files = [p for p in CONFIGS.rglob("*") if p.is_file()]
+    assert len(files) <= 30, f"{len(files)} files under configs/: the product ships the configs a user starts from"
+    for path in EXPERIMENTS:
+        base = re.search(r"^base: *(\S+)", path.read_text(), re.MULTILINE)
+        if base:
+            assert (path.parent / base.group(1)).resolve().is_relative_to(CONFIGS), f"{path} extends {base.group(1)}"
+
+
+def test_every_product_config_is_named_in_a_doc() -> None:
+    docs = "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+    unnamed = [str(p.relative_to(REPO)) for p in EXPERIMENTS if str(p.relative_to(REPO)) not in docs]
+    assert not unnamed, f"configs a user starts from that no doc names: {unnamed} (docs/configs.md lists them)"
 
 
 def test_unknown_key_is_named(tmp_path: Path) -> None:
@@ -83,46 +95,32 @@ def test_a_file_not_in_utf8_is_named_with_its_encoding(tmp_path: Path, encoding:
     assert str(info.value).endswith("Fix: save the file as UTF-8")
 
 
-def test_a_key_that_moved_is_read_under_its_new_name_with_a_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_key_of_earlier_configs_is_refused_by_name(tmp_path: Path) -> None:
     path = tmp_path / "old.yaml"
-    path.write_text(
-        "train: {epochs: 3, lr: 0.01, threads: 1, max_train_seconds: 60}\n"
-        "data: {stream_parts: 2}\nsid: {method: rqkmeans, content: {text_fields: [title]}}\n"
-    )
-    with caplog.at_level(logging.WARNING, logger="pipelines.config"):
-        config = load_config(path, {"train.patience": 4})  # an override by its old name too
-    train = config.train
-    assert (train.schedule.epochs, train.optimization.lr, train.hardware.threads) == (3, 0.01, 1)
-    assert (train.schedule.max_seconds, train.schedule.patience, train.stream_parts) == (60, 4, 2)
-    assert config.content.text_fields == ("title",) and config.sid is not None
-    assert f"{path}: key train.lr is now train.optimization.lr" in caplog.text
-    assert "override train.patience is now train.schedule.patience" in caplog.text
-    (tmp_path / "new.yaml").write_text("train: {schedule: {epochs: 3}}\n")
-    with caplog.at_level(logging.WARNING, logger="pipelines.config"):  # whatever level an earlier test left
-        nested = load_config(
-            tmp_path / "new.yaml", {"sid": {"method": "rqkmeans", "content": {"text_fields": ["brand"]}}}
-        )
-    assert nested.content.text_fields == ("brand",)  # an old key inside an override's value
-    assert "overrides: key sid.content is now content" in caplog.text
-    path.write_text("train: {epochs: 3, schedule: {epochs: 4}}\n")
-    with pytest.raises(ConfigError, match=r"train.epochs and train.schedule.epochs are both set.*keep train.sch"):
+    path.write_text("train: {epochs: 3}\n")  # train.schedule.epochs now: the laboratory renames old records
+    with pytest.raises(ConfigError, match=r"old.yaml: train.epochs: Unexpected keyword argument.*Fix: "):
         load_config(path)
-
-
-def test_a_base_with_new_keys_and_a_variant_with_old_ones(tmp_path: Path) -> None:
-    (tmp_path / "base.yaml").write_text("train:\n  schedule: {epochs: 5}\n  optimization: {lr: 0.01}\n")
-    (tmp_path / "old.yaml").write_text("base: base.yaml\ntrain: {epochs: 9}\n")
-    train = load_config(tmp_path / "old.yaml").train
-    assert (train.schedule.epochs, train.optimization.lr) == (9, 0.01)
+    with pytest.raises(ConfigError, match=r"train.lr: Unexpected keyword argument"):
+        load_config(REPO / "configs" / "synthetic" / "sasrec.yaml", {"train.lr": 0.01})
 
 
 def test_upstream_models_only_for_a_family_that_reads_them(tmp_path: Path) -> None:
     path = tmp_path / "x.yaml"
-    path.write_text("model:\n  name: sasrec\n  retriever_dir: runs/models/a\n  members: [a, b]\n")
-    with pytest.raises(ConfigError, match=r"model.retriever_dir, model.members: model 'sasrec' is built on no such"):
+    path.write_text("model:\n  name: sasrec\n  upstream: {retriever: runs/models/a, members: [a, b]}\n")
+    with pytest.raises(ConfigError, match=r"model.upstream.retriever, model.upstream.members: model 'sasrec' is built"):
         load_config(path)
+    path.write_text("model: {name: ranker, upstream: {holdout_retriever: a}}\n")  # its first stage is required
+    with pytest.raises(ConfigError, match=r"model.upstream.retriever: model 'ranker' is built on the first stage"):
+        load_config(path)
+    path.write_text("model: {name: fusion, upstream: {members: a}}\n")
+    with pytest.raises(ConfigError, match=r"model.upstream.members: 'a' is not a list of trained model directories"):
+        load_config(path)
+    config = load_config(path, {"model.upstream.members": ["a", "b"]})
+    assert config.model.upstream_dirs() == {"members[0]": Path("a"), "members[1]": Path("b")}
+    assert config.model.upstream_of(Input.MEMBERS) == [
+        ("model.upstream.members[0]", Path("a")),
+        ("model.upstream.members[1]", Path("b")),
+    ]
 
 
 def test_semantic_ids_read_need_a_sid_section(tmp_path: Path) -> None:

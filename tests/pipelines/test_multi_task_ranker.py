@@ -24,7 +24,7 @@ def test_a_multi_task_moe_ranker_is_trained_evaluated_per_task_and_registered(
     retriever = train_experiment(load_config(tiny_config(tmp_path, tracking={"enabled": False})), tmp_path)
     ranker = {
         "name": "ranker",
-        "retriever_dir": str(retriever.model_dir),
+        "upstream": {"retriever": str(retriever.model_dir)},
         "params": {"num_candidates": 20, "dim": 32, "hidden": 32, "head": "moe", "num_experts": 4, "top_k": 2},
         "training": {"train_candidates": 10, "task_weights": {"value": 0.5}},
     }

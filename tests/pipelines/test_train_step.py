@@ -15,7 +15,7 @@ from pipelines.data import prepare_step
 from pipelines.train import CatalogFeatures, TrainOutputs, model_inputs
 from recsys.artifacts.model_dir import load_model_dir
 from recsys.data.prepared import load_prepared
-from recsys.errors import RecsysError
+from recsys.errors import ConfigError, RecsysError
 from recsys.models.family import ModelInputs
 from tests.conftest import train_experiment as train
 
@@ -164,9 +164,16 @@ def test_a_model_is_built_on_what_its_family_reads_and_nothing_else(
     features = CatalogFeatures(semantic_ids=missing / "sids.parquet", content_embeddings=missing / "content.npy")
     sasrec = load_config(tiny_config(tmp_path))
     assert model_inputs(sasrec, data, features) == ModelInputs()
-    ranker = load_config(tiny_config(tmp_path, model={"name": "ranker", "params": {}}))
-    inputs = model_inputs(ranker, data, features)  # tasks, no content (use_content false), no retriever named
-    assert inputs.tasks == data.tasks and inputs.content is None and inputs.retriever is None
+    with pytest.raises(ConfigError, match=r"model.upstream.retriever: model 'ranker' is built on the first stage"):
+        load_config(tiny_config(tmp_path, model={"name": "ranker", "params": {}}))  # it names its first stage
+    popularity = tiny_config(
+        tmp_path, name="tiny-first", model={"name": "popularity", "params": {}}, tracking={"enabled": False}
+    )
+    first = train(load_config(popularity), tmp_path)
+    ranker = {"name": "ranker", "params": {}, "upstream": {"retriever": str(first.model_dir)}}
+    inputs = model_inputs(load_config(tiny_config(tmp_path, model=ranker)), data, features)
+    assert inputs.tasks == data.tasks and inputs.content is None  # its tasks, no content (use_content false)
+    assert inputs.retriever is not None and inputs.retriever.family == "popularity" and inputs.base is None
     with pytest.raises(RecsysError, match="no content embeddings"):  # two-tower with use_content reads them
         model_inputs(load_config(tiny_config(tmp_path, model={"name": "two_tower", "params": {"use_content": True}})),
                      data, features)  # fmt: skip

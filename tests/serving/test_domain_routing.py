@@ -31,7 +31,7 @@ def adapted_bundle(
     work = tmp_path_factory.mktemp("adapters")
     model = {
         "name": "domain_adapters",
-        "base_dir": str(data_dir.parents[1] / "models" / base_name),
+        "upstream": {"base": str(data_dir.parents[1] / "models" / base_name)},
         "params": {"domains": ["beauty", "home", "sports"], "embedding_rank": 1},  # block and item adapters
     }
     config = load_config(tiny_config(work, name="tiny-adapters", model=model, train={"schedule": {"epochs": 1}}))

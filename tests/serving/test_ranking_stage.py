@@ -22,7 +22,7 @@ def test_a_two_stage_bundle_serves_the_rankers_order_of_the_retrievers_candidate
     retriever_dir = data_dir.parents[1] / "models" / retriever_name
     params = {"num_candidates": 10, "max_history": 20, "dim": 32, "hidden": 32, "head": "moe", "num_experts": 4,
               "top_k": 2}  # fmt: skip
-    model = {"name": "ranker", "retriever_dir": str(retriever_dir), "params": params}
+    model = {"name": "ranker", "upstream": {"retriever": str(retriever_dir)}, "params": params}
     config = load_config(tiny_config(tmp_path, name="tiny-two-stage", model=model, train={"schedule": {"epochs": 1}}))
     outputs, _ = run_pipeline(config, tmp_path)
     assert outputs.evaluation is not None

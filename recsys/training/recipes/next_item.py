@@ -44,7 +44,7 @@ class NextItemTraining:
     # against), not the whole catalog
     softmax_within_domain: bool = False
     # > 0: train without each user's last `holdout_last` training items, for a ranker to learn on them (its
-    # model.holdout_retriever_dir); validation and test are unchanged
+    # model.upstream.holdout_retriever); validation and test are unchanged
     holdout_last: NonNegativeInt = 0
     # sampled_softmax: the item table's gradient holds the rows a step read (inputs, targets, negatives) and
     # SparseAdam updates only those (lazy Adam: a row's moments advance when it is read), so a step costs what the

@@ -25,7 +25,8 @@ class RankerTraining:
 
     # softmax over the target and the hardest others, this many in all; None = C
     train_candidates: Annotated[int, Field(ge=2)] | None = None
-    # with model.holdout_retriever_dir: the last training items per user that first stage did not see (its holdout_last)
+    # with model.upstream.holdout_retriever: the last training items per user that first stage did not see (its
+    # holdout_last)
     holdout_items: PositiveInt = 1
     task_weights: dict[str, float] = field(default_factory=dict)  # per task beside ranking; 1.0 where not named
 

@@ -50,13 +50,13 @@ def test_missing_records_name_the_file_and_the_step(tmp_path: Path) -> None:
 
 
 def test_consumers_of_metadata_need_the_enrich_step_and_real_columns() -> None:
-    config = REPO / "configs" / "beauty" / "sasrec-sid-cold.yaml"
+    config = REPO / "configs" / "beauty" / "sasrec-sid.yaml"
     with pytest.raises(ConfigError, match=r"content.text_fields \(llm_keywords\) read LLM-written .* no `enrich`"):
         load_config(config, {"content.text_fields": ["title", "llm_keywords"]})
     with pytest.raises(ConfigError, match=r"names \['llm_keyword'\], which are not item metadata columns"):
         load_config(config, {"content.text_fields": ["title", "llm_keyword"], "enrich": {}})
-    loaded = load_config(REPO / "configs" / "beauty" / "sasrec-sid-cold-metadata.yaml")
-    assert loaded.enrich is not None and loaded.enrich.records == "benchmarks/results/beauty-item-metadata.parquet"
+    loaded = load_config(config, {"content.text_fields": ["title", "llm_keywords"], "enrich": {"records": "r.parquet"}})
+    assert loaded.enrich is not None and loaded.enrich.records == "r.parquet"
 
 
 def test_a_run_with_no_records_writes_typed_columns_that_join(tmp_path: Path) -> None:

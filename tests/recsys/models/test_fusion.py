@@ -60,7 +60,7 @@ def test_fusion_of_saved_models_round_trips_through_the_registry(tmp_path: Path)
 
 
 def test_fusion_config_errors_say_what_to_fix() -> None:
-    with pytest.raises(ConfigError, match=r"needs model\.members"):
+    with pytest.raises(ConfigError, match=r"needs model\.upstream\.members"):
         build_model("fusion", {}, num_items=3)
     with pytest.raises(ValueError, match="2 members but 1 weights"):
         Fusion(FusionConfig(num_items=3, weights=[1.0]), [FixedScores([0.0] * 4), FixedScores([0.0] * 4)])

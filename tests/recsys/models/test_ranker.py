@@ -113,7 +113,7 @@ def assert_saves_and_loads_whole(model: TwoStageRanker, data: SequenceData, tmp_
 
 
 def test_a_ranker_needs_a_retriever_trained_on_the_same_items(tiny_data_dir: Path, retriever_dir: Path) -> None:
-    with pytest.raises(ConfigError, match=r"model\.retriever_dir"):
+    with pytest.raises(ConfigError, match=r"model\.upstream\.retriever"):
         build_model("ranker", {}, 10)
     retriever = Upstream(*load_model(retriever_dir / "model.pt"))
     with pytest.raises(ConfigError, match="same prepared data"):
