@@ -3,6 +3,10 @@ as documented, by the RECSYS_* environment alone."""
 
 from __future__ import annotations
 
+import os
+import select
+import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -100,12 +104,24 @@ def test_two_workers_share_the_redis_history(registry: tuple[str, str, Path]) ->
     user = f"workers-{uuid.uuid4().hex[:8]}"
     options = ["--model-name", name, "--tracking-uri", uri, "--workers", "2", "--history-store", "redis"]
     with recsys_serve(*options, "--redis-url", redis_url) as (base, server):
+        # /readyz answered once one worker is up: wait for the other (on a busy machine it loads seconds later)
+        loaded = lines_until(server, "serving tiny-sasrec@", count=2, timeout_s=60)
         posted = httpx.post(f"{base}/v1/events", json={"user_id": user, "item_ids": items}, timeout=10)
         lengths = {  # a new connection per request: both workers answer
             httpx.post(f"{base}/v1/recommendations", json={"user_id": user}, timeout=10).json()["history_length"]
             for _ in range(8)
         }
     assert posted.status_code == 200 and lengths == {3}
+    assert loaded == 2  # each worker loaded the model
+
+
+def lines_until(server: subprocess.Popen[str], text: str, count: int, timeout_s: float) -> int:
+    """Read the server's output until `text` appeared `count` times (or `timeout_s` passed); how often it did. Raw
+    reads of the pipe: a text wrapper's buffer would hold lines that `select` no longer sees."""
     assert server.stdout is not None
-    log = server.stdout.read()
-    assert log.count("serving tiny-sasrec@") == 2  # each worker loaded the model
+    output, deadline = b"", time.monotonic() + timeout_s
+    while output.count(text.encode()) < count and time.monotonic() < deadline:
+        ready, _, _ = select.select([server.stdout], [], [], 1.0)
+        if ready:
+            output += os.read(server.stdout.fileno(), 65536)
+    return output.count(text.encode())

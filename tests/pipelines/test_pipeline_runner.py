@@ -44,7 +44,7 @@ def test_pipeline_runs_every_step_then_skips_them(tmp_path: Path, tiny_config: C
     assert outputs.registration is not None and outputs.model is not None and outputs.evaluation is not None
     assert outputs.registration.decision.promoted and outputs.registration.decision.version == "1"
     bundle = Bundle(outputs.registration.bundle_dir)
-    assert bundle.index_dir is not None and bundle.model_dir.is_dir() and bundle.data_dir is not None
+    assert bundle.index_dir is not None and bundle.model_dir.is_dir() and bundle.catalogue_file.is_file()
 
     second = runner.run_pipeline(config, tmp_path)
     assert set(statuses(second).values()) == {"skipped", "not applicable"}
