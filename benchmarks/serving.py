@@ -102,7 +102,7 @@ from pipelines.runner import run_pipeline
 from pipelines.steps import PipelineOutputs
 from pipelines.tracking import start_tracking
 from recsys.artifacts.bundle import Bundle
-from recsys.artifacts.model_dir import CONFIG_FILE
+from recsys.artifacts.model_dir import CONFIG_FILE, trained_data
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.evaluation.queries import QueryMaker
 from recsys.models.family import Input
@@ -265,8 +265,8 @@ def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -
     model_dir = args.model_dir.resolve()
     check_trained_with(model_dir, config, args.config)
     bundle = register_model_dir(model_dir, config, work)
-    assert bundle.data_dir is not None and bundle.index_dir is not None  # Bundle.write copies both
-    data = load_prepared(bundle.data_dir)
+    assert bundle.index_dir is not None  # Bundle.write copies it
+    data = trained_data(bundle.model_dir)
     users = data.users["user_id"].to_list()
     items = [quote(item, safe="") for item in data.items["item_id"].to_list()]  # path segments
     runs = []
