@@ -20,7 +20,8 @@ from recsys.data.schema import ITEM_ID, ITEMS_FILE, METADATA_FILE
 from recsys.enrich.cache import EnrichCache
 from recsys.enrich.config import EnrichConfig, make_backend
 from recsys.enrich.record import load_prompt
-from recsys.enrich.run import EnrichSummary, enrich_catalogue, read_answers
+from recsys.enrich.records import read_answers
+from recsys.enrich.run import EnrichSummary, enrich_catalogue
 from recsys.runtime.atomic import atomic_file
 from recsys.semantic_ids.content import item_texts
 
@@ -41,11 +42,11 @@ def enrich_step(
     )
     texts = enrich_texts(items, config.text_fields)
     prompt = load_prompt(config.prompt, config.categories)
+    records = read_answers(Path(config.records), prompt.categories) if config.records is not None else None
     cache = EnrichCache(cache_dir)
     try:
-        if config.records is not None:
-            added = cache.seed(read_answers(Path(config.records)))
-            logger.info("enrich: %d answers taken from %s", added, config.records)
+        if records is not None:
+            logger.info("enrich: %d answers taken from %s", cache.seed(records), config.records)
         backend = make_backend(config, cache_dir)
         summary = enrich_catalogue(
             items[ITEM_ID].to_list(), texts, backend, prompt, cache, out_dir / METADATA_FILE,

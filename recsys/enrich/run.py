@@ -2,8 +2,9 @@
 
 `enrich_catalogue` asks the backend only for items the cache lacks (resumable, incremental), checks each answer
 (`check_answer`), re-asks a refused one once where the backend is not constrained, caches every answer as it comes
-(a batch per transaction), logs progress with the ETA, and writes `item_metadata.parquet` atomically: one row per item
-the cache answers for, with its provenance (model, prompt version, backend, attempts, why it failed).
+(a batch per transaction), logs progress with the ETA, and writes `item_metadata.parquet` atomically
+(`recsys.enrich.records`): one row per item the cache answers for, with its provenance (model, prompt version,
+backend, attempts, why it failed).
 """
 
 from __future__ import annotations
@@ -15,14 +16,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import polars as pl
-
-from recsys.data.schema import ITEM_ID
+from recsys.enrich.answer import MAX_PROBLEM_CHARS, Answer, answer_key
 from recsys.enrich.backend import BUDGET_SPENT, Backend, Generated
-from recsys.enrich.cache import Answer, EnrichCache, answer_key
-from recsys.enrich.record import FIELDS, AnswerError, Prompt, check_answer
-from recsys.errors import DataError
-from recsys.runtime.atomic import atomic_file
+from recsys.enrich.cache import EnrichCache
+from recsys.enrich.record import AnswerError, Prompt, check_answer
+from recsys.enrich.records import write_records
 from recsys.runtime.progress import Progress
 
 logger = logging.getLogger(__name__)
@@ -82,7 +80,7 @@ def enrich_catalogue(
         progress.update(done=float(start + len(batch)), rows=len(answered))
     progress.finish()
     rows = [(item, known[key]) for (item, _), key in zip(with_text, keys, strict=True) if key in known]
-    _write(out, rows)
+    write_records(out, rows)
     statuses = [answer.status for _, answer in rows]
     return EnrichSummary(
         items=len(with_text), asked=asked, cached=len(rows) - asked, ok=statuses.count("ok"),
@@ -111,7 +109,8 @@ def _ask(backend: Backend, prompt: Prompt, texts: list[str], keys: list[str]) ->
             out.append(None)
             continue
         out.append(Answer(
-            key=key, status="ok" if problem is None else "failed", record=record, problem=problem,
+            key=key, status="ok" if problem is None else "failed", record=record,
+            problem=None if problem is None else problem[:MAX_PROBLEM_CHARS],
             truncated=",".join(generated.truncated), attempts=tries, seconds=seconds, model=backend.model,
             prompt_version=prompt.version, backend=backend.name, created_at=time.time(),
         ))  # fmt: skip
@@ -127,64 +126,3 @@ def _check(generated: Generated, prompt: Prompt) -> tuple[str | None, str | None
     except AnswerError as err:
         return None, str(err)
     return json.dumps(record.model_dump(mode="json"), ensure_ascii=False), None
-
-
-def read_answers(path: Path) -> list[Answer]:
-    """The answers an item_metadata.parquet holds (written by `enrich_catalogue`, here or on another machine), as the
-    cache keeps them: `EnrichCache.seed` reuses them wherever the item's text, the prompt and the model match."""
-    frame = pl.read_parquet(path)
-    missing = {"key", "status", *FIELDS, "seconds", "created_at"} - set(frame.columns)
-    if missing:
-        raise DataError(path, f"no column {sorted(missing)}: not a records file of this version",
-                        "enrich again (the records of an older version cannot be reused)")  # fmt: skip
-    answers = []
-    for row in frame.iter_rows(named=True):
-        record = {field: row[field] for field in FIELDS} if row["status"] == "ok" else None
-        answers.append(Answer(
-            key=row["key"], status=row["status"],
-            record=None if record is None else json.dumps(record, ensure_ascii=False),
-            problem=row["problem"], truncated=row["truncated"], attempts=row["attempts"], seconds=row["seconds"],
-            model=row["model"], prompt_version=row["prompt_version"], backend=row["backend"],
-            created_at=row["created_at"],
-        ))  # fmt: skip
-    return answers
-
-
-_SCHEMA: dict[str, pl.DataType] = {  # every column typed: a run with no records writes the same schema
-    ITEM_ID: pl.String(),
-    "key": pl.String(),
-    "status": pl.String(),
-    "category": pl.String(),
-    "brand": pl.String(),
-    "keywords": pl.List(pl.String()),
-    "description": pl.String(),
-    "queries": pl.List(pl.String()),
-    "problem": pl.String(),
-    "truncated": pl.String(),
-    "attempts": pl.Int64(),
-    "model": pl.String(),
-    "prompt_version": pl.String(),
-    "backend": pl.String(),
-    "seconds": pl.Float64(),
-    "created_at": pl.Float64(),
-}
-
-
-def _write(out: Path, rows: list[tuple[str, Answer]]) -> None:
-    records = [json.loads(a.record) if a.record else {} for _, a in rows]
-    frame = pl.DataFrame({
-        ITEM_ID: [item for item, _ in rows],
-        "key": [a.key for _, a in rows],
-        "status": [a.status for _, a in rows],
-        **{field: [r.get(field) for r in records] for field in FIELDS},
-        "problem": [a.problem for _, a in rows],
-        "truncated": [a.truncated for _, a in rows],
-        "attempts": [a.attempts for _, a in rows],
-        "model": [a.model for _, a in rows],
-        "prompt_version": [a.prompt_version for _, a in rows],
-        "backend": [a.backend for _, a in rows],
-        "seconds": [a.seconds for _, a in rows],
-        "created_at": [a.created_at for _, a in rows],
-    }, schema_overrides=_SCHEMA)  # fmt: skip
-    with atomic_file(out) as tmp:
-        frame.write_parquet(tmp, compression="zstd")
