@@ -42,6 +42,7 @@ class LocalBackend:
 
     name = "local"
     constrained = True
+    unavailable: str | None = None  # a model here is never down
 
     def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, cache_dir: Path, device: str = "auto",
                  precision: str = "fp32", threads: int | None = None) -> None:  # fmt: skip
@@ -70,6 +71,9 @@ class LocalBackend:
             logger.info("enrich: %s loaded on %s (%s) in %.1f s", self.model, self.device, self._dtype,
                         time.perf_counter() - start)  # fmt: skip
         return self._decoder
+
+    def load(self) -> None:
+        self.decoder  # noqa: B018 (the property loads the model)
 
     def generate(
         self, texts: Sequence[str], prompt: Prompt, problems: Sequence[str | None] | None = None
