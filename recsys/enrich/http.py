@@ -100,7 +100,7 @@ class HttpBackend:
         self._schema_accepted = True
         self._next_request_at = 0.0
         self._failures_in_a_row = 0
-        self._down = asyncio.Event()
+        self._down = asyncio.Event()  # set with `unavailable` (made again for each batch's event loop)
         self.tokens_spent = 0
         self.unavailable: str | None = None
 
@@ -114,7 +114,7 @@ class HttpBackend:
 
     async def _generate(self, texts: Sequence[str], prompt: Prompt, problems: Sequence[str | None]) -> list[Generated]:
         slots = asyncio.Semaphore(self.settings.concurrency)
-        self._down = asyncio.Event()  # set with `unavailable`: it ends the retries' waits (one per event loop)
+        self._down = asyncio.Event()  # ends the retries' waits once the server is found down
         async with httpx.AsyncClient(
             base_url=self.settings.url.rstrip("/"), headers=self._headers, timeout=self.settings.timeout_s
         ) as client:
@@ -154,10 +154,10 @@ class HttpBackend:
     ) -> Generated | _Failure:
         """One request, bounded in total time and size: the item's answer (a permanent failure when its request is
         refused), or why there is none."""
+        sent = self._body(prompt, messages)
         try:
             async with asyncio.timeout(self.settings.timeout_s):
-                request = client.stream("POST", "/chat/completions", json=self._body(prompt, messages))
-                async with request as response:
+                async with client.stream("POST", "/chat/completions", json=sent) as response:
                     body = await _read_capped(response)
         except TimeoutError:
             return _Failure(f"no whole answer within timeout_s={self.settings.timeout_s:g} s", retry=True)
@@ -166,10 +166,11 @@ class HttpBackend:
         except _TooLarge:
             return _Failure(f"an answer over {MAX_ANSWER_BYTES:,} bytes: not a chat completion", retry=True)
         status = response.status_code
-        if status == 400 and self._schema_accepted and b"response_format" in body:
-            logger.warning("enrich: %s refuses response_format; asking without it (answers are checked)",
-                           self.settings.url)  # fmt: skip
-            self._schema_accepted = False
+        if status == 400 and "response_format" in sent and b"response_format" in body:
+            if self._schema_accepted:  # the requests in flight beside this one are refused too: said once
+                logger.warning("enrich: %s refuses response_format; asking without it (answers are checked)",
+                               self.settings.url)  # fmt: skip
+                self._schema_accepted = False
             return await self._attempt(client, prompt, messages)
         if response.is_success:
             return self._answer(body)

@@ -121,3 +121,14 @@ def test_a_refused_item_is_a_permanent_failure_and_cached(chat_server: ChatServe
     assert (summary.ok, summary.failed, summary.left) == (1, 1, 0)
     rows = pl.read_parquet(data / "item_metadata.parquet")
     assert rows.filter(pl.col("status") == "failed")["problem"].str.contains("not JSON").all()
+
+
+def test_requests_in_flight_when_the_schema_is_refused_are_asked_again_without_it(
+    chat_server: ChatServer, tmp_path: Path
+) -> None:
+    """Not failed as the item's 400: the refusal is of the field, whichever request learns it first."""
+    chat_server.accepts_schema, chat_server.delay_s = False, 0.0
+    data = catalogue(tmp_path / "data", [f"Brand{n} Lip Balm" for n in range(4)])
+    summary = enrich_step(config(chat_server, concurrency=4, batch_size=4), data, data, tmp_path / "cache")
+    assert summary.ok == 4 and pl.read_parquet(data / "item_metadata.parquet")["attempts"].to_list() == [1] * 4
+    assert chat_server.schemas_refused >= 1
