@@ -25,15 +25,15 @@ def enrich_command(
     timeout_s: Annotated[
         float, typer.Option("--timeout-s", help="http: seconds one request may take in all, to its answer's last byte.")
     ] = 60.0,
-    limit: Annotated[int | None, typer.Option("--limit", help="Ask at most this many items (the rest: next run).")] = (
-        None
-    ),
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=0, help="Ask at most this many items (the rest: next run).")
+    ] = (None),
     first: Annotated[
         Path | None, typer.Option("--first", help="A file of item ids (one per line) to enrich before the others.")
     ] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Items per model call and cache write.")] = 8,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Items per model call and cache write.")] = 8,
     device: Annotated[str, typer.Option("--device", help="local: auto, cpu or cuda.")] = "auto",
-    threads: Annotated[int | None, typer.Option("--threads", help="local, on the CPU: torch threads.")] = None,
+    threads: Annotated[int | None, typer.Option("--threads", min=1, help="local, on the CPU: torch threads.")] = None,
     records: Annotated[
         Path | None,
         typer.Option("--records", help="An item_metadata.parquet made elsewhere (a GPU run): its answers are reused."),

@@ -59,8 +59,13 @@ def write_records(out: Path, rows: list[tuple[str, Answer]]) -> None:
         "seconds": [a.seconds for _, a in rows],
         "created_at": [a.created_at for _, a in rows],
     }, schema_overrides=SCHEMA)  # fmt: skip
-    with atomic_file(out) as tmp:
-        frame.write_parquet(tmp, compression="zstd")
+    try:
+        with atomic_file(out) as tmp:
+            frame.write_parquet(tmp, compression="zstd")
+    except OSError as err:
+        raise DataError(out, f"cannot be written ({err.strerror or err})",
+                        "make its directory writable (or free space) and run again: the answers are in the cache, "
+                        "nothing is asked twice") from err  # fmt: skip
 
 
 def read_answers(path: Path, categories: tuple[str, ...]) -> list[Answer]:
