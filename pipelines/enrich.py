@@ -16,11 +16,13 @@ from pathlib import Path
 
 import polars as pl
 
-from recsys.data.schema import ITEM_ID, ITEMS_FILE, METADATA_FILE
+from recsys.data.schema import ITEM_ID, ITEMS_FILE, METADATA_FILE, PREPARE_HINT
 from recsys.enrich.cache import EnrichCache
 from recsys.enrich.config import EnrichConfig, make_backend
 from recsys.enrich.record import load_prompt
-from recsys.enrich.run import EnrichSummary, enrich_catalogue, read_answers
+from recsys.enrich.records import read_answers
+from recsys.enrich.run import EnrichSummary, enrich_catalogue
+from recsys.errors import DataError
 from recsys.runtime.atomic import atomic_file
 from recsys.semantic_ids.content import item_texts
 
@@ -34,18 +36,18 @@ def enrich_step(
     retry_failed: bool = False,
 ) -> EnrichSummary:  # fmt: skip
     """Enrich the catalogue of `data_dir` into `out_dir` (module docstring); returns the run's summary."""
-    items = pl.read_parquet(data_dir / ITEMS_FILE)
+    items = read_catalogue(data_dir, config.text_fields)
     order = {item: rank for rank, item in enumerate(first)}
     items = items.with_columns(pl.col(ITEM_ID).replace_strict(order, default=len(order)).alias("_first")).sort(
         "_first", maintain_order=True
     )
     texts = enrich_texts(items, config.text_fields)
     prompt = load_prompt(config.prompt, config.categories)
+    records = read_answers(Path(config.records), prompt.categories) if config.records is not None else None
     cache = EnrichCache(cache_dir)
     try:
-        if config.records is not None:
-            added = cache.seed(read_answers(Path(config.records)))
-            logger.info("enrich: %d answers taken from %s", added, config.records)
+        if records is not None:
+            logger.info("enrich: %d answers taken from %s", cache.seed(records), config.records)
         backend = make_backend(config, cache_dir)
         summary = enrich_catalogue(
             items[ITEM_ID].to_list(), texts, backend, prompt, cache, out_dir / METADATA_FILE,
@@ -59,6 +61,38 @@ def enrich_step(
                 summary.items, summary.failed, summary.left, 100 * summary.valid_fraction,
                 out_dir / METADATA_FILE)  # fmt: skip
     return summary
+
+
+def read_catalogue(data_dir: Path, text_fields: Sequence[str]) -> pl.DataFrame:
+    """items.parquet of the prepared directory `data_dir`, checked: a text `item_id` without nulls, and `text_fields`
+    (those it has) of text, numbers or lists of them; DataError naming what is wrong and how to fix it."""
+    path = data_dir / ITEMS_FILE
+    if not path.is_file():
+        what = f"a directory without {ITEMS_FILE}" if data_dir.is_dir() else "not a directory"
+        what = what if data_dir.exists() else "no such directory"
+        raise DataError(data_dir, f"{what}, where a prepared directory (with {ITEMS_FILE}) is needed", PREPARE_HINT)
+    try:
+        items = pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as err:
+        raise DataError(path, f"not a readable parquet file ({type(err).__name__}: {str(err)[:200]})",
+                        PREPARE_HINT) from err  # fmt: skip
+    if items.schema.get(ITEM_ID) != pl.String:
+        found = f"is {items.schema[ITEM_ID]}" if ITEM_ID in items.columns else "is missing"
+        raise DataError(path, f"its {ITEM_ID!r} column {found}, not text (String)",
+                        f"write the item ids as text (e.g. cast them), or {PREPARE_HINT}")  # fmt: skip
+    if items[ITEM_ID].null_count():
+        raise DataError(path, f"{items[ITEM_ID].null_count()} items have no {ITEM_ID}", "give every item its id")
+    wrong = [f"{f} is {items.schema[f]}" for f in text_fields if f in items.columns and not _readable(items.schema[f])]
+    if wrong:
+        raise DataError(path, f"text fields that are not text: {', '.join(wrong)}",
+                        "name only text columns (strings, numbers, lists of them) in enrich.text_fields")  # fmt: skip
+    return items
+
+
+def _readable(dtype: pl.DataType) -> bool:
+    """Whether a column of `dtype` reads as text: strings, numbers, or a list of them."""
+    inner = dtype.inner if isinstance(dtype, pl.List) else dtype
+    return inner is not None and (inner.is_numeric() or inner in (pl.String, pl.Categorical, pl.Null))
 
 
 def enrich_texts(items: pl.DataFrame, text_fields: Sequence[str]) -> list[str]:

@@ -11,9 +11,19 @@ from pipelines.steps.base import ExperimentPaths, Step, as_json
 from pipelines.steps.outputs import ItemMetadata, PipelineOutputs
 from recsys.artifacts.model_dir import file_sha256
 from recsys.data.schema import METADATA_FILE
+from recsys.errors import ConfigError
 
 # how an enrichment runs, not what it writes: changing one leaves finished records current
-ENRICH_RUNTIME = {"batch_size", "device", "threads", "concurrency", "requests_per_s", "timeout_s", "max_retries"}
+ENRICH_RUNTIME = {
+    "batch_size",
+    "device",
+    "threads",
+    "concurrency",
+    "requests_per_s",
+    "timeout_s",
+    "max_retries",
+    "max_failures_in_a_row",
+}
 
 
 class EnrichItemsStep(Step[ItemMetadata]):
@@ -26,6 +36,8 @@ class EnrichItemsStep(Step[ItemMetadata]):
             return None
         section = config.model_dump(mode="json", include={"enrich"}, exclude={"enrich": ENRICH_RUNTIME})["enrich"]
         records = config.enrich.records
+        if records is not None and not Path(records).is_file():
+            raise ConfigError(f"enrich.records {records}: no such file. Fix: name an item_metadata.parquet")
         seed = None if records is None else file_sha256(Path(records))
         return {"enrich": section, "records_sha256": seed, "data": as_json(done.data)}
 

@@ -30,7 +30,9 @@ class EnrichConfig:
         records: an item_metadata.parquet written elsewhere (another machine, a GPU run: docs/enrich.md) whose
             answers seed the cache: an item whose text, prompt and model match one of them is not asked again.
         device, precision, threads: the local model's ("auto" = cuda when available).
-        concurrency, requests_per_s, timeout_s, max_retries, token_budget: the http backend's (recsys.enrich.http).
+        concurrency, requests_per_s, timeout_s, max_retries, token_budget, max_failures_in_a_row: the http backend's
+            (recsys.enrich.http; timeout_s bounds one request in total, max_failures_in_a_row failed requests in a row
+            stop the run).
     """
 
     backend: Literal["local", "http"] = "local"
@@ -51,6 +53,7 @@ class EnrichConfig:
     timeout_s: float = 60.0
     max_retries: int = 4
     token_budget: int | None = None
+    max_failures_in_a_row: int = 8
 
     def __post_init__(self) -> None:
         if self.backend == "http" and not self.url:
@@ -69,7 +72,7 @@ def make_backend(config: EnrichConfig, cache_dir: Path) -> Backend:
         return HttpBackend(HttpSettings(
             url=config.url, model=config.model, api_key_env=config.api_key_env, concurrency=config.concurrency,
             requests_per_s=config.requests_per_s, timeout_s=config.timeout_s, max_retries=config.max_retries,
-            token_budget=config.token_budget,
+            token_budget=config.token_budget, max_failures_in_a_row=config.max_failures_in_a_row,
         ))  # fmt: skip
     optional("transformers", extra="llm", feature="the enrich step's local model")
     from recsys.enrich.local import LocalBackend

@@ -42,10 +42,11 @@ class LocalBackend:
 
     name = "local"
     constrained = True
+    unavailable: str | None = None  # a model here is never down
 
     def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, cache_dir: Path, device: str = "auto",
                  precision: str = "fp32", threads: int | None = None) -> None:  # fmt: skip
-        self.device = resolve_device(device)
+        self.device = _device(device)
         if threads is not None and self.device.type == "cpu":
             torch.set_num_threads(threads)
         self._source, self.model = _model_name(model)
@@ -71,12 +72,26 @@ class LocalBackend:
                         time.perf_counter() - start)  # fmt: skip
         return self._decoder
 
+    def load(self) -> None:
+        self.decoder  # noqa: B018 (the property loads the model)
+
     def generate(
         self, texts: Sequence[str], prompt: Prompt, problems: Sequence[str | None] | None = None
     ) -> list[Generated]:
         skeleton = prompt.skeleton(MAX_TOKENS)
         filled = self.decoder.fill(prompt.prefix(), [prompt.suffix(text) for text in texts], skeleton, texts)
         return [Generated(text=f.text, truncated=tuple(f.truncated)) for f in filled]
+
+
+def _device(name: str) -> torch.device:
+    """The device `name` says (auto: cuda when there is one); ConfigError for one this machine does not have."""
+    try:
+        device = resolve_device(name)
+    except RuntimeError as err:
+        raise ConfigError(f"enrich device {name!r} is not a device ({err}). Fix: auto, cpu or cuda") from err
+    if device.type not in ("cpu", "cuda") or (device.type == "cuda" and not torch.cuda.is_available()):
+        raise ConfigError(f"enrich device {name!r} is not on this machine. Fix: auto (cuda when there is one) or cpu")
+    return device
 
 
 def _model_name(model: str) -> tuple[str, str]:

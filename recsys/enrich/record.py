@@ -140,6 +140,26 @@ def check_answer(text: str, categories: tuple[str, ...]) -> ItemMetadata:
     return record
 
 
+def record_problem(text: object, categories: tuple[str, ...] | None = None) -> str | None:
+    """Why `text` (a record as JSON, as the cache keeps it) is not a valid record, or None; with `categories`, its
+    category must be one of them."""
+    if not isinstance(text, str):
+        return f"the record is a {type(text).__name__}, not JSON text"
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError):
+        return "the record is not JSON"
+    if not isinstance(raw, dict):
+        return f"the record is a JSON {type(raw).__name__}, not an object"
+    try:
+        record = ItemMetadata.model_validate(_tuples(raw))
+    except ValidationError as err:
+        return problems(err)
+    if categories is not None and record.category not in categories:
+        return f"category {record.category!r} is not in the prompt's list"
+    return None
+
+
 def repaired(text: str) -> str:
     """`text` with the usual damage undone: a code fence, prose around the object, trailing commas."""
     text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())

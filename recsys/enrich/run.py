@@ -2,8 +2,14 @@
 
 `enrich_catalogue` asks the backend only for items the cache lacks (resumable, incremental), checks each answer
 (`check_answer`), re-asks a refused one once where the backend is not constrained, caches every answer as it comes
-(a batch per transaction), logs progress with the ETA, and writes `item_metadata.parquet` atomically: one row per item
-the cache answers for, with its provenance (model, prompt version, backend, attempts, why it failed).
+(a batch per transaction), logs progress with the ETA, and writes `item_metadata.parquet` atomically
+(`recsys.enrich.records`): one row per item the cache answers for, with its provenance (model, prompt version,
+backend, attempts, why it failed).
+
+A failure that is not the item's (`Generated.transient`: an outage, a server that answers something else) is not
+cached: the item is left for the next run. A backend that cannot answer any more (`Backend.unavailable`) stops the run
+after the batch under way, its answers cached, with `BackendUnavailable`. The speed is that of answering: a local
+model's load is timed apart (`load_seconds`).
 """
 
 from __future__ import annotations
@@ -15,14 +21,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import polars as pl
-
-from recsys.data.schema import ITEM_ID
-from recsys.enrich.backend import BUDGET_SPENT, Backend, Generated
-from recsys.enrich.cache import Answer, EnrichCache, answer_key
-from recsys.enrich.record import FIELDS, AnswerError, Prompt, check_answer
-from recsys.errors import DataError
-from recsys.runtime.atomic import atomic_file
+from recsys.enrich.answer import MAX_PROBLEM_CHARS, Answer, answer_key
+from recsys.enrich.backend import Backend, BackendUnavailable, Generated
+from recsys.enrich.cache import EnrichCache
+from recsys.enrich.record import AnswerError, Prompt, check_answer
+from recsys.enrich.records import write_records
 from recsys.runtime.progress import Progress
 
 logger = logging.getLogger(__name__)
@@ -35,9 +38,10 @@ class EnrichSummary:
     cached: int  # answered by the cache
     ok: int
     failed: int
-    left: int  # not asked: past `limit`, or the token budget was spent
+    left: int  # not answered: past `limit`, the token budget spent, or a transient failure (asked again next run)
     truncated: int  # records with a value cut at its token cap
-    seconds: float  # of this run's backend calls
+    seconds: float  # of this run's backend calls (the answers alone)
+    load_seconds: float  # of loading the backend's model (0 when nothing was asked)
     model: str
     prompt_version: str
     backend: str
@@ -67,6 +71,7 @@ def enrich_catalogue(
     todo = todo[: len(todo) - left]
     logger.info("enrich: %d items with text, %d in the cache, %d to ask %s (%s, prompt %s)", len(with_text),
                 len(keys) - len(todo) - left, len(todo), backend.name, backend.model, prompt.version)  # fmt: skip
+    load_seconds = _load(backend) if todo else 0.0
     progress = Progress(logger, "enrich", total=float(len(todo)), unit="items", rows_are="items")
     seconds, asked = 0.0, 0
     for start in range(0, len(todo), batch_size):
@@ -80,40 +85,58 @@ def enrich_catalogue(
         left += len(answers) - len(answered)
         seconds, asked = seconds + spent, asked + len(answered)
         progress.update(done=float(start + len(batch)), rows=len(answered))
+        if backend.unavailable is not None:
+            raise BackendUnavailable(
+                f"enrich stopped: {backend.unavailable}. The {asked} answers of this run are kept in the cache "
+                f"{cache.path}. Fix: make it answer again (the last error says why it did not), then run the same "
+                f"command again: it asks only for the {len(todo) - asked} items still missing"
+            )
     progress.finish()
     rows = [(item, known[key]) for (item, _), key in zip(with_text, keys, strict=True) if key in known]
-    _write(out, rows)
+    write_records(out, rows)
     statuses = [answer.status for _, answer in rows]
     return EnrichSummary(
         items=len(with_text), asked=asked, cached=len(rows) - asked, ok=statuses.count("ok"),
         failed=statuses.count("failed"), left=left, truncated=sum(1 for _, a in rows if a.truncated),
-        seconds=seconds, model=backend.model, prompt_version=prompt.version, backend=backend.name,
+        seconds=seconds, load_seconds=load_seconds, model=backend.model, prompt_version=prompt.version,
+        backend=backend.name,
     )  # fmt: skip
 
 
+def _load(backend: Backend) -> float:
+    """Load the backend's model; the seconds it took."""
+    began = time.perf_counter()
+    backend.load()
+    seconds = time.perf_counter() - began
+    if seconds >= 0.1:
+        logger.info("enrich: %s ready in %.1f s (not counted in the items/s)", backend.model, seconds)
+    return seconds
+
+
 def _ask(backend: Backend, prompt: Prompt, texts: list[str], keys: list[str]) -> list[Answer | None]:
-    """Each text's answer (None: not asked, the budget is spent); a refused one re-asked once if it may be."""
+    """Each text's answer (None: left for the next run, its failure transient); a refused one re-asked once if it may
+    be."""
     began = time.perf_counter()
     first = backend.generate(texts, prompt)
     checked = [_check(g, prompt) for g in first]
     attempts = [1] * len(texts)
     again = [i for i, (_, problem) in enumerate(checked) if problem and not backend.constrained
-             and first[i].error != BUDGET_SPENT]  # fmt: skip
+             and not first[i].transient]  # fmt: skip
     if again:
         second = backend.generate([texts[i] for i in again], prompt, [checked[i][1] for i in again])
         for i, generated in zip(again, second, strict=True):
-            if generated.error != BUDGET_SPENT:
-                checked[i], attempts[i], first[i] = _check(generated, prompt), 2, generated
+            checked[i], attempts[i], first[i] = _check(generated, prompt), 2, generated
     seconds = (time.perf_counter() - began) / len(texts)
     out: list[Answer | None] = []
     for key, generated, (record, problem), tries in zip(keys, first, checked, attempts, strict=True):
-        if generated.error == BUDGET_SPENT:
+        if generated.transient:
             out.append(None)
             continue
         out.append(Answer(
-            key=key, status="ok" if problem is None else "failed", record=record, problem=problem,
-            truncated=",".join(generated.truncated), attempts=tries, seconds=seconds, model=backend.model,
-            prompt_version=prompt.version, backend=backend.name, created_at=time.time(),
+            key=key, status="ok" if problem is None else "failed", record=record,
+            problem=None if problem is None else problem[:MAX_PROBLEM_CHARS], truncated=",".join(generated.truncated),
+            attempts=tries, seconds=seconds, model=backend.model, prompt_version=prompt.version, backend=backend.name,
+            created_at=time.time(),
         ))  # fmt: skip
     return out
 
@@ -127,64 +150,3 @@ def _check(generated: Generated, prompt: Prompt) -> tuple[str | None, str | None
     except AnswerError as err:
         return None, str(err)
     return json.dumps(record.model_dump(mode="json"), ensure_ascii=False), None
-
-
-def read_answers(path: Path) -> list[Answer]:
-    """The answers an item_metadata.parquet holds (written by `enrich_catalogue`, here or on another machine), as the
-    cache keeps them: `EnrichCache.seed` reuses them wherever the item's text, the prompt and the model match."""
-    frame = pl.read_parquet(path)
-    missing = {"key", "status", *FIELDS, "seconds", "created_at"} - set(frame.columns)
-    if missing:
-        raise DataError(path, f"no column {sorted(missing)}: not a records file of this version",
-                        "enrich again (the records of an older version cannot be reused)")  # fmt: skip
-    answers = []
-    for row in frame.iter_rows(named=True):
-        record = {field: row[field] for field in FIELDS} if row["status"] == "ok" else None
-        answers.append(Answer(
-            key=row["key"], status=row["status"],
-            record=None if record is None else json.dumps(record, ensure_ascii=False),
-            problem=row["problem"], truncated=row["truncated"], attempts=row["attempts"], seconds=row["seconds"],
-            model=row["model"], prompt_version=row["prompt_version"], backend=row["backend"],
-            created_at=row["created_at"],
-        ))  # fmt: skip
-    return answers
-
-
-_SCHEMA: dict[str, pl.DataType] = {  # every column typed: a run with no records writes the same schema
-    ITEM_ID: pl.String(),
-    "key": pl.String(),
-    "status": pl.String(),
-    "category": pl.String(),
-    "brand": pl.String(),
-    "keywords": pl.List(pl.String()),
-    "description": pl.String(),
-    "queries": pl.List(pl.String()),
-    "problem": pl.String(),
-    "truncated": pl.String(),
-    "attempts": pl.Int64(),
-    "model": pl.String(),
-    "prompt_version": pl.String(),
-    "backend": pl.String(),
-    "seconds": pl.Float64(),
-    "created_at": pl.Float64(),
-}
-
-
-def _write(out: Path, rows: list[tuple[str, Answer]]) -> None:
-    records = [json.loads(a.record) if a.record else {} for _, a in rows]
-    frame = pl.DataFrame({
-        ITEM_ID: [item for item, _ in rows],
-        "key": [a.key for _, a in rows],
-        "status": [a.status for _, a in rows],
-        **{field: [r.get(field) for r in records] for field in FIELDS},
-        "problem": [a.problem for _, a in rows],
-        "truncated": [a.truncated for _, a in rows],
-        "attempts": [a.attempts for _, a in rows],
-        "model": [a.model for _, a in rows],
-        "prompt_version": [a.prompt_version for _, a in rows],
-        "backend": [a.backend for _, a in rows],
-        "seconds": [a.seconds for _, a in rows],
-        "created_at": [a.created_at for _, a in rows],
-    }, schema_overrides=_SCHEMA)  # fmt: skip
-    with atomic_file(out) as tmp:
-        frame.write_parquet(tmp, compression="zstd")
