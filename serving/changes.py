@@ -4,22 +4,22 @@ A change (a bundle just loaded getting the kept run-time items, an add of items,
 `Recommender` from the one served and swaps it in with one assignment (`serving.state.ServingState.change`). Placing
 items embeds their texts, seconds of CPU for a thousand of them; on the request path's cores that is the stall the
 requests served beside it would feel (p99 19 -> 466 ms under wrk for a 1,000-item add on 2 cores). So every change
-runs on `ChangeThread`: one thread (changes never interleave, so none loses another's items), `nice` 19 on Linux (the
-scheduler gives the event loop and the model thread the cores whenever they want them), and the caller waits for it.
+runs on `ChangeThread`: one thread (changes never interleave, so none loses another's items), 19 nice steps below the
+server's own on Linux (the scheduler gives the event loop and the model thread the cores whenever they want them), and
+the caller waits for it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 logger = logging.getLogger(__name__)
 
-LOWEST_PRIORITY = 19  # the nice value of the change thread
+LOWER_PRIORITY_BY = 19  # nice steps below the server's own (each ~1.25x less CPU when cores are contended)
 T = TypeVar("T")
 
 
@@ -48,8 +48,9 @@ def _log_failure(done: Future[object], what: str) -> None:
 
 
 def _lowest_priority() -> None:
-    """Give the calling thread the lowest CPU priority: Linux takes a thread id where POSIX takes a process id."""
+    """Lower the calling thread's CPU priority by `LOWER_PRIORITY_BY` from the server's (Linux's nice applies to the
+    calling thread alone; capped at 19, the lowest)."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
-    except (AttributeError, OSError) as err:  # not Linux: changes then run at the requests' priority
-        logger.info("changes of the served model run at normal priority (%s)", err)
+        os.nice(LOWER_PRIORITY_BY)
+    except (AttributeError, OSError) as err:  # not a Unix: changes then run at the requests' priority
+        logger.info("changes of the served model run at the requests' priority (%s)", err)
