@@ -56,6 +56,9 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
         batcher.start()
         store = added_item_store(settings)
         state.kept = [] if store is None else store.load()
+        if store is not None and settings.workers == 1:  # no other process writes them
+            for leftover in store.remove_leftovers():
+                logger.info("removed %s, left by a write that was killed", leftover)
         if settings.bundle is None and settings.model_name is not None:  # follow the registry's champion
             watcher = state.watcher = ChampionWatcher(settings, state.metrics, state.serve)
             with contextlib.suppress(ReloadError):  # logged; not ready (/readyz says why) until a check loads one

@@ -28,7 +28,7 @@ import pydantic_core
 
 from recsys.data.schema import MAX_ID_CHARS
 from recsys.errors import DataError
-from recsys.runtime.atomic import atomic_file
+from recsys.runtime.atomic import atomic_file, remove_temporaries
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,9 @@ class AddedItemStore:
         if not self.path.exists():
             return []
         try:
-            record = pydantic_core.from_json(self.path.read_bytes())  # refuses text that is not Unicode (a lone "\ud800")
+            record = pydantic_core.from_json(
+                self.path.read_bytes()
+            )  # refuses text that is not Unicode (a lone "\ud800")
             if not isinstance(record, dict) or record.get("version") != FORMAT_VERSION:
                 version = record.get("version") if isinstance(record, dict) else None
                 raise ValueError(f"format version {version!r}, expected {FORMAT_VERSION}")
@@ -149,6 +151,14 @@ class AddedItemStore:
         """Rewrite the file with `items`, atomically; OSError when it cannot be written (the file is then unchanged)."""
         with atomic_file(self.path) as tmp:
             tmp.write_text(json.dumps({"version": FORMAT_VERSION, "items": [asdict(i) for i in items]}, indent=1))
+
+    def remove_leftovers(self) -> list[Path]:
+        """Remove the temporaries a killed write left beside the file and in its vectors' cache; returns them. Call it
+        only where no write to them can be under way (a server's start, with one worker)."""
+        found = remove_temporaries(self.path.parent, self.path.name)
+        for folder in sorted(p for p in self.embeddings_dir.glob("*") if p.is_dir()):
+            found += remove_temporaries(folder)
+        return found
 
     def unwritable(self) -> str | None:
         """Why the file can never be written here, or None: its directory is missing or not writable (a read-only

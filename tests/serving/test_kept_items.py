@@ -181,16 +181,20 @@ def test_a_bundle_that_cannot_serve_the_kept_items_is_refused_before_the_port_is
     assert "run-time items are off for this model" in caplog.text, "said at start-up, not at the first add"
 
 
-def test_a_restart_embeds_no_text_it_has_embedded(content_bundle: Bundle, tmp_path: Path,
-                                                   caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_a_restart_embeds_no_text_it_has_embedded_and_clears_what_a_killed_add_left(
+    content_bundle: Bundle, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     settings = ServingSettings(
         bundle=content_bundle.path, admin_token=ADMIN_TOKEN, added_items_file=tmp_path / "a.json"
     )
     with TestClient(create_app(settings)) as client:
         assert _add(client, "n1", "n2").status_code == 200
+    killed = tmp_path / ".a.json.k1ll3d00.tmp"  # what an add killed mid-write leaves beside the file
+    killed.write_text("{half")
     with caplog.at_level(logging.INFO, logger="recsys"), TestClient(create_app(settings)) as client:
         assert client.get("/readyz").json()["model_version"].endswith("+items:2")
     assert "2 from the cache, 0 embedded" in caplog.text
+    assert not killed.exists() and [item.item_id for item in AddedItemStore(tmp_path / "a.json").load()] == ["n1", "n2"]
 
 
 @pytest.fixture
