@@ -78,7 +78,6 @@ def serve_command(
     /dashboard, and /v1/admin/* when an admin token is set."""
     from pydantic import ValidationError
 
-    from recsys.artifacts.registry import resolve_bundle
     from recsys.errors import ConfigError
     from recsys.runtime.validation import problems
 
@@ -87,13 +86,14 @@ def serve_command(
         _settings_fields()  # the serving extra is installed
         import uvicorn
 
+        from serving.loading import check_before_serving
         from serving.settings import ServingSettings
 
         try:
             settings = ServingSettings(**given)
         except ValidationError as err:
             raise ConfigError(f"{problems(err)}. Fix: see `recsys serve --help` and docs/serving.md") from err
-        resolve_bundle(settings.bundle, settings.model_name, settings.registry_uri)  # fail before binding the port
+        check_before_serving(settings)  # fail before binding the port
     os.environ.update({_variable(key): str(value) for key, value in given.items()})
     uvicorn.run(
         "serving.main:create_app_from_environment", factory=True, workers=settings.workers, host=host, port=port,

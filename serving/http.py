@@ -2,8 +2,10 @@
 
 - `BodySizeLimit` (ASGI middleware) answers 413 before a body larger than `max_body_bytes` is read: at once from
   its Content-Length, or as soon as a chunked body passes the limit.
-- `StrictJsonRoute` parses bodies with pydantic's JSON parser, which refuses what is not Unicode text (a lone
-  surrogate such as "\\ud800" would pass `json.loads` and fail later, when the string is encoded).
+- `StrictJsonRoute` answers 415 for a body sent without `Content-Type: application/json` (FastAPI would read a form's
+  body, `curl -d`'s, as no object: a 422 "Input should be a valid dictionary" that says nothing of the header), and
+  parses bodies with pydantic's JSON parser, which refuses what is not Unicode text (a lone surrogate such as
+  "\\ud800" would pass `json.loads` and fail later, when the string is encoded).
 - `validation_error_response` turns FastAPI's validation list into a 400 for an unparseable body and a 422 that
   names each field and never echoes the input back (a 1 MB id would otherwise come back in the error).
 """
@@ -21,7 +23,11 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from serving.schemas import ErrorResponse
+
 MAX_ERRORS = 20  # a list of 1,000 bad ids gets the first few errors, not 1,000
+JSON_TYPE = "application/json"
+NOT_JSON = f"the body was not sent as JSON (Content-Type: {JSON_TYPE})"
 
 
 class BodySizeLimit:
@@ -77,13 +83,39 @@ class _StrictJsonRequest(Request):
 
 
 class StrictJsonRoute(APIRoute):
+    """A route whose body (when it takes one) is JSON: sent with any other content type, or none (`curl -d` sends a
+    form's), it is a 415 saying which header to send, before the body is read; parsed strictly (module docstring)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        if self.body_field is not None:
+            self.responses = {**self.responses, 415: {"model": ErrorResponse, "description": NOT_JSON}}
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        takes_body = self.body_field is not None
 
         async def strict_handler(request: Request) -> Response:
+            given = request.headers.get("content-type")
+            if takes_body and not _is_json(given):
+                return JSONResponse({"detail": _not_json(given)}, status_code=415)
             return await handler(_StrictJsonRequest(request.scope, request.receive))
 
         return strict_handler
+
+
+def _is_json(content_type: str | None) -> bool:
+    """`application/json`, or another JSON type (`application/problem+json`), with any parameters."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == JSON_TYPE or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _not_json(content_type: str | None) -> str:
+    given = "none" if content_type is None else repr(content_type[:100])
+    return (
+        f"the body must be JSON sent with `Content-Type: {JSON_TYPE}` (this request's content type: {given}). Fix: "
+        f"send that header, e.g. curl -H 'Content-Type: {JSON_TYPE}' -d '{{...}}' URL"
+    )
 
 
 async def validation_error_response(request: Request, exc: Exception) -> JSONResponse:

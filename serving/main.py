@@ -18,12 +18,14 @@ from contextlib import asynccontextmanager
 import torch
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi_offline import FastAPIOffline
 
 from recsys.artifacts.registry import resolve_bundle
 from serving.batcher import MicroBatcher
 from serving.dashboard_cache import DashboardCache
 from serving.history import HistoryStore, HistoryUnavailableError, InMemoryHistoryStore, RedisHistoryStore
 from serving.http import BodySizeLimit, validation_error_response
+from serving.loading import added_item_store
 from serving.metrics import ServingMetrics
 from serving.recommender import Recommender
 from serving.reloader import ChampionWatcher, ReloadError
@@ -52,6 +54,11 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
         state.history_store = _started_history_store(settings, state.metrics)
         batcher = state.batcher = MicroBatcher(settings.max_batch, state.metrics)
         batcher.start()
+        store = added_item_store(settings)
+        state.kept = [] if store is None else store.load()
+        if store is not None and settings.workers == 1:  # no other process writes them
+            for leftover in store.remove_leftovers():
+                logger.info("removed %s, left by a write that was killed", leftover)
         if settings.bundle is None and settings.model_name is not None:  # follow the registry's champion
             watcher = state.watcher = ChampionWatcher(settings, state.metrics, state.serve)
             with contextlib.suppress(ReloadError):  # logged; not ready (/readyz says why) until a check loads one
@@ -67,8 +74,11 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
         if poller is not None:
             poller.cancel()
         await batcher.stop()
+        state.changes.close()
 
-    app = FastAPI(title="recsys online API", version="1", lifespan=lifespan)
+    # /docs and /redoc load Swagger UI and ReDoc from this server (fastapi-offline's copies), never from a CDN: the
+    # pages work where the server's network reaches nothing else
+    app = FastAPIOffline(title="recsys online API", version="1", lifespan=lifespan)
     app.state.serving = state
     state.metrics.live_added_items.set_function(lambda: _live_added_items(state))
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)

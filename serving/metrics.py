@@ -83,6 +83,6 @@ class _ObserveRequests:
         try:
             await self.app(scope, receive, send_observed)
         finally:
-            route = getattr(scope.get("route"), "path", "unmatched")  # set by the router on the shared scope
+            route = getattr(scope.get("route"), "path_format", "unmatched")  # the template, converters dropped
             self.metrics.requests.labels(route, str(status)).inc()
             self.metrics.latency.labels(route).observe(time.perf_counter() - start)

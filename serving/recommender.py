@@ -17,10 +17,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from recsys.artifacts.added_items import NewItem, merged
@@ -42,6 +44,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 ANN_ABOVE_ITEMS = 100_000  # recommendations rank every item up to this catalogue size, through the index above it
+
+
+class CannotPlaceItems(ValueError):
+    """The served model cannot place the items: its item vectors do not come from content, or it holds its most."""
+
+
+class InTrainedCatalogue(ValueError):
+    """Items added at run time whose ids the trained catalogue holds already."""
+
+    def __init__(self, item_ids: list[str]) -> None:
+        self.item_ids = item_ids
+        super().__init__(f"{len(item_ids)} of the items are in the trained catalogue already (e.g. {item_ids[0]!r}): "
+                         "add only new items")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -143,22 +158,32 @@ class Recommender:
         return [item_id for item_id in item_ids if item_id in self._catalogue_idx]
 
     @torch.no_grad()
-    def with_items(self, items: list[NewItem]) -> Recommender:
+    def with_items(
+        self, items: list[NewItem], embeddings_dir: Path | None = None, max_items: int | None = None
+    ) -> Recommender:
         """A copy that also ranks `items`, placed by their text alone, and finds them as similar items; an id added
-        before is replaced. This one is untouched, so requests in flight finish on it. ValueError when the model
-        cannot place new items or an id is the trained catalogue's."""
+        before is replaced. Their texts' encoder vectors are cached in `embeddings_dir` (none: not cached). This one
+        is untouched, so requests in flight finish on it. Before anything is embedded: `CannotPlaceItems` for a model
+        whose item vectors do not come from content or when it would place more than `max_items` items,
+        `InTrainedCatalogue` for ids of its trained catalogue. OSError when the cache cannot be written."""
         if self._item_table is None:
-            raise ValueError(
+            raise CannotPlaceItems(
                 f"the served {self.name} model cannot place items it never trained on: its item vectors do not come "
                 "from content. Fix: serve a model trained with model.params.content_first: true (docs/models.md)"
             )
         known = self.in_catalogue([item.item_id for item in items])
         if known:
-            raise ValueError(f"{len(known)} of the items are in the trained catalogue already (e.g. {known[0]!r}): "
-                             "add only new items")  # fmt: skip
+            raise InTrainedCatalogue(known)
+        total = len({*(item.item_id for item in self._added), *(item.item_id for item in items)})
+        if max_items is not None and total > max_items:
+            raise CannotPlaceItems(
+                f"the served model would place {total} run-time items, more than RECSYS_MAX_ADDED_ITEMS "
+                f"({max_items}). Fix: retrain the bundle with the items added so far"
+            )
         catalogue = self.catalogue.num_items + 1
         previous = dict(zip((item.item_id for item in self._added), self._item_table[catalogue:], strict=True))
-        placed = {item.item_id: vector for item, vector in zip(items, self._content_vectors(items), strict=True)}
+        vectors_of_items = self._content_vectors(items, embeddings_dir)
+        placed = {item.item_id: vector for item, vector in zip(items, vectors_of_items, strict=True)}
         added, vector_of = merged(list(self._added), items), {**previous, **placed}
         vectors = torch.stack([vector_of[item.item_id] for item in added])
         ids = torch.arange(catalogue, catalogue + len(added))
@@ -175,8 +200,8 @@ class Recommender:
 
     def load_item_encoder(self) -> TextEncoder:
         """The encoder that embeds new items' texts, loaded once and shared by this recommender's copies. A server
-        that takes run-time items loads it with the bundle (`serving.loading`): loading it at the first add stalls
-        the requests served beside it."""
+        that takes run-time items loads it on its change thread once the bundle serves (`serving.state`): neither
+        the time to ready nor the requests served beside it wait for it."""
         content = self.capabilities.content
         assert content is not None and content.content_encoder is not None, "a content-first model's"
         if not self._item_encoder:
@@ -186,16 +211,18 @@ class Recommender:
             logger.info("new items' texts embedded by %s (%s)", content.content_encoder, ", ".join(self._text_fields))
         return self._item_encoder[0]
 
-    def _content_vectors(self, items: list[NewItem]) -> torch.Tensor:
-        """(N, D) the vectors of new items: their text made as the catalogue's was, embedded by the model's encoder."""
+    def _content_vectors(self, items: list[NewItem], embeddings_dir: Path | None) -> torch.Tensor:
+        """(N, D) the vectors of new items: their text made as the catalogue's was, embedded by the model's encoder
+        (the texts cached in `embeddings_dir` are not embedded again)."""
         from recsys.semantic_ids.content import ContentConfig, embed_texts, item_text
 
         content = self.capabilities.content
         assert content is not None and content.content_encoder is not None, "a content-first model's"
         texts = [item_text(item.item_id, {**item.fields, TITLE: item.title}, self._text_fields) for item in items]
         encoding = ContentConfig(model=content.content_encoder, progress=False)
-        vectors = torch.from_numpy(embed_texts(texts, encoding, encoder=self.load_item_encoder()))
-        return content.vectors_of_content(vectors).float()
+        encoder = _OnFirstUse(encoding.cache_key, self.load_item_encoder)  # texts all cached: no encoder loaded
+        encoded = embed_texts(texts, encoding, embeddings_dir, encoder=encoder)
+        return content.vectors_of_content(torch.from_numpy(encoded)).float()
 
     @property
     def takes_queries(self) -> bool:
@@ -363,3 +390,13 @@ class Recommender:
             Recommendation(self._item_ids[i], title, score)
             for i, title, score in zip(items, titles, scores, strict=True)
         ]
+
+
+class _OnFirstUse:
+    """A text encoder loaded when it first encodes (`load`), named by its cache key before then."""
+
+    def __init__(self, cache_key: str, load: Callable[[], TextEncoder]) -> None:
+        self.cache_key, self._load = cache_key, load
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self._load().encode(texts)

@@ -6,14 +6,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from recsys.data.schema import MAX_TIMESTAMP
+from recsys.artifacts.added_items import FIELD_NAME, MAX_FIELDS, MAX_TEXT_CHARS
+from recsys.data.schema import MAX_ID_CHARS, MAX_TIMESTAMP
 
-MAX_ID_CHARS = 256
 MAX_ECHOED_IDS = 20  # a response names at most this many of the ids a request sent (the rest are counted)
 MAX_QUERY_CHARS = 200  # a search box's worth: longer texts are documents, not queries
-MAX_ITEM_TEXT_CHARS = (
-    2_000  # one text of an item added at run time: a title, a description (the encoder reads ~256 tokens)
-)
 MAX_ITEMS_PER_ADD = 1_000
 
 # every id a client sends: users and items alike
@@ -22,9 +19,10 @@ Timestamp = Annotated[int, Field(ge=0, le=MAX_TIMESTAMP, description="unix secon
 # a text query: surrounding blanks dropped, then 1..MAX_QUERY_CHARS characters (the 422 names the limit)
 QueryText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUERY_CHARS)]
 Signal = Literal["history", "query", "popularity"]
-# an item's text: 1..MAX_ITEM_TEXT_CHARS characters, not all blank (a pattern, so the spec states it)
-ItemText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ITEM_TEXT_CHARS, pattern=r"\S")]
-FieldName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]  # an item column, e.g. llm_category
+# an item's text: 1..MAX_TEXT_CHARS characters, not all blank (a pattern, so the spec states it); the limits are
+# `recsys.artifacts.added_items.NewItem`'s, which checks the kept file's items too
+ItemText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS, pattern=r"\S")]
+FieldName = Annotated[str, StringConstraints(pattern=FIELD_NAME)]  # an item column, e.g. llm_category
 
 
 class _Body(BaseModel):
@@ -187,7 +185,7 @@ class NewItemBody(_Body):
     title: ItemText
     fields: dict[FieldName, ItemText] = Field(
         default_factory=dict,
-        max_length=16,
+        max_length=MAX_FIELDS,
         json_schema_extra={"additionalProperties": False},  # the spec says what the pattern refuses
         description="other text columns of the item (e.g. llm_category, llm_description): those the served model's "
         "content text is made of are used, the rest ignored",

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from recsys.artifacts.added_items import AddedItemStore
 from recsys.artifacts.registry import resolve_tracking_uri, sqlite_path
 
 MIN_TOKEN_CHARS = 16  # shorter admin tokens are refused: guessable
@@ -94,7 +95,10 @@ class ServingSettings(BaseSettings):
         "until a trained bundle holds them; unset: off.",
     )
     max_added_items: int = Field(
-        default=10_000, ge=1, description="The most run-time items kept (a larger total gets 409)."
+        default=10_000,
+        ge=1,
+        description="The most run-time items a served model places (those its catalogue lacks): an add past it gets "
+        "409, a bundle that would place more is not served.",
     )
     max_body_bytes: int = Field(
         default=1 << 20, ge=1024, description="Larger request bodies get 413 before they are read."
@@ -144,6 +148,17 @@ class ServingSettings(BaseSettings):
                 f"admin_token_file: {self.admin_token_file} holds no token of 16+ characters on its first line. "
                 "Fix: write one, e.g. `openssl rand -hex 32 > FILE`"
             )
+        if self.api_keys_file is not None and not self.api_keys():  # a file given means keys are wanted: never none
+            raise ValueError(
+                f"api_keys_file: {self.api_keys_file} holds no key (one per line): every route would be open. "
+                "Fix: write the keys, e.g. `openssl rand -hex 32 >> FILE`, or unset it to serve without keys"
+            )
+        unwritable = None if self.added_items_file is None else AddedItemStore(self.added_items_file).unwritable()
+        if unwritable is not None:
+            raise ValueError(
+                f"added_items_file: {unwritable}, so run-time items could never be kept there. Fix: point it at a "
+                "file in a writable directory (a volume), or unset it to serve without run-time items"
+            )
         if self.adapter_root is not None and not self.adapter_root.is_dir():
             raise ValueError(f"adapter_root: {self.adapter_root} is not a directory. Fix: create it or unset it")
         if self.workers > 1 and self.history_store == "memory":
@@ -164,12 +179,21 @@ class ServingSettings(BaseSettings):
         if self.admin_token is not None:
             return self.admin_token.get_secret_value()
         if self.admin_token_file is not None:
-            lines = self.admin_token_file.read_text().strip().splitlines()
-            return lines[0].strip() if lines and len(lines[0].strip()) >= MIN_TOKEN_CHARS else None
+            lines = _secret_lines(self.admin_token_file, "admin_token_file")
+            return lines[0] if lines and len(lines[0]) >= MIN_TOKEN_CHARS else None
         return None
 
     def api_keys(self) -> frozenset[str]:
-        """The accepted API keys of the public routes (empty: no key required)."""
-        if self.api_keys_file is None:
-            return frozenset()
-        return frozenset(line.strip() for line in self.api_keys_file.read_text().splitlines() if line.strip())
+        """The accepted API keys of the public routes (empty: no key required, only without `api_keys_file`)."""
+        return (
+            frozenset() if self.api_keys_file is None else frozenset(_secret_lines(self.api_keys_file, "api_keys_file"))
+        )
+
+
+def _secret_lines(path: Path, setting: str) -> list[str]:
+    """The non-blank lines of a secret's file, stripped; ValueError naming the setting when it cannot be read."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{setting}: {path} cannot be read ({err}). Fix: point it at the secret's text file") from err
+    return [line.strip() for line in text.splitlines() if line.strip()]

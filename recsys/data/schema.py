@@ -42,6 +42,7 @@ PADDING_IDX = 0
 # the latest time an interaction may have, in unix seconds (2100-01-01): a larger one is a unit mistake (ms, ns);
 # data files and API requests are held to it, and to times >= 0
 MAX_TIMESTAMP = 4_102_444_800
+MAX_ID_CHARS = 256  # the longest user or item id an API request may send, or a run-time item may have
 
 
 # the columns' polars types (polars is imported by what reads or writes tables, not by whoever needs a column's name)

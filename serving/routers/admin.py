@@ -9,6 +9,7 @@ Mounted only with an admin token, behind it (serving.main, serving.security). Ad
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import time
@@ -20,10 +21,11 @@ from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
-from recsys.artifacts.added_items import NewItem
+from recsys.artifacts.added_items import NewItem, merged
 from serving.deps import RecommenderDep, StateDep
 from serving.http import StrictJsonRoute
 from serving.loading import added_item_store
+from serving.recommender import CannotPlaceItems, InTrainedCatalogue, Recommender
 from serving.reloader import ReloadError
 from serving.schemas import NOT_READY, UNPARSEABLE_BODY, AddItemsRequest, AddItemsResponse, error_responses
 
@@ -108,7 +110,8 @@ def swap_adapter(
     state: StateDep,
     recommender: RecommenderDep,
 ) -> AdapterResponse:
-    """Load the adapter into a copy of the served model and swap it in; requests in flight finish on the old one.
+    """Load the adapter into a copy of the served model (the one served when the change's turn comes: an add may have
+    come between) and swap it in; requests in flight finish on the old one.
     A later champion reload replaces it with the registered bundle's adapters."""
     settings = state.settings
     if settings.adapter_root is None:
@@ -120,11 +123,11 @@ def swap_adapter(
         recommender.domain_index(domain)  # an unknown domain says so before any file is looked for
     except ValueError as err:
         raise RequestValidationError([{"type": "value_error", "loc": ("path", "domain"), "msg": str(err)}]) from err
+    path = _adapter_file(settings.adapter_root, domain, body.version)
     try:
-        swapped = recommender.with_adapter(domain, _adapter_file(settings.adapter_root, domain, body.version))
+        swapped = state.change(lambda current: current.with_adapter(domain, path))
     except ValueError as err:
         raise RequestValidationError([{"type": "value_error", "loc": ("body", "version"), "msg": str(err)}]) from err
-    state.recommender = swapped
     logger.info("adapter %s version %s swapped in: serving %s", domain, body.version, swapped.version)
     return AdapterResponse(domain=domain, version=body.version, model_version=swapped.version)
 
@@ -135,53 +138,81 @@ def swap_adapter(
     responses=error_responses(
         {
             400: UNPARSEABLE_BODY,
-            409: "run-time items are off, several workers serve, the model cannot place new items, or the total would "
-            "pass RECSYS_MAX_ADDED_ITEMS",
-            503: NOT_READY,
+            409: "run-time items are off, several workers serve, the model cannot place new items, or the items it "
+            "would place pass RECSYS_MAX_ADDED_ITEMS",
+            503: f"{NOT_READY}, or the kept file cannot be written (nothing added)",
+            507: "no space left for the kept file (nothing added)",
         }
     ),
 )
-def add_items(body: AddItemsRequest, state: StateDep, recommender: RecommenderDep) -> AddItemsResponse:
-    """Place new items by their text with the served model's content encoder and item tower, keep them (a restart or a
-    hot swap serves them again, until a trained bundle includes them) and swap in a model that ranks them: the next
-    request can return them. An id added before is replaced (an add is idempotent)."""
+def add_items(body: AddItemsRequest, state: StateDep) -> AddItemsResponse:
+    """Place new items by their text with the served model's content encoder and item tower, keep them (every bundle
+    served later serves them: a restart, a hot swap, a rollback) and swap in a model that ranks them: the next request
+    can return them. An id added before is replaced (an add is idempotent). The work runs off the request path
+    (`serving.changes`), against the model served when its turn comes."""
     settings = state.settings
     store = added_item_store(settings)
     if store is None:
         raise HTTPException(status_code=409, detail="run-time items are off. Fix: set RECSYS_ADDED_ITEMS_FILE")
     _one_worker(settings.workers, "an add", "retrain the bundle with the items")
-    if not recommender.takes_new_items:
-        raise HTTPException(
-            status_code=409,
-            detail=f"the served {recommender.name} model cannot place items it never trained on. Fix: serve a model "
-            "trained with model.params.content_first: true (docs/models.md)",
-        )
-    known = set(recommender.in_catalogue([item.item_id for item in body.items]))
-    if known:
-        raise RequestValidationError(
-            [
-                {"type": "value_error", "loc": ("body", "items", i, "item_id"),
-                 "msg": f"item {item.item_id!r} is in the trained catalogue: add only new items"}
-                for i, item in enumerate(body.items) if item.item_id in known
-            ]
-        )  # fmt: skip
-    items = [NewItem(item.item_id, item.title, dict(item.fields)) for item in body.items]
-    with state.items_lock:  # the served model may have changed (an add, a hot swap) since this request began
-        current = state.served()
-        total = len({*(item.item_id for item in current.added_items), *(item.item_id for item in items)})
-        if total > settings.max_added_items:
-            raise HTTPException(
-                status_code=409,
-                detail=f"{total} run-time items would be kept, more than RECSYS_MAX_ADDED_ITEMS "
-                f"({settings.max_added_items}). Fix: retrain the bundle with the items added so far",
-            )
-        swapped = current.with_items(items)
-        store.save(swapped.added_items)  # kept before it serves: an acknowledged add survives a crash
-        state.recommender = swapped
-    distinct = len({item.item_id for item in items})
-    state.metrics.items_added.inc(distinct)
-    logger.info("%d items added at run time (%d live): serving %s", distinct, total, swapped.version)
-    return AddItemsResponse(added=distinct, live=total, model_version=swapped.version)
+    items = _new_items(body)
+    ids = {item.item_id for item in items}
+
+    def add(current: Recommender) -> Recommender:
+        try:
+            swapped = current.with_items(items, store.embeddings_dir, settings.max_added_items)
+            kept = merged(state.kept, items)
+            store.save(kept)  # kept before it serves: an acknowledged add survives a crash
+        except CannotPlaceItems as err:
+            raise HTTPException(status_code=409, detail=str(err)) from err
+        except InTrainedCatalogue as err:
+            raise _in_catalogue(body, set(err.item_ids)) from err
+        except OSError as err:
+            raise _not_kept(store.path, err) from err
+        state.kept = kept
+        return swapped
+
+    swapped = state.change(add)
+    state.metrics.items_added.inc(len(ids))
+    live = len(swapped.added_items)
+    logger.info("%d items added at run time (%d live): serving %s", len(ids), live, swapped.version)
+    return AddItemsResponse(added=len(ids), live=live, model_version=swapped.version)
+
+
+def _new_items(body: AddItemsRequest) -> list[NewItem]:
+    """The request's items, checked as the kept file's are (`NewItem`): 422 naming the entry otherwise."""
+    items, errors = [], []
+    for i, item in enumerate(body.items):
+        try:
+            items.append(NewItem(item.item_id, item.title, dict(item.fields)))
+        except ValueError as err:
+            errors.append({"type": "value_error", "loc": ("body", "items", i), "msg": str(err)})
+    if errors:
+        raise RequestValidationError(errors)
+    return items
+
+
+def _in_catalogue(body: AddItemsRequest, known: set[str]) -> RequestValidationError:
+    """A 422 naming each item whose id the served model's trained catalogue holds."""
+    return RequestValidationError(
+        [
+            {"type": "value_error", "loc": ("body", "items", i, "item_id"),
+             "msg": f"item {item.item_id!r} is in the trained catalogue: add only new items"}
+            for i, item in enumerate(body.items) if item.item_id in known
+        ]
+    )  # fmt: skip
+
+
+def _not_kept(path: Path, err: OSError) -> HTTPException:
+    """507 when the kept file's disk is full, 503 when it cannot be written otherwise: nothing was added."""
+    full = err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    fix = "free space on its disk" if full else "make its directory writable"
+    return HTTPException(
+        status_code=507 if full else 503,
+        detail=f"the items were not added: {path.name} (the kept run-time items) cannot be written "
+        f"({err.strerror or err}); the served model and the file are as they were. Fix: {fix}, then send the same "
+        "request again",
+    )
 
 
 def _one_worker(workers: int, change: str, otherwise: str) -> None:

@@ -1,4 +1,5 @@
-"""`GET /v1/similar-items/{item_id}`: nearest items by the model's item vectors (FAISS index of the bundle)."""
+"""`GET /v1/similar-items/{item_id}`: nearest items by the model's item vectors (FAISS index of the bundle, and an exact
+index of the items added at run time)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ router = APIRouter(prefix="/v1", tags=["items"])
 
 
 @router.get(
-    "/similar-items/{item_id}",
+    "/similar-items/{item_id:path}",  # every id an item may have, a "/" in it too (sent as %2F)
     responses=error_responses(
-        {404: "the item is not in the served catalog", 501: "the served model has no item vectors", 503: NOT_READY}
+        {
+            404: "the item is not in the served catalogue (its trained items and those added at run time)",
+            501: "the served model has no item vectors",
+            503: NOT_READY,
+        }
     ),
 )
 def similar_items(
@@ -26,7 +31,11 @@ def similar_items(
 ) -> SimilarItemsResponse:
     known, _ = recommender.item_idx([item_id])
     if not known:
-        raise HTTPException(status_code=404, detail=f"unknown item {item_id!r}: not in this bundle's catalog")
+        raise HTTPException(  # the id is not echoed: the client has it
+            status_code=404,
+            detail="unknown item: not found in the served catalogue (its trained items and those added at run time). "
+            "Fix: send an id of the bundle's catalogue, or add the item (POST /v1/admin/items)",
+        )
     items = recommender.similar_items(known[0], k)
     if items is None:
         raise HTTPException(status_code=501, detail=f"the served {recommender.name} model has no item vectors")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from pipelines.config import ExperimentConfig
+from pipelines.config import ExperimentConfig, load_config
+from pipelines.runner import run_pipeline
 from recsys.artifacts.bundle import Bundle
 from recsys.artifacts.registry import download_champion_bundle
 from serving.recommender import Recommender
@@ -34,6 +36,22 @@ def champion_bundle(config: ExperimentConfig) -> tuple[str, str, Bundle]:
     bundle = download_champion_bundle(config.registered_model_name, uri)
     assert bundle is not None, f"{config.registered_model_name} has no champion in {uri}"
     return uri, config.registered_model_name, bundle
+
+
+@pytest.fixture(scope="session")
+def content_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> Bundle:
+    """A content-first SASRec on a cold-start split of the tiny data, registered and indexed by its pipeline."""
+    work = tmp_path_factory.mktemp("content-first")
+    params = {"max_history": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64, "content_first": True}
+    config = load_config(
+        tiny_config(
+            work, name="tiny-content-first", model={"name": "sasrec", "params": params},
+            data={"cold_start_fraction": 0.2, "seed": 1}, train={"schedule": {"epochs": 2}},
+            pipeline={"index": {"kind": "flat"}},
+        )
+    )  # fmt: skip
+    run_pipeline(config, work)
+    return champion_bundle(config)[2]
 
 
 @pytest.fixture(scope="session")

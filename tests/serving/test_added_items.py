@@ -5,40 +5,22 @@ next request, kept across a restart until a bundle includes them, refused with t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from pipelines.config import load_config
-from pipelines.runner import run_pipeline
 from recsys.artifacts.added_items import AddedItemStore, NewItem
 from recsys.artifacts.bundle import Bundle
 from recsys.artifacts.model_dir import trained_data
+from recsys.errors import DataError
 from recsys.semantic_ids import content as content_module
 from serving.loading import with_kept_items
 from serving.main import create_app
-from serving.recommender import RecommendationQuery, Recommender
+from serving.recommender import InTrainedCatalogue, RecommendationQuery, Recommender
 from serving.settings import ServingSettings
-from tests.serving.conftest import ADMIN, ADMIN_TOKEN, champion_bundle
-
-
-@pytest.fixture(scope="module")
-def content_bundle(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> Bundle:
-    """A content-first SASRec on a cold-start split of the tiny data, registered and indexed by its pipeline."""
-    work = tmp_path_factory.mktemp("content-first")
-    params = {"max_history": 20, "dim": 32, "num_heads": 1, "ffn_dim": 64, "content_first": True}
-    config = load_config(
-        tiny_config(
-            work, name="tiny-content-first", model={"name": "sasrec", "params": params},
-            data={"cold_start_fraction": 0.2, "seed": 1}, train={"schedule": {"epochs": 2}},
-            pipeline={"index": {"kind": "flat"}},
-        )
-    )  # fmt: skip
-    run_pipeline(config, work)
-    return champion_bundle(config)[2]
+from tests.serving.conftest import ADMIN, ADMIN_TOKEN
 
 
 def _cold_twins(bundle: Bundle, count: int) -> list[tuple[int, NewItem]]:
@@ -73,7 +55,7 @@ def test_a_new_item_is_placed_and_ranked_as_a_never_trained_item_with_its_text(c
     again = served.with_items([NewItem(twins[0][1].item_id, "a different text altogether")])
     assert [i.item_id for i in again.added_items] == [i.item_id for _, i in twins], "a re-add replaces in place"
     assert again.added_items[0].title == "a different text altogether"
-    with pytest.raises(ValueError, match="in the trained catalogue already"):
+    with pytest.raises(InTrainedCatalogue, match="in the trained catalogue already"):
         served.with_items([NewItem(catalogue_ids[0], "x")])
 
 
@@ -103,28 +85,35 @@ def test_items_added_through_the_api_are_served_kept_and_counted(content_bundle:
         assert "recsys_added_items_live 2.0" in client.get("/metrics").text
 
 
-def test_a_bundle_that_holds_a_kept_item_drops_it_from_the_store(content_bundle: Bundle, tmp_path: Path) -> None:
+def test_a_bundle_that_holds_a_kept_item_serves_it_from_its_catalogue_and_the_file_keeps_it(
+    content_bundle: Bundle, tmp_path: Path
+) -> None:
     recommender = Recommender(content_bundle)
     in_catalogue = recommender.catalogue.item_ids[0]
     store = AddedItemStore(tmp_path / "added.json")
-    store.save([NewItem(in_catalogue, "trained on now"), NewItem("brand-new", "a new lipstick")])
-    served = with_kept_items(recommender, store)
+    kept = [NewItem(in_catalogue, "trained on now"), NewItem("brand-new", "a new lipstick")]
+    store.save(kept)
+    served = with_kept_items(recommender, store.load(), store, max_items=10)
     assert [item.item_id for item in served.added_items] == ["brand-new"]
-    assert [item.item_id for item in store.load()] == ["brand-new"]
+    assert store.load() == kept, "kept for a bundle that lacks it (a rollback)"
     (tmp_path / "added.json").write_text("{not json")
-    with pytest.raises(ValueError, match=r"not a file of run-time items.*Fix: restore it"):
+    with pytest.raises(DataError, match=r"not a file of run-time items.*Fix: restore it"):
         store.load()
 
 
-def test_a_server_taking_run_time_items_loads_their_encoder_with_the_bundle(
+def test_a_server_taking_run_time_items_loads_their_encoder_once_before_the_first_add(
     content_bundle: Bundle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On the change thread once the bundle serves: neither the time to ready nor the first add's neighbours wait."""
     loads: list[object] = []
     real = content_module.load_encoder
     monkeypatch.setattr(content_module, "load_encoder", lambda *args, **kw: loads.append(args) or real(*args, **kw))
-    served = with_kept_items(Recommender(content_bundle), AddedItemStore(tmp_path / "added.json"))
-    assert len(loads) == 1  # at load time: the first add does not stall the requests beside it
-    served.with_items([NewItem("brand-new", "a new lipstick")]).with_items([NewItem("newer", "a new mascara")])
+    with TestClient(create_app(_settings(content_bundle, tmp_path))) as client:
+        client.app.state.serving.changes.run(lambda: None)  # type: ignore[attr-defined]  # what was queued before ran
+        assert len(loads) == 1
+        for item_id in ("brand-new", "newer"):
+            body = {"items": [{"item_id": item_id, "title": f"a new {item_id} lipstick"}]}
+            assert client.post("/v1/admin/items", json=body, headers=ADMIN).status_code == 200
     assert len(loads) == 1
 
 

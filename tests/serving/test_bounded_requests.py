@@ -133,3 +133,21 @@ def test_no_similar_items_path_causes_a_server_error(client: TestClient, item_id
     path = quote(item_id.encode("utf-8", "surrogatepass"), safe="")
     response = client.get(f"/v1/similar-items/{path}", params={"k": k})
     assert response.status_code < 500, (item_id, response.text)
+
+
+@pytest.mark.parametrize("content_type", [None, "application/x-www-form-urlencoded", "text/plain", "application/xml"])
+@pytest.mark.parametrize("route", ["/v1/recommendations", "/v1/events", "/v1/search"])
+def test_a_body_not_sent_as_json_is_415_saying_which_header_to_send(
+    client: TestClient, route: str, content_type: str | None
+) -> None:
+    """`curl -d` sends a form's content type: the answer names the header to send, not 'a valid dictionary'."""
+    headers = {} if content_type is None else {"content-type": content_type}
+    response = client.post(route, content=b'{"user_id": "u00001", "item_ids": ["x"], "query": "x"}', headers=headers)
+    assert response.status_code == 415, response.text
+    assert "Content-Type: application/json" in response.json()["detail"] and "Fix:" in response.json()["detail"]
+    documented = client.get("/openapi.json").json()["paths"][route]["post"]["responses"]
+    assert "415" in documented
+    assert (
+        client.post(route, content=b"{}", headers={"content-type": "application/json; charset=utf-8"}).status_code
+        != 415
+    )

@@ -5,13 +5,8 @@ shows the chart colours)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import struct
-import subprocess
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +18,7 @@ from recsys.dashboard.render import PALETTE
 from serving.main import create_app
 from serving.routers.dashboard import PLOTLY_JS_PATH
 from serving.settings import ServingSettings
+from tests.browser import chromium_or_skip, read_png, run_chromium
 from tests.conftest import recsys_serve
 from tests.recsys.dashboard.test_honest_views import honest_views_page
 from tests.recsys.dashboard.test_render import chart_ids, semantic_id_page
@@ -32,7 +28,6 @@ CHARTS = {
     "chart-trend",
     *(f"chart-slice-{f}" for f in ("cold_start", "popularity_decile", "history_length", "domain")),
 }
-INSTALL_HINT = "apt-get install -y chromium"
 
 
 @pytest.fixture(scope="module")
@@ -104,78 +99,6 @@ def test_bundle_without_a_store_says_how_to_configure_it(
         unavailable = bundle_client.get("/dashboard")
     assert unavailable.status_code == 503 and str(missing) in unavailable.text and "Fix:" in unavailable.text
     assert not missing.exists()  # reading did not create an empty store
-
-
-# ------------------------------------------------------------------------------------------- headless Chromium
-
-
-def chromium_or_skip() -> str:
-    """The Chromium binary; without one, a skip naming the install command (a failure under CI=true)."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        message = f"chromium is not installed: the dashboard's browser test needs it. Fix: {INSTALL_HINT}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
-
-
-def run_chromium(chromium: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [
-        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-        "--window-size=1200,800", "--virtual-time-budget=10000", *args,
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
-def read_png(path: Path) -> np.ndarray:
-    """(H, W, C) uint8 pixels of an 8-bit, non-interlaced RGB(A) PNG: the chunks, zlib, and the five row filters."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
-    pos, idat, header = 8, bytearray(), None
-    while pos < len(data):
-        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
-        if kind == b"IHDR":
-            header = struct.unpack(">IIBBBBB", data[pos + 8 : pos + 8 + length])
-        elif kind == b"IDAT":
-            idat += data[pos + 8 : pos + 8 + length]
-        pos += 12 + length
-    assert header is not None
-    width, height, depth, colour, _, _, interlace = header
-    assert depth == 8 and colour in (2, 6) and interlace == 0, header
-    bpp = 3 if colour == 2 else 4
-    stride, raw = width * bpp, zlib.decompress(bytes(idat))
-    rows, previous = np.zeros((height, stride), dtype=np.uint8), np.zeros(stride, dtype=np.int64)
-    for y in range(height):
-        kind_of_filter, start = raw[y * (stride + 1)], y * (stride + 1) + 1
-        line = np.frombuffer(raw, dtype=np.uint8, count=stride, offset=start).astype(np.int64)
-        if kind_of_filter == 0:
-            row = line
-        elif kind_of_filter == 1:  # Sub: a running sum per channel
-            row = line.reshape(width, bpp).cumsum(axis=0).reshape(-1) % 256
-        elif kind_of_filter == 2:  # Up
-            row = (line + previous) % 256
-        else:  # Average, Paeth: sequential within the row
-            row = np.array(_unfilter_sequential(kind_of_filter, line.tolist(), previous.tolist(), bpp))
-        rows[y], previous = row, row
-    return rows.reshape(height, width, bpp)
-
-
-def _unfilter_sequential(kind: int, line: list[int], up: list[int], bpp: int) -> list[int]:
-    out = [0] * len(line)
-    for i, x in enumerate(line):
-        a, b = (out[i - bpp], up[i]) if i >= bpp else (0, up[i])
-        if kind == 3:
-            out[i] = (x + (a + b) // 2) & 255
-            continue
-        c = up[i - bpp] if i >= bpp else 0
-        p = a + b - c
-        pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-        out[i] = (x + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-    return out
 
 
 def test_dashboard_draws_in_headless_chromium(page: str, registry: tuple[str, str, Path], tmp_path: Path) -> None:

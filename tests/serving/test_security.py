@@ -112,3 +112,12 @@ def test_a_refusal_waits_without_holding_up_keyed_requests(monkeypatch: pytest.M
 def test_an_adapter_is_named_never_located(secured: TestClient, version: str) -> None:
     response = secured.post("/v1/admin/adapters/sports", json={"version": version}, headers=ADMIN)
     assert response.status_code == 422 and "version" in response.text
+
+
+def test_an_api_keys_file_without_a_key_is_refused_not_read_as_no_auth(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    keys = tmp_path / "keys"
+    keys.write_text("\n  \n")
+    with pytest.raises(ValidationError, match=r"api_keys_file: .* holds no key .* Fix: write the keys"):
+        ServingSettings(bundle=tmp_path, api_keys_file=keys)
