@@ -166,8 +166,8 @@ def hostile_requests(server: Server, group: str, item_ids: list[str], user_id: s
         c("a JSON list body", 422, "valid dictionary", "POST", rec, json=[1, 2]),
         c(
             "text/plain body",
-            422,
-            "valid dictionary",
+            415,
+            "Content-Type: application/json",
             "POST",
             rec,
             content=b'{"user_id": "u"}',
