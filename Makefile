@@ -52,5 +52,11 @@ serve-only:
 bench-beauty: setup
 	$(PY) -m benchmarks.quality --config configs/beauty/sasrec.yaml --data-dir ../shared/data/amazon-beauty
 
+# What the project's commands leave in the repo: the venvs, the demo's directory, the benchmarks' work dirs (.cache/),
+# the tools' caches and the egg-info of the editable install; mlruns.db, mlruns/ and mlartifacts/ are what an older
+# version's default MLflow store left here (the store lives in the work dir now). The default work dir runs/ holds
+# your trained models and is kept: remove it yourself.
 clean:
-	rm -rf $(VENV) $(SERVE_VENV) $(DEMO_DIR) mlruns.db .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SERVE_VENV) $(DEMO_DIR) .cache .hypothesis .pytest_cache .mypy_cache .ruff_cache *.egg-info \
+	  mlruns.db mlruns.db.lock mlruns mlartifacts
+	find . -name __pycache__ -type d -not -path "./.git/*" -prune -exec rm -rf {} +

@@ -17,7 +17,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from features.settings import PrepareSettings
 from pipelines.tracking import TrackingSection
@@ -29,6 +29,7 @@ from recsys.evaluation import EvalConfig
 from recsys.models.family import UPSTREAM_KEY, Input
 from recsys.models.registry import model_family
 from recsys.retrieval import IndexConfig
+from recsys.runtime.names import check_name
 from recsys.runtime.validation import as_json, config_from, problems
 from recsys.runtime.yaml_files import load_yaml, read_yaml
 from recsys.semantic_ids.collaborative import CollaborativeVectors
@@ -171,6 +172,12 @@ class ExperimentConfig(Section):
     tracking: TrackingSection = TrackingSection()
     pipeline: PipelineSection = PipelineSection()
     distill: DistillConfig | None = None  # train the model as a student of a teacher (docs/training.md)
+
+    @field_validator("name")
+    @classmethod
+    def _one_directory_name(cls, name: str) -> str:
+        """The name is a directory name under the work dir (WORK/data/NAME, WORK/models/NAME, ...): one path part."""
+        return check_name(name, "name")
 
     @model_validator(mode="after")
     def _semantic_ids_are_built(self) -> ExperimentConfig:
@@ -331,7 +338,27 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    for key in parents:
+    """Set the dotted key `dotted` of `tree` to `value`, making the mappings on its way; ConfigError for an empty part
+    of the key, or a part under a value that is not a mapping (`model.name.x` when `model.name` is a string).
+
+    Example:
+        >>> tree = {"model": {"name": "sasrec"}}
+        >>> set_dotted(tree, "model.params.dim", 64); tree
+        {'model': {'name': 'sasrec', 'params': {'dim': 64}}}
+        >>> set_dotted(tree, "model.name.x", 1)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        recsys.errors.ConfigError: model.name.x: model.name is 'sasrec', not a mapping, so it has no key 'x'. Fix: ...
+    """
+    *parents, leaf = parts = dotted.split(".")
+    if not all(parts):
+        raise ConfigError(f"{dotted!r}: a dotted key has an empty part. Fix: name each level, e.g. model.params.dim")
+    for depth, key in enumerate(parents):
         tree = tree.setdefault(key, {})
+        if not isinstance(tree, dict):
+            above, below = ".".join(parts[: depth + 1]), parts[depth + 1]
+            shown = repr(tree) if len(repr(tree)) <= 60 else f"a {type(tree).__name__}"
+            raise ConfigError(
+                f"{dotted}: {above} is {shown}, not a mapping, so it has no key {below!r}. Fix: set {above} itself, "
+                "or a key of a section (e.g. model.params.dim)"
+            )
     tree[leaf] = value

@@ -39,7 +39,7 @@ from pipelines.distill import TEACHER_KEY
 from pipelines.search import SEARCH_SEED, evaluate_query_scorer
 from pipelines.tracking import flatten, start_tracking
 from pipelines.train import CatalogFeatures, TrainOutputs
-from recsys.artifacts.comparison import compare_ranks
+from recsys.artifacts.comparison import compare_ranks, read_evaluation_report
 from recsys.artifacts.evaluation_dir import DASHBOARD_FILE, EVALUATE_RUN_NAME, EVALUATION_ARTIFACT_DIR, EVALUATION_FILE
 from recsys.artifacts.model_dir import POPULARITY_VALID, TrainedModel, load_model_dir, model_sha256, trained_config_name
 from recsys.artifacts.per_user import PER_USER_FILE, SEARCH_RANKS_FILE, PerUserRanks, SearchRanks, write_search_ranks
@@ -175,7 +175,7 @@ def baseline_comparison(config: ExperimentConfig, per_user: PerUserRanks) -> dic
     uncertainty = config.eval.uncertainty
     if not uncertainty.resamples:
         raise ConfigError("pipeline.compare_with needs intervals. Fix: set eval.uncertainty.resamples (e.g. 1000)")
-    names = (config.name, str(json.loads(path.read_text())["name"]))
+    names = (config.name, read_evaluation_report(baseline)["name"])
     comparison = compare_ranks(per_user, PerUserRanks.read(baseline / PER_USER_FILE), names, config.eval.ks,
                                uncertainty)  # fmt: skip
     metric = "ndcg@10" if "ndcg@10" in comparison["overall"] else next(iter(comparison["overall"]))

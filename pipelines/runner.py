@@ -85,6 +85,7 @@ def run_pipeline(
         raise RecsysError(f"run only {only!r} or until {until!r}, not both. Fix: drop one of them")
     last = only or until
     check_step_names(last, *rerun)
+    config = config.model_copy(update={"tracking": config.tracking.under(work_dir)})  # the store: WORK's by default
     paths = ExperimentPaths.under(work_dir, config)
     steps = STEPS[: STEP_NAMES.index(last) + 1] if last else STEPS
     workers = join(resolve_device(config.train.hardware.device))

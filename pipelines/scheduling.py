@@ -43,9 +43,9 @@ def run_step_task(step: str, params: Mapping[str, Any]) -> dict[str, str]:
 
 def refresh_champion_index_task(params: Mapping[str, Any]) -> str:
     """Rebuild (or keep, when up to date) the FAISS index of the registered champion's item vectors."""
-    config = load_config(Path(params["config"]))
-    bundle = download_champion_bundle(config.registered_model_name, config.tracking.resolved_uri())
+    config, work_dir = load_config(Path(params["config"])), Path(params["work_dir"])
+    bundle = download_champion_bundle(config.registered_model_name, config.tracking.resolved_uri(work_dir))
     if bundle is None:
         raise RecsysError(f"{config.registered_model_name} has no champion yet. Fix: let daily_training run first")
-    index_dir = Path(params.get("index_dir") or Path(params["work_dir"]) / "indexes" / f"{config.name}-champion")
+    index_dir = Path(params.get("index_dir") or work_dir / "indexes" / f"{config.name}-champion")
     return str(build_index_step(bundle.model_dir, index_dir, config.pipeline.index))

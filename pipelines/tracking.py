@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from recsys.artifacts.registry import PARENT_TAG, mlflow_module, resolve_tracking_uri, sqlite_path
+from recsys.artifacts.registry import DEFAULT_WORK_DIR, PARENT_TAG, mlflow_module, resolve_tracking_uri, sqlite_path
 from recsys.runtime.lock import exclusive_lock
 
 logger = logging.getLogger(__name__)
@@ -32,19 +32,27 @@ _UNSAFE_METRIC_CHARS = re.compile(r"[^A-Za-z0-9_\-. :/]")  # MLflow accepts thes
 
 
 class TrackingSection(BaseModel):
-    """An experiment config's `tracking` section: MLflow tracking; the URI falls back to $MLFLOW_TRACKING_URI, then a
-    local SQLite file."""
+    """An experiment config's `tracking` section: MLflow tracking; the URI falls back to $MLFLOW_TRACKING_URI, then
+    the work dir's SQLite file `WORK/mlflow.db` (`under`: the pipeline names the store once it knows the work dir)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True  # false: no MLflow run (e.g. a GPU box without MLflow); the model dir is still written
-    uri: str | None = None  # e.g. postgresql+psycopg2://user@host:5432/db for a shared store (docs/pipelines.md)
+    # e.g. postgresql+psycopg2://user@host:5432/db for a shared store (docs/pipelines.md); None: $MLFLOW_TRACKING_URI,
+    # else sqlite:///WORK/mlflow.db
+    uri: str | None = None
     experiment: str | None = None  # defaults to the config name
     # artifact location of experiments this creates; None: beside a SQLite file, else MLflow's default (./mlruns)
     artifacts: str | None = None
 
-    def resolved_uri(self) -> str:
-        return resolve_tracking_uri(self.uri)
+    def resolved_uri(self, work_dir: Path = DEFAULT_WORK_DIR) -> str:
+        """The store meant for a run under `work_dir` (`recsys.artifacts.registry.resolve_tracking_uri`)."""
+        return resolve_tracking_uri(self.uri, work_dir)
+
+    def under(self, work_dir: Path) -> TrackingSection:
+        """This section with its store named for a run under `work_dir`: `uri`, else $MLFLOW_TRACKING_URI, else
+        `WORK/mlflow.db`; off, it is left as it is."""
+        return self.model_copy(update={"uri": self.resolved_uri(work_dir)}) if self.enabled else self
 
 
 class Tracker(Protocol):

@@ -30,7 +30,8 @@ class ServingSettings(BaseSettings):
     tracking_uri: str | None = Field(
         default=None,
         description="The MLflow store of that registry and of the dashboard's runs (default: $MLFLOW_TRACKING_URI, "
-        "else sqlite:///mlruns.db). A SQLite store must exist: serving never creates one.",
+        "else runs/mlflow.db, the store of the default --work-dir runs). A SQLite store must exist: serving never "
+        "creates one.",
     )
     history_store: Literal["memory", "redis"] = Field(
         default="memory",

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter
 from pipelines.config import ExperimentConfig
 from pipelines.steps.outputs import Output, PipelineOutputs
 from recsys.runtime.digest import feed_file
+from recsys.runtime.names import child
 
 T = TypeVar("T")
 
@@ -48,18 +49,20 @@ class ExperimentPaths:
 
     @staticmethod
     def under(work_dir: Path, config: ExperimentConfig) -> ExperimentPaths:
+        """The paths of `config`'s experiment under `work_dir`: each directly under its folder (`child` checks the
+        name again: the config checked it when loaded, this holds for a config built otherwise too)."""
         return ExperimentPaths(
-            data_dir=work_dir / "data" / config.name,
-            metadata_dir=work_dir / "metadata" / config.name,
-            content_dir=work_dir / "content" / config.name,
-            sid_dir=work_dir / "sids" / config.name,
-            model_dir=work_dir / "models" / config.name,
+            data_dir=child(work_dir / "data", config.name),
+            metadata_dir=child(work_dir / "metadata", config.name),
+            content_dir=child(work_dir / "content", config.name),
+            sid_dir=child(work_dir / "sids", config.name),
+            model_dir=child(work_dir / "models", config.name),
             cache_dir=work_dir / "cache" / "embeddings",
             enrich_cache_dir=work_dir / "cache" / "enrich",
-            index_dir=work_dir / "indexes" / config.name,
-            bundle_dir=work_dir / "bundles" / config.name,
-            evaluation_dir=work_dir / "evaluations" / config.name,
-            pipeline_dir=work_dir / "pipelines" / config.name,
+            index_dir=child(work_dir / "indexes", config.name),
+            bundle_dir=child(work_dir / "bundles", config.name),
+            evaluation_dir=child(work_dir / "evaluations", config.name),
+            pipeline_dir=child(work_dir / "pipelines", config.name),
         )
 
     def outputs(self) -> list[Path]:

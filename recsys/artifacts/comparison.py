@@ -14,17 +14,19 @@ interval and the p-value of a paired randomisation test (`recsys.evaluation.unce
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, ValidationError
 
 from recsys.artifacts.evaluation_dir import EVALUATION_FILE
 from recsys.artifacts.per_user import PER_USER_FILE, SEARCH_RANKS_FILE, PerUserRanks, read_search_ranks
-from recsys.errors import ConfigError, RecsysError
+from recsys.errors import ConfigError, DataError, RecsysError
 from recsys.evaluation.uncertainty import Uncertainty, paired_difference, per_user_metrics
+from recsys.runtime.json_files import read_json_object
+from recsys.runtime.validation import problems
 
 
 def compare_ranks(
@@ -70,7 +72,7 @@ def compare_ranks(
 def compare_evaluation_dirs(challenger_dir: Path, champion_dir: Path, uncertainty: Uncertainty) -> dict[str, Any]:
     """The comparison of two evaluation directories of the pipeline's `evaluate` step (evaluation.json and
     per_user.npz each), over the challenger's metrics and slices."""
-    reports = [_report(directory) for directory in (challenger_dir, champion_dir)]
+    reports = [read_evaluation_report(directory) for directory in (challenger_dir, champion_dir)]
     if reports[0]["split_digest"] != reports[1]["split_digest"]:
         raise ConfigError(
             f"{challenger_dir} ({reports[0]['name']}, {reports[0]['users']} users) and {champion_dir} "
@@ -84,17 +86,44 @@ def compare_evaluation_dirs(challenger_dir: Path, champion_dir: Path, uncertaint
     return {**compare_ranks(ranks[0], ranks[1], names, ks, uncertainty), "split": reports[0]["split"]}
 
 
-def _report(evaluation_dir: Path) -> dict[str, Any]:
+REEVALUATE = "evaluate it again: `recsys pipeline run --config CONFIG --rerun evaluate`"
+
+
+class _Protocol(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    ks: list[PositiveInt]
+
+
+class _EvaluationHeader(BaseModel):
+    """What a comparison reads of an evaluation.json (the rest of the report is the evaluate step's)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    split: str
+    users: NonNegativeInt
+    split_digest: str
+    protocol: _Protocol
+
+
+def read_evaluation_report(evaluation_dir: Path) -> dict[str, Any]:
+    """The evaluation.json of an evaluation directory, checked to hold what a comparison reads (its name, split, users,
+    split digest and cut-offs) beside its per_user.npz; DataError naming the file and the fix otherwise."""
     path = evaluation_dir / EVALUATION_FILE
     if not path.is_file():
         raise RecsysError(f"{evaluation_dir} holds no {EVALUATION_FILE}. Fix: pass an evaluation directory of "
                           "`recsys pipeline run` (WORK/evaluations/NAME)")  # fmt: skip
-    report: dict[str, Any] = json.loads(path.read_text())
+    report = read_json_object(path, REEVALUATE)
     if "split_digest" not in report or not (evaluation_dir / PER_USER_FILE).is_file():
         raise RecsysError(
             f"{evaluation_dir} predates per-user ranks (no split_digest or {PER_USER_FILE}). Fix: evaluate it again: "
             "`recsys pipeline run --config CONFIG --rerun evaluate`"
         )
+    try:
+        _EvaluationHeader.model_validate(report, strict=True)
+    except ValidationError as err:
+        raise DataError(path, f"not an evaluation report of this version ({problems(err)})", REEVALUATE) from err
     return report
 
 
@@ -104,7 +133,7 @@ def compare_search_dirs(
     """Two evaluations of models that read queries compared per search level and setting, user by user: {key: {metric:
     paired difference, "users": n}} over the users both ranked at that key (their test queries are each model's own
     draw, disjoint from its training queries: with other training queries, a few users may get another query)."""
-    reports = [_report(directory) for directory in (challenger_dir, champion_dir)]
+    reports = [read_evaluation_report(directory) for directory in (challenger_dir, champion_dir)]
     if reports[0]["split_digest"] != reports[1]["split_digest"]:
         raise ConfigError(f"{challenger_dir} and {champion_dir} ranked different users (split digests differ). Fix: "
                           "evaluate both on the same prepared data")  # fmt: skip

@@ -19,6 +19,9 @@ split's users) and their targets' ranks (`ranks|<key>`).
 from __future__ import annotations
 
 import hashlib
+import zipfile
+import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +29,7 @@ import numpy as np
 import torch
 
 from recsys.data.prepared import EvalSplit
-from recsys.errors import RecsysError
+from recsys.errors import DataError, RecsysError
 from recsys.evaluation.slices import SliceMasks, slice_codes
 
 PER_USER_FILE = "per_user.npz"  # of an evaluation directory
@@ -79,18 +82,54 @@ class PerUserRanks:
 
     @staticmethod
     def read(path: Path) -> PerUserRanks:
+        """The ranks of a .npz `write` wrote; DataError naming the file for one that is not such a file (truncated,
+        another file, arrays missing or of other lengths)."""
         if not path.is_file():
             raise RecsysError(f"{path}: no per-user ranks. Fix: re-run the step that writes it (its evaluation)")
-        with np.load(path, allow_pickle=False) as stored:
-            arrays = {key: stored[key] for key in stored.files}
+        arrays = _read_npz(path)
+        missing = [key for key in USER_ARRAYS if key not in arrays]
+        missing += [SLICE_NAMES + key.removeprefix(SLICE) for key in arrays
+                    if key.startswith(SLICE) and SLICE_NAMES + key.removeprefix(SLICE) not in arrays]  # fmt: skip
+        if missing:
+            raise DataError(path, f"lacks the arrays {missing} (it holds {sorted(arrays)})", _REWRITE)
+        lengths = {key: arrays[key].shape for key in arrays if not key.startswith(SLICE_NAMES)}
+        if any(shape != (len(arrays["ranks"]),) for shape in lengths.values()):
+            raise DataError(path, f"its per-user arrays are not all of one length: shapes {lengths}", _REWRITE)
+        if any(arrays[key].dtype.kind not in "iu" for key in lengths):
+            raise DataError(path, f"holds arrays that are not integers: {_dtypes(arrays, lengths)}", _REWRITE)
         slices = {
             key.removeprefix(SLICE): ([str(n) for n in arrays[SLICE_NAMES + key.removeprefix(SLICE)]],
                                       torch.from_numpy(arrays[key]))
             for key in arrays
             if key.startswith(SLICE)
         }  # fmt: skip
-        tensors = {key: torch.from_numpy(arrays[key]).long() for key in ("ranks", "user_idx", "targets")}
+        tensors = {key: torch.from_numpy(arrays[key]).long() for key in USER_ARRAYS}
         return PerUserRanks(slices=slices, **tensors)
+
+
+USER_ARRAYS = ("ranks", "user_idx", "targets")
+_REWRITE = "re-run the evaluation that wrote it (`recsys pipeline run --config CONFIG --rerun evaluate`)"
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of the .npz at `path`; DataError for a file that is not one (truncated, another format, pickles)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head != b"PK\x03\x04":  # an .npz is a zip archive
+        raise DataError(path, f"not an .npz archive (a zip file): it starts with {head!r}", _REWRITE)
+    try:
+        stored = np.load(path, allow_pickle=False)
+        if not isinstance(stored, np.lib.npyio.NpzFile):
+            raise DataError(path, "holds one array (.npy), not the arrays of an .npz archive", _REWRITE)
+        with stored:
+            return {key: stored[key] for key in stored.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # not an .npz, cut short, pickles
+        raise DataError(path, f"not a readable .npz archive ({type(err).__name__}: {str(err)[:200]})",
+                        _REWRITE) from err  # fmt: skip
+
+
+def _dtypes(arrays: dict[str, np.ndarray], keys: Iterable[str]) -> str:
+    return ", ".join(f"{key} {arrays[key].dtype}" for key in keys)
 
 
 SearchRanks = dict[str, tuple[torch.Tensor, torch.Tensor]]  # "<level>/<setting>/<system>" -> (rows, ranks)

@@ -17,7 +17,8 @@ from typing import Any
 from recsys.artifacts.bundle import Bundle, BundleError
 from recsys.runtime.extras import optional
 
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+DEFAULT_WORK_DIR = Path("runs")  # the --work-dir of the commands that train, and so where `recsys serve` looks
+STORE_FILE = "mlflow.db"  # the default MLflow store: this SQLite file in the work dir, its artifacts in mlartifacts/
 SQLITE_PREFIX = "sqlite:///"
 CHAMPION = "champion"  # the alias of the version that serves
 GATE_METRIC = "valid_ndcg_at_10"  # a version's tag: its validation NDCG@10, the champion gate's metric
@@ -25,10 +26,21 @@ PROMOTED_TAG = "gate.promoted"  # the gate's decision, on its register run (the 
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's tag on a nested run: a pipeline's steps are nested runs of its run
 
 
-def resolve_tracking_uri(uri: str | None) -> str:
-    """The MLflow store meant: `uri` when given, else $MLFLOW_TRACKING_URI, else a SQLite file in the working
-    directory."""
-    return configured_tracking_uri(uri) or DEFAULT_TRACKING_URI
+def resolve_tracking_uri(uri: str | None, work_dir: Path = DEFAULT_WORK_DIR) -> str:
+    """The MLflow store meant: `uri` when given, else $MLFLOW_TRACKING_URI, else the work dir's own store
+    (`default_tracking_uri`; `runs`, the commands' default work dir, for a command that has none, e.g. serving)."""
+    return configured_tracking_uri(uri) or default_tracking_uri(work_dir)
+
+
+def default_tracking_uri(work_dir: Path) -> str:
+    """The store of a work dir nobody named another for: `WORK/mlflow.db` (absolute), artifacts in `WORK/mlartifacts`
+    (`pipelines.tracking.artifact_root`), so a command writes nothing into the directory it is started from.
+
+    Example:
+        >>> default_tracking_uri(Path("/srv/runs"))
+        'sqlite:////srv/runs/mlflow.db'
+    """
+    return f"{SQLITE_PREFIX}{(work_dir / STORE_FILE).resolve()}"
 
 
 def configured_tracking_uri(uri: str | None) -> str | None:

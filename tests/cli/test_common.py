@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,77 @@ def test_a_config_error_exits_2_at_once(
     assert "Fix: " in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "work").exists()  # nothing was prepared
     assert seconds < FAST_S
+
+
+HUGE = "9" * 5000  # past Python's 4,300-digit limit on reading an integer
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["name=../../esc"], "{config}: name: '../../esc' is not a valid name (it becomes a directory name"),
+        (["name=a/b"], "{config}: name: 'a/b' is not a valid name"),
+        (["name=a\\b"], "{config}: name: 'a\\\\b' is not a valid name"),
+        (['name="a\\0b"'], "{config}: name: 'a\\x00b' is not a valid name"),
+        (["name=.hidden"], "{config}: name: '.hidden' is not a valid name"),
+        (["name={tmp}/abs"], "{config}: name: '/"),  # '/tmp/...'... (its length): shown cut when long
+        (['name=""'], "{config}: name: '' is not a valid name"),
+        (
+            [f"name={'n' * 101}"],
+            "{config}: name: '" + "n" * 40 + "'... (101 characters) is not a valid",
+        ),
+        (["model.name.x=1"], "model.name.x: model.name is 'sasrec', not a mapping, so it has no key 'x'. Fix: set"),
+        (
+            [f"model.params.dim={HUGE}"],
+            "--set model.params.dim: the number on line 1 (" + "9" * 20 + "...",
+        ),
+        ([f"train.optimization.lr={HUGE}.0"], "--set train.optimization.lr: the number on line 1 ("),
+    ],
+    ids=[
+        "dotdot",
+        "slash",
+        "backslash",
+        "nul",
+        "dot",
+        "absolute",
+        "empty",
+        "long",
+        "under-a-string",
+        "huge-int",
+        "huge-float",
+    ],
+)
+def test_a_bad_override_exits_2_and_writes_nothing(
+    tmp_path: Path, tiny_config: Callable[..., Path], sets: list[str], message: str
+) -> None:
+    """A name that is a path (it would put the prepared data and state.json outside the work dir), a key under a value
+    that is not a mapping, a number past int64 or past the largest float: refused when the config loads."""
+    config = tiny_config(tmp_path)
+    work = tmp_path / "deep" / "work"
+    options = [item for value in sets for item in ("--set", value.format(tmp=tmp_path))]
+    result = subprocess.run(
+        [str(RECSYS), "train", "--config", str(config), "--work-dir", str(work), *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: " + message.format(config=config, tmp=tmp_path)), result.stderr
+    assert "Fix: " in result.stderr and "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]  # no work dir, nothing beside it
+
+
+def test_a_config_file_with_a_huge_number_exits_2(tmp_path: Path) -> None:
+    config = tmp_path / "experiment.yaml"
+    config.write_text(f"model:\n  name: sasrec\n  params: {{dim: {HUGE}}}\n")
+    result = subprocess.run(
+        [str(RECSYS), "train", "--config", str(config), "--work-dir", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: {config}: the number on line 3 (99999999999999999999...9999999999, 5,000 "
+                                    "characters) is too large"), result.stderr  # fmt: skip
+    assert "Traceback" not in result.stderr and not (tmp_path / "work").exists()

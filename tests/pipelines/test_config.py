@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from pipelines.config import load_config, parse_overrides
+from pipelines.steps.base import ExperimentPaths
 from recsys.errors import ConfigError
 from recsys.models.family import Input
 from recsys.training.recipes import NextItemTraining
@@ -240,3 +242,59 @@ def test_a_variant_of_another_model_does_not_inherit_the_bases_model_settings(tm
     (tmp_path / "pop.yaml").write_text("base: base.yaml\nmodel:\n  name: popularity\n")
     config = load_config(tmp_path / "pop.yaml")
     assert config.model.name == "popularity" and config.model.params == {} and config.train.schedule.epochs == 5
+
+
+@pytest.mark.parametrize(
+    "name", ["../esc", "a/b", "a\\b", "a\0b", ".hidden", "..", "/abs", "", "-x", "x y", "é", "n" * 101]
+)
+def test_a_name_that_is_not_one_directory_name_is_refused(tmp_path: Path, name: str) -> None:
+    """`name` becomes WORK/data/NAME, WORK/models/NAME, WORK/pipelines/NAME/state.json...: one path part, in the file
+    as through --set."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(f"name: {json.dumps(name)}\nmodel: {{name: popularity}}\n")
+    with pytest.raises(ConfigError, match=r"name: .* is not a valid name .* Fix: use 1 to 100 letters, digits"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"name: .* is not a valid name"):
+        load_config(_write(tmp_path, "model: {name: popularity}\n"), {"name": name})
+    assert load_config(path, {"name": "beauty-sasrec_v2.1"}).name == "beauty-sasrec_v2.1"
+
+
+def test_the_paths_built_from_a_name_check_it_again(tmp_path: Path) -> None:
+    """Defence in depth: a config built without validation (`model_construct`) still cannot put its outputs outside
+    the work dir."""
+    config = load_config(_write(tmp_path, "model: {name: popularity}\n"))
+    assert ExperimentPaths.under(tmp_path, config).model_dir == tmp_path / "models" / "exp"
+    with pytest.raises(ConfigError, match=r"name: '\.\./\.\./esc' is not a valid name"):
+        ExperimentPaths.under(tmp_path, config.model_construct(**{**dict(config), "name": "../../esc"}))
+
+
+def test_an_override_under_a_value_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, "model: {name: sasrec}\n")
+    with pytest.raises(ConfigError, match=r"model\.name\.x: model\.name is 'sasrec', not a mapping, .* Fix: set"):
+        load_config(path, parse_overrides(["model.name.x=1"]))
+    with pytest.raises(ConfigError, match=r"a dotted key has an empty part"):
+        load_config(path, parse_overrides(["model..dim=1"]))
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("9" * 5000, "9" * 20 + r"\.\.\.9{10}, 5,000 characters"), (str(2**63), str(2**63)), ("-" + "1" * 30, "-1+"),
+     ("1" * 400 + ".0", "1{20}"), ("1e999", "1e999")],
+    ids=["5000-digits", "past-int64", "negative", "float-digits", "float-exponent"],
+)  # fmt: skip
+def test_a_number_too_large_is_refused_in_files_and_overrides(tmp_path: Path, value: str, shown: str) -> None:
+    """Python reads no integer of more than 4,300 digits (a ValueError deep in the YAML parser), a float literal past
+    1.8e308 is inf: both are config errors naming the line, the value and the bound."""
+    path = _write(tmp_path, f"model:\n  name: sasrec\n  params: {{dim: {value}}}\n")
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}: the number on line 3 \({shown}.*too large"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=rf"--set model.params.dim: the number on line 1 \({shown}.*too large"):
+        parse_overrides([f"model.params.dim={value}"])
+    assert parse_overrides(["a=.inf", f"b={2**63 - 1}", "c=1.7e308"]) == {"a": float("inf"), "b": 2**63 - 1,
+                                                                          "c": 1.7e308}  # fmt: skip
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    return path

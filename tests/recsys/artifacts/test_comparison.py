@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,11 +16,12 @@ import pytest
 import torch
 
 from pipelines.config import load_config
+from pipelines.evaluate import baseline_comparison
 from pipelines.runner import run_pipeline
 from recsys.artifacts.comparison import compare_evaluation_dirs
 from recsys.artifacts.evaluation_dir import EVALUATION_FILE
 from recsys.artifacts.per_user import PER_USER_FILE, PerUserRanks
-from recsys.errors import ConfigError
+from recsys.errors import ConfigError, DataError
 from recsys.evaluation import Uncertainty
 
 FAST = Uncertainty(resamples=200)
@@ -105,3 +110,84 @@ def test_a_slice_family_is_one_slice_per_user(evaluations: dict[str, Path]) -> N
     ranks = PerUserRanks.read(evaluations["champion"] / PER_USER_FILE)
     names, codes = ranks.slices["cold_start"]
     assert names == ["warm", "cold"] and codes.dtype == torch.int16
+
+
+def _truncated(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _without(*keys: str) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        with np.load(path) as stored:
+            arrays = {key: stored[key] for key in stored.files if not key.startswith(keys)}
+        np.savez(path, **arrays)
+
+    return write
+
+
+def _short_ranks(path: Path) -> None:
+    with np.load(path) as stored:
+        arrays = {key: stored[key] for key in stored.files}
+    np.savez(path, **{**arrays, "ranks": arrays["ranks"][:10]})
+
+
+def _json(text: str) -> Callable[[Path], None]:
+    return lambda path: path.write_text(text) and None
+
+
+CORRUPT = {  # (file, how it is spoilt, what the error says)
+    "json-truncated": (EVALUATION_FILE, _truncated, r"not valid JSON: it ends in the middle of a value"),
+    "json-binary": (EVALUATION_FILE, lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00"), "not UTF-8 text"),
+    "json-not-json": (EVALUATION_FILE, _json("evaluation: yes"), r"not valid JSON \(Expecting value, line 1"),
+    "json-a-list": (EVALUATION_FILE, _json("[1, 2, 3]"), "holds a JSON list, not the object expected"),
+    "json-no-name": (EVALUATION_FILE, _json('{"split_digest": "ab", "users": 3}'), r"not an evaluation report .*name"),
+    "json-ks-text": (EVALUATION_FILE, None, r"not an evaluation report .*protocol\.ks"),
+    "npz-truncated": (PER_USER_FILE, _truncated, r"not a readable \.npz archive"),
+    "npz-not-npz": (PER_USER_FILE, lambda p: p.write_text("ranks\n1\n2\n"), r"not an \.npz archive .*b'rank'"),
+    "npz-no-ranks": (PER_USER_FILE, _without("ranks"), r"lacks the arrays \['ranks'\]"),
+    "npz-no-slice-names": (PER_USER_FILE, _without("slice_names."), r"lacks the arrays \['slice_names\."),
+    "npz-short-ranks": (PER_USER_FILE, _short_ranks, "its per-user arrays are not all of one length"),
+}
+
+
+def _spoil(source: Path, target: Path, case: str) -> Path:
+    shutil.copytree(source, target)
+    name, spoil, _ = CORRUPT[case]
+    if spoil is None:  # a field of the wrong type
+        report = json.loads((target / name).read_text())
+        report["protocol"]["ks"] = "10"
+        (target / name).write_text(json.dumps(report))
+    else:
+        spoil(target / name)
+    return target
+
+
+@pytest.mark.parametrize("case", list(CORRUPT))
+def test_a_corrupt_evaluation_is_an_error_naming_the_file(
+    evaluations: dict[str, Path], tmp_path: Path, tiny_config: Callable[..., Path], case: str
+) -> None:
+    """Comparing with an evaluation directory whose evaluation.json or per_user.npz is spoilt (cut short, not JSON, JSON
+    of another shape, arrays missing or of other lengths) is a DataError naming the file and the fix, both where the
+    dashboard compares (`compare_evaluation_dirs`) and where `pipeline.compare_with` does (`baseline_comparison`)."""
+    spoilt = _spoil(evaluations["champion"], tmp_path / "spoilt", case)
+    name, _, problem = CORRUPT[case]
+    expected = rf"{re.escape(str(spoilt / name))}: {problem}.*\. Fix: .*evaluat"
+    with pytest.raises(DataError, match=expected):
+        compare_evaluation_dirs(evaluations["challenger"], spoilt, FAST)
+    config = load_config(tiny_config(tmp_path, pipeline={"compare_with": str(spoilt)}))
+    with pytest.raises(DataError, match=expected):
+        baseline_comparison(config, PerUserRanks.read(evaluations["challenger"] / PER_USER_FILE))
+
+
+def test_pipeline_compare_with_a_truncated_evaluation_exits_2(evaluations: dict[str, Path], tmp_path: Path) -> None:
+    """The real `recsys pipeline run` with `pipeline.compare_with` naming a cut-short evaluation.json: exit 2 and the
+    error, no traceback (the steps before evaluate are up to date: skipped)."""
+    spoilt = _spoil(evaluations["champion"], tmp_path / "spoilt", "json-truncated")
+    work = evaluations["challenger"].parent.parent  # WORK/evaluations/challenger
+    command = [str(Path(sys.executable).with_name("recsys")), "pipeline", "run", "--config",
+               str(work / "challenger" / "tiny.yaml"), "--work-dir", str(work), "--until", "evaluate",
+               "--set", f"pipeline.compare_with={spoilt}"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert f"error: {spoilt / EVALUATION_FILE}: not valid JSON: it ends in the middle" in result.stderr
+    assert "Traceback" not in result.stderr

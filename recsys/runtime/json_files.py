@@ -1,0 +1,48 @@
+"""Reading a JSON file someone handed the program (an evaluation of another run, a saved report): a file that is
+missing, not UTF-8, not JSON (truncated by a full disk, a binary) or not the object expected is a `DataError` naming
+the file, what is wrong and the fix, not a `JSONDecodeError` or `KeyError` traceback.
+
+Example:
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "evaluation.json"
+    >>> _ = path.write_text('{"name": "tiny", "users": 3')
+    >>> read_json_object(path, "run its evaluation again")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    recsys.errors.DataError: .../evaluation.json: not valid JSON: it ends in the middle of a value (cut short?)...
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from recsys.errors import DataError
+
+
+def read_json(path: Path, fix: str) -> Any:
+    """The JSON document in the file at `path`; DataError (with `fix`) for a missing file or text that is not JSON."""
+    if not path.is_file():
+        raise DataError(path, "no such file" if not path.exists() else "not a file", fix)
+    data = path.read_bytes()
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        problem = f"not UTF-8 text (byte {err.start} is {data[err.start]:#04x}): not a JSON file"
+        raise DataError(path, problem, fix) from err
+    except RecursionError as err:
+        raise DataError(path, "JSON nested too deeply to read", fix) from err
+    except json.JSONDecodeError as err:
+        if err.pos >= len(data.rstrip()) or err.msg.startswith("Unterminated string"):  # a write cut short
+            raise DataError(path, "not valid JSON: it ends in the middle of a value (cut short?)", fix) from err
+        raise DataError(path, f"not valid JSON ({err.msg}, line {err.lineno}, column {err.colno})", fix) from err
+    except ValueError as err:  # an integer past Python's limit on digits
+        raise DataError(path, f"not JSON this program reads ({err})", fix) from err
+
+
+def read_json_object(path: Path, fix: str) -> dict[str, Any]:
+    """`read_json` of a file whose document must be a JSON object (a mapping)."""
+    document = read_json(path, fix)
+    if not isinstance(document, dict):
+        raise DataError(path, f"holds a JSON {type(document).__name__}, not the object expected", fix)
+    return document
