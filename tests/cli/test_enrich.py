@@ -48,8 +48,9 @@ def test_a_run_over_a_server_writes_the_records(chat_server: ChatServer, tmp_pat
     assert pl.read_parquet(data / "item_metadata.parquet")["item_id"].to_list() == ["b", "a"]  # --first first
 
 
-def _bad_inputs(tmp: Path) -> list[tuple[str, list[str], str]]:
-    """(case, options, what the message says): each an input the user can fix."""
+def bad_inputs(tmp: Path) -> list[tuple[str, list[str], str]]:
+    """(case, options, what the message says): each an input the user can fix (also replayed by
+    benchmarks.reliability)."""
     good = _catalogue(tmp / "good")
     (tmp / "a-file").write_text("not a directory")
     (tmp / "empty").mkdir()
@@ -83,7 +84,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[str, list[str], str]]:
 
 def test_inputs_the_user_can_fix_exit_2_with_the_fix(tmp_path: Path) -> None:
     server = closed_port_url()  # nothing may be asked: each input is refused before
-    for case, options, says in _bad_inputs(tmp_path):
+    for case, options, says in bad_inputs(tmp_path):
         result = runner.invoke(app, ["enrich", "--backend", "http", "--url", server, "--model", "m",
                                      "--cache-dir", str(tmp_path / "cache"), *options])  # fmt: skip
         assert result.exit_code == 2, (case, result.output, result.exception)
