@@ -234,7 +234,8 @@ class _TrainingRun:
         start = time.perf_counter()
         with self._averaged_weights():
             with self.parallelism.whole_tables(self.model):  # whole to rank every item; kept as trained, below
-                ranked = evaluate(self.model, self.valid, self.data.num_items, eval_config, workers=self.workers)
+                ranked = evaluate(self.model, self.valid, self.data.num_items, eval_config, workers=self.workers,
+                                  what=f"evaluation of validation, epoch {epoch}")  # fmt: skip
             metrics = {**({} if loss is None else {"loss": loss}), **ranked.metrics}
             improved = metrics[self.monitor] > self.best_score
             if improved:
@@ -289,7 +290,10 @@ class _TrainingRun:
         self.model.eval()
         if self.valid_sample is not None and self.result.best_valid:
             valid = self.data.eval_split("valid")
-            full = evaluate(self.model, valid, self.data.num_items, eval_config, workers=self.workers).metrics
+            what = f"evaluation of validation, epoch {self.result.best_epoch}, every user"
+            full = evaluate(
+                self.model, valid, self.data.num_items, eval_config, workers=self.workers, what=what
+            ).metrics
             sampled = {k: v for k, v in self.result.best_valid.items() if k in full}
             logger.info("epoch %d on every user: valid %s %.4f (%.4f on the sample)", self.result.best_epoch,
                         self.monitor, full[self.monitor], sampled[self.monitor])  # fmt: skip
