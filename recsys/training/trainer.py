@@ -203,7 +203,8 @@ class _TrainingRun:
         batches = epoch_batches(self.data, self.recipe, self.generator, self.workers)  # this process's
         progress = Progress(
             logger, f"training epoch {epoch}/{self.config.schedule.epochs}", total=self.batches_per_epoch,
-            unit="batches", rows_are="targets", bar=self.config.progress, then=self._after(epoch),
+            unit="batches", rows_are="targets", bar=self.config.progress and self.workers.is_main,
+            then=self._after(epoch),
         )  # fmt: skip
         loss = train_one_epoch(
             self.model, self.loss, batches, self.optimization, self.use_bf16,
