@@ -213,5 +213,6 @@ def _difference(value: float, other: float) -> str:
 
 
 def _figure(value: float, sign: str = "") -> str:
-    """A metric as the gate's reason gives it: 4 significant digits, e.g. 0.2702 or 0.09604 ("+" for a difference)."""
-    return f"{value:{sign}.4g}"
+    """A metric as the gate's reason gives it: 4 significant digits, trailing zeros kept, e.g. 0.2702, 0.3900 or
+    0.09604 ("+" for a difference)."""
+    return f"{value:{sign}#.4g}"
