@@ -85,8 +85,9 @@ def train_step(
         start = time.perf_counter()
         fitted = _train(model, data, config, tracker, out_dir, data_dir, features)
         valid_split = data.eval_split(VALID)
+        kept = "" if fitted is None else f", best epoch {fitted.best_epoch}"  # None: fitted without epochs
         validated = evaluate(model, valid_split, data.num_items, config.eval, workers=workers,
-                             what=f"evaluation of {config.model.name} on validation, the chosen epoch")  # fmt: skip
+                             what=f"evaluation of {config.model.name} on validation{kept}")  # fmt: skip
         valid = validated.metrics
         test = _test_metrics(model, data, config, workers)
         if not workers.is_main:

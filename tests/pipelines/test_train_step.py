@@ -146,7 +146,7 @@ def test_each_evaluation_of_a_training_says_what_it_evaluates(
     done = [m.partition(": done, ")[0] for m in caplog.messages if ": done, " in m]
     assert done == [
         "evaluation of validation, epoch 1",
-        "evaluation of sasrec on validation, the chosen epoch",
+        "evaluation of sasrec on validation, best epoch 1",
         "evaluation of sasrec on test",
         "evaluation of the popularity baseline on validation",
     ]
