@@ -12,7 +12,7 @@ Example:
     >>> progress.rows
     1000
     >>> duration(4_000)
-    '1 h 7 min'
+    '1 h 6 min'
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ EVERY_SECONDS = 5.0  # read when a `Progress` is made, so a test may shorten it
 
 @dataclass(frozen=True)
 class Then:
-    """The work known to follow a step, at most `seconds` of it: the ETA of the whole (`what`, e.g. "the run") is the
+    """The work known to follow a step, at most `seconds` of it: the ETA of the whole (`what`, e.g. "training") is the
     step's ETA plus these, said as "at most", with `why` it may end sooner (in the log line; a bar has no room)."""
 
     what: str
@@ -44,7 +44,7 @@ class Progress:
         logger: the logger of the module doing the work.
         what: what is under way, e.g. "reading user_sequence.txt".
         total: the amount of work in `unit`s (bytes, parts), or None when it is not known in advance; an estimate
-            (the previous epoch's batches) is raised to `done` when the work runs past it.
+            (e.g. the previous epoch's batches) is raised to `done` when the work runs past it.
         unit: the unit of `done` and `total`, e.g. "MB" or "parts".
         rows_are: what a row is, e.g. "lines"; when it is `unit` (users done, users counted), the count is said once.
         every: seconds between two lines; None: `EVERY_SECONDS`.
