@@ -381,7 +381,7 @@ def _train_steps(
     def train(batches: Iterator[Any]) -> float:
         _synchronize(device)
         start = time.perf_counter()
-        train_one_epoch(model, loss_of, batches, optimization, bf16, False, negatives)
+        train_one_epoch(model, loss_of, batches, optimization, bf16, negatives)
         _synchronize(device)
         return time.perf_counter() - start
 

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> Path:
     start = time.perf_counter()
     loss = train_one_epoch(model, DataParallelLoss(model, recipe, Workers(), find_unused_parameters=False),
                            counter.batches(parts, recipe, generator), optimization, use_bf16_autocast("auto", device),
-                           False, generator)  # fmt: skip
+                           generator)  # fmt: skip
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start

@@ -31,7 +31,8 @@ def compare_models(
     model_dir, trained, result = this
     other = load_model_dir(other_dir, data_dir)
     mine, theirs = trained.data.eval_split(split), other.data.eval_split(split)
-    other_result = evaluate(other.model, theirs, other.data.num_items, result.config, result.sample)
+    what = f"evaluation of {other_dir} on {split}"
+    other_result = evaluate(other.model, theirs, other.data.num_items, result.config, result.sample, what=what)
     rows = None if result.sample is None else result.sample.rows(len(mine.targets))
     names = (trained_config_name(model_dir), trained_config_name(other_dir))
     if names[0] == names[1]:  # two runs of one config: told apart by their directories

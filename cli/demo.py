@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import handle_errors
-from cli.render import metrics_table, print_tables, recommendations_table
+from cli.render import HISTORY_HEADER, metrics_table, print_tables, recommendations_table
 from recsys.artifacts.evaluation_dir import DASHBOARD_FILE
 from recsys.errors import RecsysError
 
@@ -101,7 +101,8 @@ def _serve_and_query(model_name: str, tracking_uri: str, data_dir: Path, num_use
                 history = data.titles(data.sequences.row(data.user_row(user_id))[-5:])
                 body = http.post("/v1/recommendations", json={"user_id": user_id, "k": 10}).raise_for_status().json()
                 tables.append(_table(f"POST /v1/recommendations user {user_id}", history, body))
-            item = data.items["item_id"][0]
+            query = data.items.row(0, named=True)  # the item the similar items are for
+            item = query["item_id"]
             newcomer = {"user_id": "demo-newcomer", "item_ids": data.items["item_id"].head(3).to_list()}
             before = http.post("/v1/recommendations", json={"user_id": "demo-newcomer", "k": 5}).json()
             http.post("/v1/events", json=newcomer).raise_for_status()
@@ -111,7 +112,8 @@ def _serve_and_query(model_name: str, tracking_uri: str, data_dir: Path, num_use
         tables.append(_table("a new user before any event", [], before))
         posted = data.items["title"].head(3).to_list()
         tables.append(_table("the same user after POST /v1/events of these 3 items", posted, after))
-        tables.append(_table(f"GET /v1/similar-items/{item}", [], similar))
+        shown = item if not query["title"] else f"{query['title']} ({item})"
+        tables.append(_table(f"GET /v1/similar-items/{item}", [shown], similar, "items similar to"))
         print_tables(*tables)
         charts = dashboard.count('class="plotly-graph-div')
         typer.echo(
@@ -123,6 +125,7 @@ def _serve_and_query(model_name: str, tracking_uri: str, data_dir: Path, num_use
         thread.join(timeout=30)
 
 
-def _table(title: str, history: list[str], body: dict[str, Any]) -> Any:
+def _table(title: str, history: list[str], body: dict[str, Any], history_header: str = HISTORY_HEADER) -> Any:
     source = f" (source: {body['source']})" if "source" in body else ""
-    return recommendations_table(title + source, history, [(i["title"], i["score"]) for i in body["items"]])
+    recommended = [(i["title"], i["score"]) for i in body["items"]]
+    return recommendations_table(title + source, history, recommended, history_header)

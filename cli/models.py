@@ -161,7 +161,8 @@ def evaluate_command(
         if users is not None:
             sample = UserSample(users) if seed is None else UserSample(users, seed)
         eval_split = trained.data.eval_split(split)
-        result = evaluate(trained.model, eval_split, trained.data.num_items, config, sample)
+        what = f"evaluation of {model_dir} on {split}"
+        result = evaluate(trained.model, eval_split, trained.data.num_items, config, sample, what=what)
         if compare is not None:
             from cli.compare import compare_models
 

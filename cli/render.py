@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 METRIC_COLUMNS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10", "recall@50", "ndcg@50", "mrr", "coverage@10")
+HISTORY_HEADER = "recent history (oldest first)"  # a recommendations table's first column, for a user's list
 HEADERS = {"recall": "R", "ndcg": "N", "coverage": "Cov", "mrr": "MRR", "train_seconds": "train s"}
 
 
@@ -43,11 +44,17 @@ def comparison_table(title: str, comparison: Mapping[str, Any], rows: Mapping[st
     return table
 
 
-def recommendations_table(title: str, history: Sequence[str], recommended: Sequence[tuple[str, float]]) -> Table:
-    """The user's most recent items, then the ranked recommendations with their scores."""
+def recommendations_table(
+    title: str,
+    history: Sequence[str],
+    recommended: Sequence[tuple[str, float]],
+    history_header: str = HISTORY_HEADER,
+) -> Table:
+    """The user's most recent items (or what else the list is for, under `history_header`), then the ranked
+    recommendations with their scores."""
     table = Table(title=title, title_justify="left", show_lines=False)
     table.add_column("#", justify="right")
-    table.add_column("recent history (oldest first)")
+    table.add_column(history_header)
     table.add_column("recommended next")
     table.add_column("score", justify="right")
     for i in range(max(len(history), len(recommended))):

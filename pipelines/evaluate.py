@@ -135,7 +135,8 @@ def evaluation_report(
     eval_config = config.eval
     model = trained.model.to(resolve_device(config.train.hardware.device))
     split = trained.data.eval_split(TEST)
-    result = evaluate(model, split, trained.data.num_items, eval_config)
+    what = f"evaluation of {trained.name} on test, for the report (slices, intervals)"
+    result = evaluate(model, split, trained.data.num_items, eval_config, what=what)
     families = slice_families(trained.data, split)
     tasks = evaluate_tasks(model, split, eval_config.batch_size) if isinstance(model, MultiTaskScorer) else {}
     per_user = PerUserRanks.of(result.ranks, split, families)

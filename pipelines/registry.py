@@ -11,8 +11,9 @@ validation split (every promotion, the first included) and wins against the curr
              gate says why and applies the point rule.
     point    the new value is not below the champion's by more than `tolerance` (point estimates only)
 
-The decision and the numbers (exact; with strict, the difference, its interval and p-value) are logged and kept as
-tags of the new version and metrics of its run.
+The decision is logged and kept as tags of the new version (its reason gives every number to 4 significant digits;
+the values themselves, exact, beside it) and as metrics of its run (exact; with strict, the difference, its interval
+and p-value).
 Reading the registry (the champion, its bundle) is the library's: `recsys.artifacts.registry`.
 """
 
@@ -157,7 +158,8 @@ def _decide(
     """Promote when `value` beats `popularity` and wins against the champion by `rule` (strict: `paired`, the
     difference with its interval, or why there is none; the point rule then decides, and the reason says why).
 
-    The reason gives the values exactly (repr) and their difference: rounded, two close values look equal.
+    The reason gives the values and their difference to 4 significant digits (`_figure`): two values that round
+    alike still show a difference; the decision's fields keep them exact.
     """
     champion_version = None if champion is None else str(champion.version)
     champion_value = None if champion is None else float(champion.tags[GATE_METRIC])
@@ -172,19 +174,21 @@ def _decide(
         fix = "Fix: `recsys pipeline run --rerun train_retriever`"
         return decision(False, f"{kept}: the bundle records no popularity baseline to beat (its model was trained "
                                f"before the gate required one). {fix}")  # fmt: skip
-    against_popularity = f"validation NDCG@10 {value!r} vs popularity {popularity!r} ({_difference(value, popularity)})"
+    against_popularity = (
+        f"validation NDCG@10 {_figure(value)} vs popularity {_figure(popularity)} ({_difference(value, popularity)})"
+    )
     if not value > popularity:
         return decision(False, f"{kept}: does not beat the popularity baseline: {against_popularity}")
     if champion_value is None:
         return decision(True, f"first champion: beats the popularity baseline: {against_popularity}")
-    against_champion = f"validation NDCG@10 {value!r} vs champion v{champion_version} {champion_value!r}"
+    against_champion = f"validation NDCG@10 {_figure(value)} vs champion v{champion_version} {_figure(champion_value)}"
     if strict is not None:
         promoted = strict.low > 0
         verdict = "promoted" if promoted else "kept the champion"
         return decision(
             promoted,
             f"{verdict} (strict): {against_champion}; {describe(strict, rule.uncertainty.confidence)}: "
-            f"{'wins' if promoted else 'does not win'} by more than its interval; popularity {popularity!r}",
+            f"{'wins' if promoted else 'does not win'} by more than its interval; popularity {_figure(popularity)}",
         )
     promoted = value >= champion_value - rule.tolerance
     verdict = "promoted" if promoted else "kept the champion"
@@ -192,16 +196,23 @@ def _decide(
     return decision(
         promoted,
         f"{verdict}{fallback}: {against_champion} ({_difference(value, champion_value)}, "
-        f"tolerance {rule.tolerance!r}); popularity {popularity!r}",
+        f"tolerance {_figure(rule.tolerance)}); popularity {_figure(popularity)}",
     )
 
 
 def describe(paired: PairedDifference, confidence: float = 0.95) -> str:
     """A paired difference in words, e.g. "paired difference +0.0012 (95 % interval [-0.0003, +0.0027], p 0.12,
     21,000 users)"."""
-    return (f"paired difference {paired.difference:+.3g} ({confidence:.0%} interval [{paired.low:+.3g}, "
-            f"{paired.high:+.3g}], p {paired.p_value:.3g}, {paired.users:,} users)")  # fmt: skip
+    return (f"paired difference {_figure(paired.difference, '+')} ({confidence:.0%} interval "
+            f"[{_figure(paired.low, '+')}, {_figure(paired.high, '+')}], p {paired.p_value:.3g}, "
+            f"{paired.users:,} users)")  # fmt: skip
 
 
 def _difference(value: float, other: float) -> str:
-    return f"difference {value - other:+.3g}"
+    return f"difference {_figure(value - other, '+')}"
+
+
+def _figure(value: float, sign: str = "") -> str:
+    """A metric as the gate's reason gives it: 4 significant digits, trailing zeros kept, e.g. 0.2702, 0.3900 or
+    0.09604 ("+" for a difference)."""
+    return f"{value:{sign}#.4g}"

@@ -85,7 +85,9 @@ def train_step(
         start = time.perf_counter()
         fitted = _train(model, data, config, tracker, out_dir, data_dir, features)
         valid_split = data.eval_split(VALID)
-        validated = evaluate(model, valid_split, data.num_items, config.eval, workers=workers)
+        kept = "" if fitted is None else f", best epoch {fitted.best_epoch}"  # None: fitted without epochs
+        validated = evaluate(model, valid_split, data.num_items, config.eval, workers=workers,
+                             what=f"evaluation of {config.model.name} on validation{kept}")  # fmt: skip
         valid = validated.metrics
         test = _test_metrics(model, data, config, workers)
         if not workers.is_main:
@@ -262,7 +264,8 @@ def _popularity_valid_metrics(data: SequenceData, config: ExperimentConfig) -> d
     bar the champion gate asks every promoted model to beat."""
     popularity = Popularity(PopularityConfig(data.num_items))
     popularity.fit(data.item_counts())
-    return evaluate(popularity, data.eval_split(VALID), data.num_items, config.eval).metrics
+    what = "evaluation of the popularity baseline on validation"
+    return evaluate(popularity, data.eval_split(VALID), data.num_items, config.eval, what=what).metrics
 
 
 def _test_metrics(
@@ -270,7 +273,8 @@ def _test_metrics(
 ) -> dict[str, dict[str, float]]:
     """Test metrics; with a cold-start split, also the slices of users whose test target is a cold or a warm item."""
     split = data.eval_split(TEST)
-    result = evaluate(model, split, data.num_items, config.eval, workers=workers)
+    result = evaluate(model, split, data.num_items, config.eval, workers=workers,
+                      what=f"evaluation of {config.model.name} on test")  # fmt: skip
     return {TEST: result.metrics, **cold_start_slices(TEST, result.ranks, split, data, config)}
 
 

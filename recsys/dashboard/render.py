@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from recsys.dashboard.data import TREND_METRIC, DashboardData, Evaluation, RunSummary, TrendPoint
@@ -49,6 +50,9 @@ NO_DOMAINS = (
 )
 COMPARED_METRICS = ("recall", "ndcg")
 MAX_COMPARED_RUNS = 12  # the newest runs in the comparison chart (the table lists them all)
+# the trend's narrowest time axis: one evaluation, or a few minutes apart, reads in minutes (plotly's own range around
+# one point ticks in fractions of a millisecond)
+TREND_MIN_SPAN = timedelta(hours=1)
 RUN_COLUMNS = ("run", "experiment", "model", "started (UTC)", "status", "params")
 # shown before any click: what tells runs apart; the other columns are one checkbox away
 DEFAULT_COLUMNS = ("run", "model", "started (UTC)", "status", "test/ndcg@10", "test/recall@10", "valid/ndcg@10")
@@ -493,9 +497,10 @@ def _champion_figure(rows: Sequence[tuple[str, int, dict[str, float]]]) -> Any:
 def _trend_figure(trend: Sequence[TrendPoint]) -> Any:
     import plotly.graph_objects as go
 
+    times = [_utc(p.start_time) for p in trend]
     figure = go.Figure()
     figure.add_scatter(
-        x=[p.start_time for p in trend], y=[p.value for p in trend], mode="markers+lines", name="each evaluation",
+        x=times, y=[p.value for p in trend], mode="markers+lines", name="each evaluation",
         text=[html.escape(f"{p.name} ({p.experiment}, {p.run_id[:6]})") for p in trend],
         hovertemplate="%{text}: %{y:.4f}", line={"color": "#b8bfcc", "width": 1},
         marker={"size": [13 if p.promoted else 8 for p in trend], "color": PALETTE[0],
@@ -507,9 +512,22 @@ def _trend_figure(trend: Sequence[TrendPoint]) -> Any:
         champion = point.value if point.promoted else champion
         line.append(champion)
     if any(value is not None for value in line):
-        figure.add_scatter(x=[p.start_time for p in trend], y=line, mode="lines", name="champion",
+        figure.add_scatter(x=times, y=line, mode="lines", name="champion",
                            line={"shape": "hv", "color": PALETTE[2], "width": 2})  # fmt: skip
+    figure.update_xaxes(type="date", range=_time_range(times), title_text="evaluation started (UTC)")
     return _layout(figure, 360, f"test {TREND_METRIC} over time")
+
+
+def _utc(time: datetime) -> datetime:
+    """`time` in UTC without its zone: plotly.js reads the wall time of a date and drops any offset."""
+    return time.astimezone(UTC).replace(tzinfo=None) if time.tzinfo else time
+
+
+def _time_range(times: Sequence[datetime]) -> list[datetime]:
+    """The time axis around `times`: 5 % of their span either side, at least `TREND_MIN_SPAN` in all."""
+    first, last = min(times), max(times)
+    pad = max((last - first) * 0.05, (TREND_MIN_SPAN - (last - first)) / 2)
+    return [first - min(pad, first - datetime.min), last + pad]  # a run without a start time is at datetime.min
 
 
 def _headline_k(part: dict[str, Any]) -> int:

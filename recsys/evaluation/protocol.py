@@ -105,6 +105,7 @@ def evaluate(
     config: EvalConfig | None = None,
     sample: UserSample | None = None,
     workers: Workers | None = None,
+    what: str = "evaluation",
 ) -> EvalResult:
     """Rank every user's target among all V items and average the metrics.
 
@@ -121,6 +122,7 @@ def evaluate(
         sample: evaluate only this sample of the users (a quick look, labelled as such in the result).
         workers: the processes of a distributed run, which every one of them calls this with: each ranks every
             world_size-th user, and all get the ranks of every user, so the metrics are the single process's exactly.
+        what: what is evaluated, for the progress lines, e.g. "evaluation of test" or "popularity on validation".
 
     Raises:
         BudgetExceeded: the evaluation ran past `config.max_seconds` or held more than `config.max_memory_gb`.
@@ -134,7 +136,7 @@ def evaluate(
     ranks = torch.empty(len(users), dtype=torch.int64)
     tops = torch.empty(len(users), list_length, dtype=torch.int64)
     guard = config.budget().start()
-    progress = Progress(logger, "evaluation", total=len(mine), unit="users", rows_are="users")
+    progress = Progress(logger, what, total=len(mine), unit="users", rows_are="users")
     for rows, histories, width in history_batches(split, scorer.max_history, config.batch_size, mine):
         padded, times, targets = histories.to_padded(width), split.times(rows, width), split.targets[rows]
         seen = histories if config.exclude_seen else None

@@ -26,7 +26,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from recsys.data.prepared import EvalSplit, TrainingData
 from recsys.errors import ConfigError
@@ -43,7 +42,7 @@ from recsys.runtime.checkpoint import (
 )
 from recsys.runtime.device import apply_cpu_threads, resolve_device, use_bf16_autocast
 from recsys.runtime.distributed import join, sum_over_workers
-from recsys.runtime.progress import Progress
+from recsys.runtime.progress import Progress, Then
 from recsys.training.averaging import WeightAverage
 from recsys.training.capabilities import TrainsPerDomain
 from recsys.training.compilation import compile_model
@@ -169,6 +168,7 @@ class _TrainingRun:
         self.budget = _memory_budget(hardware.max_memory_gb)
         self.valid_sample, self.valid = _validation_users(data, config)
         self.epoch, self.early_stopped = 0, False
+        self.batches_per_epoch: int | None = None  # counted as an epoch is trained (an epoch's share of each process)
         self.best_score = float("-inf")
         self.best_weights: dict[str, Any] | None = None
         self.result = FitResult(best_epoch=0, best_valid={}, train_seconds=0.0)
@@ -201,13 +201,30 @@ class _TrainingRun:
         start = time.perf_counter()
         expert_load(self.model)  # count this epoch's routing only (validation routes examples too)
         batches = epoch_batches(self.data, self.recipe, self.generator, self.workers)  # this process's
+        progress = Progress(
+            logger, f"training epoch {epoch}/{self.config.schedule.epochs}", total=self.batches_per_epoch,
+            unit="batches", rows_are="targets", bar=self.config.progress and self.workers.is_main,
+            then=self._after(epoch),
+        )  # fmt: skip
         loss = train_one_epoch(
-            self.model, self.loss, batches, self.optimization, self.use_bf16, self.config.progress,
+            self.model, self.loss, batches, self.optimization, self.use_bf16,
             self.parallelism.loss_generator(self.generator, self.config.seed, epoch), self.average, self.budget,
-            self.config.optimization.accumulate_batches,
+            self.config.optimization.accumulate_batches, progress,
         )  # fmt: skip
         self.result.epoch_seconds.append(time.perf_counter() - start)
+        self.batches_per_epoch = int(progress.done)  # the next epoch's total: the same rows, shuffled, packed anew
         return loss
+
+    def _after(self, epoch: int) -> Then | None:
+        """What follows `epoch`'s batches until the last epoch, at most (early stopping may end the run sooner), timed
+        as the epochs and validations so far took; None before any epoch was timed."""
+        if not self.result.epoch_seconds:
+            return None
+        schedule = self.config.schedule
+        later = range(epoch, schedule.epochs + 1)
+        validations = sum(1 for e in later if e % schedule.eval_every == 0 or e == schedule.epochs)
+        seconds = (len(later) - 1) * self.result.seconds_per_epoch + validations * self.result.valid_seconds_per_epoch
+        return Then("training", seconds, why="early stopping may end it sooner")
 
     def validate(self, epoch: int, loss: float | None, eval_config: EvalConfig) -> dict[str, float]:
         """Rank the validation split with the weights that would be kept (the EMA's with it on); keep them when the
@@ -218,7 +235,8 @@ class _TrainingRun:
         start = time.perf_counter()
         with self._averaged_weights():
             with self.parallelism.whole_tables(self.model):  # whole to rank every item; kept as trained, below
-                ranked = evaluate(self.model, self.valid, self.data.num_items, eval_config, workers=self.workers)
+                ranked = evaluate(self.model, self.valid, self.data.num_items, eval_config, workers=self.workers,
+                                  what=f"evaluation of validation, epoch {epoch}")  # fmt: skip
             metrics = {**({} if loss is None else {"loss": loss}), **ranked.metrics}
             improved = metrics[self.monitor] > self.best_score
             if improved:
@@ -231,7 +249,8 @@ class _TrainingRun:
             metrics["expert_load_max_over_mean"] = float(load["max_over_mean"])  # type: ignore[arg-type]
             self.result.expert_load.append({"epoch": epoch, **load})
         trained = "untrained" if loss is None else f"loss {loss:.4f}"
-        logger.info("epoch %d %s valid %s %.4f", epoch, trained, self.monitor, metrics[self.monitor])
+        last = self.config.schedule.epochs
+        logger.info("epoch %d/%d %s valid %s %.4f", epoch, last, trained, self.monitor, metrics[self.monitor])
         if improved:
             self.best_score, self.result.best_epoch = metrics[self.monitor], epoch
             self.result.best_valid = metrics
@@ -272,7 +291,10 @@ class _TrainingRun:
         self.model.eval()
         if self.valid_sample is not None and self.result.best_valid:
             valid = self.data.eval_split("valid")
-            full = evaluate(self.model, valid, self.data.num_items, eval_config, workers=self.workers).metrics
+            what = f"evaluation of validation, epoch {self.result.best_epoch}, every user"
+            full = evaluate(
+                self.model, valid, self.data.num_items, eval_config, workers=self.workers, what=what
+            ).metrics
             sampled = {k: v for k, v in self.result.best_valid.items() if k in full}
             logger.info("epoch %d on every user: valid %s %.4f (%.4f on the sample)", self.result.best_epoch,
                         self.monitor, full[self.monitor], sampled[self.monitor])  # fmt: skip
@@ -408,24 +430,22 @@ def train_one_epoch(
     batches: Iterable[Any],
     optimization: Optimization,
     use_bf16: bool,
-    progress: bool,
     generator: torch.Generator,
     average: WeightAverage | None = None,
     budget: Budget | None = None,
     accumulate: int = 1,
+    progress: Progress | None = None,
 ) -> float:
     """One pass over `batches` (an optimizer and scheduler step, and `average` update, every `accumulate` batches and
-    after the last), its progress logged (targets/s) and `budget` checked after every batch; returns the mean loss
-    per target (over every process's)."""
+    after the last), its `progress` reported (batches, targets/s) and `budget` checked after every batch; returns the
+    mean loss per target (over every process's). `progress` None: lines of "training epoch" without a total."""
     model.train()
     device = next(model.parameters()).device
     total, count = torch.zeros((), device=device), 0  # summed on the device: no host sync per step
     guard = (budget or Budget("training")).start()
-    logged = Progress(logger, "training epoch", total=None, unit="steps", rows_are="targets")
-    # disable=None: a bar on terminals only, so logs and CI output stay clean
+    progress = progress or Progress(logger, "training epoch", total=None, unit="batches", rows_are="targets")
     optimization.zero_grad()
-    shown = tqdm(batches, desc="train", leave=False, disable=None if progress else True, unit="batch")
-    for step, (batch, last) in enumerate(_marking_the_last(shown), start=1):
+    for step, (batch, last) in enumerate(_marking_the_last(batches), start=1):
         updates = last or step % accumulate == 0
         torch.compiler.cudagraph_mark_step_begin()  # compile modes that replay CUDA graphs: a new iteration begins
         # between updates, the processes of a distributed run keep their gradients to themselves (DDP's no_sync)
@@ -440,8 +460,9 @@ def train_one_epoch(
                 average.update()
         total += summed
         count += n
-        logged.update(done=step, rows=n)
+        progress.update(done=step, rows=n)
         guard.check(f"after {step:,} steps of the epoch")
+    progress.finish()
     everyone = sum_over_workers(torch.stack([total, torch.tensor(float(count), device=device)]))
     return float(everyone[0]) / max(float(everyone[1]), 1.0)
 

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
+from recsys.data.prepared import load_prepared
 
 runner = CliRunner()
 
@@ -82,14 +83,17 @@ def test_missing_model_dir_exits_2(tmp_path: Path) -> None:
 
 def test_demo_runs_end_to_end(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
     config = tiny_config(tmp_path, train={"schedule": {"epochs": 2}})
-    result = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo"), "--config", str(config)])
+    demo = ["demo", "--out", str(tmp_path / "demo"), "--config", str(config)]
+    result = runner.invoke(app, demo, env={"COLUMNS": "200"})  # wide enough for the tables' cells on one line
     assert result.exit_code == 0, result.output
     assert "popularity" in result.output and "sasrec" in result.output
     assert "registered tiny-sasrec v1: first champion: beats the popularity baseline: " in result.output
     assert "online API up on http://127.0.0.1:" in result.output
     assert result.output.count("POST /v1/recommendations user") == 3
     assert "(source: popularity)" in result.output and "after POST /v1/events" in result.output
-    assert "GET /v1/similar-items/" in result.output
+    query = load_prepared(tmp_path / "demo" / "data" / "tiny-sasrec").items.row(0, named=True)
+    similar = result.output[result.output.index(f"GET /v1/similar-items/{query['item_id']}") :]
+    assert "items similar to" in similar and f"{query['title']} ({query['item_id']})" in similar  # the query item
     # the dashboard was fetched from the live API: the comparison (popularity vs SASRec), the trend (one evaluation)
     # and the 4 slice charts
     assert re.search(r"evaluation dashboard: http://127\.0\.0\.1:\d+/dashboard \(6 charts", result.output)

@@ -125,3 +125,25 @@ def lines_until(server: subprocess.Popen[str], text: str, count: int, timeout_s:
         if ready:
             output += os.read(server.stdout.fileno(), 65536)
     return output.count(text.encode())
+
+
+def test_an_id_only_model_with_run_time_items_on_says_so_at_start_and_an_add_answers_409_with_why(
+    registry: tuple[str, str, Path], tmp_path: Path
+) -> None:
+    """docs/serving.md: an ID-only model with --added-items-file and nothing kept starts with a warning saying that adds
+    will answer 409 (with items kept, it exits 2: tests/serving/test_kept_items.py)."""
+    uri, name, _ = registry  # SASRec without content_first: its item vectors are ids, it cannot place a new item
+    token = tmp_path / "token.txt"
+    token.write_text("t" * 32)
+    options = ["--model-name", name, "--tracking-uri", uri, "--admin-token-file", str(token)]
+    with recsys_serve(*options, "--added-items-file", str(tmp_path / "added.json")) as (base, server):
+        added = httpx.post(
+            f"{base}/v1/admin/items", json={"items": [{"item_id": "new-1", "title": "a new lipstick"}]},
+            headers={"Authorization": f"Bearer {'t' * 32}"}, timeout=30,
+        )  # fmt: skip
+    assert added.status_code == 409, added.text
+    assert "cannot place items it never trained on" in added.json()["detail"] and "content_first" in added.text
+    assert server.stdout is not None
+    started = server.stdout.read()
+    assert "run-time items are off for this model" in started and "POST /v1/admin/items answers 409" in started
+    assert started.index("run-time items are off") < started.index(f"serving {name}@"), "said before it serves"

@@ -82,11 +82,14 @@ def test_the_first_champion_beats_the_popularity_baseline_measured_on_the_same_v
     )  # measured here, independently
     assert decision.popularity_value == pytest.approx(expected) and decision.value > expected
     assert decision.promoted and decision.reason.startswith("first champion: beats the popularity baseline: ")
-    assert repr(decision.value) in decision.reason and repr(decision.popularity_value) in decision.reason
+    assert decision.popularity_value is not None  # the reason to 4 significant digits, the record exact
+    shown = f"validation NDCG@10 {decision.value:#.4g} vs popularity {decision.popularity_value:#.4g} (difference "
+    assert shown in decision.reason and repr(decision.value) not in decision.reason
 
     client = MlflowClient(config.tracking.resolved_uri())
     version = client.get_model_version(config.registered_model_name, decision.version)
     assert float(version.tags["gate.popularity_value"]) == decision.popularity_value
+    assert float(version.tags["gate.value"]) == decision.value
     register_run = client.get_run(version.run_id)
     assert register_run.data.metrics["popularity_valid_ndcg_at_10"] == decision.popularity_value
     assert (
@@ -110,8 +113,8 @@ def test_a_version_that_does_not_beat_popularity_is_registered_but_never_promote
         untrained = register_bundle(bundle_with(valid=0.02, popularity=popularity), name, uri)
     assert not untrained.promoted and untrained.version == "1" and get_champion(name, uri) is None
     assert untrained.reason == (
-        "no champion yet: does not beat the popularity baseline: validation NDCG@10 0.02 vs popularity 0.1 "
-        "(difference -0.08)"
+        "no champion yet: does not beat the popularity baseline: validation NDCG@10 0.02000 vs popularity 0.1000 "
+        "(difference -0.08000)"
     )
     (record,) = [r for r in caplog.records if r.name == "pipelines.registry"]
     assert record.levelno == logging.WARNING and untrained.reason in record.getMessage()
@@ -154,20 +157,21 @@ def test_the_point_gate_keeps_a_worse_version_out_and_promotes_one_within_tolera
     assert str(client.get_model_version_by_alias(name, CHAMPION).version) == close.version == "3"
 
 
-def test_the_gate_logs_exact_values_and_their_difference(
+def test_the_gate_gives_4_significant_digits_and_the_difference_of_values_that_round_alike(
     pipeline: tuple[ExperimentConfig, PipelineOutputs],
     bundle_with: Callable[..., Bundle],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     uri, name = pipeline[0].tracking.resolved_uri(), "gate-exact"
-    assert register_bundle(bundle_with(valid=0.147198, popularity=0.1), name, uri).promoted
+    assert register_bundle(bundle_with(valid=0.14719845, popularity=0.09604426569761026), name, uri).promoted
     with caplog.at_level(logging.INFO, logger="pipelines.registry"):
-        kept = register_bundle(bundle_with(valid=0.147188, popularity=0.1), name, uri, POINT)
+        kept = register_bundle(bundle_with(valid=0.1471884, popularity=0.09604426569761026), name, uri, POINT)
     expected = (
-        "kept the champion: validation NDCG@10 0.147188 vs champion v1 0.147198 (difference -1e-05, tolerance 0.0); "
-        "popularity 0.1"
+        "kept the champion: validation NDCG@10 0.1472 vs champion v1 0.1472 (difference -1.005e-05, tolerance 0.000); "
+        "popularity 0.09604"
     )
-    assert not kept.promoted and kept.reason == expected  # rounded to 4 digits, both read 0.1472
+    assert not kept.promoted and kept.reason == expected  # both read 0.1472: the difference tells them apart
+    assert kept.value == 0.1471884 and kept.champion_value == 0.14719845  # the record keeps them exact
     assert f"champion gate for {name} v2: {expected}" in caplog.text
 
 
@@ -209,9 +213,9 @@ def test_the_strict_gate_promotes_only_a_win_larger_than_its_interval(
     assert paired is not None and close.gate == "strict" and not close.promoted
     assert paired.difference == pytest.approx(1 / 300) and paired.low <= 0 < paired.high and paired.p_value > 0.05
     assert paired.users == 300 and paired.metric == "ndcg@10"
-    assert close.reason.startswith("kept the champion (strict): validation NDCG@10 0.31 vs champion v1 0.3; ")
-    assert "paired difference +0.00333 (95% interval [+0, +0.01], p " in close.reason
-    assert close.reason.endswith("does not win by more than its interval; popularity 0.1")
+    assert close.reason.startswith("kept the champion (strict): validation NDCG@10 0.3100 vs champion v1 0.3000; ")
+    assert "paired difference +0.003333 (95% interval [+0.000, +0.01000], p " in close.reason
+    assert close.reason.endswith("does not win by more than its interval; popularity 0.1000")
     assert f"champion gate for {name} v2: {close.reason}" in caplog.text
     assert register_bundle(bundle_with(valid=0.31, popularity=0.1, ranks=_lift(1)), name, uri, POINT).promoted  # v3
 

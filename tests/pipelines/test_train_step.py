@@ -137,6 +137,21 @@ def test_tracking_off_writes_the_model_dir_and_no_mlflow_store(
     assert "MLflow tracking is off" in caplog.text
 
 
+def test_each_evaluation_of_a_training_says_what_it_evaluates(
+    tmp_path: Path, tiny_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = load_config(tiny_config(tmp_path, train={"schedule": {"epochs": 1}}, tracking={"enabled": False}))
+    with caplog.at_level("INFO", logger="recsys.evaluation"):
+        train(config, tmp_path)
+    done = [m.partition(": done, ")[0] for m in caplog.messages if ": done, " in m]
+    assert done == [
+        "evaluation of validation, epoch 1",
+        "evaluation of sasrec on validation, best epoch 1",
+        "evaluation of sasrec on test",
+        "evaluation of the popularity baseline on validation",
+    ]
+
+
 def test_the_initial_weights_follow_the_seed_not_what_ran_before(
     tmp_path: Path, tiny_config: Callable[..., Path]
 ) -> None:

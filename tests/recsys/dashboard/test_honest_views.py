@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -117,3 +118,32 @@ def test_slice_error_bars_from_the_report_intervals_and_their_absence_said() -> 
     assert [trace["error_y"]["array"] for trace in figure] == [pytest.approx([0.2]), pytest.approx([0.1])]
     assert "error bars: 95 % bootstrap intervals over users" in with_intervals
     assert "these evaluations recorded no intervals" in without
+
+
+@pytest.mark.parametrize(
+    ("days", "at_least"),
+    [([0], timedelta(hours=1)), ([0, 1 / 1440], timedelta(hours=1)), ([0, 1, 2, 3, 4], timedelta(days=4.4))],
+)
+def test_the_trend_has_a_time_axis_of_readable_dates(days: list[float], at_least: timedelta) -> None:
+    """One evaluation (the demo's) or two a minute apart: an hour's axis, not plotly's sub-millisecond range around
+    one point; five daily runs: their days, 5 % either side."""
+    trend = [
+        TrendPoint(f"r{i}", f"run{i}", "exp", NOW + timedelta(days=d), 0.04, None, None) for i, d in enumerate(days)
+    ]
+    points, layout = drawn(page(trend=trend), "chart-trend")
+    axis = layout["xaxis"]
+    start, end = (datetime.fromisoformat(t) for t in axis["range"])
+    times = [datetime.fromisoformat(t) for t in points[0]["x"]]  # wall times in UTC, as plotly.js reads them
+    assert axis["type"] == "date" and "UTC" in axis["title"]["text"]
+    assert times == [NOW.replace(tzinfo=None) + timedelta(days=d) for d in days]
+    assert start < times[0] and times[-1] < end and end - start >= at_least
+    assert end - start < at_least * 1.2
+
+
+def drawn(html: str, chart: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The data and layout JSON of `Plotly.newPlot("chart", data, layout, config)` in the page."""
+    decoder, call = json.JSONDecoder(), re.search(rf'Plotly\.newPlot\(\s*"{chart}",', html)
+    assert call is not None, f"no {chart} in the page"
+    data, end = decoder.raw_decode(html, html.index("[", call.end()))
+    layout, _ = decoder.raw_decode(html, html.index("{", end))
+    return data, layout

@@ -117,11 +117,12 @@ def test_progress_is_logged_per_user_batch_with_a_rate_and_an_eta(
     monkeypatch.setattr(progress, "EVERY_SECONDS", 0.0)  # a line per batch, not one every few seconds
     s = split([[1], [2, 3, 4], [4, 1]], targets=[1, 3, 4])
     with caplog.at_level(logging.INFO, logger="recsys.evaluation"):
-        evaluate(FixedScorer([0.0, 4.0, 3.0, 2.0, 1.0]), s, num_items=4, config=EvalConfig(ks=(1,), batch_size=2))
+        scorer, config = FixedScorer([0.0, 4.0, 3.0, 2.0, 1.0]), EvalConfig(ks=(1,), batch_size=2)
+        evaluate(scorer, s, num_items=4, config=config, what="evaluation of test")
     first, second, done = caplog.messages
-    assert first.startswith("evaluation: 2 of 3 users (67%), ") and "users/s, ETA " in first
-    assert second.startswith("evaluation: 3 of 3 users (100%), ") and second.endswith("ETA 0 s")
-    assert done.startswith("evaluation: done, 3 users in ")
+    assert first.startswith("evaluation of test: 2 of 3 users (67%), ") and "users/s, ETA " in first
+    assert second.startswith("evaluation of test: 3 of 3 users (100%), ") and second.endswith("ETA 0 s")
+    assert done.startswith("evaluation of test: done, 3 users in ")
 
 
 @pytest.mark.parametrize(

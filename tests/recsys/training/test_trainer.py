@@ -261,7 +261,7 @@ def test_a_memory_budget_stops_training_with_the_knob_named_and_progress_is_logg
             ),
             EVAL,
         )
-    assert "training epoch:" in caplog.text and "targets/s" in caplog.text
+    assert "training epoch 1/1: " in caplog.text and "targets/s" in caplog.text
     config = TrainConfig(
         schedule=ScheduleConfig(epochs=1),
         optimization=OptimizationConfig(batch_size=8),
@@ -272,6 +272,26 @@ def test_a_memory_budget_stops_training_with_the_knob_named_and_progress_is_logg
         BudgetExceeded, match=r"training: holds .* GiB .*after 1 steps.*Fix: raise train\.hardware\.max_memory_gb"
     ):
         fit(small_sasrec(data.num_items), data, config, EVAL)
+
+
+def test_each_epoch_says_its_number_its_batches_and_the_eta_of_the_epoch_and_at_most_of_the_run(
+    tiny_data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    monkeypatch.setattr("recsys.runtime.progress.EVERY_SECONDS", 0.0)  # a line per batch
+    config = TrainConfig(schedule=ScheduleConfig(epochs=3), optimization=OptimizationConfig(batch_size=8))
+    with caplog.at_level("INFO", logger="recsys.training.trainer"):
+        fit(small_sasrec(data.num_items), data, config, EVAL)
+    first = [m for m in caplog.messages if m.startswith("training epoch 1/3: ") and "done" not in m]
+    second = [m for m in caplog.messages if m.startswith("training epoch 2/3: ") and "done" not in m]
+    last = [m for m in caplog.messages if m.startswith("training epoch 3/3: ") and "done" not in m]
+    batches = len(first)  # the first epoch counts its batches: no total, no ETA yet
+    assert first[-1].startswith(f"training epoch 1/3: {batches} batches, ") and "ETA" not in first[-1]
+    assert second[0].startswith(f"training epoch 2/3: 1 of {batches} batches (") and "targets/s, ETA " in second[0]
+    assert second[0].endswith(" (early stopping may end it sooner)") and "; training at most " in second[0]
+    assert "ETA 0 s; training at most " in second[-1]  # the rest of the run: one epoch and two validations
+    assert last[-1].startswith(f"training epoch 3/3: {batches} of {batches} batches (100%), ")
+    assert any(m.startswith("epoch 3/3 loss ") for m in caplog.messages)
 
 
 def test_one_cpu_thread_trains_bit_for_bit_the_same(tiny_data_dir: Path) -> None:
@@ -313,7 +333,7 @@ def test_accumulated_batches_step_once_on_the_mean_of_their_losses(tiny_data_dir
         )
 
     train_one_epoch(accumulated, DataParallelLoss(accumulated, recipe, Workers(), False), [first, second],
-                    adam(accumulated), False, False, generator, accumulate=2)  # fmt: skip
+                    adam(accumulated), False, generator, accumulate=2)  # fmt: skip
     by_hand = adam(reference)
     for batch in (first, second):
         (recipe.loss(reference, batch, generator)[0] / 2).backward()
