@@ -192,9 +192,21 @@ class ServingSettings(BaseSettings):
 
 
 def _secret_lines(path: Path, setting: str) -> list[str]:
-    """The non-blank lines of a secret's file, stripped; ValueError naming the setting when it cannot be read."""
+    """The secrets of a secret's file: its lines stripped, blank lines and `#` comments skipped; ValueError naming the
+    setting when it cannot be read or a line holds a space (a comment without its `#` would be a working key)."""
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"{setting}: {path} cannot be read ({err}). Fix: point it at the secret's text file") from err
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    secrets = []
+    for number, line in enumerate(text.splitlines(), 1):
+        secret = line.strip()
+        if not secret or secret.startswith("#"):
+            continue
+        if len(secret.split()) > 1:
+            raise ValueError(
+                f"{setting}: line {number} of {path} holds a space, so it is not one secret. Fix: one secret per "
+                "line, without spaces; start a comment with #"
+            )
+        secrets.append(secret)
+    return secrets

@@ -118,6 +118,12 @@ def test_an_api_keys_file_without_a_key_is_refused_not_read_as_no_auth(tmp_path:
     from pydantic import ValidationError
 
     keys = tmp_path / "keys"
-    keys.write_text("\n  \n")
-    with pytest.raises(ValidationError, match=r"api_keys_file: .* holds no key .* Fix: write the keys"):
+    for text in ("\n  \n", "# every key revoked\n\n  # and this one\n"):  # a comment is no key
+        keys.write_text(text)
+        with pytest.raises(ValidationError, match=r"api_keys_file: .* holds no key .* Fix: write the keys"):
+            ServingSettings(bundle=tmp_path, api_keys_file=keys)
+    keys.write_text("# the shop's key\nkey-one\nevery key revoked\n")  # a comment without its '#'
+    with pytest.raises(ValidationError, match=r"api_keys_file: line 3 of .* holds a space.*Fix: one secret per line"):
         ServingSettings(bundle=tmp_path, api_keys_file=keys)
+    keys.write_text("# the shop's key\nkey-one\n")
+    assert ServingSettings(bundle=tmp_path, api_keys_file=keys).api_keys() == {"key-one"}
