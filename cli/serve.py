@@ -92,7 +92,9 @@ def serve_command(
         try:
             settings = ServingSettings(**given)
         except ValidationError as err:
-            raise ConfigError(f"{problems(err)}. Fix: see `recsys serve --help` and docs/serving.md") from err
+            said = problems(err)
+            fix = "" if "Fix: " in said else ". Fix: see `recsys serve --help` and docs/serving.md"
+            raise ConfigError(f"{said}{fix}") from err
         check_before_serving(settings)  # fail before binding the port
     os.environ.update({_variable(key): str(value) for key, value in given.items()})
     uvicorn.run(

@@ -89,11 +89,14 @@ def _nested_problems(err: ValidationError, where: str) -> str:
 
 
 def problems(err: ValidationError, where: str = "") -> str:
-    """A pydantic error as '<where><dotted key>: <message>' per problem."""
+    """A pydantic error as '<where><dotted key>: <message>' per problem (a model-wide check's: '<where><message>')."""
     # a validator's own ValueError reads as its message (pydantic puts "Value error, " before it)
-    return "; ".join(
-        f"{where}{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in err.errors()
-    )
+    said = []
+    for e in err.errors():
+        key = f"{where}{'.'.join(map(str, e['loc']))}" if e["loc"] else where.rstrip(". ")
+        message = e["msg"].removeprefix("Value error, ")
+        said.append(f"{key}: {message}" if key else message)
+    return "; ".join(said)
 
 
 def check_heads(num_heads: int, dim: int) -> None:
