@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -349,11 +349,77 @@ def hostile_requests(server: Server, group: str, item_ids: list[str], user_id: s
             json={"version": "v1"},
             headers=ADMIN,
         ),
+        *_not_json(
+            c,
+            {
+                "events": events,
+                "search": "/v1/search",
+                "adapters": "/v1/admin/adapters/sports",
+                "admin items": "/v1/admin/items",
+            },
+        ),
+        c(
+            "recommendations sent as a form (curl -d)",
+            415,
+            "Content-Type: application/json",
+            "POST",
+            rec,
+            content=b'{"user_id": "u"}',
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        ),
+        c(
+            "recommendations without a content type",
+            415,
+            "this request's content type: none",
+            "POST",
+            rec,
+            content=b'{"user_id": "u"}',
+        ),
+        docs_offline(server, group),
         c("wrong method", 405, "method not allowed", "GET", rec),
         c("unknown route", 404, "not found", "GET", "/v1/nothing-here"),
         c("readiness", 200, '"status":"ok"', "GET", "/readyz"),
         c("metrics", 200, "recsys_history_store_up 1.0", "GET", "/metrics"),
     ]
+
+
+def _not_json(c: Callable[..., Case], routes: dict[str, str]) -> list[Case]:
+    """Each other route taking a JSON body, sent one as `text/plain`: a 415 naming the header to send (before any
+    token or body check: the admin ones are sent with the token)."""
+    return [
+        c(
+            f"{name}: text/plain body",
+            415,
+            "Content-Type: application/json",
+            "POST",
+            path,
+            content=b"{}",
+            headers={"content-type": "text/plain", **ADMIN},
+        )
+        for name, path in routes.items()
+    ]
+
+
+def docs_offline(server: Server, group: str) -> Case:
+    """/docs loads every script and stylesheet from this server (without internet a CDN's would leave it blank)."""
+    page = httpx.get(f"{server.base}/docs", timeout=30)
+    sources = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    answers = {source: httpx.get(server.base + source, timeout=30).status_code for source in sources
+               if source.startswith("/")}  # fmt: skip
+    elsewhere = [source for source in sources if not source.startswith("/")]
+    ok = page.status_code == 200 and bool(sources) and not elsewhere and set(answers.values()) == {200}
+    return Case(
+        group,
+        "/docs without internet: every asset from this server",
+        "GET /docs, then each asset",
+        "200, every src/href a path of this server answering 200",
+        f"{page.status_code}, assets {answers}",
+        ok,
+        False,
+        False,
+        False,
+        short(f"elsewhere: {elsewhere}" if elsewhere else str(sorted(answers))),
+    )
 
 
 def flood_of_new_users(server: Server, group: str, item: str, users: int, max_users: int) -> Case:

@@ -5,6 +5,7 @@ problem (file and line, or the dotted key), no traceback, nothing half-written, 
 from __future__ import annotations
 
 import gzip
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -185,6 +186,61 @@ def config_cases(work: Path, experiment: Path) -> list[Case]:
     out.append(_exit_2("config: a config file that does not exist", "recsys train --config no-such.yaml", missing,
                        "not found", []))  # fmt: skip
     return out + _no_data_path(work / "config-no-path", experiment)
+
+
+def override_cases(work: Path, experiment: Path) -> list[Case]:
+    """`recsys train` of `experiment` with values that once escaped the work dir or raised a traceback: a name that is
+    a path, a key under a value that is not a mapping, numbers past what a config holds (exit 2 before any work,
+    nothing written under the work dir or where the name points)."""
+    work.mkdir(parents=True)
+    huge_int = "9" * 5000
+    in_file = work / "huge.yaml"
+    in_file.write_text(f"base: {experiment.resolve()}\nmodel:\n  params: {{dim: {huge_int}}}\n")
+    cases: list[tuple[str, Path, list[str], str, list[Path]]] = [
+        ("name ../../esc", experiment, ["name=../../esc"], "is not a valid name", [work / "esc"]),
+        ("name an absolute path", experiment, [f"name={work / 'abs-esc'}"], "is not a valid name", [work / "abs-esc"]),
+        ("name a/b", experiment, ["name=a/b"], "is not a valid name", []),
+        ("name with a NUL", experiment, ['name="a\\0b"'], "is not a valid name", []),
+        ("name of 300 characters", experiment, ["name=" + "n" * 300], "is not a valid name", []),
+        ("a key under a string: model.name.x", experiment, ["model.name.x=1"], "not a mapping", []),
+        ("a 5,000-digit dim", experiment, [f"model.params.dim={huge_int}"], "is too large", []),
+        ("a 5,000-digit learning rate", experiment, [f"train.optimization.lr={huge_int}.0"], "is too large", []),
+        ("a 5,000-digit number in the file", in_file, [], "is too large", []),
+    ]
+    out = []
+    for i, (name, config, sets, says, escaped) in enumerate(cases):
+        where = work / f"set-{i}" / "work"
+        options = [part for value in sets for part in ("--set", value)]
+        done = run_recsys("train", "--config", str(config), "--work-dir", str(where), *options)
+        out.append(_exit_2(f"config: {name}", f"recsys train {' '.join(options)[:120] or config.name}", done, says,
+                           [where / "models", *escaped]))  # fmt: skip
+    return out
+
+
+def compare_with_cases(work: Path, experiment: Path) -> list[Case]:
+    """`pipeline.compare_with` naming an evaluation directory whose files are cut short or of another kind: exit 2
+    naming the file and how to re-create it (the pipeline's own steps run once; each case re-runs its evaluation)."""
+    base = work / "base"
+    done = run_recsys("pipeline", "run", "--config", str(experiment), "--work-dir", str(base), "--until", "evaluate")
+    assert done.exit_code == 0, done.output[-2000:]
+    (evaluation,) = (base / "evaluations").iterdir()
+    corruptions: list[tuple[str, str, bytes, str]] = [
+        ("evaluation.json cut short", "evaluation.json", b'{"name": "x", "users": 3', "it ends in the middle"),
+        ("evaluation.json a JSON list", "evaluation.json", b"[1, 2]", "holds a JSON list"),
+        ("evaluation.json not JSON", "evaluation.json", b"\x00\x01 binary", "not"),
+        ("per_user.npz text", "per_user.npz", b"not an archive", "not an .npz archive"),
+        ("per_user.npz cut short", "per_user.npz", b"PK\x03\x04" + bytes(64), "per_user.npz: not a readable"),
+    ]
+    out = []
+    for i, (name, file, content, says) in enumerate(corruptions):
+        copy = work / f"compare-{i}"
+        shutil.copytree(evaluation, copy)
+        (copy / file).write_bytes(content)
+        done = run_recsys("pipeline", "run", "--config", str(experiment), "--work-dir", str(base), "--until",
+                          "evaluate", "--set", f"pipeline.compare_with={copy}")  # fmt: skip
+        out.append(_exit_2(f"config: compare_with {name}", f"--set pipeline.compare_with=<{name}>", done, says, [],
+                           existed=True))  # fmt: skip
+    return out
 
 
 def _no_data_path(folder: Path, experiment: Path) -> list[Case]:

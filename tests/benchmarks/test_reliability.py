@@ -30,4 +30,8 @@ def test_the_committed_result_reproduces_and_has_no_failures() -> None:
     assert problems_of(path) == []
     assert result["server_errors"] == result["tracebacks"] == result["data_lost"] == 0
     assert result["api_inputs"] >= 60 and result["bad_files_and_configs"] >= 20
+    assert result["cases"] >= 300 and result["runtime_items"] >= 30 and result["enrich"] >= 30
+    replayed = {case["name"] for case in result["by_case"]}
+    for findings in ("issue_items", "second_review_items", "third_review_items"):
+        assert all(cases and set(cases) <= replayed for cases in result[findings].values()), findings
     assert result["schemathesis"]["failures"] == 0 and result["schemathesis"]["no_issues_found"]

@@ -6,6 +6,7 @@ served state unchanged and /readyz degraded (a real tmpfs, full or read-only).""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -40,21 +41,26 @@ def two_versions(content_bundle: Bundle, tmp_path_factory: pytest.TempPathFactor
     catalogue names its last item RETRAINED; the champion alias on v1."""
     root = tmp_path_factory.mktemp("two-versions")
     uri, name = f"sqlite:///{root / 'mlflow.db'}", "kept-items"
-    v2 = root / "bundle-v2"
-    shutil.copytree(content_bundle.path, v2)
-    with np.load(v2 / CATALOGUE_FILE) as arrays:
-        columns = dict(arrays)
-    offsets = columns["item_id.offsets"]
-    columns["item_id.utf8"] = np.concatenate(
-        [columns["item_id.utf8"][: offsets[-2]], np.frombuffer(RETRAINED.encode(), dtype=np.uint8)]
-    )
-    columns["item_id.offsets"] = np.append(offsets[:-1], offsets[-2] + len(RETRAINED))
-    with (v2 / CATALOGUE_FILE).open("wb") as f:
-        np.savez(f, **columns)
-    for bundle in (content_bundle, Bundle(v2)):
+    for bundle in (content_bundle, retrained_with(content_bundle, RETRAINED, root / "bundle-v2")):
         register_bundle(bundle, name, uri, POINT)
     _champion(uri, name, "1")
     return uri, name
+
+
+def retrained_with(bundle: Bundle, item_id: str, path: Path) -> Bundle:
+    """A copy of `bundle` at `path` whose catalogue names its last item `item_id`: the bundle a retraining on an
+    item added at run time gives (also used by benchmarks.reliability)."""
+    shutil.copytree(bundle.path, path)
+    with np.load(path / CATALOGUE_FILE) as arrays:
+        columns = dict(arrays)
+    offsets = columns["item_id.offsets"]
+    columns["item_id.utf8"] = np.concatenate(
+        [columns["item_id.utf8"][: offsets[-2]], np.frombuffer(item_id.encode(), dtype=np.uint8)]
+    )
+    columns["item_id.offsets"] = np.append(offsets[:-1], offsets[-2] + len(item_id.encode()))
+    with (path / CATALOGUE_FILE).open("wb") as f:
+        np.savez(f, **columns)
+    return Bundle(path)
 
 
 def _champion(uri: str, name: str, version: str) -> None:
@@ -197,22 +203,35 @@ def test_a_restart_embeds_no_text_it_has_embedded_and_clears_what_a_killed_add_l
     assert not killed.exists() and [item.item_id for item in AddedItemStore(tmp_path / "a.json").load()] == ["n1", "n2"]
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 4 MiB tmpfs mounted at a fresh directory (root only: skipped otherwise), unmounted after."""
-    disk = tmp_path / "disk"
+@contextlib.contextmanager
+def tmpfs(disk: Path, size: str = "4m") -> Iterator[Path]:
+    """A real tmpfs of `size` mounted at the new directory `disk` until the block ends (root only: OSError naming
+    why otherwise; also used by benchmarks.reliability)."""
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], capture_output=True)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (root only): {mounted.stderr.decode().strip()}")
+        raise OSError(f"cannot mount a tmpfs here (root only): {mounted.stderr.decode().strip()}")
     try:
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=True)
 
 
-def _remount(disk: Path, mode: str) -> None:
+def remount(disk: Path, mode: str) -> None:
+    """Remount the tmpfs at `disk` read-only ("ro") or writable ("rw")."""
     subprocess.run(["mount", "-o", f"remount,{mode}", str(disk)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 4 MiB tmpfs mounted at a fresh directory (root only: skipped otherwise), unmounted after."""
+    mounted = contextlib.ExitStack()
+    try:
+        disk = mounted.enter_context(tmpfs(tmp_path / "disk"))
+    except OSError as err:
+        pytest.skip(str(err))
+    with mounted:
+        yield disk
 
 
 def test_a_full_or_read_only_disk_refuses_the_add_and_changes_nothing(content_bundle: Bundle, small_disk: Path) -> None:
@@ -238,19 +257,19 @@ def test_a_full_or_read_only_disk_refuses_the_add_and_changes_nothing(content_bu
         assert ready["model_version"] == before["model_version"] and kept.read_bytes() == file_before
         assert client.get("/v1/similar-items/n2").status_code == 404, "not acknowledged, not served"
         filler.unlink()
-        _remount(small_disk, "ro")
+        remount(small_disk, "ro")
         try:
             read_only = _add(client, "n2")
             assert read_only.status_code == 503 and "Fix: make its directory writable" in read_only.text
             assert "not writable" in client.get("/readyz").json()["detail"]
         finally:
-            _remount(small_disk, "rw")
+            remount(small_disk, "rw")
         assert _add(client, "n2").status_code == 200 and client.get("/readyz").json()["status"] == "ok"
-    _remount(small_disk, "ro")
+    remount(small_disk, "ro")
     try:
         said = _refused_by_recsys_serve("--bundle", str(content_bundle.path), "--added-items-file", str(kept))
     finally:
-        _remount(small_disk, "rw")
+        remount(small_disk, "rw")
     assert f"added_items_file: {small_disk} is not writable" in said and "Fix: point it at a file" in said
 
 
