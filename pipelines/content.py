@@ -25,9 +25,10 @@ import torch
 
 from recsys.data.schema import ITEM_IDX, ITEMS_FILE
 from recsys.enrich.columns import LLM_QUERIES, with_item_metadata
-from recsys.errors import ConfigError
+from recsys.errors import ConfigError, DataError
 from recsys.evaluation.queries import QueryMaker, catalogue_titles, most_similar
 from recsys.runtime.atomic import atomic_directory
+from recsys.runtime.json_files import read_json_object
 from recsys.semantic_ids.content import ContentConfig, embed_texts, item_texts
 from recsys.training.recipes import QUERIES_FILE, QueryBank, QueryTraining
 
@@ -73,8 +74,15 @@ def _fingerprint(config: ContentConfig, texts: list[str]) -> str:
 
 
 def _read_meta(out_dir: Path) -> dict:
+    """content_embeddings.json; {} (the content embedded again) when there is none or it does not read."""
     meta_path = out_dir / CONTENT_META_FILE
-    return json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    if not meta_path.is_file():
+        return {}
+    try:
+        return read_json_object(meta_path, "none needed")
+    except DataError as err:  # what a crash or a full disk left: embedded again, not kept
+        logger.warning("%s: %s: the content is embedded again", err.path, err.problem)
+        return {}
 
 
 def embed_training_queries(

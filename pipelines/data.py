@@ -6,13 +6,16 @@ import hashlib
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from features.prepare import prepare
 from features.sources import open_source
 from pipelines.config import DataSection
 from recsys.data.schema import META_FILE
+from recsys.errors import DataError
 from recsys.runtime.atomic import atomic_file
 from recsys.runtime.digest import feed_file
+from recsys.runtime.json_files import read_json
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +30,7 @@ def prepare_step(section: DataSection, out_dir: Path) -> Path:
     """
     fingerprint = data_fingerprint(section)
     stored = out_dir / FINGERPRINT_FILE
-    if (out_dir / META_FILE).is_file() and stored.is_file() and json.loads(stored.read_text()) == fingerprint:
+    if (out_dir / META_FILE).is_file() and stored.is_file() and _stored_fingerprint(stored) == fingerprint:
         logger.info("data in %s is up to date; skipping prepare", out_dir)
         return out_dir
     raw = open_source(section.source, section.path, **section.options)
@@ -35,6 +38,16 @@ def prepare_step(section: DataSection, out_dir: Path) -> Path:
     with atomic_file(stored) as tmp:
         tmp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
     return out_dir
+
+
+def _stored_fingerprint(stored: Path) -> Any:
+    """The fingerprint a previous preparation stored; None (prepared again) when it does not read: cut short, not
+    JSON."""
+    try:
+        return read_json(stored, "none needed")
+    except DataError as err:
+        logger.warning("%s: %s: the data is prepared again", err.path, err.problem)
+        return None
 
 
 def data_fingerprint(section: DataSection) -> dict[str, str]:

@@ -28,7 +28,9 @@ from pipelines.steps.outputs import Output
 from pipelines.tracking import end_orphaned_runs
 from pipelines.train import training_state_path
 from recsys.artifacts.registry import PARENT_TAG
+from recsys.errors import DataError
 from recsys.runtime.atomic import atomic_file, remove_temporaries
+from recsys.runtime.json_files import read_json_object
 from recsys.runtime.lock import HeldLock
 
 logger = logging.getLogger(__name__)
@@ -43,8 +45,18 @@ State = dict[str, dict[str, Any]]  # {step name: {"fingerprint", "outputs"}}
 
 
 def read_state(paths: ExperimentPaths) -> State:
+    """What earlier runs recorded per step; {} (every step runs, and the file is rewritten after the first) when
+    there is none or it does not read (cut short, not JSON, another shape): a state file never blocks a run."""
     state_path = paths.pipeline_dir / STATE_FILE
-    return json.loads(state_path.read_text()) if state_path.exists() else {}
+    if not state_path.exists():
+        return {}
+    try:
+        state = read_json_object(state_path, "none needed")
+    except DataError as err:  # a disk that filled up under it, a hand edit: the steps' outputs are checked anew
+        logger.warning("%s: %s: every step runs again and the file is rewritten", err.path,
+                       err.problem)  # fmt: skip
+        return {}
+    return {name: record for name, record in state.items() if isinstance(record, dict)}
 
 
 def write_state(paths: ExperimentPaths, state: State) -> None:
@@ -54,7 +66,7 @@ def write_state(paths: ExperimentPaths, state: State) -> None:
 
 def previous_outputs(step: Step[Any], recorded: dict[str, Any] | None, fingerprint: str) -> Output | None:
     """The outputs a previous run recorded for the same inputs, when they still exist; None otherwise."""
-    if recorded is None or recorded["fingerprint"] != fingerprint:
+    if recorded is None or recorded.get("fingerprint") != fingerprint or "outputs" not in recorded:
         return None
     try:
         outputs: Output = TypeAdapter(step.output).validate_python(recorded["outputs"])

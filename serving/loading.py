@@ -70,15 +70,21 @@ def to_place(recommender: Recommender, kept: list[NewItem], store: AddedItemStor
 
 
 def check_before_serving(settings: ServingSettings) -> None:
-    """What `recsys serve` checks before it binds its port: there is a bundle to serve and, with run-time items on,
-    their file reads (every entry) and the bundle can serve them all. `RecsysError` saying what is wrong and the fix."""
+    """What `recsys serve` checks before it binds its port: there is a bundle to serve, a bundle directory given
+    (`--bundle`) loads (a corrupt file of it is an error naming the file, not the server's start-up traceback) and,
+    with run-time items on, their file reads (every entry) and the bundle can serve them all. `RecsysError` saying
+    what is wrong and the fix."""
     bundle = resolve_bundle(settings.bundle, settings.model_name, settings.registry_uri)
     store = added_item_store(settings)
     kept = [] if store is None else store.load()
-    if store is None or not kept:
-        return
-    try:
+    if settings.bundle is not None:  # the one bundle it would serve: a corrupt file of it exits 2, naming the file
         recommender = Recommender(bundle)
-    except Exception:  # a bundle that does not load is the lifespan's to report, as it always was
+    elif store is None or not kept:
         return
-    to_place(recommender, kept, store, settings.max_added_items)
+    else:
+        try:
+            recommender = Recommender(bundle)
+        except Exception:  # a champion that does not load is the lifespan's to report: not ready until one does
+            return
+    if store is not None and kept:
+        to_place(recommender, kept, store, settings.max_added_items)

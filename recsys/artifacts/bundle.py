@@ -22,12 +22,40 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from recsys.artifacts.catalogue import CATALOGUE_FILE, write_catalogue
-from recsys.artifacts.model_dir import METRICS_FILE, POPULARITY_VALID, trained_data
+from recsys.artifacts.model_dir import POPULARITY_VALID, read_metrics, trained_data
 from recsys.errors import RecsysError
 from recsys.runtime.atomic import atomic_directory
+from recsys.runtime.json_files import read_json_shaped
 
 BUNDLE_FILE = "bundle.json"
+REASSEMBLE = "assemble the bundle again (`recsys pipeline run --config CONFIG --rerun register`)"
+
+
+class _Metrics(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    ndcg_at_10: float = Field(alias="ndcg@10")
+
+
+class _BundleMetrics(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    valid: _Metrics
+    test: dict[str, Any]
+    popularity_valid: _Metrics | None = None
+
+
+class _BundleMeta(BaseModel):
+    """What the program reads of a bundle.json."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    created: str
+    metrics: _BundleMetrics
 
 
 class BundleError(RecsysError):
@@ -46,9 +74,9 @@ class Bundle:
 
     @cached_property
     def meta(self) -> dict[str, Any]:
-        """The contents of bundle.json."""
-        meta: dict[str, Any] = json.loads((self.path / BUNDLE_FILE).read_text())
-        return meta
+        """The contents of bundle.json; `DataError` naming the file when it is not JSON (cut short) or lacks what is
+        read of it (name, creation time, validation NDCG@10)."""
+        return read_json_shaped(self.path / BUNDLE_FILE, _BundleMeta, "a bundle's bundle.json", REASSEMBLE)
 
     @property
     def version(self) -> str:
@@ -99,7 +127,7 @@ class Bundle:
     ) -> Bundle:
         """Assemble the bundle of `model_dir` (the catalogue and histories of its training data, its index and
         semantic IDs when given) in `out_dir`, atomically."""
-        metrics = json.loads((model_dir / METRICS_FILE).read_text())
+        metrics = read_metrics(model_dir)
         with atomic_directory(out_dir, marker=BUNDLE_FILE) as tmp:
             shutil.copytree(model_dir, tmp / "model")
             write_catalogue(tmp / CATALOGUE_FILE, trained_data(model_dir))

@@ -17,6 +17,8 @@ Dimension letters: V items, U users, N interactions.
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -132,7 +134,7 @@ def read_catalogue(path: Path) -> tuple[Catalogue, UserHistories]:
                 torch.from_numpy(arrays["history.items"]),
                 torch.from_numpy(arrays["history.ts"]),
             )
-    except (OSError, KeyError, ValueError) as err:
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # cut short, not .npz
         raise RecsysError(
             f"{path}: not a readable catalogue ({type(err).__name__}: {err}). Fix: assemble the bundle again (the "
             "pipeline's register step)"

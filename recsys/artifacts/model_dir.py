@@ -23,12 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from recsys.data.schema import ITEMS_FILE, META_FILE, USERS_FILE
-from recsys.errors import RecsysError
+from recsys.data.schema import ITEMS_FILE, META_FILE, PREPARE_HINT, USERS_FILE
+from recsys.errors import DataError, RecsysError
 from recsys.models.family import Model
 from recsys.models.registry import load_model, save_model
 from recsys.runtime.atomic import atomic_directory
+from recsys.runtime.json_files import read_json_object, read_json_shaped
+from recsys.runtime.validation import problems
 
 if TYPE_CHECKING:  # the data and the ranks are read and written here, not needed to find a model's files
     from recsys.artifacts.per_user import PerUserRanks
@@ -40,6 +43,7 @@ DATA_FILE = "data.json"
 CONFIG_FILE = "config.yaml"
 VALID_RANKS_FILE = "valid_ranks.npz"  # every validation user's target rank (`recsys.artifacts.per_user`)
 POPULARITY_VALID = "popularity_valid"  # metrics.json: the popularity baseline on the validation split
+RETRAIN = "train the model again (`recsys train --config CONFIG`)"  # the fix for a model directory's corrupt file
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ def write_model_dir(
     Args:
         config: the experiment config as plain data (JSON types), written as config.yaml.
     """
-    meta = json.loads((data_dir / META_FILE).read_text())
+    meta = read_json_object(data_dir / META_FILE, PREPARE_HINT)
     data = {"data_dir": str(data_dir.resolve()), "domain": config.get("data", {}).get("domain"), "meta": meta}
     with atomic_directory(out_dir, marker=MODEL_FILE) as tmp:
         save_model(tmp / MODEL_FILE, model)
@@ -85,12 +89,16 @@ def trained_data_dir(model_dir: Path) -> Path:
 
 def trained_config_name(model_dir: Path) -> str:
     """The name of the experiment config that trained the model (config.yaml's `name`)."""
-    return str(yaml.safe_load((model_dir / CONFIG_FILE).read_text())["name"])
+    return _config_record(model_dir).name
 
 
 def trained_text_fields(model_dir: Path) -> tuple[str, ...]:
     """The item columns whose text the model's content embeddings embed (its experiment's `content.text_fields`)."""
-    return tuple(yaml.safe_load((model_dir / CONFIG_FILE).read_text())["content"]["text_fields"])
+    content = _config_record(model_dir).content
+    if content is None:
+        problem = "not a model's config.yaml of this version (content: missing)"
+        raise DataError(model_dir / CONFIG_FILE, problem, RETRAIN)
+    return content.text_fields
 
 
 def model_sha256(model_dir: Path, key: str | None = None) -> str:
@@ -123,8 +131,22 @@ def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedMode
             f"{data_dir or trained_data_dir(model_dir)} has {data.num_items} items but the model was trained on "
             f"{model.config.num_items}. Fix: pass the --data-dir the model was trained on"
         )
-    metrics = json.loads((model_dir / METRICS_FILE).read_text())
-    return TrainedModel(name=name, model=model, data=data, metrics=metrics)
+    return TrainedModel(name=name, model=model, data=data, metrics=read_metrics(model_dir))
+
+
+class _Metrics(BaseModel):
+    """What is read of a metrics.json: the validation and test metrics."""
+
+    model_config = ConfigDict(extra="allow")
+
+    valid: dict[str, Any]
+    test: dict[str, Any]
+
+
+def read_metrics(model_dir: Path) -> dict[str, Any]:
+    """The model directory's metrics.json; `DataError` naming it when it is not JSON (cut short) or lacks the
+    validation and test metrics."""
+    return read_json_shaped(model_dir / METRICS_FILE, _Metrics, "a model's metrics.json", RETRAIN)
 
 
 def load_trained_model(model_dir: Path, key: str) -> tuple[str, Model[Any]]:
@@ -147,6 +169,51 @@ def _check_is_model_dir(model_dir: Path, key: str | None = None) -> None:
     raise RecsysError(f"{key + ': ' if key else ''}{model_dir} is not a model directory (no {MODEL_FILE}). Fix: {fix}")
 
 
+class _DataRecord(BaseModel):
+    """What is read of a data.json: where the training data lives and the domain it was restricted to."""
+
+    model_config = ConfigDict(extra="allow")
+
+    data_dir: str
+    domain: str | None = None
+
+
 def _data_record(model_dir: Path) -> dict[str, Any]:
-    record: dict[str, Any] = json.loads((model_dir / DATA_FILE).read_text())
-    return record
+    return read_json_shaped(model_dir / DATA_FILE, _DataRecord, "a model's data.json", RETRAIN)
+
+
+class _Content(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    text_fields: tuple[str, ...]
+
+
+class _ConfigRecord(BaseModel):
+    """What is read of a model directory's config.yaml: its experiment's name and the item text it embeds."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    content: _Content | None = None  # read for a content-first model only
+
+
+def _config_record(model_dir: Path) -> _ConfigRecord:
+    """The model directory's config.yaml; `DataError` naming it when it is not YAML or lacks what is read of it."""
+    path = model_dir / CONFIG_FILE
+    if not path.is_file():
+        raise DataError(path, "no such file" if not path.exists() else "not a file", RETRAIN)
+    try:
+        config = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise DataError(path, f"not UTF-8 text (byte {err.start}): not a YAML file", RETRAIN) from err
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        problem = f"not valid YAML ({getattr(err, 'problem', None) or 'unreadable'}{where}; cut short?)"
+        raise DataError(path, problem, RETRAIN) from err
+    if not isinstance(config, dict):
+        raise DataError(path, f"holds a YAML {type(config).__name__}, not the experiment config expected", RETRAIN)
+    try:
+        return _ConfigRecord.model_validate(config)
+    except ValidationError as err:
+        raise DataError(path, f"not a model's config.yaml of this version ({problems(err)})", RETRAIN) from err

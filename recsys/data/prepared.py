@@ -5,7 +5,6 @@ Dimension letters: U users, N interactions, V items (+1 for padding index 0).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,6 +21,7 @@ from recsys.data.tasks import task_labels, tasks_in
 from recsys.data.times import HistoryTimes
 from recsys.errors import ConfigError, DataError
 from recsys.runtime.digest import feed_file
+from recsys.runtime.json_files import read_json_object
 
 
 @dataclass(frozen=True)
@@ -328,7 +328,7 @@ def _read_catalog(data_dir: Path) -> tuple[pl.DataFrame, dict[str, Any]]:
     for name in (schema.ITEMS_FILE, schema.USERS_FILE, schema.META_FILE):
         if not (data_dir / name).is_file():
             raise DataError(data_dir / name, "prepared data file not found", schema.PREPARE_HINT)
-    meta = json.loads((data_dir / schema.META_FILE).read_text())
+    meta = read_json_object(data_dir / schema.META_FILE, schema.PREPARE_HINT)
     if meta.get("schema_version") != schema.SCHEMA_VERSION:
         raise DataError(
             data_dir / schema.META_FILE,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from recsys.enrich.backend import DEFAULT_LOCAL_MODEL, Backend
-from recsys.enrich.record import DEFAULT_PROMPT
+from recsys.enrich.record import DEFAULT_PROMPT, check_prompt_version
 from recsys.errors import ConfigError
 from recsys.runtime.extras import optional
 
@@ -56,6 +56,7 @@ class EnrichConfig:
     max_failures_in_a_row: int = 8
 
     def __post_init__(self) -> None:
+        check_prompt_version(self.prompt)
         if self.backend == "http" and not self.url:
             raise ConfigError("enrich.backend http needs enrich.url. Fix: e.g. url: http://127.0.0.1:8080/v1")
         if self.batch_size < 1 or (self.limit is not None and self.limit < 0):

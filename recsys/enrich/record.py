@@ -104,12 +104,31 @@ def load_prompt(version: str = DEFAULT_PROMPT, categories: tuple[str, ...] | Non
     return prompt
 
 
+def prompt_versions() -> list[str]:
+    """The prompt versions shipped with the package: the names of `PROMPTS_DIR`'s YAML files."""
+    return sorted(p.stem for p in PROMPTS_DIR.glob("*.yaml"))
+
+
+def check_prompt_version(version: str) -> str:
+    """`version` when it is a prompt version shipped with the package; ConfigError listing them otherwise (a version
+    is a name, never a path: `../../x` would read a file outside the package).
+
+    Example:
+        >>> check_prompt_version("../../etc/passwd")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        recsys.errors.ConfigError: enrich.prompt: no prompt '../../etc/passwd' (a version shipped in ...
+    """
+    known = prompt_versions()
+    if version not in known:
+        shown = repr(version) if len(version) <= 60 else f"{version[:40]!r}... ({len(version):,} characters)"
+        raise ConfigError(f"enrich.prompt: no prompt {shown} (a version shipped in recsys/enrich/prompts/, not a "
+                          f"path). Fix: use one of {', '.join(known)}")  # fmt: skip
+    return version
+
+
 @cache
 def _prompt_file(version: str) -> dict[str, Any]:
-    path = PROMPTS_DIR / f"{version}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in PROMPTS_DIR.glob("*.yaml"))
-        raise ConfigError(f"no prompt {version!r}. Fix: use one of {known} (recsys/enrich/prompts/)")
+    path = PROMPTS_DIR / f"{check_prompt_version(version)}.yaml"
     raw = read_yaml(path)
     if raw.get("version") != version:
         raise ConfigError(f"{path}: its version is {raw.get('version')!r}, not its file name. Fix: make them agree")

@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from recsys.errors import ConfigError, RecsysError
+from recsys.errors import ConfigError, DataError, RecsysError
 from recsys.models.family import Input, Model, ModelFamily, ModelInputs
 from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
 
@@ -102,7 +102,15 @@ def load_model(path: Path) -> tuple[str, Model[Any]]:
     """Rebuild a saved model (on the CPU, in eval mode); returns (its family's name, the model)."""
     if not path.is_file():
         raise RecsysError(f"{path}: model file not found. Fix: train one with `recsys train --config ...`")
-    payload = load_checkpoint(path)
+    retrain = "train the model again (`recsys train --config CONFIG`)"
+    try:
+        payload = load_checkpoint(path)
+    except Exception as err:  # torch.load of other bytes raises anything from EOFError to UnpicklingError
+        why = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+        raise DataError(path, f"not a model file this version reads (cut short? {why})", retrain) from err
+    if not isinstance(payload, dict) or not {"name", "config", "state_dict"} <= payload.keys():
+        keys = sorted(map(str, payload)) if isinstance(payload, dict) else type(payload).__name__
+        raise DataError(path, f"not a model file (it holds {keys}, not name, config and state_dict)", retrain)
     if payload.get("format") != FORMAT:
         raise RecsysError(
             f"{path} was written by an earlier version of recsys (model file format {payload.get('format', 1)}, "

@@ -24,13 +24,16 @@ from typing import Any
 import faiss
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict
 
+from recsys.errors import DataError
 from recsys.retrieval.base import Metric, check_item_vectors, check_queries
 from recsys.retrieval.config import INDEX_FILE, IndexConfig
 from recsys.retrieval.exact import ExactTopK
 from recsys.retrieval.recall import recall_at_k
 from recsys.runtime.atomic import atomic_directory
 from recsys.runtime.budget import Budget, limit
+from recsys.runtime.json_files import read_json_shaped
 from recsys.runtime.progress import Progress
 
 ADD_CHUNK = 65_536  # vectors per `index.add` call: the build budget is checked (and progress logged) between chunks
@@ -40,6 +43,20 @@ logger = logging.getLogger(__name__)
 
 _METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
 _MARKER = "index.json"
+REBUILD = (
+    "build the index again (`recsys index build --model-dir MODEL_DIR --out DIR`, or the pipeline's build_index step)"
+)
+
+
+class _IndexMeta(BaseModel):
+    """What is read of an index.json (the settings, the build report, the MIPS bound, the source)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    config: dict[str, Any]
+    report: dict[str, Any] | None
+    norm_bound: float | None = None
+    source: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -142,26 +159,34 @@ class FaissTopK:
     @staticmethod
     def read_source(index_dir: Path) -> dict[str, Any] | None:
         """The `source` an index directory was saved with, or None when there is no index there."""
-        meta = _read_meta(index_dir)
+        try:
+            meta = _read_meta(index_dir)
+        except DataError as err:  # what a crash or a full disk left: rebuilt, not kept
+            logger.warning("%s: the index there is rebuilt", err)
+            return None
         return None if meta is None else dict(meta.get("source", {}))
 
     @staticmethod
     def read_report(index_dir: Path) -> BuildReport | None:
         """The build report of an index directory (without loading the index), or None."""
         meta = _read_meta(index_dir)
-        return BuildReport(**meta["report"]) if meta and meta["report"] else None
+        return _build_report(index_dir, meta["report"]) if meta and meta["report"] else None
 
     @classmethod
     def load(cls, index_dir: Path) -> FaissTopK:
         meta_path = index_dir / _MARKER
         if not meta_path.exists():
             raise FileNotFoundError(f"{index_dir} holds no FAISS index ({_MARKER} missing): build one with build_index")
-        meta = json.loads(meta_path.read_text())
-        config = IndexConfig(**meta["config"])
-        index = _to_device(faiss.read_index(str(index_dir / INDEX_FILE)), config)
-        report = BuildReport(**meta["report"]) if meta["report"] else None
-        ids = torch.from_numpy(np.load(index_dir / "ids.npy"))
-        return cls(index, ids, config, report, meta.get("norm_bound"))
+        meta = _read_meta(index_dir)
+        assert meta is not None
+        try:
+            config = IndexConfig(**meta["config"])
+        except (TypeError, ValueError) as err:  # keys of another version, settings out of bounds
+            raise DataError(meta_path, f"its index settings do not read ({err})", REBUILD) from err
+        report = _build_report(index_dir, meta["report"]) if meta["report"] else None
+        index = _read_index(index_dir / INDEX_FILE)
+        ids = _read_ids(index_dir / "ids.npy", index.ntotal)
+        return cls(_to_device(index, config), ids, config, report, meta.get("norm_bound"))
 
 
 def build_index(
@@ -242,8 +267,46 @@ def _with_norm_coordinate(x: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def _read_meta(index_dir: Path) -> dict[str, Any] | None:
+    """index.json, None when there is none; `DataError` naming it when it is not JSON or lacks what is read of it."""
     meta_path = index_dir / _MARKER
-    return dict(json.loads(meta_path.read_text())) if meta_path.exists() else None
+    if not meta_path.exists():
+        return None
+    return read_json_shaped(meta_path, _IndexMeta, "an index's index.json", REBUILD)
+
+
+def _build_report(index_dir: Path, report: dict[str, Any]) -> BuildReport:
+    try:
+        return BuildReport(**report)
+    except TypeError as err:  # keys missing or of another version
+        raise DataError(index_dir / _MARKER, f"its build report does not read ({err})", REBUILD) from err
+
+
+def _read_index(path: Path) -> Any:
+    """The FAISS index in the file at `path`; `DataError` naming it when it is missing or not a FAISS index."""
+    if not path.is_file():
+        raise DataError(path, "no such file", REBUILD)
+    try:
+        return faiss.read_index(str(path))
+    except RuntimeError as err:  # FAISS's C++ exceptions: cut short, another format
+        why = str(err).strip().splitlines()[-1][:200] if str(err).strip() else "unreadable"
+        raise DataError(path, f"not a FAISS index this version reads (cut short? {why})", REBUILD) from err
+
+
+def _read_ids(path: Path, num_vectors: int) -> torch.Tensor:
+    """ids.npy: the id of each of the index's `num_vectors` vectors; `DataError` naming it otherwise."""
+    if not path.is_file():
+        raise DataError(path, "no such file", REBUILD)
+    try:
+        ids = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:  # cut short, not an .npy, pickles
+        raise DataError(path, f"not a readable .npy array ({type(err).__name__}: {str(err)[:200]})", REBUILD) from err
+    if ids.ndim != 1 or ids.dtype.kind not in "iu" or len(ids) != num_vectors:
+        raise DataError(
+            path,
+            f"holds a {ids.dtype} array of shape {ids.shape}, not the ids of the index's {num_vectors} vectors",
+            REBUILD,
+        )
+    return torch.from_numpy(ids)
 
 
 def _factory_string(config: IndexConfig, num_items: int, dim: int) -> str:

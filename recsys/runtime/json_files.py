@@ -17,7 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from recsys.errors import DataError
+from recsys.runtime.validation import problems
 
 
 def read_json(path: Path, fix: str) -> Any:
@@ -45,4 +48,28 @@ def read_json_object(path: Path, fix: str) -> dict[str, Any]:
     document = read_json(path, fix)
     if not isinstance(document, dict):
         raise DataError(path, f"holds a JSON {type(document).__name__}, not the object expected", fix)
+    return document
+
+
+def read_json_shaped(path: Path, shape: type[BaseModel], what: str, fix: str) -> dict[str, Any]:
+    """`read_json_object` of a file that must hold what `shape` describes (a pydantic model of the keys the program
+    reads, extra keys allowed), checked strictly: DataError "not <what> of this version (<key>: <problem>)" otherwise.
+
+    Example:
+        >>> import tempfile
+        >>> from pydantic import ConfigDict
+        >>> class Meta(BaseModel):
+        ...     model_config = ConfigDict(extra="allow")
+        ...     key: str
+        >>> path = Path(tempfile.mkdtemp()) / "meta.json"
+        >>> _ = path.write_text('{"top_k": 5}')
+        >>> read_json_shaped(path, Meta, "a cache's meta.json", "delete it")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        recsys.errors.DataError: .../meta.json: not a cache's meta.json of this version (key: Field required). Fix: ...
+    """
+    document = read_json_object(path, fix)
+    try:
+        shape.model_validate(document, strict=True)
+    except ValidationError as err:
+        raise DataError(path, f"not {what} of this version ({problems(err)})", fix) from err
     return document

@@ -34,10 +34,11 @@ import torch
 
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import EvalSplit, TrainingRows
-from recsys.errors import RecsysError
+from recsys.errors import DataError, RecsysError
 from recsys.evaluation.protocol import history_batches
 from recsys.inference import Scorer, mask_unrankable, top_k
 from recsys.runtime.atomic import atomic_directory
+from recsys.runtime.json_files import read_json_object
 from recsys.runtime.progress import Progress
 
 logger = logging.getLogger(__name__)
@@ -87,12 +88,31 @@ class TeacherTopK:
 
     @staticmethod
     def load(directory: Path, key: str) -> TeacherTopK | None:
-        """The cache in `directory` when it was computed for `key`; None when there is none or it is another's."""
+        """The cache in `directory` when it was computed for `key`; None when there is none, it is another's or it
+        does not read (a file cut short, not JSON/.npy, arrays of other shapes: logged, naming the file, and computed
+        again, as a cache is)."""
         meta_path = directory / META_FILE
-        if not meta_path.is_file() or json.loads(meta_path.read_text())["key"] != key:
+        if not meta_path.is_file():
             return None
-        items = torch.from_numpy(np.load(directory / ITEMS_FILE))
-        return TeacherTopK(items, torch.from_numpy(np.load(directory / SCORES_FILE)), key)
+        try:
+            if read_json_object(meta_path, "none needed").get("key") != key:
+                return None
+            items, scores = (_read_array(directory / name) for name in (ITEMS_FILE, SCORES_FILE))
+            if items.ndim != 2 or items.shape != scores.shape or items.dtype != np.int32 or scores.dtype != np.float32:
+                raise DataError(directory, f"items {items.dtype} {items.shape} and scores {scores.dtype} "
+                                f"{scores.shape} are not (P, K) int32 and float32", "none needed")  # fmt: skip
+        except DataError as err:
+            logger.warning("teacher cache %s: %s: computed again", err.path, err.problem)
+            return None
+        return TeacherTopK(torch.from_numpy(items), torch.from_numpy(scores), key)
+
+
+def _read_array(path: Path) -> np.ndarray:
+    try:
+        array: np.ndarray = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:  # missing, cut short, not an .npy, pickles
+        raise DataError(path, f"not a readable .npy array ({type(err).__name__}: {str(err)[:200]})", "none") from err
+    return array
 
 
 def teacher_key(teacher_sha256: str, rows: TrainingRows, candidates: torch.Tensor, top_k: int, max_history: int) -> str:

@@ -162,3 +162,47 @@ def test_train_data_dir_takes_a_prepared_directory_or_the_sources_raw_input(
         assert result.exit_code == 0, result.output
         assert (note in result.stderr) if note else "prepared directory" not in result.stderr
         assert (work / "models" / "tiny-sasrec").is_dir()
+
+
+def _cut_short(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _without(key: str) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != key}))
+
+    return write
+
+
+@pytest.mark.parametrize(
+    ("file", "corrupt", "message", "options"),
+    [
+        ("data.json", _cut_short, "not valid JSON: it ends in the middle of a value (cut short?)", []),
+        ("data.json", lambda p: p.write_text("[]"), "holds a JSON list, not the object expected", []),
+        ("data.json", _without("data_dir"), "not a model's data.json of this version (data_dir: Field required)", []),
+        ("metrics.json", lambda p: p.write_bytes(b"\xff\xfe{}"), "not UTF-8 text (byte 0 is 0xff)", []),
+        ("metrics.json", _without("test"), "not a model's metrics.json of this version (test: Field required)", []),
+        ("model.pt", _cut_short, "not a model file this version reads", []),
+        ("config.yaml", lambda p: p.write_text("name: [unclosed"), "not valid YAML", ["--compare"]),
+        ("config.yaml", lambda p: p.write_text("- a list"), "holds a YAML list", ["--compare"]),
+    ],
+)
+def test_evaluate_of_a_model_dir_with_a_corrupt_file_exits_2_naming_it(
+    trained_dir: Path,
+    tmp_path: Path,
+    file: str,
+    corrupt: Callable[[Path], None],
+    message: str,
+    options: list[str],
+) -> None:
+    import shutil
+
+    model_dir = Path(shutil.copytree(trained_dir, tmp_path / "model"))
+    corrupt(model_dir / file)
+    compare = [*options, str(trained_dir)] if options else []
+    result = runner.invoke(app, ["evaluate", "--model-dir", str(model_dir), "--users", "20", *compare])
+    assert result.exit_code == 2, result.output
+    error = " ".join(result.stderr[result.stderr.index("error: ") :].split())  # after the log's lines
+    assert error.startswith(f"error: {model_dir / file}: {message}") and "Fix: train the model again" in error
+    assert "Traceback" not in result.output

@@ -41,3 +41,25 @@ def test_embeddings_are_the_encoders_in_item_order_and_a_rerun_skips(
 
     with pytest.raises(RecsysError, match="re-run embed_content"):
         read_content_embeddings(path, items.height + 1)
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "problem"),
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[:20]), "not valid JSON: it ends in the middle of a value"),
+        (lambda p: p.write_text('"fingerprint"'), "holds a JSON str, not the object expected"),
+    ],
+)
+def test_a_content_meta_that_does_not_read_embeds_again(
+    tmp_path: Path, tiny_config: Callable[..., Path], caplog: pytest.LogCaptureFixture,
+    corrupt: Callable[[Path], object], problem: str,
+) -> None:  # fmt: skip
+    config = load_config(tiny_config(tmp_path))
+    data_dir = prepare_step(config.data, tmp_path / "data")
+    content = ContentConfig(text_fields=("title",), progress=False)
+    path = embed_content_step(content, data_dir, tmp_path / "content", tmp_path / "cache")
+    meta = json.loads((path.parent / CONTENT_META_FILE).read_text())
+    corrupt(path.parent / CONTENT_META_FILE)
+    assert embed_content_step(content, data_dir, tmp_path / "content", tmp_path / "cache") == path  # no traceback
+    assert json.loads((path.parent / CONTENT_META_FILE).read_text()) == meta  # written whole again
+    assert f"{path.parent / CONTENT_META_FILE}: {problem}" in caplog.text

@@ -245,3 +245,28 @@ def test_the_runner_names_no_step() -> None:
     """What the runner does differently for a step, the step declares (`pipelines.steps.base.Step`)."""
     source = Path(runner.__file__).read_text()
     assert [name for name in steps.STEP_NAMES if name in source] == []
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),  # a disk that filled up under it
+        lambda p: p.write_bytes(b"\x00" * 64),  # not JSON
+        lambda p: p.write_text("[]"),  # a JSON list
+        lambda p: p.write_text(json.dumps({"prepare_data": "ran"})),  # a step's record not an object
+        lambda p: p.write_text(json.dumps({"prepare_data": {"outputs": {}}})),  # a record without its fingerprint
+    ],
+)
+def test_a_state_file_that_does_not_read_reruns_the_steps_and_is_rewritten(
+    tmp_path: Path,
+    tiny_config: Callable[..., Path],
+    corrupt: Callable[[Path], object],
+) -> None:
+    config = load_config(tiny_config(tmp_path, tracking={"enabled": False}))
+    runner.run_pipeline(config, tmp_path, until="prepare_data")
+    state_file = tmp_path / "pipelines" / "tiny-sasrec" / "state.json"
+    corrupt(state_file)
+    again = statuses(runner.run_pipeline(config, tmp_path, until="prepare_data"))
+    assert again["prepare_data"] == "ran"  # not a traceback, nor blocked: the next run runs the step
+    assert "prepare_data" in json.loads(state_file.read_text())  # the state is whole again
+    assert statuses(runner.run_pipeline(config, tmp_path, until="prepare_data"))["prepare_data"] == "skipped"

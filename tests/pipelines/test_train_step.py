@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,11 +12,12 @@ import pytest
 import torch
 
 from pipelines.config import load_config
-from pipelines.data import prepare_step
+from pipelines.data import FINGERPRINT_FILE, data_fingerprint, prepare_step
 from pipelines.train import CatalogFeatures, TrainOutputs, model_inputs
 from recsys.artifacts.model_dir import load_model_dir
 from recsys.data.prepared import load_prepared
-from recsys.errors import ConfigError, RecsysError
+from recsys.data.schema import META_FILE
+from recsys.errors import ConfigError, DataError, RecsysError
 from recsys.models.family import ModelInputs
 from tests.conftest import train_experiment as train
 
@@ -212,3 +214,43 @@ def test_a_content_first_model_trains_on_a_cold_split_and_reports_its_cold_slice
     keep = loaded.model.content_items.keep_probability  # type: ignore[union-attr]
     assert float(keep[loaded.data.cold_mask].max()) == 0.0, "cold items have no residual: their content alone"
     assert float(keep[~loaded.data.cold_mask][1:].min()) > 0.0
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "problem"),
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), "it ends in the middle of a value"),
+        (lambda p: p.write_bytes(b"\x89PNG"), "not UTF-8 text"),
+    ],
+)
+def test_prepare_step_with_a_stored_fingerprint_that_does_not_read_prepares_again(
+    tmp_path: Path, tiny_config: Callable[..., Path], caplog: pytest.LogCaptureFixture,
+    corrupt: Callable[[Path], object], problem: str,
+) -> None:  # fmt: skip
+    config = load_config(tiny_config(tmp_path))
+    out = tmp_path / "data"
+    prepare_step(config.data, out)
+    first = (out / "interactions.parquet").stat().st_mtime_ns
+    corrupt(out / FINGERPRINT_FILE)
+    prepare_step(config.data, out)  # no JSONDecodeError: the data is prepared again and the fingerprint rewritten
+    assert (out / "interactions.parquet").stat().st_mtime_ns != first
+    assert f"{out / FINGERPRINT_FILE}: " in caplog.text and problem in caplog.text
+    assert json.loads((out / FINGERPRINT_FILE).read_text()) == data_fingerprint(config.data)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b'{"schema_version": 3, "counts": {"us', "not valid JSON: it ends in the middle of a value (cut short?)"),
+        (b"[3]", "holds a JSON list, not the object expected"),
+        (b"", "not valid JSON: it ends in the middle of a value (cut short?)"),
+    ],
+)
+def test_a_prepared_meta_json_that_does_not_read_is_a_data_error_naming_it(
+    tiny_data_dir: Path, tmp_path: Path, content: bytes, problem: str
+) -> None:
+    data_dir = Path(shutil.copytree(tiny_data_dir, tmp_path / "data"))
+    (data_dir / META_FILE).write_bytes(content)
+    with pytest.raises(DataError) as raised:
+        load_prepared(data_dir)  # what every command reading prepared data calls
+    assert str(raised.value).startswith(f"{data_dir / META_FILE}: {problem}. Fix: prepare it with `recsys data")

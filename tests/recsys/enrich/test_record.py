@@ -4,11 +4,24 @@ with the reason; the prompt file and its skeleton agree with the record's fields
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from cli import app
 from recsys.enrich.guided import Choice, FreeList, Literal
-from recsys.enrich.record import FIELDS, AnswerError, check_answer, load_prompt, repaired
+from recsys.enrich.record import (
+    DEFAULT_PROMPT,
+    FIELDS,
+    PROMPTS_DIR,
+    AnswerError,
+    check_answer,
+    load_prompt,
+    repaired,
+)
 from recsys.errors import ConfigError
 
 PROMPT = load_prompt()
@@ -67,3 +80,19 @@ def test_the_prompt_its_examples_and_its_skeleton_agree() -> None:
         load_prompt("item-metadata-v0")
     with pytest.raises(ConfigError, match="repeats a name"):
         load_prompt(categories=("A", "A"))
+
+
+@pytest.mark.parametrize("version", ["OUTSIDE", "../prompts/item-metadata-v1", "/etc/hostname", "", "x" * 500])
+def test_a_prompt_version_that_is_not_shipped_is_refused_listing_the_versions(
+    tmp_path: Path, tiny_config: Callable[..., Path], version: str
+) -> None:
+    if version == "OUTSIDE":  # a prompt file outside the package, which `../..` reached
+        version = os.path.relpath(tmp_path / "outside", PROMPTS_DIR)
+        shipped = (PROMPTS_DIR / f"{DEFAULT_PROMPT}.yaml").read_text()
+        (tmp_path / "outside.yaml").write_text(shipped.replace(f"version: {DEFAULT_PROMPT}", f"version: {version}"))
+    with pytest.raises(ConfigError, match=r"no prompt .* Fix: use one of item-metadata-v1"):
+        load_prompt(version)
+    config = tiny_config(tmp_path, enrich={"backend": "local", "prompt": version})
+    result = CliRunner().invoke(app, ["pipeline", "run", "--config", str(config), "--work-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "enrich.prompt: no prompt" in result.output, result.output
+    assert "Fix: use one of item-metadata-v1" in " ".join(result.output.split()) and "Traceback" not in result.output

@@ -4,8 +4,10 @@ top-K cache (its key decides reuse)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -154,3 +156,24 @@ def test_alpha_one_is_zero_where_the_students_logits_are_the_teachers_scores() -
     assert loss.item() == pytest.approx(0.0, abs=1e-6)
     flat_loss, _ = DistillationRecipe.create(next_item, flat, settings).loss(student, batch, torch.Generator())
     assert flat_loss.item() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("file", "corrupt", "problem"),
+    [
+        ("meta.json", lambda p: p.write_bytes(p.read_bytes()[:10]), "meta.json: not valid JSON"),
+        ("meta.json", lambda p: p.write_text("[]"), "meta.json: holds a JSON list"),
+        ("items.npy", lambda p: p.write_bytes(p.read_bytes()[:100]), "items.npy: not a readable .npy array"),
+        ("scores.npy", lambda p: p.write_bytes(b"not an array"), "scores.npy: not a readable .npy array"),
+        ("scores.npy", lambda p: np.save(p, np.zeros((2, 3), np.float32)), "are not (P, K) int32 and float32"),
+    ],
+)
+def test_a_teacher_cache_that_does_not_read_is_computed_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, file: str, corrupt: Callable[[Path], object], problem: str
+) -> None:
+    cache = tmp_path / "teacher"
+    TeacherTopK(torch.arange(12, dtype=torch.int32).reshape(4, 3), torch.zeros(4, 3), "key").save(cache)
+    assert TeacherTopK.load(cache, "key") is not None
+    corrupt(cache / file)
+    assert TeacherTopK.load(cache, "key") is None  # what cached_teacher_topk then computes and saves again
+    assert problem in caplog.text and "computed again" in caplog.text
