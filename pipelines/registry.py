@@ -19,9 +19,13 @@ Reading the registry (the champion, its bundle) is the library's: `recsys.artifa
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from pydantic import TypeAdapter
 
 from pipelines.tracking import artifact_root, store_lock
 from recsys.artifacts.bundle import Bundle
@@ -35,6 +39,9 @@ logger = logging.getLogger(__name__)
 POPULARITY_METRIC = "popularity_valid_ndcg_at_10"  # the bar: the popularity baseline on the same validation split
 GATE_K = 10  # the gate's metric is NDCG@GATE_K
 GateMode = Literal["strict", "point"]
+REGISTRATION_TAG = "recsys.registration"  # a version's tag: what identifies its registration (`registration_key`)
+DECISION_TAG = "gate.decision"  # a version's tag: its gate decision as JSON, written last (the decision is recorded)
+DESCRIPTION = "recsys model bundles (pipelines/registry.py)"
 
 
 @dataclass(frozen=True)
@@ -72,40 +79,57 @@ def register_bundle(bundle: Bundle, model_name: str, tracking_uri: str, gate: Ga
 
     Runs inside the active MLflow run when there is one (as a nested run), else in a run of its own in the experiment
     named after the registered model (in this store: an experiment another store's run left active does not count).
+
+    Idempotent: a version is tagged with what identifies its registration (`registration_key`: the bundle's content
+    and the gate's rule), and registering the same again finishes that version instead of creating another, the one
+    a process killed mid-registration left included: the gate is applied to it when its decision was not recorded,
+    else the recorded decision is returned (and its promotion completed when the kill came before it).
     """
     import mlflow
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    rule = gate or GateRule()
+    registration = registration_key(bundle, rule)
     value, popularity = bundle.validation_ndcg_at_10, bundle.popularity_validation_ndcg_at_10
     mlflow.set_tracking_uri(tracking_uri)
     client = MlflowClient(tracking_uri)
     nested = mlflow.active_run() is not None
     experiment = None if nested else _experiment_id(client, model_name, tracking_uri)
     with mlflow.start_run(run_name=f"register {model_name}", nested=nested, experiment_id=experiment) as run:
-        mlflow.log_artifacts(str(bundle.path), artifact_path="bundle")
+        logged = _registered(client, model_name, registration) is None  # else the run that registered it logged it
+        if logged:
+            mlflow.log_artifacts(str(bundle.path), artifact_path="bundle")
         mlflow.log_metrics({GATE_METRIC: value, **({} if popularity is None else {POPULARITY_METRIC: popularity})})
         with store_lock(tracking_uri):  # one registration at a time: two must not both create the model or promote
-            try:
-                client.get_registered_model(model_name)
-            except MlflowException:
-                client.create_registered_model(model_name, description="recsys model bundles (pipelines/registry.py)")
-            version = client.create_model_version(
-                model_name, source=f"{run.info.artifact_uri}/bundle", run_id=run.info.run_id,
-                tags={GATE_METRIC: str(value)},
-            ).version  # fmt: skip
-            champion, rule = champion_record(client, model_name), gate or GateRule()
-            paired = None
-            if champion is not None and rule.mode == "strict":
-                paired = _paired(bundle, champion, tracking_uri, rule.uncertainty)
-                if isinstance(paired, str):
-                    logger.warning("champion gate for %s: strict rule not applicable, point rule instead: %s",
-                                   model_name, paired)  # fmt: skip
-            decision = _decide(model_name, str(version), value, popularity, champion, rule, paired)
-            if decision.promoted:
-                client.set_registered_model_alias(model_name, CHAMPION, str(version))
-        for key, tag in asdict(decision).items():
-            client.set_model_version_tag(model_name, str(version), f"gate.{key}", str(tag))
+            found = _registered(client, model_name, registration)
+            if found is None:
+                if not logged:  # the version seen before the lock is gone (deleted meanwhile)
+                    mlflow.log_artifacts(str(bundle.path), artifact_path="bundle")
+                try:
+                    client.get_registered_model(model_name)
+                except MlflowException:
+                    client.create_registered_model(model_name, description=DESCRIPTION)
+                # one transaction: the version never exists without the tag that finds it again
+                version = str(client.create_model_version(
+                    model_name, source=f"{run.info.artifact_uri}/bundle", run_id=run.info.run_id,
+                    tags={GATE_METRIC: str(value), REGISTRATION_TAG: registration},
+                ).version)  # fmt: skip
+                decision = None
+            else:
+                version, decision = str(found.version), recorded_decision(found)
+                logger.info("%s v%s is this registration (the same bundle and gate), made before: finishing it, %s",
+                            model_name, version, "gate decided" if decision else "gate not applied yet")  # fmt: skip
+            # Every kill point is safe because of this order: (1) the version, with its key; (2) the decision's tags,
+            # DECISION_TAG last: it marks the decision recorded; (3) the champion alias. Killed before (2) ends, the
+            # version has no recorded decision and cannot be champion: the next registration applies the gate to it
+            # (against the champion of then, never itself). Killed between (2) and (3), or after (3), the decision
+            # stands: the next one returns it and sets the alias if it is still due (`_promote`). So the alias never
+            # points at a version whose decision was not recorded.
+            if decision is None:
+                decision = _gate(client, bundle, model_name, version, tracking_uri, rule)
+                _record(client, decision)
+            _promote(client, decision)
         mlflow.set_tags(
             {PROMOTED_TAG: str(decision.promoted), "gate.reason": decision.reason, "gate.rule": decision.gate}
         )
@@ -115,6 +139,72 @@ def register_bundle(bundle: Bundle, model_name: str, tracking_uri: str, gate: Ga
     level = logging.INFO if decision.promoted else logging.WARNING
     logger.log(level, "champion gate for %s v%s: %s", model_name, version, decision.reason)
     return decision
+
+
+def registration_key(bundle: Bundle, rule: GateRule) -> str:
+    """What identifies a registration: SHA-256 of the bundle's content (`Bundle.content_sha256`: its creation time
+    aside, so the same step's bundle assembled again after a crash is the same) and of the gate's rule (the same
+    bundle under another rule is another decision). Kept as the version's tag `REGISTRATION_TAG`."""
+    what = {"bundle": bundle.content_sha256(), "gate": asdict(rule)}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+def recorded_decision(version: Any) -> GateDecision | None:
+    """The gate's decision recorded on a version (an MLflow `ModelVersion`), or None: not recorded (yet)."""
+    recorded = version.tags.get(DECISION_TAG)
+    return None if recorded is None else TypeAdapter(GateDecision).validate_python(json.loads(recorded))
+
+
+def _registered(client: Any, model_name: str, key: str) -> Any | None:
+    """The version of `model_name` registered under `key` (the first, should there be several), or None."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        found = client.search_model_versions(f"name = '{model_name}' and tags.`{REGISTRATION_TAG}` = '{key}'")
+    except MlflowException:  # no such model yet
+        return None
+    return min(found, key=lambda v: int(v.version), default=None)
+
+
+def _gate(
+    client: Any, bundle: Bundle, model_name: str, version: str, tracking_uri: str, rule: GateRule
+) -> GateDecision:
+    """The champion gate's decision on version `version` (the bundle's) against the current champion."""
+    champion = champion_record(client, model_name)
+    paired = None
+    if champion is not None and rule.mode == "strict":
+        paired = _paired(bundle, champion, tracking_uri, rule.uncertainty)
+        if isinstance(paired, str):
+            logger.warning("champion gate for %s: strict rule not applicable, point rule instead: %s",
+                           model_name, paired)  # fmt: skip
+    value, popularity = bundle.validation_ndcg_at_10, bundle.popularity_validation_ndcg_at_10
+    return _decide(model_name, version, value, popularity, champion, rule, paired)
+
+
+def _record(client: Any, decision: GateDecision) -> None:
+    """The decision as tags of its version: each field (`gate.FIELD`), then the whole (`DECISION_TAG`), last."""
+    fields = asdict(decision)
+    for key, tag in fields.items():
+        client.set_model_version_tag(decision.model_name, decision.version, f"gate.{key}", str(tag))
+    client.set_model_version_tag(decision.model_name, decision.version, DECISION_TAG, json.dumps(fields))
+
+
+def _promote(client: Any, decision: GateDecision) -> None:
+    """Move the champion alias to a promoted version, unless it is there already or another version was promoted
+    since the decision (the champion is no longer the one it was compared with: a later gate has decided)."""
+    if not decision.promoted:
+        return
+    champion = champion_record(client, decision.model_name)
+    current = None if champion is None else str(champion.version)
+    if current == decision.version:
+        return
+    if current != decision.champion_version:
+        logger.warning("champion gate for %s v%s: promoted against %s, but v%s was promoted since: the alias stays",
+                       decision.model_name, decision.version,
+                       "no champion" if decision.champion_version is None else f"v{decision.champion_version}",
+                       current)  # fmt: skip
+        return
+    client.set_registered_model_alias(decision.model_name, CHAMPION, decision.version)
 
 
 def _experiment_id(client: Any, name: str, tracking_uri: str) -> str:

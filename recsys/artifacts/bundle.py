@@ -15,8 +15,10 @@ refresh read them through its properties.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import zipfile
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -115,6 +117,24 @@ class Bundle:
         baseline = self.meta["metrics"].get(POPULARITY_VALID)
         return None if baseline is None else float(baseline["ndcg@10"])
 
+    def content_sha256(self) -> str:
+        """SHA-256 of what the bundle holds, the same for two assemblies of the same inputs: every file by its path and
+        bytes, except bundle.json, read without its creation time, and the catalogue, read by its arrays (`np.savez`
+        stamps the time into its zip). What identifies a registration of it (`pipelines.registry`)."""
+        digest = hashlib.sha256()
+        for path in sorted(p for p in self.path.rglob("*") if p.is_file()):
+            relative = path.relative_to(self.path).as_posix()
+            if relative == BUNDLE_FILE:
+                meta = {key: value for key, value in self.meta.items() if key != "created"}
+                content = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+            elif relative == CATALOGUE_FILE:
+                content = _members_sha256(path)
+            else:
+                with path.open("rb") as f:
+                    content = hashlib.file_digest(f, "sha256").hexdigest()
+            digest.update(f"{relative}\0{content}\n".encode())
+        return digest.hexdigest()
+
     @staticmethod
     def write(
         out_dir: Path,
@@ -149,3 +169,16 @@ class Bundle:
             }
             (tmp / BUNDLE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         return Bundle(out_dir)
+
+
+def _members_sha256(path: Path) -> str:
+    """SHA-256 of a zip file's members, names and contents, whatever times it records."""
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(path) as archive:
+        for name in sorted(archive.namelist()):
+            content = hashlib.sha256()
+            with archive.open(name) as member:
+                while chunk := member.read(1 << 20):
+                    content.update(chunk)
+            digest.update(f"{name}\0{content.hexdigest()}\n".encode())
+    return digest.hexdigest()
