@@ -15,7 +15,6 @@ MLflow is imported only when the store is read (it is slow to import).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import tempfile
@@ -28,6 +27,7 @@ from recsys.artifacts.comparison import compare_evaluation_dirs
 from recsys.artifacts.evaluation_dir import EVALUATE_RUN_NAME, EVALUATION_ARTIFACT, EVALUATION_ARTIFACT_DIR
 from recsys.artifacts.registry import PARENT_TAG, PROMOTED_TAG, sqlite_path
 from recsys.errors import RecsysError
+from recsys.runtime.json_files import read_json_object
 
 logger = logging.getLogger(__name__)
 
@@ -390,7 +390,7 @@ def _latest_evaluations(runs: list[Any], experiments: dict[str, str], uri: str, 
                 path = mlflow.artifacts.download_artifacts(
                     run_id=run.info.run_id, artifact_path=EVALUATION_ARTIFACT, dst_path=tmp, tracking_uri=uri
                 )
-                report = json.loads(Path(path).read_text())
+                report = read_json_object(Path(path), "evaluate the run again (`recsys pipeline run --rerun evaluate`)")
         except Exception as err:  # a missing or unreadable artifact costs that section, not the page
             logger.warning("evaluate run %s: %s unreadable: %s", run.info.run_id, EVALUATION_ARTIFACT, err)
             notes.append(f"evaluate run {run.info.run_id}: {EVALUATION_ARTIFACT} could not be read ({err})")

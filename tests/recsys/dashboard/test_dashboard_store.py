@@ -78,3 +78,22 @@ def test_a_store_of_200_runs_is_read_and_drawn_quickly(tmp_path: Path) -> None:
     assert 'id="chart-trend"' in html
     print(f"200 runs: read and drawn in {seconds:.2f} s")  # noqa: T201
     assert seconds < SECONDS_AT_200_RUNS, seconds
+
+
+@pytest.mark.parametrize(("report", "says"), [("[1, 2]", "holds a JSON list"), ('{"name": "x", "us', "cut short")])
+def test_an_evaluation_report_that_does_not_read_costs_its_section_not_the_page(
+    tmp_path: Path, report: str, says: str
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from recsys.artifacts.evaluation_dir import EVALUATE_RUN_NAME, EVALUATION_ARTIFACT
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("daily", artifact_location=str(tmp_path / "artifacts"))
+    run_id = client.create_run(experiment, run_name=EVALUATE_RUN_NAME).info.run_id
+    client.log_text(run_id, report, EVALUATION_ARTIFACT)
+    client.set_terminated(run_id)
+    data = from_mlflow(uri)
+    assert data.evaluations == [] and any(says in note and run_id in note for note in data.notes), data.notes
+    assert "<html" in render_dashboard(data)
