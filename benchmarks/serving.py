@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> Path:
                 run["server_batching"] = _server_batching(base)
             if freshness is None:
                 freshness = _freshness_ms(base, data.items["item_id"].to_list(), args.freshness_trials)
-            run["hot_swap"] = _hot_swap_under_load(base, work, outputs, name, uri, users, args)
+            run["hot_swap"] = _hot_swap_under_load(base, work, outputs, name, uri, users, args, swap=len(runs) + 1)
             if Input.QUERIES in config.model.reads():
                 run["search"] = wrk(base, SEARCH, _queries(data), args.duration, args.connections, seed=0)
             runs.append(run)
@@ -478,9 +478,17 @@ def _freshness_ms(base: str, item_ids: list[str], trials: int) -> dict[str, floa
 
 
 def _hot_swap_under_load(
-    base: str, work: Path, outputs: PipelineOutputs, name: str, uri: str, users: list[str], args: argparse.Namespace
+    base: str,
+    work: Path,
+    outputs: PipelineOutputs,
+    name: str,
+    uri: str,
+    users: list[str],
+    args: argparse.Namespace,
+    swap: int,
 ) -> dict[str, Any]:
-    """wrk load while a better-scoring copy of the model is registered, promoted and swapped in."""
+    """wrk load while a better-scoring copy of the model (the `swap`-th: each scores higher than the last, so it is a
+    new bundle, not a registration made before) is registered, promoted and swapped in."""
     import threading
 
     result: dict[str, Any] = {}
@@ -494,7 +502,7 @@ def _hot_swap_under_load(
     assert outputs.model is not None
     shutil.copytree(outputs.model.model_dir, model)
     metrics = json.loads((model / "metrics.json").read_text())
-    metrics["valid"]["ndcg@10"] += 1.0  # a copy that the gate must promote
+    metrics["valid"]["ndcg@10"] += swap  # a copy that the gate must promote
     (model / "metrics.json").write_text(json.dumps(metrics))
     bundle = Bundle.write(work / "swap-bundle", name=name, model_dir=model)
     decision = register_bundle(bundle, name, uri, POINT)  # better by its metrics.json alone: the point rule
