@@ -1,21 +1,31 @@
-"""LLM-written item metadata on Beauty: validity and speed of the local model, per device (docs/enrich.md).
+"""LLM-written item metadata on Beauty: validity and speed of the local model, per device, and how right its
+categories are against Amazon's (docs/enrich.md).
 
 Usage:
     .venv/bin/python -m benchmarks.metadata                              # the CPU runs
     .venv/bin/python -m benchmarks.metadata --set only=[gpu-batched]     # on a GPU
+    .venv/bin/python -m benchmarks.metadata --set 'only=[]'              # score the kept records only (no LLM)
 
 Each run enriches its items from a fresh cache (so everything is generated, nothing read back) and records `items`,
 `valid_fraction`, `failed`, `truncated`, `items_per_second` and `seconds_per_item`, with its machine. Runs not in
 `only` keep their previous record. `--set resume=true` goes on from the run's cache in `--work-dir` instead (a run
 spread over calls: the speed counts the items generated in this call only). A run with `keep_records` writes its
 records beside the result (`beauty-item-metadata.parquet`): the enrich step's `records` option reuses them, so
-later runs, sessions and CI need not generate them again.
+later runs, sessions and CI need not generate them again (`keep_records: true` keeps them as
+`beauty-item-metadata.parquet`, a file name keeps them under that name: a run with another prompt or decoding keeps
+its own).
+
+Every call scores the category of every kept records file against `categories_csv` (Amazon's category path of every
+item): `category_accuracy`, per run, holds the top-level, leaf, prefix and per-level accuracy of the valid records
+with their bootstrap intervals over items (`recsys.evaluation.categories`), and how spread the answers are beside
+the truth's spread at the same depth.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +41,8 @@ from recsys.enrich.cache import EnrichCache
 from recsys.enrich.config import EnrichConfig, make_backend
 from recsys.enrich.record import FIELDS, load_prompt
 from recsys.enrich.run import enrich_catalogue
+from recsys.evaluation.categories import SEPARATOR, category_accuracy, distribution, split_path
+from recsys.evaluation.uncertainty import Uncertainty
 
 RECORDS_FILE = "beauty-item-metadata.parquet"
 
@@ -45,6 +57,9 @@ class Settings:
     resume: bool = False
     seed: int = 0
     examples: int = 10
+    categories_csv: str | None = None  # item_id,categories: the true category path of every item (None: not scored)
+    uncertainty: Uncertainty = field(default_factory=Uncertainty)  # of the accuracy intervals (bootstrap over items)
+    depth: int = 2  # the spread of answers and truth is counted at this many levels (the prompt's list has 2)
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
@@ -72,6 +87,13 @@ def main(argv: list[str] | None = None) -> Path:
         if not run.get("keep_records") and records.is_file() and (args.results_dir / RECORDS_FILE).is_file():
             run["agreement_with_kept_records"] = agreement(records, args.results_dir / RECORDS_FILE)
     result = {"catalogue_items": catalogue.height, "model": settings.model, "prompt": settings.prompt, "runs": runs}
+    if settings.categories_csv:
+        result["category_accuracy"] = {
+            label: category_scores(args.results_dir / kept, settings)
+            for label, run in runs.items()
+            if (kept := kept_records(run)) and (args.results_dir / kept).is_file()
+        }
+        print(json.dumps({k: v["accuracy"]["level_2"]["value"] for k, v in result["category_accuracy"].items()}))
     path = write_result("beauty-metadata", result, args.results_dir, reproduce)
     print(json.dumps({k: {m: v.get(m) for m in ("valid_fraction", "items_per_second")} for k, v in runs.items()}))
     print(f"-> {path}")
@@ -89,7 +111,8 @@ def _run(settings: Settings, label: str, catalogue: pl.DataFrame, work: Path, re
     config = EnrichConfig(model=settings.model, prompt=settings.prompt, device=run["device"],
                           threads=run.get("threads"), batch_size=run["batch_size"])  # fmt: skip
     backend = make_backend(config, work)
-    out = results / RECORDS_FILE if run.get("keep_records") else work / f"{label}.parquet"
+    kept = kept_records(run)
+    out = results / kept if kept else work / f"{label}.parquet"
     cache = EnrichCache(cache_dir)
     try:
         summary = enrich_catalogue(items["item_id"].to_list(), enrich_texts(items, config.text_fields), backend,
@@ -106,6 +129,47 @@ def _run(settings: Settings, label: str, catalogue: pl.DataFrame, work: Path, re
         "machine": machine(),
         "versions": versions("transformers", "torch"),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def kept_records(run: dict[str, Any]) -> str | None:
+    """The file name a run keeps its records under beside the result (`keep_records`: true or a name), or None."""
+    kept = run.get("keep_records")
+    return RECORDS_FILE if kept is True else kept or None
+
+
+def category_scores(records: Path, settings: Settings) -> dict[str, Any]:
+    """How right the records' categories are against the true paths of `settings.categories_csv`: the accuracy of
+    the valid records (a failed answer, or an item never asked, is counted apart, not scored), and the spread of
+    answers and truth at `settings.depth` levels, with the commonest (answer, truth) pairs at that depth."""
+    assert settings.categories_csv is not None
+    truth = pl.read_csv(settings.categories_csv, schema_overrides={ITEM_ID: pl.String, "categories": pl.String})
+    answers = pl.read_parquet(records).select(ITEM_ID, "status", "category")
+    both = truth.join(answers, on=ITEM_ID, how="left")
+    ok = both.filter(pl.col("status") == "ok")
+    predicted = [split_path(c or "") for c in ok["category"]]
+    true = [split_path(c) for c in ok["categories"]]
+    cut = settings.depth
+    pairs = Counter((SEPARATOR.join(p[:cut]), SEPARATOR.join(t[:cut])) for p, t in zip(predicted, true, strict=True))
+    answer_vs_truth = [
+        {"answer": answer, "truth": path, "share": round(count / max(ok.height, 1), 4)}
+        for (answer, path), count in pairs.most_common(10)
+    ]
+    return {
+        "records": records.name,
+        "truth": settings.categories_csv,
+        "catalogue_items": truth.height,
+        "scored": ok.height,
+        "failed": both.filter(pl.col("status") == "failed").height,
+        "not_asked": both.filter(pl.col("status").is_null()).height,
+        "records_not_in_truth": answers.join(truth, on=ITEM_ID, how="anti").height,
+        "accuracy": {name: a.to_dict() for name, a in category_accuracy(predicted, true, settings.uncertainty).items()},
+        "uncertainty": {**settings.uncertainty.to_dict(), "method": "percentile bootstrap over items"},
+        "predicted": distribution(predicted, settings.depth),
+        "true": distribution(true, settings.depth),
+        "answer_vs_truth": answer_vs_truth,  # the commonest (answer, truth) pairs at `depth` levels
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "versions": versions(),
     }
 
 

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from features.attributes import AttributeFiles, AttributeTable, join_attributes, read_attributes
 from features.io import LINE
 from features.partitions import ITEM_CODE, PART, ROW, Parts, split_into_parts
 from features.policies import PolicyOutcome, UserPolicyCounts, apply_item_policies, apply_user_policies
@@ -192,6 +193,7 @@ def prepare(
     out_dir: Path,
     settings: PrepareSettings | None = None,
     source_options: Mapping[str, Any] | None = None,
+    attributes: AttributeFiles | None = None,
 ) -> PrepareSummary:
     """Apply the policies, map ids, order, mark cold items and write `out_dir` atomically.
 
@@ -200,16 +202,20 @@ def prepare(
         out_dir: the prepared directory; an existing prepared directory there is replaced.
         settings: the policies, the cold-start draw and the budgets; None: the defaults.
         source_options: the loader options, recorded in meta.json for provenance.
+        attributes: item attribute files (resolved paths; `features.attributes`), read and checked before anything
+            else, joined onto the items; None: none.
 
     Raises:
         DataError: the data cannot be prepared (see `features.policies`); nothing is written.
         BudgetExceeded: the work ran past `settings.max_seconds` or `.memory_budget_gb`; nothing is written.
     """
     settings = settings or PrepareSettings()
+    table = read_attributes(attributes) if attributes is not None else None
     guard = prepare_budget(settings).start()
     try:
         with atomic_directory(out_dir, marker=META_FILE) as tmp:
             prepared = plan_prepared(raw, tmp / SCRATCH_DIR, settings, source_options or {}, guard)
+            prepared = add_attributes(prepared, table)
             write_tables(prepared, tmp, guard)
             shutil.rmtree(tmp / SCRATCH_DIR)
     except OSError as err:
@@ -226,15 +232,18 @@ def build_prepared(
     raw: RawDataset | RawStream,
     settings: PrepareSettings | None = None,
     source_options: Mapping[str, Any] | None = None,
+    attributes: AttributeFiles | None = None,
 ) -> PreparedData:
     """Everything `prepare` does except writing, with the tables in memory (for small data; `dry_run` for any size).
 
     Args: as `prepare`.
     """
     settings = settings or PrepareSettings()
+    table = read_attributes(attributes) if attributes is not None else None
     with tempfile.TemporaryDirectory(prefix="recsys-prepare-") as scratch:
         guard = prepare_budget(settings).start()
         prepared = plan_prepared(raw, Path(scratch) / SCRATCH_DIR, settings, source_options or {}, guard)
+        prepared = add_attributes(prepared, table)
         return replace(prepared, parts=tuple(part.collect().lazy() for part in prepared.parts))
 
 
@@ -298,6 +307,15 @@ def plan_prepared(
         items=stream.items.height if stream.items is not None else len(parts.items),
     )
     return PreparedData(parts=indexed, items=items, users=users.drop(PART), meta=meta, loaded=loaded)
+
+
+def add_attributes(prepared: PreparedData, table: AttributeTable | None) -> PreparedData:
+    """`prepared` with the attribute columns joined onto its items and meta.json's `attributes` (what each file held
+    and which of its ids are not among the items); unchanged without attribute files."""
+    if table is None or not table.files:
+        return prepared
+    items, attributes = join_attributes(prepared.items, table)
+    return replace(prepared, items=items, meta={**prepared.meta, "attributes": attributes})
 
 
 def checked_batches(stream: RawStream, guard: BudgetGuard) -> RawStream:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from features.attributes import AttributeFiles
 from features.settings import PrepareSettings
 from pipelines.tracking import TrackingSection
 from recsys.enrich.columns import COLUMNS as METADATA_COLUMNS
@@ -56,9 +57,17 @@ class DataSection(PrepareSettings):
     options: dict[str, Any] = Field(default_factory=dict)  # loader options, e.g. num_users for synthetic
     # multi-domain data: train and evaluate on this domain's users and items only (the catalog's indices stay)
     domain: str | None = None
+    # optional item attribute files (`features.attributes`), e.g. {categories: item_categories.csv}; a relative path
+    # is taken in the input directory (`path`, or the directory of the file it names)
+    attributes: AttributeFiles = Field(default_factory=AttributeFiles)
 
     def prepare_settings(self) -> PrepareSettings:
         return PrepareSettings(**{key: getattr(self, key) for key in PrepareSettings.model_fields})
+
+    def attribute_files(self) -> AttributeFiles:
+        """`attributes` with relative paths taken in the input directory."""
+        base = None if self.path is None else self.path if self.path.is_dir() else self.path.parent
+        return self.attributes.resolved(base)
 
 
 class ModelSection(Section):

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from features.attributes import AttributeFiles
 from features.prepare import prepare
 from features.sources import open_source
 from pipelines.config import DataSection
@@ -34,7 +35,7 @@ def prepare_step(section: DataSection, out_dir: Path) -> Path:
         logger.info("data in %s is up to date; skipping prepare", out_dir)
         return out_dir
     raw = open_source(section.source, section.path, **section.options)
-    prepare(raw, out_dir, section.prepare_settings(), source_options=section.options)
+    prepare(raw, out_dir, section.prepare_settings(), source_options=section.options, attributes=attributes_of(section))
     with atomic_file(stored) as tmp:
         tmp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
     return out_dir
@@ -50,17 +51,28 @@ def _stored_fingerprint(stored: Path) -> Any:
         return None
 
 
+def attributes_of(section: DataSection) -> AttributeFiles | None:
+    """The section's attribute files with their paths resolved, or None when it names none."""
+    files = section.attribute_files()
+    return files if files.named() else None
+
+
 def data_fingerprint(section: DataSection) -> dict[str, str]:
-    """The settings and a sha256 over the input files' names and bytes."""
+    """The settings and a sha256 over the input files' names and bytes, the attribute files' included (wherever they
+    are: a changed one prepares the data again)."""
     digest = hashlib.sha256()
+    files: list[Path] = []
     if section.path is not None:
         files = sorted(p for p in section.path.rglob("*") if p.is_file()) if section.path.is_dir() else [section.path]
-        for file in files:
-            digest.update(file.name.encode())
-            if not file.exists():
-                digest.update(b"<missing>")
-                continue
-            feed_file(digest, file)
-    # the domain selects what trains, the budgets how the work is cut: none of them changes what is prepared
-    settings = section.model_dump_json(exclude={"domain", *section.HOW_IT_RUNS})
+    attributes = section.attribute_files().named()
+    for file in [*files, *attributes.values()]:
+        digest.update(file.name.encode())
+        if not file.is_file():
+            digest.update(b"<missing>")
+            continue
+        feed_file(digest, file)
+    # the domain selects what trains, the budgets how the work is cut: none of them changes what is prepared; no
+    # attribute files leave the settings as they were before attributes existed (nothing is prepared again)
+    unchanged = {"domain", *section.HOW_IT_RUNS, *(() if attributes else ("attributes",))}
+    settings = section.model_dump_json(exclude=unchanged)
     return {"settings": settings, "inputs_sha256": digest.hexdigest()}
