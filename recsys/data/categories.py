@@ -33,8 +33,8 @@ from recsys.data.schema import ITEM_IDX
 if TYPE_CHECKING:  # building the table reads polars; a model reading it does not
     import polars as pl
 
-CATEGORY_PATH = "category_path"  # items.parquet: list[str] (features.attributes.CATEGORY_PATH)
-MAX_CATEGORY_LEVELS = 8  # features.attributes.MAX_CATEGORY_LEVELS: the deepest path an attribute file may hold
+CATEGORY_PATH = "category_path"  # items.parquet: list[str], the levels from the top (written by features.attributes)
+MAX_CATEGORY_LEVELS = 8  # the deepest path an attribute file may hold (Amazon's deepest have 6 or 7)
 CATEGORY_TASK_PREFIX = "category_l"  # task "category_l<k>": the next item's category at level k (1 = the top)
 
 
