@@ -40,15 +40,14 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict
 
 from features.io import LINE, fail_on_first, read_csv_records, read_text, require_unique, require_values
+from recsys.data.categories import CATEGORY_PATH, MAX_CATEGORY_LEVELS  # the column and its bound: the library's
 from recsys.data.schema import ITEM_ID
 from recsys.errors import DataError
 
 logger = logging.getLogger(__name__)
 
-CATEGORY_PATH = "category_path"  # items.parquet: list[str], the levels from the top
 NAME = "name"  # items.parquet: str
 SEPARATOR = " > "
-MAX_CATEGORY_LEVELS = 8  # Amazon's deepest paths have 6 or 7
 MAX_LEVEL_CHARS = 200
 MAX_VALUE_CHARS = 2_000  # of a whole value: the longest text the API takes for an item (added items' fields)
 MAX_EXAMPLES = 5  # unknown ids named in meta.json and the log

@@ -17,6 +17,7 @@ from pipelines.distill import distillation_recipe
 from pipelines.tracking import OfflineTracker, Tracker, start_tracking
 from recsys.artifacts.model_dir import POPULARITY_VALID, load_trained_model, model_sha256, write_model_dir
 from recsys.artifacts.per_user import PerUserRanks
+from recsys.data.categories import category_table
 from recsys.data.prepared import EvalSplit, PreparedParts, SequenceData, TrainingData, load_prepared
 from recsys.data.schema import ITEM_IDX
 from recsys.data.splits import TEST, VALID
@@ -136,6 +137,7 @@ def model_inputs(config: ExperimentConfig, data: SequenceData, features: Catalog
         new_items=data.cold_mask if Input.NEW_ITEMS in reads else None,
         item_counts=data.item_counts() if Input.ITEM_COUNTS in reads else None,
         tasks=data.tasks if Input.TASKS in reads else (),
+        categories=category_table(data.items) if Input.CATEGORIES in reads else None,
         retriever=retriever[0] if retriever else None,
         base=base[0] if base else None,
         members=_upstream(config, Input.MEMBERS),

@@ -1,6 +1,8 @@
 """The tasks beside ranking (`recsys.data.tasks`): a multi-task scorer's predictions for each user's held-out item,
 against that interaction's labels; AUC for binary tasks, RMSE for regression. Targets whose label the data does
-not know are left out (and counted apart).
+not know are left out (and counted apart). A scorer with category tasks (`CategoryScorer`: the ranker's
+`category_tasks`) also gets each one's accuracy: the predicted category of the held-out item at that level against
+its own (items without a category at that level left out).
 
 Dimension letters: U users of the split, T tasks.
 """
@@ -8,6 +10,7 @@ Dimension letters: U users of the split, T tasks.
 from __future__ import annotations
 
 import logging
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -19,6 +22,18 @@ from recsys.inference import MultiTaskScorer
 logger = logging.getLogger(__name__)
 
 
+@runtime_checkable
+class CategoryScorer(Protocol):
+    """A model that predicts the next item's category at each level (the ranker with `category_tasks`)."""
+
+    @property
+    def category_tasks(self) -> tuple[str, ...]: ...
+
+    def category_hits(self, histories: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """(B, L) histories, (B,) items -> (K, B): 1 right, 0 wrong, NaN where the item has no such category."""
+        ...
+
+
 @torch.no_grad()
 def evaluate_tasks(scorer: MultiTaskScorer, split: EvalSplit, batch_size: int = 1024) -> dict[str, dict[str, float]]:
     """{task: {"auc" or "rmse", "users": labelled targets, ["positives"]}} for every task of `scorer`.
@@ -28,14 +43,16 @@ def evaluate_tasks(scorer: MultiTaskScorer, split: EvalSplit, batch_size: int = 
         split: histories, held-out targets and their labels (`SequenceData.eval_split`).
         batch_size: users per model call.
     """
+    report = {}
+    if isinstance(scorer, CategoryScorer):
+        report = _category_accuracy(scorer, scorer.max_history, split, batch_size)
     if not scorer.tasks:
-        return {}
+        return report
     predictions = torch.empty(len(scorer.tasks), len(split.targets))  # (T, U)
     for rows, histories, width in history_batches(split, scorer.max_history, batch_size):
         predictions[:, rows] = scorer.task_predictions(
             histories.to_padded(width), split.targets[rows], split.user_idx[rows]
         ).cpu()
-    report = {}
     for task, predicted in zip(scorer.tasks, predictions, strict=True):
         if task.name not in split.target_labels:
             logger.warning("task %s: the evaluated data has no labels for it; not measured", task.name)
@@ -47,4 +64,21 @@ def evaluate_tasks(scorer: MultiTaskScorer, split: EvalSplit, batch_size: int = 
         else:
             metrics = {"rmse": rmse(predicted[known], labels[known])}
         report[task.name] = {**metrics, "users": float(known.sum())}
+    return report
+
+
+def _category_accuracy(
+    scorer: CategoryScorer, max_history: int, split: EvalSplit, batch_size: int
+) -> dict[str, dict[str, float]]:
+    """{category_l<k>: {"accuracy", "users": targets with a category at level k}}."""
+    if not scorer.category_tasks:
+        return {}
+    hits = torch.empty(len(scorer.category_tasks), len(split.targets))  # (K, U)
+    for rows, histories, width in history_batches(split, max_history, batch_size):
+        hits[:, rows] = scorer.category_hits(histories.to_padded(width), split.targets[rows]).cpu()
+    report = {}
+    for name, level in zip(scorer.category_tasks, hits, strict=True):
+        known = ~level.isnan()
+        accuracy = float(level[known].mean()) if bool(known.any()) else float("nan")
+        report[name] = {"accuracy": accuracy, "users": float(known.sum())}
     return report

@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import torch
 from torch import nn
 
+from recsys.data.categories import CategoryTable
 from recsys.data.times import HistoryTimes
 from recsys.errors import ConfigError
 from recsys.runtime.validation import config_from
@@ -87,6 +88,7 @@ class Input(StrEnum):
     NEW_ITEMS = "new_items"  # the items held out of training (the cold-start split)
     ITEM_COUNTS = "item_counts"  # how often each item occurs in the training sequences (0: never trained)
     TASKS = "tasks"  # the data's prediction tasks beside the next item (`recsys.data.tasks`)
+    CATEGORIES = "categories"  # every item's category-level ids (`recsys.data.categories`; data.attributes)
     # trained models this one is built on (model directories: the family's `UpstreamRole`s name them)
     RETRIEVER = "retriever"  # a trained first stage
     HOLDOUT_RETRIEVER = "holdout_retriever"  # that first stage trained without the last items (its recipe's)
@@ -125,6 +127,8 @@ class ModelInputs:
         item_counts: (V+1,) each item's count in the training sequences, 0 for the padding and cold items
             (`Input.ITEM_COUNTS`).
         tasks: the tasks beside the next item whose labels the data has (`Input.TASKS`).
+        categories: every item's category-level ids, None where the data has no category paths
+            (`Input.CATEGORIES`).
         retriever: the trained first stage (`Input.RETRIEVER`).
         base: the trained model this one adapts (`Input.BASE`).
         members: the trained models this one combines (`Input.MEMBERS`).
@@ -139,6 +143,7 @@ class ModelInputs:
     new_items: torch.Tensor | None = None
     item_counts: torch.Tensor | None = None
     tasks: tuple[str, ...] = ()
+    categories: CategoryTable | None = None
     retriever: Upstream | None = None
     base: Upstream | None = None
     members: tuple[Upstream, ...] = ()

@@ -9,7 +9,12 @@ purchase, its rating), from the same features (multi-task: MMoE-style gates with
 `residual` adds the head's output to the retriever's score (the head starts at zero, so training starts from the
 first stage's order and learns a correction); `freeze_item_embeddings` keeps the item vectors copied from the
 retriever; `use_content` adds the items' content (LLM) embeddings: projected into every item vector, and as the
-candidate's cosine similarity to the last item and to the closest and average history item.
+candidate's cosine similarity to the last item and to the closest and average history item; `use_categories` adds
+the items' category levels (`recsys.data.categories`, the data's `data.attributes.categories`): one embedding per
+level's value, summed into every item vector (candidate and history alike); `category_tasks` predicts the next
+item's category at each level (tasks `category_l1`..`category_l<k>`, multi-class) through the same head, from the
+user side alone: the features of a pseudo-candidate that is the user's last item (no retriever score), so nothing
+of the candidates (the target among them in training) leaks in.
 
 `TwoStageRanker` holds a frozen retriever and a `Ranker`. Its `score` is the platform's `Scorer`: the
 retriever's top-C items get the ranker's scores and every other item -inf, so the standard evaluation
@@ -24,13 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
-from pydantic import NonNegativeFloat, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch import nn
 
+from recsys.data.categories import MAX_CATEGORY_LEVELS, CategoryTable, category_task_names
 from recsys.data.tasks import Task, task_kind
 from recsys.data.times import HistoryTimes
 from recsys.errors import ConfigError
@@ -74,6 +80,12 @@ class RankerConfig:
     freeze_item_embeddings: bool = False  # keep the item vectors copied from a SASRec retriever when it is built
     use_content: bool = False  # read content embeddings (the experiment's `content` section)
     content_dim: NonNegativeInt = 0  # filled from the content embeddings when `use_content`
+    use_categories: bool = False  # the items' category levels enter the item vectors (data.attributes.categories)
+    category_tasks: bool = False  # predict the next item's category at each level (tasks category_l1..)
+    category_levels: Annotated[int, Field(ge=1, le=MAX_CATEGORY_LEVELS)] = 3  # the top levels read and predicted
+    # filled from the data when either option is on: n_k, the values of each level read (at most category_levels;
+    # fewer when the data's paths are shallower)
+    category_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         check_heads(self.num_heads, self.dim)
@@ -82,14 +94,22 @@ class RankerConfig:
 
     @property
     def num_tasks(self) -> int:
-        """Ranking and the other tasks: the head's outputs."""
+        """Ranking and the other tasks: the head's outputs per candidate."""
         return 1 + len(self.tasks or ())
+
+    @property
+    def category_task_names(self) -> tuple[str, ...]:
+        """The category tasks, category_l1 .. (none without `category_tasks`)."""
+        return category_task_names(len(self.category_sizes)) if self.category_tasks else ()
 
 
 class Ranker(nn.Module):
-    def __init__(self, config: RankerConfig, content: torch.Tensor | None = None) -> None:
+    def __init__(
+        self, config: RankerConfig, content: torch.Tensor | None = None, categories: torch.Tensor | None = None
+    ) -> None:
         """Args: config; content (V+1, content_dim) item content embeddings when `content_dim` > 0 (row 0: the
-        padding; None: from a state dict)."""
+        padding; None: from a state dict); categories (V+1, K) int64 category-level ids when `category_sizes` is
+        set (K levels, 0 = none; None: from a state dict)."""
         super().__init__()
         self.config = config
         d = config.dim
@@ -105,9 +125,24 @@ class Ranker(nn.Module):
             content = F.normalize(content.float(), dim=-1)
         self.content: torch.Tensor | None
         self.register_buffer("content", content if config.content_dim else None)
+        sizes = config.category_sizes
+        if sizes and categories is None:
+            categories = torch.zeros(config.num_items + 1, len(sizes), dtype=torch.int64)
+        self.categories: torch.Tensor | None
+        self.register_buffer("categories", categories if sizes else None)  # travels in the state dict, like content
+        # one embedding per level, summed into the item vector rather than concatenated: the item stays one D-vector
+        # that the attention, the cross products and a retriever-tied item table all read unchanged; zero at the
+        # start, so the ranker starts from the item vectors it has and learns what the categories add
+        self.category_emb = nn.ModuleList(nn.Embedding(n + 1, d, padding_idx=0) for n in sizes)
+        if not config.use_categories:
+            self.category_emb = nn.ModuleList()
+        for embedding in self.category_emb:
+            assert isinstance(embedding, nn.Embedding)
+            nn.init.zeros_(embedding.weight)
         if config.head == "moe":
             moe = MoEConfig(dim=features, hidden=config.hidden, out_dim=d, num_experts=config.num_experts,
-                            top_k=config.top_k, num_tasks=config.num_tasks, balancing=config.balancing,
+                            top_k=config.top_k, num_tasks=config.num_tasks + len(config.category_task_names),
+                            balancing=config.balancing,
                             bias_update_rate=config.bias_update_rate, dropout=config.dropout)  # fmt: skip
             self.moe: MoELayer | None = MoELayer(moe)
             self.dense: nn.Module | None = None
@@ -120,6 +155,8 @@ class Ranker(nn.Module):
             nn.init.zeros_(ranking.weight)
             nn.init.zeros_(ranking.bias)
         self.outputs = nn.ModuleList([ranking, *(nn.Linear(d, 1) for _ in range(config.num_tasks - 1))])
+        # category_l<k>: a class per value of level k and class 0 (none), never a target
+        self.category_outputs = nn.ModuleList(nn.Linear(d, n + 1) for n in sizes[: len(config.category_task_names)])
         self.aux_loss = torch.zeros(())  # the MoE head's load loss of the last forward
 
     def head_parameters(self) -> int:
@@ -135,6 +172,11 @@ class Ranker(nn.Module):
         if self.content_proj is not None:
             assert self.content is not None
             vectors = vectors + self.content_proj(self.content[items])
+        if len(self.category_emb):
+            assert self.categories is not None
+            levels = self.categories[items]  # (..., K)
+            for level, embedding in enumerate(self.category_emb):
+                vectors = vectors + embedding(levels[..., level])
         return vectors
 
     def content_similarities(self, histories: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
@@ -151,6 +193,32 @@ class Ranker(nn.Module):
     def forward(self, histories: torch.Tensor, candidates: torch.Tensor, retrieval: torch.Tensor) -> torch.Tensor:
         """(B, L) left-padded item_idx, (B, C) candidates, (B, C) retriever scores -> (T, B, C) logits."""
         histories = histories[:, -self.config.max_history :]
+        B, C = candidates.shape
+        # the gap to the row's best retriever score: the same for a candidate whether the row holds all C
+        # candidates (serving) or the target and the hardest negatives (training)
+        gap = retrieval - retrieval.max(dim=1, keepdim=True).values
+        x = self._features(histories, candidates, gap)
+        tasks = range(self.config.num_tasks)
+        hidden, self.aux_loss = self._head(x, tasks)
+        logits = [head(z).view(B, C) for head, z in zip(self.outputs, hidden, strict=True)]
+        if self.config.residual:
+            logits[0] = logits[0] + gap.to(logits[0].dtype)
+        return torch.stack(logits)
+
+    def category_logits(self, histories: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """(B, L) left-padded histories -> the next item's category logits at each level, K x (B, n_k + 1) (class
+        0: none), from the user side alone (the head on a pseudo-candidate that is the last item, no retriever
+        score), and the MoE head's load loss of that call."""
+        histories = histories[:, -self.config.max_history :]
+        last = histories[:, -1:]
+        x = self._features(histories, last, torch.zeros(last.shape, device=histories.device))
+        first = self.config.num_tasks
+        hidden, aux = self._head(x, range(first, first + len(self.category_outputs)))
+        return [head(z) for head, z in zip(self.category_outputs, hidden, strict=True)], aux
+
+    def _features(self, histories: torch.Tensor, candidates: torch.Tensor, gap: torch.Tensor) -> torch.Tensor:
+        """(B, L) histories, (B, C) candidates, (B, C) gaps to the row's best retriever score -> (B * C, F) the
+        head's input."""
         B, L = histories.shape
         C = candidates.shape[1]
         recency = torch.arange(L - 1, -1, -1, device=histories.device)  # 0 = the latest item, whatever the width
@@ -160,23 +228,19 @@ class Ranker(nn.Module):
         q = self.item_vectors(candidates)  # (B, C, D)
         interest, _ = self.attention(q, h, h, key_padding_mask=pad, need_weights=False)  # (B, C, D)
         last = h[:, -1:].expand(B, C, -1)
-        # the gap to the row's best retriever score: the same for a candidate whether the row holds all C
-        # candidates (serving) or the target and the hardest negatives (training)
-        gap = retrieval - retrieval.max(dim=1, keepdim=True).values
         parts = [q, interest, q * interest, q * last, gap[..., None]]
         if self.content is not None:
             parts.append(self.content_similarities(histories, candidates))
-        x = torch.cat(parts, dim=-1).flatten(0, 1)
+        return torch.cat(parts, dim=-1).flatten(0, 1)
+
+    def _head(self, x: torch.Tensor, tasks: range) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """(N, F) -> the head's (N, D) output for each of `tasks` (indices of the MoE head's gates: the candidate
+        tasks, then the category tasks), and its load loss."""
         if self.moe is not None:
-            out = self.moe(x)
-            hidden, self.aux_loss = out.outputs, out.aux_loss
-        else:
-            assert self.dense is not None
-            hidden = [self.dense(x)] * self.config.num_tasks
-        logits = [head(z).view(B, C) for head, z in zip(self.outputs, hidden, strict=True)]
-        if self.config.residual:
-            logits[0] = logits[0] + gap.to(logits[0].dtype)
-        return torch.stack(logits)
+            out = self.moe(x, tasks)
+            return out.outputs, out.aux_loss
+        assert self.dense is not None
+        return [self.dense(x)] * len(tasks), x.new_zeros(())
 
 
 @runtime_checkable
@@ -191,7 +255,13 @@ class SharedItemTable(Protocol):
 class TwoStageRanker(Model[RankerConfig]):
     """A frozen retriever's top-C, re-scored by a `Ranker`; `score` ranks every item (non-candidates -inf)."""
 
-    def __init__(self, config: RankerConfig, retriever: Model[Any], content: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        config: RankerConfig,
+        retriever: Model[Any],
+        content: torch.Tensor | None = None,
+        categories: torch.Tensor | None = None,
+    ) -> None:
         super().__init__(config)
         if retriever.reads_timestamps:
             raise ValueError(
@@ -199,7 +269,7 @@ class TwoStageRanker(Model[RankerConfig]):
                 "does not pass on yet: train the retriever with num_time_buckets: 0"
             )
         self.retriever = retriever.eval().requires_grad_(False)
-        self.ranker = Ranker(config, content)
+        self.ranker = Ranker(config, content, categories)
 
     @property
     def max_history(self) -> int:
@@ -210,6 +280,31 @@ class TwoStageRanker(Model[RankerConfig]):
     def tasks(self) -> tuple[Task, ...]:
         """The tasks predicted beside ranking, in the head's order (outputs 1..)."""
         return tuple(Task(name, task_kind(name)) for name in self.config.tasks or ())
+
+    @property
+    def category_tasks(self) -> tuple[str, ...]:
+        """The category tasks (category_l1 ..), in the order of `category_logits`."""
+        return self.config.category_task_names
+
+    def category_logits(self, histories: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """(B, L) histories -> K x (B, n_k + 1) the next item's category logits per level, and the head's load
+        loss of that call (`Ranker.category_logits`)."""
+        return self.ranker.category_logits(histories)
+
+    def item_categories(self, items: torch.Tensor) -> torch.Tensor:
+        """(B,) items -> (B, K) their category ids at the predicted levels (0: none)."""
+        assert self.ranker.categories is not None, "a ranker without category tasks"
+        return self.ranker.categories[items.to(self.ranker.categories.device)][:, : len(self.category_tasks)]
+
+    @torch.no_grad()
+    def category_hits(self, histories: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """(B, L) histories, (B,) items -> (K, B) float: 1 where the predicted category of level k is the item's,
+        0 where not, NaN where the item has none at that level (not measured)."""
+        histories = histories.to(self.ranker.item_emb.weight.device)
+        logits, _ = self.category_logits(histories)
+        truth = self.item_categories(items).T  # (K, B)
+        hits = torch.stack([z.argmax(dim=1) for z in logits]) == truth
+        return torch.where(truth > 0, hits.float(), float("nan")).cpu()
 
     @property
     def aux_loss(self) -> torch.Tensor:
@@ -292,12 +387,38 @@ def _build(fields: dict[str, Any], inputs: ModelInputs) -> TwoStageRanker:
     content = content_of(inputs, config.num_items) if config.use_content else None
     if content is not None:
         config = dataclasses.replace(config, content_dim=content.shape[1])
+    categories = None
+    if config.use_categories or config.category_tasks:
+        categories, sizes = _categories(inputs.categories, config)
+        config = dataclasses.replace(config, category_sizes=sizes)
     config = dataclasses.replace(config, tasks=_tasks(config.tasks, inputs.tasks))
-    model = TwoStageRanker(config, retriever.model, content)
+    model = TwoStageRanker(config, retriever.model, content, categories)
     if items is not None:
         with torch.no_grad():  # start from the retriever's item vectors: the ranker refines, not relearns
             model.ranker.item_emb.weight.copy_(items)
     return model
+
+
+def _categories(table: CategoryTable | None, config: RankerConfig) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """(V+1, K) the category ids of the levels the ranker reads and each one's size: the top `category_levels`
+    levels, fewer where the data's paths are shallower."""
+    options = "model.params.use_categories / category_tasks"
+    if table is None:
+        raise ConfigError(
+            f"{options} read the items' category paths, and the prepared data has none (no `category_path` in "
+            "items.parquet). Fix: name the items' category file under data.attributes.categories (docs/data.md, "
+            "'Item attributes') and prepare the data again, or set both to false"
+        )
+    if table.ids.shape[0] != config.num_items + 1:
+        raise ConfigError(f"the category table has {table.ids.shape[0] - 1} items, the data {config.num_items}")
+    deepest = sum(1 for size in table.sizes if size > 0)
+    if not deepest:
+        raise ConfigError(
+            f"{options}: no item of the data has a category path. Fix: check data.attributes.categories' item ids "
+            "against the data's (meta.json's attributes.categories.unknown_items), or set both to false"
+        )
+    levels = min(config.category_levels, deepest)
+    return table.ids[:, :levels].clone(), tuple(table.sizes[:levels])
 
 
 def _tasks(asked: tuple[str, ...] | None, available: tuple[str, ...]) -> tuple[str, ...]:
@@ -314,7 +435,8 @@ def _tasks(asked: tuple[str, ...] | None, available: tuple[str, ...]) -> tuple[s
 
 
 def _reads(config: RankerConfig) -> frozenset[Input]:
-    return frozenset({Input.TASKS} | ({Input.CONTENT} if config.use_content else set()))
+    categories = {Input.CATEGORIES} if config.use_categories or config.category_tasks else set()
+    return frozenset({Input.TASKS} | ({Input.CONTENT} if config.use_content else set()) | categories)
 
 
 def _shape(config: RankerConfig, rebuild: Rebuild) -> TwoStageRanker:
@@ -328,5 +450,6 @@ HOLDOUT_RETRIEVER = UpstreamRole(
 )  # fmt: skip
 FAMILY = ModelFamily(
     "ranker", RankerConfig, TwoStageRanker, _build, training="ranker", reads=_reads,
-    upstream=(RETRIEVER, HOLDOUT_RETRIEVER), shape=_shape, filled={"num_items": 1, "retriever": {}, "content_dim": 0},
+    upstream=(RETRIEVER, HOLDOUT_RETRIEVER), shape=_shape,
+    filled={"num_items": 1, "retriever": {}, "content_dim": 0, "category_sizes": ()},
 )  # fmt: skip

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -84,10 +85,12 @@ class MoELayer(nn.Module):
         # routed examples per (task, expert) since the last `reset_load()`: what `load()` reports
         self.register_buffer("routed", torch.zeros(config.num_tasks, config.num_experts), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> MoEOutput:
-        """x (B, D) -> one (B, O) output per task, and the auxiliary load loss."""
-        weights, chosen, aux = self._route(x)  # (T, B, K) mixing weights, (T, B, K) expert ids
-        outputs = [x.new_zeros(x.shape[0], self.out_dim) for _ in self.routers]
+    def forward(self, x: torch.Tensor, tasks: Sequence[int] | None = None) -> MoEOutput:
+        """x (B, D) -> one (B, O) output per task (of `tasks` only, in that order, when given: the experts run for
+        those tasks' choices alone), and the auxiliary load loss."""
+        tasks = range(len(self.routers)) if tasks is None else tasks
+        weights, chosen, aux = self._route(x, tasks)  # (T, B, K) mixing weights, (T, B, K) expert ids
+        outputs = [x.new_zeros(x.shape[0], self.out_dim) for _ in tasks]
         for e, expert in enumerate(self.experts):
             hits = chosen == e  # (T, B, K)
             rows = hits.any(dim=(0, 2)).nonzero().squeeze(1)  # examples any task sent to e: one expert call
@@ -117,19 +120,21 @@ class MoELayer(nn.Module):
     def reset_load(self) -> None:
         self.routed.zero_()
 
-    def _route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _route(self, x: torch.Tensor, tasks: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.config
-        logits = torch.stack([router(x) for router in self.routers]).float()  # (T, B, E)
+        index = torch.tensor(list(tasks), device=x.device)
+        logits = torch.stack([self.routers[t](x) for t in tasks]).float()  # (T, B, E)
         scores = torch.sigmoid(logits) if cfg.gate == "sigmoid" else logits.softmax(dim=-1)
-        selection = scores + self.balance_bias[:, None, :] if cfg.balancing == "bias" else scores
+        selection = scores + self.balance_bias[index, None, :] if cfg.balancing == "bias" else scores
         chosen = selection.topk(cfg.top_k, dim=-1).indices  # (T, B, K)
         weights = scores.gather(-1, chosen)
         weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-9)  # (T, B, K), sums to 1
         counts = F.one_hot(chosen, cfg.num_experts).sum(dim=2).sum(dim=1).float()  # (T, E) slots per expert
-        self.routed += counts.detach()
+        self.routed.index_add_(0, index, counts.detach())
         if self.training and cfg.balancing == "bias":
             with torch.no_grad():  # over-used experts get chosen less next batch, under-used more
-                self.balance_bias -= cfg.bias_update_rate * torch.sign(counts - counts.mean(-1, keepdim=True))
+                step = cfg.bias_update_rate * torch.sign(counts - counts.mean(-1, keepdim=True))
+                self.balance_bias.index_add_(0, index, -step)
         aux = x.new_zeros(())
         if cfg.balancing == "aux_loss":
             share = counts / counts.sum(dim=-1, keepdim=True)  # (T, E) f_e

@@ -51,3 +51,36 @@ def test_a_multi_task_moe_ranker_is_trained_evaluated_per_task_and_registered(
     with pytest.raises(ConfigError, match=r"model\.training\.task_weights"):
         bad = {**ranker, "training": {"task_weights": {"value": "heavy"}}}
         load_config(tiny_config(tmp_path, name="tiny-ranker", model=bad))
+
+
+def test_a_ranker_reads_the_items_category_paths_and_reports_each_levels_accuracy(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    categories = tmp_path / "item_categories.csv"  # every synthetic id and more (unknown ids are counted, not refused)
+    rows = [f"i{n:05d},Top{n % 3} > Sub{n % 2}" for n in range(200)]
+    categories.write_text("item_id,categories\n" + "\n".join(rows) + "\n")
+    data = {"attributes": {"categories": str(categories)}}
+    retriever = train_experiment(load_config(tiny_config(tmp_path, data=data, tracking={"enabled": False})), tmp_path)
+    ranker = {
+        "name": "ranker",
+        "upstream": {"retriever": str(retriever.model_dir)},
+        "params": {"num_candidates": 20, "dim": 32, "hidden": 32, "tasks": [], "use_categories": True,
+                   "category_tasks": True, "category_levels": 3},
+        "training": {"train_candidates": 10, "task_weights": {"category_l2": 0.5}},
+    }  # fmt: skip
+    config = load_config(
+        tiny_config(tmp_path, name="tiny-ranker-categories", data=data, model=ranker,
+                    train={"schedule": {"epochs": 1}, "optimization": {"batch_size": 32}})
+    )  # fmt: skip
+    outputs, _ = run_pipeline(config, tmp_path)
+    assert outputs.evaluation is not None and outputs.registration is not None
+    report = json.loads((outputs.evaluation.evaluation_dir / EVALUATION_FILE).read_text())
+    assert set(report["tasks"]) == {"category_l1", "category_l2"}  # 3 asked, the paths have 2 levels
+    for task in report["tasks"].values():
+        assert 0.0 <= task["accuracy"] <= 1.0 and task["users"] == report["users"]  # every item has a path
+    recommender = Recommender(Bundle(outputs.registration.bundle_dir))  # the table travels in the bundle
+    assert recommender.model.category_tasks == ("category_l1", "category_l2")
+    assert len(recommender.recommend([1, 2, 3], k=5, exclude_seen=True)) == 5
+    with pytest.raises(ConfigError, match=r"data\.attributes\.categories"):
+        no_paths = tiny_config(tmp_path, name="tiny-ranker-no-categories", model=ranker, tracking={"enabled": False})
+        run_pipeline(load_config(no_paths), tmp_path)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
+import torch.nn.functional as F
 from pydantic import Field, PositiveInt
 
 from recsys.data.batching import HistoryBatch, held_out_batches, history_target_batches
@@ -28,7 +29,8 @@ class RankerTraining:
     # with model.upstream.holdout_retriever: the last training items per user that first stage did not see (its
     # holdout_last)
     holdout_items: PositiveInt = 1
-    task_weights: dict[str, float] = field(default_factory=dict)  # per task beside ranking; 1.0 where not named
+    # per task beside ranking (the data's and category_l<k>); 1.0 where not named
+    task_weights: dict[str, float] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -38,6 +40,19 @@ class RankerModel(Protocol):
     @property
     def tasks(self) -> tuple[Task, ...]:
         """The tasks beside ranking, in the order of the logits' rows 1.."""
+        ...
+
+    @property
+    def category_tasks(self) -> tuple[str, ...]:
+        """The category tasks (category_l1 ..), in the order of `category_logits`."""
+        ...
+
+    def category_logits(self, histories: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """(B, L) histories -> K x (B, n_k + 1) the next item's category logits, and the head's load loss."""
+        ...
+
+    def item_categories(self, items: torch.Tensor) -> torch.Tensor:
+        """(B,) items -> (B, K) their category ids (0: none)."""
         ...
 
     @property
@@ -65,9 +80,10 @@ class RankerModel(Protocol):
 class RankerRecipe:
     """Every (history, next item) pair whose target the first stage put in its top-C: softmax over that target and
     the hardest other candidates (`train_candidates` in all), with their first-stage scores; each other task's loss
-    on the target's labels. Pairs the first stage missed are left out: the ranker never sees them when serving, and
-    forcing their target in would mark it with an out-of-range first-stage score, a shortcut that does not exist at
-    serving time. The MoE head's load loss is added when the head has one.
+    on the target's labels; each category task's cross-entropy on the target's category at its level (targets without
+    one at that level left out), on the same pairs. Pairs the first stage missed are left out: the ranker never sees
+    them when serving, and forcing their target in would mark it with an out-of-range first-stage score, a shortcut
+    that does not exist at serving time. The MoE head's load loss is added when the head has one.
 
     With `holdout_retriever` (a first stage trained without each user's last `holdout_items` training items), the
     pairs are those items only, with that retriever's candidates: the ranker then learns where the first stage is
@@ -80,6 +96,7 @@ class RankerRecipe:
     batch_size: int
     tasks: tuple[Task, ...] = ()  # the model's tasks beside ranking, in its head's order
     task_weights: tuple[float, ...] = ()
+    category_weights: tuple[float, ...] = ()  # of the model's category tasks, in their order
     train_candidates: int | None = None
     holdout_retriever: Model[Any] | None = None
     holdout_items: int = 1
@@ -95,7 +112,8 @@ class RankerRecipe:
         tasks = model.tasks
         names = [task.name for task in tasks]
         missing = [name for name in names if name not in data.tasks]
-        unknown = [name for name in settings.task_weights if name not in names]
+        categories = model.category_tasks
+        unknown = [name for name in settings.task_weights if name not in (*names, *categories)]
         if missing or unknown:
             raise ValueError(
                 f"the ranker's tasks {names} are not those of the data ({list(data.tasks)}): missing {missing}, "
@@ -106,6 +124,7 @@ class RankerRecipe:
             batch_size=batch_size,
             tasks=tasks,
             task_weights=tuple(settings.task_weights.get(name, 1.0) for name in names),
+            category_weights=tuple(settings.task_weights.get(name, 1.0) for name in categories),
             train_candidates=settings.train_candidates,
             holdout_retriever=holdout_retriever,
             holdout_items=settings.holdout_items,
@@ -140,4 +159,13 @@ class RankerRecipe:
             assert batch.labels is not None  # the batches carry a label column per task
             at_target = logits[t].gather(1, target[:, None]).squeeze(1)
             loss = loss + weight * task_loss(task.kind, at_target, batch.labels[found, t - 1])
-        return loss + model.aux_loss, n
+        loss = loss + model.aux_loss
+        if self.category_weights:
+            category_logits, aux = model.category_logits(batch.histories[found])
+            truth = model.item_categories(batch.targets[found])  # (n, K)
+            for level, (weight, z) in enumerate(zip(self.category_weights, category_logits, strict=True)):
+                known = truth[:, level] > 0
+                if bool(known.any()):
+                    loss = loss + weight * F.cross_entropy(z[known].float(), truth[known, level])
+            loss = loss + aux
+        return loss, n

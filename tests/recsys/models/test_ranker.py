@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import polars as pl
 import pytest
 import torch
 
+from recsys.data.categories import CategoryTable, category_table
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig, evaluate, evaluate_tasks
@@ -43,12 +45,13 @@ def retriever_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 
 def two_stage(
     retriever_dir: Path, num_items: int, content: torch.Tensor | None = None, data_tasks: tuple[str, ...] = (),
-    **params: object,
+    categories: CategoryTable | None = None, **params: object,
 ) -> TwoStageRanker:  # fmt: skip
-    """A ranker over the trained retriever, on a catalog with `content` embeddings and labels of `data_tasks`."""
+    """A ranker over the trained retriever, on a catalog with `content` embeddings, labels of `data_tasks` and
+    `categories`."""
     torch.manual_seed(0)
     retriever = Upstream(*load_model(retriever_dir / "model.pt"))
-    inputs = ModelInputs(retriever=retriever, content=content, tasks=data_tasks)
+    inputs = ModelInputs(retriever=retriever, content=content, tasks=data_tasks, categories=categories)
     model = build_model("ranker", {"num_candidates": 20, "dim": 32, "hidden": 64, **params}, num_items, inputs)
     assert isinstance(model, TwoStageRanker)
     return model
@@ -265,3 +268,53 @@ def test_a_multi_task_ranker_learns_every_task_the_data_has(
     torch.testing.assert_close(loaded.task_predictions(histories, items), model.task_predictions(histories, items))
     with pytest.raises(ConfigError, match="no labels for"):
         two_stage(retriever_dir, data.num_items, data_tasks=data.tasks, tasks=("event:refund",))
+
+
+def tiny_categories(data: SequenceData) -> CategoryTable:
+    """Category paths for the tiny synthetic items: 3 top levels, 2 below each (by item index), an item without."""
+    paths = [None if idx == 1 else [f"Top{idx % 3}", f"Sub{idx % 2}"] for idx in data.items["item_idx"].to_list()]
+    table = category_table(data.items.with_columns(category_path=pl.Series(paths, dtype=pl.List(pl.String))))
+    assert table is not None
+    return table
+
+
+def test_category_levels_enter_the_item_vectors_are_predicted_and_travel_with_the_model(
+    tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    assert category_table(data.items) is None  # no data.attributes.categories: no table
+    with pytest.raises(ConfigError, match=r"data\.attributes\.categories"):
+        two_stage(retriever_dir, data.num_items, use_categories=True)
+    table = tiny_categories(data)
+    assert table.sizes[:3] == (3, 6, 0) and table.ids[1].tolist() == [0] * 8  # "Top0 > Sub1" != "Top1 > Sub1"
+    model = two_stage(
+        retriever_dir, data.num_items, categories=table, use_categories=True, category_tasks=True,
+        head="moe", num_experts=4, top_k=2,
+    )  # fmt: skip
+    assert model.config.category_sizes == (3, 6)  # 3 levels asked, the paths have 2
+    assert model.category_tasks == ("category_l1", "category_l2") and model.ranker.moe is not None
+    assert len(model.ranker.moe.routers) == 3  # ranking + a gate per category task
+    before = model.ranker.item_vectors(torch.tensor([2, 3]))  # zero category embeddings: the item vectors as given
+    torch.testing.assert_close(before, model.ranker.item_emb(torch.tensor([2, 3])))
+    split = data.eval_split("valid")
+    fit(model, data, quick_train(2, 32, 3e-3), EVAL)
+    assert model.ranker.category_emb[0].weight.abs().sum() > 0  # learned
+    report = evaluate_tasks(model.eval(), split)
+    levels = model.item_categories(split.targets)
+    for k, name in enumerate(model.category_tasks):
+        assert 0.0 <= report[name]["accuracy"] <= 1.0
+        assert report[name]["users"] == float((levels[:, k] > 0).sum())
+    assert set(report) == {"category_l1", "category_l2"}  # no data tasks given to this one
+    assert_saves_and_loads_whole(model, data, tmp_path)  # the category table is in the saved model
+    _, loaded = load_model(tmp_path / "ranker.pt")
+    histories, items = split.histories.select(torch.arange(4)).to_padded(20), split.targets[:4]
+    torch.testing.assert_close(loaded.category_hits(histories, items), model.category_hits(histories, items))
+
+
+def test_only_category_features_no_tasks_and_the_dense_head(tiny_data_dir: Path, retriever_dir: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+    model = two_stage(retriever_dir, data.num_items, categories=tiny_categories(data), use_categories=True,
+                      category_levels=1, tasks=())  # fmt: skip
+    assert model.config.category_sizes == (3,) and model.category_tasks == () and not model.ranker.category_outputs
+    fit(model, data, quick_train(1, 32, 3e-3), EVAL)
+    assert evaluate_tasks(model.eval(), data.eval_split("valid")) == {}

@@ -38,6 +38,20 @@ def test_outputs_match_the_per_example_reference_for_every_task(gate: str, share
     assert not torch.allclose(out.outputs[0], out.outputs[1])  # each task has its own gate
 
 
+def test_a_call_for_some_tasks_runs_and_balances_their_gates_only() -> None:
+    torch.manual_seed(0)
+    layer = MoELayer(MoEConfig(dim=6, hidden=12, num_experts=4, top_k=2, num_tasks=3, bias_update_rate=0.1))
+    x = torch.randn(8, 6)
+    full = layer.eval()(x)
+    layer.reset_load()
+    part = layer.train()(x, tasks=range(1, 3))  # the ranker's category tasks: gates 1 and 2
+    assert len(part.outputs) == 2
+    for mine, theirs in zip(part.outputs, full.outputs[1:], strict=True):
+        torch.testing.assert_close(mine, theirs)
+    assert layer.routed[0].sum() == 0 and layer.routed[1:].sum() == 2 * 8 * 2  # 2 tasks x 8 rows x top-2
+    assert torch.equal(layer.balance_bias[0], torch.zeros(4)) and layer.balance_bias[1:].abs().sum() > 0
+
+
 def test_gradients_reach_the_chosen_experts_and_the_routers_only() -> None:
     torch.manual_seed(0)
     layer = MoELayer(MoEConfig(dim=4, hidden=8, num_experts=6, top_k=1, shared_expert=False))
