@@ -113,7 +113,7 @@ def _serve_and_query(model_name: str, tracking_uri: str, data_dir: Path, num_use
         posted = data.items["title"].head(3).to_list()
         tables.append(_table("the same user after POST /v1/events of these 3 items", posted, after))
         shown = item if not query["title"] else f"{query['title']} ({item})"
-        tables.append(_table(f"GET /v1/similar-items/{item}", [shown], similar, "items similar to"))
+        tables.append(_table(f"GET /v1/similar-items/{item}", [shown], similar, "items similar to", "similar items"))
         print_tables(*tables)
         charts = dashboard.count('class="plotly-graph-div')
         typer.echo(
@@ -125,7 +125,10 @@ def _serve_and_query(model_name: str, tracking_uri: str, data_dir: Path, num_use
         thread.join(timeout=30)
 
 
-def _table(title: str, history: list[str], body: dict[str, Any], history_header: str = HISTORY_HEADER) -> Any:
+def _table(
+    title: str, history: list[str], body: dict[str, Any], history_header: str = HISTORY_HEADER,
+    list_header: str = "recommended next",
+) -> Any:  # fmt: skip
     source = f" (source: {body['source']})" if "source" in body else ""
-    recommended = [(i["title"], i["score"]) for i in body["items"]]
-    return recommendations_table(title + source, history, recommended, history_header)
+    ranked = [(i["title"], i["score"]) for i in body["items"]]
+    return recommendations_table(title + source, history, ranked, history_header, list_header)

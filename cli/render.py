@@ -49,13 +49,14 @@ def recommendations_table(
     history: Sequence[str],
     recommended: Sequence[tuple[str, float]],
     history_header: str = HISTORY_HEADER,
+    list_header: str = "recommended next",
 ) -> Table:
     """The user's most recent items (or what else the list is for, under `history_header`), then the ranked
-    recommendations with their scores."""
+    recommendations (or another ranked list, under `list_header`) with their scores."""
     table = Table(title=title, title_justify="left", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column(history_header)
-    table.add_column("recommended next")
+    table.add_column(list_header)
     table.add_column("score", justify="right")
     for i in range(max(len(history), len(recommended))):
         past = history[i] if i < len(history) else ""

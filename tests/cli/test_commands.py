@@ -94,6 +94,7 @@ def test_demo_runs_end_to_end(tmp_path: Path, tiny_config: Callable[..., Path]) 
     query = load_prepared(tmp_path / "demo" / "data" / "tiny-sasrec").items.row(0, named=True)
     similar = result.output[result.output.index(f"GET /v1/similar-items/{query['item_id']}") :]
     assert "items similar to" in similar and f"{query['title']} ({query['item_id']})" in similar  # the query item
+    assert "similar items" in similar and "recommended next" not in similar  # the list is headed as what it is
     # the dashboard was fetched from the live API: the comparison (popularity vs SASRec), the trend (one evaluation)
     # and the 4 slice charts
     assert re.search(r"evaluation dashboard: http://127\.0\.0\.1:\d+/dashboard \(6 charts", result.output)
