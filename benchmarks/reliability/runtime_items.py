@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 from urllib.parse import quote
 
@@ -146,9 +147,7 @@ def _served(serve: _Serve, root: Path) -> list[Case]:
     root.mkdir()
     kept = root / "added.json"
     with serve.running(kept) as server:
-
-        def c(name: str, expected: int, says: str, method: str, path: str, **request: object) -> Case:
-            return _grouped(check(server, GROUP, name, expected, says, method, path, **request))
+        c = partial(check, server, GROUP)  # (name, expected status, what it says, method, path, **request)
 
         cases = [
             c("add: a null title", 422, "title", "POST", ADD, json={"items": [{"item_id": "x", "title": None}]},
@@ -177,10 +176,6 @@ def _served(serve: _Serve, root: Path) -> list[Case]:
         cases += _every_route(server, "after its add", "a/b")
         cases.append(_large_add_under_requests(server))
     return cases
-
-
-def _grouped(case: Case) -> Case:
-    return Case(**{**case.record(), "group": GROUP})
 
 
 def _trained_item(server: Server) -> str:
@@ -353,9 +348,7 @@ def _on_disk(serve: _Serve, disk: Path) -> list[Case]:
     kept = disk / "added.json"
     cases = []
     with serve.running(kept) as server:
-
-        def c(name: str, expected: int, says: str, method: str, path: str, **request: object) -> Case:
-            return _grouped(check(server, GROUP, name, expected, says, method, path, **request))
+        c = partial(check, server, GROUP)  # (name, expected status, what it says, method, path, **request)
 
         cases.append(c("add on a disk with room", 200, '"added":1', "POST", ADD, json=_items("d1"), headers=ADMIN))
         before = kept.read_bytes()
