@@ -23,6 +23,8 @@ benchmark resumes where it stopped. benchmarks/results/<result_name>.json then g
              `pair_metrics` (N@10 by default, slices as above) and per seed: the paired difference on the same test
              users, its interval and p-value (`recsys.evaluation.uncertainty`); pooled: the mean difference over the
              seeds ± its std, and in how many seeds the interval excludes 0 either way
+             and, for a model with tasks beside ranking (`recsys.evaluation.evaluate_tasks`), each task's measures
+             (accuracy and its no-model baselines, AUC, RMSE) the same way under "tasks"
     search_pairs  the same for two models that read queries, on search N@10 per query level and setting (each seed
              on the users both ranked there)
 """
@@ -193,7 +195,22 @@ def model_record(evaluation_dirs: list[Path], model_dirs: list[Path], metrics: l
     if all(searches):  # a model that reads queries: the search protocol's N@10 per level and setting, over seeds
         record["search"] = {key: {**seed_summary([s[key] for s in searches]), "per_seed": [s[key] for s in searches]}
                             for key in searches[0]}  # fmt: skip
+    tasks = [report.get("tasks") or {} for report in reports]
+    if all(tasks):  # a model with tasks beside ranking (accuracy, AUC, ...)
+        record["tasks"] = tasks_over_seeds(tasks)
     return record
+
+
+def tasks_over_seeds(per_seed: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, Any]]:
+    """{task: {measure: mean ± std over the seeds, per_seed}} of each seed's `evaluate_tasks` report."""
+    return {
+        task: {
+            measure: {**seed_summary(values := [seed[task][measure] for seed in per_seed]), "per_seed": values}
+            for measure in measures
+            if measure != "users"
+        }
+        for task, measures in per_seed[0].items()
+    }
 
 
 def _model_value(report: dict[str, Any], trained: dict[str, Any], metric: str) -> dict[str, Any]:

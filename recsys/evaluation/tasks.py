@@ -2,7 +2,9 @@
 against that interaction's labels; AUC for binary tasks, RMSE for regression. Targets whose label the data does
 not know are left out (and counted apart). A scorer with category tasks (`CategoryScorer`: the ranker's
 `category_tasks`) also gets each one's accuracy: the predicted category of the held-out item at that level against
-its own (items without a category at that level left out).
+its own (items without a category at that level left out), beside two baselines that need no model: the category of
+the user's last item, and the most frequent category among the evaluated targets (an upper bound on any constant
+guess).
 
 Dimension letters: U users of the split, T tasks.
 """
@@ -28,6 +30,10 @@ class CategoryScorer(Protocol):
 
     @property
     def category_tasks(self) -> tuple[str, ...]: ...
+
+    def item_categories(self, items: torch.Tensor) -> torch.Tensor:
+        """(B,) items -> (B, K) their category ids at the predicted levels (0: none)."""
+        ...
 
     def category_hits(self, histories: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         """(B, L) histories, (B,) items -> (K, B): 1 right, 0 wrong, NaN where the item has no such category."""
@@ -70,15 +76,28 @@ def evaluate_tasks(scorer: MultiTaskScorer, split: EvalSplit, batch_size: int = 
 def _category_accuracy(
     scorer: CategoryScorer, max_history: int, split: EvalSplit, batch_size: int
 ) -> dict[str, dict[str, float]]:
-    """{category_l<k>: {"accuracy", "users": targets with a category at level k}}."""
+    """{category_l<k>: {"accuracy", "last_item_accuracy", "majority_accuracy", "users": targets with a category at
+    level k}}."""
     if not scorer.category_tasks:
         return {}
     hits = torch.empty(len(scorer.category_tasks), len(split.targets))  # (K, U)
+    last_item = torch.empty(len(scorer.category_tasks), len(split.targets), dtype=torch.long)  # (K, U)
     for rows, histories, width in history_batches(split, max_history, batch_size):
-        hits[:, rows] = scorer.category_hits(histories.to_padded(width), split.targets[rows]).cpu()
+        padded = histories.to_padded(width)  # left-padded: the last column is each user's latest item
+        hits[:, rows] = scorer.category_hits(padded, split.targets[rows]).cpu()
+        last_item[:, rows] = scorer.item_categories(padded[:, -1]).T.cpu()
+    truth = scorer.item_categories(split.targets).T.cpu()  # (K, U), 0: no category at that level
     report = {}
-    for name, level in zip(scorer.category_tasks, hits, strict=True):
-        known = ~level.isnan()
-        accuracy = float(level[known].mean()) if bool(known.any()) else float("nan")
-        report[name] = {"accuracy": accuracy, "users": float(known.sum())}
+    for name, level_hits, level_truth, level_last in zip(scorer.category_tasks, hits, truth, last_item, strict=True):
+        known = level_truth > 0
+        if not bool(known.any()):
+            report[name] = {"accuracy": float("nan"), "users": 0.0}
+            continue
+        majority = level_truth[known].bincount().max()
+        report[name] = {
+            "accuracy": float(level_hits[known].mean()),
+            "last_item_accuracy": float((level_last[known] == level_truth[known]).float().mean()),
+            "majority_accuracy": float(majority) / float(known.sum()),
+            "users": float(known.sum()),
+        }
     return report

@@ -124,3 +124,15 @@ def test_models_that_read_queries_are_compared_on_search_user_by_user(tmp_path: 
         assert paired["users"] > 0 and paired["low"] <= paired["difference"] <= paired["high"]
         expected = per_model["query-aware"][seed] - per_model["query-aware small"][seed]
         assert paired["difference"] == pytest.approx(expected)  # the same users: the difference of the means
+
+
+def test_a_models_tasks_are_summarised_over_its_seeds() -> None:
+    seeds = [
+        {"category_l2": {"accuracy": 0.4, "majority_accuracy": 0.3, "users": 10.0}},
+        {"category_l2": {"accuracy": 0.6, "majority_accuracy": 0.3, "users": 10.0}},
+    ]
+    summary = comparisons.tasks_over_seeds(seeds)
+    assert set(summary["category_l2"]) == {"accuracy", "majority_accuracy"}  # users is a count, not a measure
+    assert summary["category_l2"]["accuracy"]["mean"] == pytest.approx(0.5)
+    assert summary["category_l2"]["accuracy"]["per_seed"] == [0.4, 0.6]
+    assert summary["category_l2"]["majority_accuracy"]["std"] == pytest.approx(0.0)

@@ -5,6 +5,7 @@ saves and loads whole."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from pathlib import Path
 
 import polars as pl
@@ -301,9 +302,15 @@ def test_category_levels_enter_the_item_vectors_are_predicted_and_travel_with_th
     assert model.ranker.category_emb[0].weight.abs().sum() > 0  # learned
     report = evaluate_tasks(model.eval(), split)
     levels = model.item_categories(split.targets)
+    last_levels = model.item_categories(split.histories.values[split.histories.offsets[1:] - 1])  # latest items
     for k, name in enumerate(model.category_tasks):
+        known = levels[:, k] > 0
         assert 0.0 <= report[name]["accuracy"] <= 1.0
-        assert report[name]["users"] == float((levels[:, k] > 0).sum())
+        assert report[name]["users"] == float(known.sum())
+        same_as_last = (last_levels[:, k] == levels[:, k])[known].float().mean()
+        assert report[name]["last_item_accuracy"] == pytest.approx(float(same_as_last))
+        most_common = Counter(levels[known, k].tolist()).most_common(1)[0][1]
+        assert report[name]["majority_accuracy"] == pytest.approx(most_common / float(known.sum()))
     assert set(report) == {"category_l1", "category_l2"}  # no data tasks given to this one
     assert_saves_and_loads_whole(model, data, tmp_path)  # the category table is in the saved model
     _, loaded = load_model(tmp_path / "ranker.pt")
