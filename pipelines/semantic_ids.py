@@ -124,7 +124,7 @@ def sid_settings(section: SidSection, content: ContentConfig) -> dict[str, Any]:
 
 def _fingerprint(settings: dict[str, Any], items: pl.DataFrame) -> str:
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    digest.update(items.write_csv().encode())
+    digest.update(items.write_ndjson().encode())  # JSON lines: list columns (category paths) too, unlike CSV
     return digest.hexdigest()
 
 
