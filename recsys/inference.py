@@ -1,5 +1,5 @@
 """What every model is to evaluation, recommendation and serving: the `Scorer` protocol and its capabilities
-(`VectorScorer`, `QueryScorer`, `MultiTaskScorer`, `DomainScorer`), masking and top-k.
+(`VectorScorer`, `QueryScorer`, `MultiTaskScorer`, `SourcedScorer`, `DomainScorer`), masking and top-k.
 
 Top-k lists order equal scores by item id, lowest first, wherever they are made (`top_k` on whole rows, `merge_topk`
 over item blocks), so which of several tied items makes a list does not depend on the device or on blocking.
@@ -10,6 +10,7 @@ Dimension letters: B users, L history length, V+1 items (0 = padding), n items o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -109,6 +110,27 @@ class MultiTaskScorer(Scorer, Protocol):
         self, histories: torch.Tensor, items: torch.Tensor, users: torch.Tensor | None = None
     ) -> torch.Tensor:
         """(B, L) left-padded histories, (B,) items -> (T, B): probabilities (binary tasks) or values (regression)."""
+        ...
+
+
+@dataclass(frozen=True)
+class SourceCall:
+    """One candidate source's part of one `score` call: how long it took, and whether it failed (and was
+    skipped)."""
+
+    source: str
+    seconds: float
+    failed: bool
+
+
+@runtime_checkable
+class SourcedScorer(Scorer, Protocol):
+    """A scorer whose candidates come from several sources (the ranker with `sources`): serving reports each
+    one's time and failures."""
+
+    @property
+    def last_source_calls(self) -> tuple[SourceCall, ...]:
+        """Each source's part of the last `score` call (calls are made one at a time on the model thread)."""
         ...
 
 

@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from recsys.inference import SourcedScorer
 from serving.metrics import ServingMetrics
 from serving.recommender import Recommendation, RecommendationQuery, Recommender
 
@@ -75,6 +76,8 @@ class MicroBatcher:
                     continue
                 self._metrics.model_call.observe(time.perf_counter() - start)
                 self._metrics.batch_size.observe(len(group))
+                if isinstance(recommender.model, SourcedScorer):  # read on this task before the next call starts
+                    self._metrics.observe_sources(recommender.model.last_source_calls)
                 for p, result in zip(group, results, strict=True):
                     if not p.future.done():
                         p.future.set_result(result)

@@ -1,4 +1,5 @@
 """Prometheus metrics of one app: requests by route and status, request latency, model calls and batch sizes,
+each candidate source's time and failures (a ranker with several sources),
 champion reloads and their failures, whether the online history store answers, items added at run time.
 
 Each app owns its registry (several apps in one process, e.g. tests, do not collide); `GET /metrics`
@@ -9,10 +10,13 @@ serves it in the Prometheus text format. Requests are observed by a plain ASGI m
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from recsys.inference import SourceCall
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -36,6 +40,14 @@ class ServingMetrics:
             "recsys_model_batch_size", "recommendation requests scored per model call", buckets=_BATCH_BUCKETS,
             registry=self.registry,
         )  # fmt: skip
+        self.source_call = Histogram(
+            "recsys_candidate_source_seconds", "time of one candidate source within one model call (ranker sources)",
+            ["source"], buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.source_failures = Counter(
+            "recsys_candidate_source_failures", "model calls in which a candidate source failed and was skipped",
+            ["source"], registry=self.registry,
+        )  # fmt: skip
         self.reloads = Counter("recsys_model_reloads", "champions loaded and swapped in", registry=self.registry)
         self.reload_failures = Counter(
             "recsys_model_reload_failures", "champion checks that failed (registry down or bundle unloadable)",
@@ -52,6 +64,13 @@ class ServingMetrics:
             "recsys_history_store_up", "1 when the online history store answered its last call, else 0",
             registry=self.registry,
         )  # fmt: skip
+
+    def observe_sources(self, calls: Iterable[SourceCall]) -> None:
+        """Each candidate source's part of one model call."""
+        for call in calls:
+            self.source_call.labels(call.source).observe(call.seconds)
+            if call.failed:
+                self.source_failures.labels(call.source).inc()
 
     def install(self, app: FastAPI) -> None:
         """Count and time every request (by its route template, so ids do not explode the label set)."""

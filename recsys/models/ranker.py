@@ -40,6 +40,7 @@ from recsys.data.categories import MAX_CATEGORY_LEVELS, CategoryTable, category_
 from recsys.data.tasks import Task, task_kind
 from recsys.data.times import HistoryTimes
 from recsys.errors import ConfigError
+from recsys.inference import SourceCall
 from recsys.models.family import (
     DEFAULT_MAX_HISTORY,
     Input,
@@ -51,6 +52,14 @@ from recsys.models.family import (
     check_items,
     content_of,
     required,
+)
+from recsys.models.sources import (
+    Candidates,
+    CandidateSource,
+    check_sources,
+    propose,
+    recent_similarity,
+    source_feature_count,
 )
 from recsys.modules.moe import MoEConfig, MoELayer
 from recsys.runtime.validation import Fraction, check_heads
@@ -86,9 +95,19 @@ class RankerConfig:
     # filled from the data when either option is on: n_k, the values of each level read (at most category_levels;
     # fewer when the data's paths are shallower)
     category_sizes: tuple[int, ...] = ()
+    # where the candidates come from (recsys.models.sources): the union of each source's top-N, every candidate with
+    # its position in each; () = the retriever's top `num_candidates` alone, with no per-source features
+    sources: tuple[CandidateSource, ...] = ()
 
     def __post_init__(self) -> None:
         check_heads(self.num_heads, self.dim)
+        if self.sources:
+            check_sources(self.sources)
+        if self.reads_source_content and not self.use_content:
+            raise ValueError(
+                "sources content / new_items find neighbours by the items' content embeddings, which the ranker reads "
+                "only with use_content: true; set it, or drop those sources"
+            )
         if self.head == "moe" and self.top_k > self.num_experts:
             raise ValueError(f"top_k: {self.top_k} experts per example is more than num_experts ({self.num_experts})")
 
@@ -101,6 +120,19 @@ class RankerConfig:
     def category_task_names(self) -> tuple[str, ...]:
         """The category tasks, category_l1 .. (none without `category_tasks`)."""
         return category_task_names(len(self.category_sizes)) if self.category_tasks else ()
+
+    @property
+    def source_features(self) -> int:
+        """The per-source features of each candidate (`recsys.models.sources.Candidates.features`)."""
+        return source_feature_count(self.sources) if self.sources else 0
+
+    @property
+    def reads_source_content(self) -> bool:
+        return any(source.reads_content for source in self.sources)
+
+    @property
+    def proposes_new_items(self) -> bool:
+        return any(source.kind == "new_items" for source in self.sources)
 
 
 class Ranker(nn.Module):
@@ -118,7 +150,8 @@ class Ranker(nn.Module):
         self.pos_emb = nn.Embedding(config.max_history, d)
         self.attention = nn.MultiheadAttention(d, config.num_heads, dropout=config.dropout, batch_first=True)
         # candidate, interest, candidate * interest, candidate * last item, retriever gap (+ 3 content similarities)
-        features = 4 * d + 1 + (len(CONTENT_SIMILARITIES) if config.content_dim else 0)
+        # (+ the per-source features)
+        features = 4 * d + 1 + (len(CONTENT_SIMILARITIES) if config.content_dim else 0) + config.source_features
         self.content_proj = nn.Linear(config.content_dim, d) if config.content_dim else None
         if config.content_dim:  # normalised once: the similarities are cosines
             content = torch.zeros(config.num_items + 1, config.content_dim) if content is None else content
@@ -190,14 +223,21 @@ class Ranker(nn.Module):
         average = cosine.sum(dim=-1) / real.sum(dim=-1).clamp(min=1)
         return torch.stack([cosine[..., -1], closest, average], dim=-1)
 
-    def forward(self, histories: torch.Tensor, candidates: torch.Tensor, retrieval: torch.Tensor) -> torch.Tensor:
-        """(B, L) left-padded item_idx, (B, C) candidates, (B, C) retriever scores -> (T, B, C) logits."""
+    def forward(
+        self,
+        histories: torch.Tensor,
+        candidates: torch.Tensor,
+        retrieval: torch.Tensor,
+        source_features: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(B, L) left-padded item_idx, (B, C) candidates, (B, C) retriever scores [, (B, C, F) per-source features
+        (`config.source_features` of them)] -> (T, B, C) logits."""
         histories = histories[:, -self.config.max_history :]
         B, C = candidates.shape
         # the gap to the row's best retriever score: the same for a candidate whether the row holds all C
         # candidates (serving) or the target and the hardest negatives (training)
         gap = retrieval - retrieval.max(dim=1, keepdim=True).values
-        x = self._features(histories, candidates, gap)
+        x = self._features(histories, candidates, gap, source_features)
         tasks = range(self.config.num_tasks)
         hidden, self.aux_loss = self._head(x, tasks)
         logits = [head(z).view(B, C) for head, z in zip(self.outputs, hidden, strict=True)]
@@ -211,14 +251,21 @@ class Ranker(nn.Module):
         score), and the MoE head's load loss of that call."""
         histories = histories[:, -self.config.max_history :]
         last = histories[:, -1:]
-        x = self._features(histories, last, torch.zeros(last.shape, device=histories.device))
+        zeros = torch.zeros(*last.shape, self.config.source_features, device=histories.device)  # no source's
+        x = self._features(histories, last, torch.zeros(last.shape, device=histories.device), zeros)
         first = self.config.num_tasks
         hidden, aux = self._head(x, range(first, first + len(self.category_outputs)))
         return [head(z) for head, z in zip(self.category_outputs, hidden, strict=True)], aux
 
-    def _features(self, histories: torch.Tensor, candidates: torch.Tensor, gap: torch.Tensor) -> torch.Tensor:
-        """(B, L) histories, (B, C) candidates, (B, C) gaps to the row's best retriever score -> (B * C, F) the
-        head's input."""
+    def _features(
+        self,
+        histories: torch.Tensor,
+        candidates: torch.Tensor,
+        gap: torch.Tensor,
+        source_features: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """(B, L) histories, (B, C) candidates, (B, C) gaps to the row's best retriever score, (B, C, F) per-source
+        features -> (B * C, F') the head's input."""
         B, L = histories.shape
         C = candidates.shape[1]
         recency = torch.arange(L - 1, -1, -1, device=histories.device)  # 0 = the latest item, whatever the width
@@ -231,6 +278,10 @@ class Ranker(nn.Module):
         parts = [q, interest, q * interest, q * last, gap[..., None]]
         if self.content is not None:
             parts.append(self.content_similarities(histories, candidates))
+        if self.config.source_features:
+            if source_features is None or source_features.shape[-1] != self.config.source_features:
+                raise ValueError(f"the ranker reads {self.config.source_features} per-source features per candidate")
+            parts.append(source_features.to(q.dtype))
         return torch.cat(parts, dim=-1).flatten(0, 1)
 
     def _head(self, x: torch.Tensor, tasks: range) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -261,7 +312,10 @@ class TwoStageRanker(Model[RankerConfig]):
         retriever: Model[Any],
         content: torch.Tensor | None = None,
         categories: torch.Tensor | None = None,
+        untrained: torch.Tensor | None = None,
     ) -> None:
+        """Args: as `Ranker`, and untrained (V+1,) bool: the items no first stage was trained on, which a
+        `new_items` source proposes (None: from a state dict)."""
         super().__init__(config)
         if retriever.reads_timestamps:
             raise ValueError(
@@ -270,6 +324,11 @@ class TwoStageRanker(Model[RankerConfig]):
             )
         self.retriever = retriever.eval().requires_grad_(False)
         self.ranker = Ranker(config, content, categories)
+        if config.proposes_new_items and untrained is None:
+            untrained = torch.zeros(config.num_items + 1, dtype=torch.bool)
+        self.untrained: torch.Tensor | None
+        self.register_buffer("untrained", untrained if config.proposes_new_items else None)
+        self.last_source_calls: tuple[SourceCall, ...] = ()  # of the last `candidates` call, for serving's metrics
 
     @property
     def max_history(self) -> int:
@@ -312,10 +371,15 @@ class TwoStageRanker(Model[RankerConfig]):
         return self.ranker.aux_loss
 
     def rank_candidates(
-        self, histories: torch.Tensor, candidates: torch.Tensor, retrieval: torch.Tensor
+        self,
+        histories: torch.Tensor,
+        candidates: torch.Tensor,
+        retrieval: torch.Tensor,
+        source_features: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(B, L) histories, (B, C) candidates and their first-stage scores -> (T, B, C) the ranker's logits."""
-        return self.ranker(histories, candidates, retrieval)
+        """(B, L) histories, (B, C) candidates, their first-stage scores [and per-source features] -> (T, B, C) the
+        ranker's logits."""
+        return self.ranker(histories, candidates, retrieval, source_features)
 
     def train(self, mode: bool = True) -> TwoStageRanker:
         super().train(mode)
@@ -324,11 +388,29 @@ class TwoStageRanker(Model[RankerConfig]):
 
     @torch.no_grad()
     def candidates(
-        self, histories: torch.Tensor, users: torch.Tensor | None = None, retriever: Model[Any] | None = None
-    ) -> torch.return_types.topk:
-        """The top-C of each row by the first stage (or `retriever`): (values (B, C), indices (B, C)); padding is
-        never a candidate."""
-        return self._top(self._first_stage_scores(histories, users, retriever))
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        retriever: Model[Any] | None = None,
+        untrained: torch.Tensor | None = None,
+    ) -> Candidates:
+        """Each row's candidates, best first: the union of the sources' top-N with their features, or without
+        `sources` the first stage's top-C. `retriever` and `untrained` stand in for the first stage and the items it
+        was not trained on (the held-out twin's, for training pairs)."""
+        scores = self._first_stage_scores(histories, users, retriever)
+        if not self.config.sources:
+            top = self._top(scores)
+            return Candidates(top.indices, top.values, None)
+        content = self.ranker.content
+
+        def similarity(recent: int) -> torch.Tensor:
+            assert content is not None  # checked when built
+            return recent_similarity(content, histories[:, -self.config.max_history :], recent)
+
+        candidates, calls = propose(self.config.sources, scores, similarity, self.untrained if untrained is None
+                                    else untrained)  # fmt: skip
+        self.last_source_calls = tuple(calls)
+        return candidates
 
     def _first_stage_scores(
         self, histories: torch.Tensor, users: torch.Tensor | None, retriever: Model[Any] | None = None
@@ -346,10 +428,12 @@ class TwoStageRanker(Model[RankerConfig]):
         """(B, L) left-padded histories -> (B, V+1): the ranker's scores on the candidates, -inf elsewhere
         (`times` are ignored: the first stage must not read them, see `__init__`)."""
         histories = histories.to(self.ranker.item_emb.weight.device)  # evaluation hands CPU rows to a CUDA model
-        top = self.candidates(histories, users)
-        logits = self.ranker(histories, top.indices, top.values)[0].float()  # (B, C), task 0
+        found = self.candidates(histories, users)
+        logits = self.rank_candidates(histories, found.items, found.retrieval, found.features)[0].float()  # (B, C)
         out = torch.full((histories.shape[0], self.config.num_items + 1), float("-inf"), device=logits.device)
-        return out.scatter_(1, top.indices, logits)
+        out.scatter_(1, found.items, logits)
+        out[:, 0] = float("-inf")  # the padding of rows with fewer candidates
+        return out
 
     @torch.no_grad()
     def task_predictions(
@@ -360,12 +444,19 @@ class TwoStageRanker(Model[RankerConfig]):
         stage's candidates as when it is ranked (an item the first stage ranks nowhere counts as its last one)."""
         histories = histories.to(self.ranker.item_emb.weight.device)
         items = items.to(histories.device)
-        scores = self._first_stage_scores(histories, users)
-        top = self._top(scores)
-        item_scores = scores.gather(1, items[:, None])
-        item_scores = torch.where(item_scores.isfinite(), item_scores, top.values[:, -1:])
-        candidates = torch.cat([top.indices, items[:, None]], dim=1)  # (B, C + 1), the item last
-        logits = self.ranker(histories, candidates, torch.cat([top.values, item_scores], dim=1))[1:, :, -1].float()
+        found = self.candidates(histories, users)
+        item_scores = self._first_stage_scores(histories, users).gather(1, items[:, None])
+        lowest = found.retrieval.min(dim=1, keepdim=True).values
+        item_scores = torch.where(item_scores.isfinite(), item_scores, lowest)
+        candidates = torch.cat([found.items, items[:, None]], dim=1)  # (B, C + 1), the item last
+        retrieval = torch.cat([found.retrieval, item_scores], dim=1)
+        features = None
+        if found.features is not None:  # the item's own features where a source proposed it, else none
+            match = found.items == items[:, None]
+            at = match.float().argmax(dim=1)
+            own = found.features[torch.arange(len(items), device=items.device), at] * match.any(dim=1, keepdim=True)
+            features = torch.cat([found.features, own[:, None]], dim=1)
+        logits = self.ranker(histories, candidates, retrieval, features)[1:, :, -1].float()
         binary = torch.tensor([task.kind == "binary" for task in self.tasks], device=logits.device)[:, None]
         return torch.where(binary, torch.sigmoid(logits), logits)
 
@@ -392,7 +483,12 @@ def _build(fields: dict[str, Any], inputs: ModelInputs) -> TwoStageRanker:
         categories, sizes = _categories(inputs.categories, config)
         config = dataclasses.replace(config, category_sizes=sizes)
     config = dataclasses.replace(config, tasks=_tasks(config.tasks, inputs.tasks))
-    model = TwoStageRanker(config, retriever.model, content, categories)
+    untrained = None
+    if config.proposes_new_items:
+        counts = required(inputs.item_counts, "the new_items source needs the training data's item counts")
+        untrained = counts == 0
+        untrained[0] = False
+    model = TwoStageRanker(config, retriever.model, content, categories, untrained)
     if items is not None:
         with torch.no_grad():  # start from the retriever's item vectors: the ranker refines, not relearns
             model.ranker.item_emb.weight.copy_(items)
@@ -436,7 +532,8 @@ def _tasks(asked: tuple[str, ...] | None, available: tuple[str, ...]) -> tuple[s
 
 def _reads(config: RankerConfig) -> frozenset[Input]:
     categories = {Input.CATEGORIES} if config.use_categories or config.category_tasks else set()
-    return frozenset({Input.TASKS} | ({Input.CONTENT} if config.use_content else set()) | categories)
+    counts = {Input.ITEM_COUNTS} if config.proposes_new_items else set()
+    return frozenset({Input.TASKS} | ({Input.CONTENT} if config.use_content else set()) | categories | counts)
 
 
 def _shape(config: RankerConfig, rebuild: Rebuild) -> TwoStageRanker:

@@ -17,6 +17,7 @@ from recsys.data.batching import HistoryBatch, held_out_batches, history_target_
 from recsys.data.prepared import SequenceData, TrainingRows
 from recsys.data.tasks import Task
 from recsys.models.family import Model
+from recsys.models.sources import Candidates
 from recsys.training.losses import candidate_softmax_loss, task_loss
 
 
@@ -64,15 +65,25 @@ class RankerModel(Protocol):
         ...
 
     def candidates(
-        self, histories: torch.Tensor, users: torch.Tensor | None = None, retriever: Model[Any] | None = None
-    ) -> torch.return_types.topk:
-        """The first stage's (or `retriever`'s) top-C of each row: (values (B, C), indices (B, C))."""
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        retriever: Model[Any] | None = None,
+        untrained: torch.Tensor | None = None,
+    ) -> Candidates:
+        """Each row's candidates, best first, from the sources (`retriever` and `untrained`, the items it was not
+        trained on, standing in for the first stage's)."""
         ...
 
     def rank_candidates(
-        self, histories: torch.Tensor, candidates: torch.Tensor, retrieval: torch.Tensor
+        self,
+        histories: torch.Tensor,
+        candidates: torch.Tensor,
+        retrieval: torch.Tensor,
+        source_features: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(B, L) histories, (B, C) candidates and their first-stage scores -> (T, B, C) logits per task."""
+        """(B, L) histories, (B, C) candidates, their first-stage scores [and per-source features] -> (T, B, C)
+        logits per task."""
         ...
 
 
@@ -100,6 +111,9 @@ class RankerRecipe:
     train_candidates: int | None = None
     holdout_retriever: Model[Any] | None = None
     holdout_items: int = 1
+    # (V+1,) bool: the items the held-out twin never saw (only in users' last `holdout_items`), which a new_items
+    # source proposes for the training pairs; None without a twin (the ranker's own, from the training data)
+    holdout_untrained: torch.Tensor | None = None
 
     @staticmethod
     def create(
@@ -119,6 +133,12 @@ class RankerRecipe:
                 f"the ranker's tasks {names} are not those of the data ({list(data.tasks)}): missing {missing}, "
                 f"task_weights for other tasks {unknown}. Fix: train it on data with those labels, or name its tasks"
             )
+        untrained = None
+        if holdout_retriever is not None:
+            rows = next(iter(data.training_epoch(torch.Generator())))
+            seen = torch.bincount(rows.items.truncate_last(settings.holdout_items).values, minlength=data.num_items + 1)
+            untrained = seen == 0
+            untrained[0] = False
         return RankerRecipe(
             max_history=model.max_history,
             batch_size=batch_size,
@@ -128,6 +148,7 @@ class RankerRecipe:
             train_candidates=settings.train_candidates,
             holdout_retriever=holdout_retriever,
             holdout_items=settings.holdout_items,
+            holdout_untrained=untrained,
         )
 
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
@@ -138,22 +159,29 @@ class RankerRecipe:
         return list(history_target_batches(rows.items, self.max_history, self.batch_size, generator, labels))
 
     def loss(self, model: RankerModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        retriever = None
+        retriever, untrained = None, None
         if self.holdout_retriever is not None:
             retriever = self.holdout_retriever.to(batch.histories.device)
-        top = model.candidates(batch.histories, batch.users, retriever)  # (B, C), best first
-        hit = top.indices == batch.targets[:, None]
+            assert self.holdout_untrained is not None
+            untrained = self.holdout_untrained.to(batch.histories.device)
+        found_all = model.candidates(batch.histories, batch.users, retriever, untrained)  # (B, C), best first
+        hit = found_all.items == batch.targets[:, None]
         found = hit.any(dim=1)
         if not bool(found.any()):
             return torch.zeros((), device=hit.device, requires_grad=True), 0
-        hit, indices, values = hit[found], top.indices[found], top.values[found]  # (n, C)
-        width = min(self.train_candidates or indices.shape[1], indices.shape[1])
-        negative_rank = (~hit).cumsum(dim=1)  # 1 for the best-scored negative, 2 for the next, ...
-        keep = hit | (~hit & (negative_rank <= width - 1))  # the target + the width-1 hardest negatives
+        hit, indices, values = hit[found], found_all.items[found], found_all.retrieval[found]  # (n, C)
+        real = indices != 0  # rows of a union are padded to the widest
+        available = int(real.sum(dim=1).min())
+        width = min(self.train_candidates or available, available)
+        negative_rank = (~hit & real).cumsum(dim=1)  # 1 for the best-placed negative, 2 for the next, ...
+        keep = hit | (~hit & real & (negative_rank <= width - 1))  # the target + the width-1 best-placed negatives
         n = indices.shape[0]
         candidates, retrieval = indices[keep].view(n, width), values[keep].view(n, width)
+        features = None
+        if found_all.features is not None:
+            features = found_all.features[found][keep].view(n, width, -1)
         target = hit[keep].view(n, width).float().argmax(dim=1)  # (n,) the target's column
-        logits = model.rank_candidates(batch.histories[found], candidates, retrieval)  # (T, n, width)
+        logits = model.rank_candidates(batch.histories[found], candidates, retrieval, features)  # (T, n, width)
         loss = candidate_softmax_loss(logits[0], target)
         for t, (task, weight) in enumerate(zip(self.tasks, self.task_weights, strict=True), start=1):
             assert batch.labels is not None  # the batches carry a label column per task

@@ -27,23 +27,6 @@ from tests.conftest import quick_train
 EVAL = EvalConfig(ks=(10,))
 
 
-@pytest.fixture(scope="module")
-def retriever_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SASRec trained briefly on the tiny data, saved as a model directory's model.pt."""
-    data = load_prepared(tiny_data_dir)
-    torch.manual_seed(0)
-    model = SASRec(SASRecConfig(num_items=data.num_items, max_history=20, dim=32, num_heads=1, ffn_dim=64))
-    fit(
-        model,
-        data,
-        quick_train(4, 4, 3e-3),
-        EVAL,
-    )
-    out = tmp_path_factory.mktemp("retriever")
-    save_model(out / "model.pt", model)
-    return out
-
-
 def two_stage(
     retriever_dir: Path, num_items: int, content: torch.Tensor | None = None, data_tasks: tuple[str, ...] = (),
     categories: CategoryTable | None = None, **params: object,
@@ -134,7 +117,7 @@ def test_training_pairs_the_retriever_missed_are_left_out(tiny_data_dir: Path, r
     histories = data.eval_split("valid").histories.select(torch.arange(8)).to_padded(20)
     scores = model.retriever.score(histories)
     scores[:, 0] = float("inf")  # never the worst
-    best, worst = model.candidates(histories).indices[:, 0], scores.argmin(dim=1)
+    best, worst = model.candidates(histories).items[:, 0], scores.argmin(dim=1)
     targets = torch.where(torch.arange(8) < 3, best, worst)  # 3 pairs the retriever found, 5 it missed
     recipe = RankerRecipe(max_history=20, batch_size=8, train_candidates=5)
     loss, count = recipe.loss(model, HistoryBatch(histories, targets, torch.arange(1, 9)), torch.Generator())
@@ -183,7 +166,7 @@ def test_a_residual_ranker_starts_as_its_retriever_and_can_keep_its_item_vectors
     histories = data.eval_split("valid").histories.select(torch.arange(6)).to_padded(20)
     scores, top = model.eval().score(histories), model.candidates(histories)
     # before training, each candidate's score is its retriever score minus the row's best: the first stage's order
-    torch.testing.assert_close(scores.gather(1, top.indices), top.values - top.values[:, :1])
+    torch.testing.assert_close(scores.gather(1, top.items), top.retrieval - top.retrieval[:, :1])
     items = model.ranker.item_emb.weight.clone()
     fit(
         model,

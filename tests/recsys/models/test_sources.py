@@ -1,0 +1,123 @@
+"""Candidate sources (recsys.models.sources): the union of each source's top-N by hand, the features each candidate
+carries, a failing source skipped, and a ranker over three sources that trains, proposes items no first stage was
+trained on, and saves and loads whole."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from recsys.data.prepared import load_prepared
+from recsys.errors import ConfigError
+from recsys.models.family import ModelInputs, Upstream
+from recsys.models.ranker import TwoStageRanker
+from recsys.models.registry import build_model, load_model, save_model
+from recsys.models.sources import CandidateSource, check_sources, propose, recent_similarity
+from recsys.training.recipes import RankerRecipe, RankerTraining, RecipeInputs, recipe_for
+from recsys.training.trainer import fit
+from tests.conftest import quick_train
+from tests.recsys.models.test_ranker import EVAL
+
+INF = float("inf")
+RETRIEVER, CONTENT, NEW = (
+    CandidateSource("retriever", 2),
+    CandidateSource("content", 2),
+    CandidateSource("new_items", 1),
+)
+
+
+def test_the_union_is_deduplicated_ordered_by_best_position_and_padded() -> None:
+    # items 1..5; the retriever likes 1 then 2, the content 2 then 4, and the only untrained item is 5
+    retriever = torch.tensor([[-INF, 5.0, 4.0, 1.0, 0.5, 0.0], [-INF, 5.0, 4.0, 1.0, 0.5, 0.0]])
+    cosine = torch.tensor([[-INF, 0.1, 0.9, 0.2, 0.8, 0.3], [-INF, 0.1, 0.9, 0.2, 0.8, -INF]])
+    untrained = torch.tensor([False, False, False, False, False, True])
+    found, calls = propose([RETRIEVER, CONTENT, NEW], retriever, lambda recent: cosine, untrained)
+    assert [c.source for c in calls] == ["retriever", "content", "new_items"] and not any(c.failed for c in calls)
+    # row 0: 1 and 2 and 5 first in a source, then 4 (second in content); row 1's cosine cannot propose item 5
+    assert sorted(found.items[0, :3].tolist()) == [1, 2, 5] and found.items[0, 3] == 4
+    assert sorted(found.items[1, :2].tolist()) == [1, 2] and found.items[1].tolist()[2:] == [4, 0]
+    row = {item: found.features[0, c].tolist() for c, item in enumerate(found.items[0].tolist())}
+    assert row[2] == pytest.approx([1 / 2, 1.0, 0.0, 0.9, 0.9])  # 2nd of the retriever, 1st of content, cosines
+    assert row[5] == pytest.approx([0.0, 0.0, 1.0, 0.3, 0.3])  # only the new-items source proposed it
+    assert found.retrieval[0].tolist() == [retriever[0, i].item() for i in found.items[0].tolist()]
+    assert found.retrieval[1, 3] == found.retrieval[1, :3].min()  # padding: the row's lowest real score
+    assert found.features[1, 3].abs().sum() == 0 and found.real[1].tolist() == [True, True, True, False]
+
+
+def test_recent_similarity_is_the_cosine_to_the_closest_recent_item() -> None:
+    content = torch.nn.functional.normalize(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), dim=-1)
+    histories = torch.tensor([[0, 1, 2], [0, 0, 0], [2, 1, 3]])
+    similarity = recent_similarity(content, histories, recent=1)
+    assert similarity[0, 1:].tolist() == pytest.approx([0.0, 1.0, 2**-0.5])  # the latest item only: 2
+    assert similarity[1, 1:].tolist() == [0.0, 0.0, 0.0] and similarity[:, 0].eq(-INF).all()  # empty history
+    assert recent_similarity(content, histories, recent=2)[0, 1:].tolist() == pytest.approx([1.0, 1.0, 2**-0.5])
+
+
+def test_a_failing_source_is_skipped_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    retriever = torch.tensor([[-INF, 3.0, 2.0, 1.0]])
+
+    def broken(recent: int) -> torch.Tensor:
+        raise RuntimeError("content store unreachable")
+
+    with caplog.at_level(logging.ERROR, logger="recsys.models.sources"):
+        found, calls = propose([RETRIEVER, CONTENT], retriever, broken, None)
+    assert "candidate source content failed" in caplog.text and "content store unreachable" in caplog.text
+    assert [(c.source, c.failed) for c in calls] == [("retriever", False), ("content", True)]
+    assert found.items[0].tolist() == [1, 2] and found.features[0, :, 1:].abs().sum() == 0
+
+
+@pytest.mark.parametrize(
+    ("sources", "problem"),
+    [([RETRIEVER, RETRIEVER], "named more than once"), ([CONTENT], "the retriever is missing")],
+)
+def test_a_source_list_must_name_the_retriever_once(sources: list[CandidateSource], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        check_sources(sources)
+
+
+def test_a_ranker_over_three_sources_trains_proposes_new_items_and_loads_whole(
+    tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    torch.manual_seed(0)
+    content = torch.cat([torch.zeros(1, 8), torch.randn(data.num_items, 8)])
+    counts = data.item_counts().clone()
+    counts[[3, 7]] = 0  # two items the first stage never trained on
+    retriever = Upstream(*load_model(retriever_dir / "model.pt"))
+    inputs = ModelInputs(retriever=retriever, content=content, item_counts=counts)
+    sources = [{"kind": "retriever", "top": 10}, {"kind": "content", "top": 5, "recent": 3},
+               {"kind": "new_items", "top": 2}]  # fmt: skip
+    params = {"dim": 32, "hidden": 64, "use_content": True, "residual": True, "sources": sources}
+    with pytest.raises(ConfigError, match="use_content"):
+        build_model("ranker", {**params, "use_content": False}, data.num_items, inputs)
+    model = build_model("ranker", params, data.num_items, inputs)
+    assert isinstance(model, TwoStageRanker) and model.untrained is not None
+    assert model.untrained.nonzero().squeeze(1).tolist() == [3, 7]
+    histories = data.eval_split("test").histories.select(torch.arange(6)).to_padded(20)
+    scores = model.eval().score(histories)
+    assert torch.isfinite(scores[:, [3, 7]]).all()  # the new items are candidates of every row
+    assert (torch.isfinite(scores).sum(dim=1) <= 10 + 5 + 2).all() and not torch.isfinite(scores[:, 0]).any()
+    assert [call.source for call in model.last_source_calls] == ["retriever", "content", "new_items"]
+
+    twin = recipe_for(model, data, 32, RankerTraining(), RecipeInputs(holdout_retriever=model.retriever))
+    assert isinstance(twin, RankerRecipe) and twin.holdout_untrained is not None  # what the twin never saw:
+    rows = data.training_sequences()
+    seen_before_last = set(rows.truncate_last(1).values.tolist())
+    only_last = set(range(1, data.num_items + 1)) - seen_before_last
+    assert set(twin.holdout_untrained.nonzero().squeeze(1).tolist()) == only_last  # items only in last places
+    batch = next(iter(twin.batches(data.training_rows(), torch.Generator())))
+    loss, pairs = twin.loss(model.train(), batch, torch.Generator())
+    assert pairs > 0 and torch.isfinite(loss)
+
+    recipe = recipe_for(model, data, 32, RankerTraining(train_candidates=8), RecipeInputs())
+    assert isinstance(recipe, RankerRecipe)
+    before = {k: v.clone() for k, v in model.ranker.state_dict().items()}
+    fit(model, data, quick_train(1, 32, 3e-3), EVAL, recipe)
+    assert any(not torch.equal(before[k], v) for k, v in model.ranker.state_dict().items())  # it learned
+    save_model(tmp_path / "ranker.pt", model)
+    _, loaded = load_model(tmp_path / "ranker.pt")
+    assert isinstance(loaded, TwoStageRanker) and torch.equal(loaded.untrained, model.untrained)
+    torch.testing.assert_close(loaded.score(histories), model.eval().score(histories))
