@@ -8,7 +8,7 @@ Kinds (`CandidateSource.kind`), each named by its kind (one source per kind):
   of the user's `recent` latest items: what a text nearest-neighbour retriever over the user's history proposes.
 - `new_items`: the same content neighbours among the items no first stage was trained on (0 training interactions;
   for the training pairs, those the held-out twin never saw): new items reach the ranker, which learns when to
-  show them, instead of a slot fixed by hand.
+  show them, instead of a slot fixed by hand. They enter with the retriever score of its last candidate.
 
 The union is de-duplicated and ordered by each item's best position in any source (a source's first item before
 every source's second, ...), padded with item 0 to the widest row; every candidate carries, per source, 1 / (1 +
@@ -82,7 +82,9 @@ class Candidates:
 
     Args:
         items: (B, C) item_idx, best position first, 0 = padding (rows proposing fewer than C).
-        retrieval: (B, C) the retriever's score of each candidate (padding: the row's lowest real score).
+        retrieval: (B, C) the retriever's score of each candidate; an item no first stage was trained on gets the
+            score of the retriever's last candidate (its own score is that of an untrained vector: it would sink
+            the item whatever the other sources say); padding: the row's lowest real score.
         features: (B, C, F) per source 1 / (1 + position) in its top-N or 0, then the content kinds' cosines
             (`source_feature_count`); None for a ranker without `sources` (its retriever's top alone).
     """
@@ -145,6 +147,10 @@ def propose(
     order = best.topk(width, dim=1)
     items = torch.where(order.values > 0, order.indices, torch.zeros_like(order.indices))
     retrieval = retriever_scores.gather(1, items)
+    if untrained is not None:  # the retriever's score of an item it never trained on says nothing about the user
+        retriever = next(source for source in sources if source.kind == "retriever")
+        floor = retriever_scores.topk(min(retriever.top, V1 - 1), dim=1).values[:, -1:]  # its last candidate's
+        retrieval = torch.where(untrained.to(items.device)[items], floor, retrieval)
     lowest = retrieval.masked_fill(items == 0, float("inf")).amin(dim=1, keepdim=True)
     retrieval = torch.where(items == 0, lowest, retrieval)
     features = torch.stack([p.gather(1, items) for p in positions] + [c.gather(1, items) for c in cosines], dim=-1)

@@ -42,7 +42,9 @@ def test_the_union_is_deduplicated_ordered_by_best_position_and_padded() -> None
     row = {item: found.features[0, c].tolist() for c, item in enumerate(found.items[0].tolist())}
     assert row[2] == pytest.approx([1 / 2, 1.0, 0.0, 0.9, 0.9])  # 2nd of the retriever, 1st of content, cosines
     assert row[5] == pytest.approx([0.0, 0.0, 1.0, 0.3, 0.3])  # only the new-items source proposed it
-    assert found.retrieval[0].tolist() == [retriever[0, i].item() for i in found.items[0].tolist()]
+    # the retriever's own scores, but item 5, untrained, enters as its last candidate (2nd of its top 2: item 2)
+    expected = [retriever[0, i].item() if i != 5 else retriever[0, 2].item() for i in found.items[0].tolist()]
+    assert found.retrieval[0].tolist() == expected
     assert found.retrieval[1, 3] == found.retrieval[1, :3].min()  # padding: the row's lowest real score
     assert found.features[1, 3].abs().sum() == 0 and found.real[1].tolist() == [True, True, True, False]
 
