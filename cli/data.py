@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.common import handle_errors
+from features.attributes import AttributeFiles
 from features.prepare import PrepareSummary, dry_run, prepare
 from features.raw import RawDataset, RawStream
 from features.settings import DEFAULT_MEMORY_BUDGET_GB, PrepareSettings, UnknownItems
@@ -48,6 +49,13 @@ MemoryBudgetOpt = Annotated[
         "with an error when its resident memory grows past it; the output is the same.",
     ),
 ]
+CategoriesOpt = Annotated[
+    Path | None,
+    typer.Option("--categories", help="CSV item_id,categories of item category paths (relative: under --input)."),
+]
+NamesOpt = Annotated[
+    Path | None, typer.Option("--names", help="CSV item_id,name of short item names (relative: under --input).")
+]
 MaxSecondsOpt = Annotated[
     float | None,
     typer.Option(
@@ -69,8 +77,11 @@ def prepare_command(
     num_items: NumItemsOpt = None,
     memory_budget_gb: MemoryBudgetOpt = DEFAULT_MEMORY_BUDGET_GB,
     max_seconds: MaxSecondsOpt = None,
+    categories: CategoriesOpt = None,
+    names: NamesOpt = None,
 ) -> None:
-    """Load a source, apply the policies, and write interactions/items/users parquet + meta.json."""
+    """Load a source, apply the policies, join the item attribute files given, and write interactions/items/users
+    parquet + meta.json."""
     with handle_errors():
         options = source_options(source, seed=seed, num_users=num_users, num_items=num_items)
         raw = open_source(source, input_path, **options)
@@ -78,7 +89,9 @@ def prepare_command(
             min_interactions=min_interactions, unknown_items=unknown_items, cold_start_fraction=cold_start_fraction,
             seed=seed, memory_budget_gb=memory_budget_gb, max_seconds=max_seconds,
         )  # fmt: skip
-        summary = prepare(raw, out, settings, source_options=options)
+        files = AttributeFiles(categories=categories, names=names)
+        attributes = files.resolved(input_path) if files.named() else None
+        summary = prepare(raw, out, settings, source_options=options, attributes=attributes)
     print_summary(summary, raw)
 
 

@@ -6,6 +6,7 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
@@ -23,6 +24,21 @@ def test_prepare_writes_the_directory(p5_dir: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (out / schema.META_FILE).exists()
     assert "wrote" in result.stdout
+
+
+def test_prepare_joins_the_attribute_files_named_under_the_input(p5_dir: Path, tmp_path: Path) -> None:
+    (p5_dir / "item_categories.csv").write_text("item_id,categories\na,Toys > Cars\nb,Toys > Dolls\n")
+    (p5_dir / "item_names.csv").write_text("item_id,name\nc,charlie car\n")
+    out = tmp_path / "out"
+    args = ["prepare", "--source", "amazon-p5", "--input", str(p5_dir), "--out", str(out), "--unknown-items", "keep"]
+    result = runner.invoke(app, [*args, "--categories", "item_categories.csv", "--names", "item_names.csv"])
+    assert result.exit_code == 0, result.output
+    items = pl.read_parquet(out / schema.ITEMS_FILE).sort("item_id")
+    paths = dict(zip(items["item_id"], items["category_path"].to_list(), strict=True))
+    assert paths["a"] == ["Toys", "Cars"] and paths["c"] is None  # items without a path: null
+    assert dict(zip(items["item_id"], items["name"], strict=True))["c"] == "charlie car"
+    missing = runner.invoke(app, [*args, "--categories", "no_such.csv"])
+    assert missing.exit_code == 2 and "no_such.csv" in missing.output  # named, with the fix, before anything is written
 
 
 def test_validate_writes_nothing_and_reports(p5_dir: Path, tmp_path: Path) -> None:
