@@ -9,7 +9,8 @@ Usage:
     .venv/bin/python -m benchmarks.comparisons --only-seed 2 --only-model SASRec   # one run: one process per run
 
 The config (benchmarks/configs/beauty-comparisons.yaml) names the models (a label and an experiment config each; a
-ranker names the models it is built on, `retriever` and `holdout_retriever`, a distilled student its `teacher`, and
+ranker names the models it is built on, `retriever` and `holdout_retriever` (and `extra_retrievers` /
+`extra_holdout_retrievers`, lists, for its model candidate sources), a distilled student its `teacher`, and
 each gets their runs of the same seed),
 the seeds, the device, the work directory and the intervals' settings. Every (model, seed) is trained and evaluated on
 test by the pipeline (`benchmarks.quality.train_seeds`: train.seed = the config's + i, until the `evaluate` step,
@@ -60,11 +61,15 @@ class Model:
     # the same for model.upstream.holdout_retriever (a ranker's held-out first stage)
     holdout_retriever: str | None = None
     teacher: str | None = None  # the same for distill.teacher_dir (a distilled student's teacher)
+    # the same, in order, for model.upstream.extra_retrievers and extra_holdout_retrievers (a ranker's model sources)
+    extra_retrievers: list[str] = field(default_factory=list)
+    extra_holdout_retrievers: list[str] = field(default_factory=list)
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted, of this model's config only
 
     def upstream(self) -> list[str]:
         """The labels of the models it is built on."""
-        return [label for label in (self.retriever, self.holdout_retriever, self.teacher) if label is not None]
+        single = [label for label in (self.retriever, self.holdout_retriever, self.teacher) if label is not None]
+        return [*single, *self.extra_retrievers, *self.extra_holdout_retrievers]
 
 
 @dataclass(frozen=True)
@@ -103,9 +108,20 @@ def model_config(settings: Settings, model: Model, offset: int, work: Path) -> E
         ("distill.teacher_dir", model.teacher),
     ):
         if label is not None:
-            upstream = next(m for m in settings.models if m.label == label)
-            overrides[key] = str(work / "models" / model_config(settings, upstream, offset, work).name)
+            overrides[key] = str(_model_dir(settings, label, offset, work))
+    for key, labels in (
+        ("model.upstream.extra_retrievers", model.extra_retrievers),
+        ("model.upstream.extra_holdout_retrievers", model.extra_holdout_retrievers),
+    ):
+        if labels:
+            overrides[key] = [str(_model_dir(settings, label, offset, work)) for label in labels]
     return seeded(load_config(REPO / model.config, overrides), offset)
+
+
+def _model_dir(settings: Settings, label: str, offset: int, work: Path) -> Path:
+    """The model directory of the run `offset` of the model labelled `label`."""
+    upstream = next(m for m in settings.models if m.label == label)
+    return work / "models" / model_config(settings, upstream, offset, work).name
 
 
 def main(argv: list[str] | None = None) -> Path:

@@ -139,6 +139,7 @@ def model_inputs(config: ExperimentConfig, data: SequenceData, features: Catalog
         tasks=data.tasks if Input.TASKS in reads else (),
         categories=category_table(data.items) if Input.CATEGORIES in reads else None,
         retriever=retriever[0] if retriever else None,
+        extra_retrievers=_upstream(config, Input.EXTRA_RETRIEVERS),
         base=base[0] if base else None,
         members=_upstream(config, Input.MEMBERS),
     )
@@ -212,8 +213,10 @@ def _recipe(
     """The model's recipe on the inputs of it that its family reads."""
     reads, features = config.model.reads(), features or CatalogFeatures()
     holdout = _upstream(config, Input.HOLDOUT_RETRIEVER)
+    extra_holdout = tuple(twin.model for twin in _upstream(config, Input.EXTRA_HOLDOUT_RETRIEVERS))
     queries = features.training_queries if Input.QUERIES in reads else None
-    inputs = RecipeInputs(holdout[0].model if holdout else None, None if queries is None else QueryBank.load(queries))
+    bank = None if queries is None else QueryBank.load(queries)
+    inputs = RecipeInputs(holdout[0].model if holdout else None, bank, extra_holdout)
     return recipe_for(model, data, config.train.optimization.batch_size, config.model.training_settings(), inputs)
 
 

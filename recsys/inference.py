@@ -10,7 +10,6 @@ Dimension letters: B users, L history length, V+1 items (0 = padding), n items o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -19,6 +18,7 @@ from recsys.data.jagged import Jagged
 from recsys.data.schema import PADDING_IDX
 from recsys.data.tasks import Task
 from recsys.data.times import HistoryTimes
+from recsys.models.sources import SourceCall
 
 
 class Scorer(Protocol):
@@ -111,16 +111,6 @@ class MultiTaskScorer(Scorer, Protocol):
     ) -> torch.Tensor:
         """(B, L) left-padded histories, (B,) items -> (T, B): probabilities (binary tasks) or values (regression)."""
         ...
-
-
-@dataclass(frozen=True)
-class SourceCall:
-    """One candidate source's part of one `score` call: how long it took, and whether it failed (and was
-    skipped)."""
-
-    source: str
-    seconds: float
-    failed: bool
 
 
 @runtime_checkable

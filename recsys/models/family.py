@@ -92,6 +92,8 @@ class Input(StrEnum):
     # trained models this one is built on (model directories: the family's `UpstreamRole`s name them)
     RETRIEVER = "retriever"  # a trained first stage
     HOLDOUT_RETRIEVER = "holdout_retriever"  # that first stage trained without the last items (its recipe's)
+    EXTRA_RETRIEVERS = "extra_retrievers"  # further trained first stages (a ranker's model candidate sources)
+    EXTRA_HOLDOUT_RETRIEVERS = "extra_holdout_retrievers"  # each of them trained without the last items
     BASE = "base"  # a trained model adapted by this one
     MEMBERS = "members"  # trained models combined by this one
 
@@ -130,6 +132,7 @@ class ModelInputs:
         categories: every item's category-level ids, None where the data has no category paths
             (`Input.CATEGORIES`).
         retriever: the trained first stage (`Input.RETRIEVER`).
+        extra_retrievers: further trained first stages (`Input.EXTRA_RETRIEVERS`).
         base: the trained model this one adapts (`Input.BASE`).
         members: the trained models this one combines (`Input.MEMBERS`).
     """
@@ -145,6 +148,7 @@ class ModelInputs:
     tasks: tuple[str, ...] = ()
     categories: CategoryTable | None = None
     retriever: Upstream | None = None
+    extra_retrievers: tuple[Upstream, ...] = ()
     base: Upstream | None = None
     members: tuple[Upstream, ...] = ()
 

@@ -28,8 +28,9 @@ Dimension letters: B rows, L history length, C candidates, D dim, V+1 items (0 =
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, cast, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +41,6 @@ from recsys.data.categories import MAX_CATEGORY_LEVELS, CategoryTable, category_
 from recsys.data.tasks import Task, task_kind
 from recsys.data.times import HistoryTimes
 from recsys.errors import ConfigError
-from recsys.inference import SourceCall
 from recsys.models.family import (
     DEFAULT_MAX_HISTORY,
     Input,
@@ -56,6 +56,7 @@ from recsys.models.family import (
 from recsys.models.sources import (
     Candidates,
     CandidateSource,
+    SourceCall,
     check_sources,
     propose,
     recent_similarity,
@@ -71,6 +72,8 @@ CONTENT_SIMILARITIES = ("last", "closest", "average")
 class RankerConfig:
     num_items: int
     retriever: dict[str, Any] = field(default_factory=dict)  # {"name", "config"} of the frozen first stage
+    # the same of each further first stage (model.upstream.extra_retrievers: the sources of kind model)
+    extra_retrievers: tuple[dict[str, Any], ...] = ()
     num_candidates: PositiveInt = 200  # C: the retriever's top-C are re-scored
     max_history: PositiveInt = DEFAULT_MAX_HISTORY
     dim: PositiveInt = 64
@@ -313,16 +316,18 @@ class TwoStageRanker(Model[RankerConfig]):
         content: torch.Tensor | None = None,
         categories: torch.Tensor | None = None,
         untrained: torch.Tensor | None = None,
+        extra_retrievers: Sequence[Model[Any]] = (),
     ) -> None:
-        """Args: as `Ranker`, and untrained (V+1,) bool: the items no first stage was trained on, which a
-        `new_items` source proposes (None: from a state dict)."""
+        """Args: as `Ranker`, untrained (V+1,) bool: the items no first stage was trained on, which a `new_items`
+        source proposes (None: from a state dict), and the further first stages of the `model` sources."""
         super().__init__(config)
-        if retriever.reads_timestamps:
+        if any(stage.reads_timestamps for stage in (retriever, *extra_retrievers)):
             raise ValueError(
-                "the ranker's retriever reads timestamps (HSTU with num_time_buckets > 0), which the ranking stage "
-                "does not pass on yet: train the retriever with num_time_buckets: 0"
+                "a first stage of the ranker reads timestamps (HSTU with num_time_buckets > 0), which the ranking "
+                "stage does not pass on yet: train it with num_time_buckets: 0"
             )
         self.retriever = retriever.eval().requires_grad_(False)
+        self.extra_retrievers = nn.ModuleList(stage.eval().requires_grad_(False) for stage in extra_retrievers)
         self.ranker = Ranker(config, content, categories)
         if config.proposes_new_items and untrained is None:
             untrained = torch.zeros(config.num_items + 1, dtype=torch.bool)
@@ -332,8 +337,13 @@ class TwoStageRanker(Model[RankerConfig]):
 
     @property
     def max_history(self) -> int:
-        """The longer of the two stages' windows: each keeps its own most recent part."""
-        return max(self.config.max_history, self.retriever.max_history)
+        """The longest of the stages' windows: each keeps its own most recent part."""
+        stages = [self.retriever, *self.extra_retrievers]
+        return max(self.config.max_history, *(stage.max_history for stage in stages))
+
+    @property
+    def extra_retriever_count(self) -> int:
+        return len(self.extra_retrievers)
 
     @property
     def tasks(self) -> tuple[Task, ...]:
@@ -383,7 +393,8 @@ class TwoStageRanker(Model[RankerConfig]):
 
     def train(self, mode: bool = True) -> TwoStageRanker:
         super().train(mode)
-        self.retriever.eval()  # frozen: no dropout in the first stage, ever
+        self.retriever.eval()  # frozen: no dropout in the first stages, ever
+        self.extra_retrievers.eval()
         return self
 
     @torch.no_grad()
@@ -393,22 +404,27 @@ class TwoStageRanker(Model[RankerConfig]):
         users: torch.Tensor | None = None,
         retriever: Model[Any] | None = None,
         untrained: torch.Tensor | None = None,
+        extra_retrievers: tuple[Model[Any], ...] = (),
     ) -> Candidates:
         """Each row's candidates, best first: the union of the sources' top-N with their features, or without
-        `sources` the first stage's top-C. `retriever` and `untrained` stand in for the first stage and the items it
-        was not trained on (the held-out twin's, for training pairs)."""
-        scores = self._first_stage_scores(histories, users, retriever)
+        `sources` the first stage's top-C. `retriever`, `extra_retrievers` and `untrained` stand in for the first
+        stages and the items they were not trained on (the held-out twins', for training pairs)."""
         if not self.config.sources:
-            top = self._top(scores)
+            top = self._top(self._first_stage_scores(histories, users, retriever))
             return Candidates(top.indices, top.values, None)
+        stages = extra_retrievers or cast(tuple[Model[Any], ...], tuple(self.extra_retrievers))  # ModuleList of Model
         content = self.ranker.content
 
-        def similarity(recent: int) -> torch.Tensor:
-            assert content is not None  # checked when built
-            return recent_similarity(content, histories[:, -self.config.max_history :], recent)
+        def score(source: CandidateSource) -> torch.Tensor:
+            if source.kind == "retriever":
+                return self._first_stage_scores(histories, users, retriever)
+            if source.kind == "model":
+                return self._first_stage_scores(histories, users, stages[source.index])
+            assert content is not None  # content kinds need use_content, checked with the config
+            return recent_similarity(content, histories[:, -self.config.max_history :], source.recent)
 
-        candidates, calls = propose(self.config.sources, scores, similarity, self.untrained if untrained is None
-                                    else untrained)  # fmt: skip
+        untrained = self.untrained if untrained is None else untrained
+        candidates, calls = propose(self.config.sources, score, untrained)
         self.last_source_calls = tuple(calls)
         return candidates
 
@@ -466,7 +482,20 @@ def _build(fields: dict[str, Any], inputs: ModelInputs) -> TwoStageRanker:
     the retriever's one item table (input and output tied) of the ranker's dim."""
     retriever = required(inputs.retriever, f"model 'ranker' re-scores a first stage. Fix: set {RETRIEVER.key}")
     check_items(retriever, fields["num_items"], RETRIEVER.key)
-    config = FAMILY.validate({**fields, "retriever": retriever.saved()})
+    for extra in inputs.extra_retrievers:
+        check_items(extra, fields["num_items"], EXTRA_RETRIEVERS.key)
+    extras = tuple(extra.saved() for extra in inputs.extra_retrievers)
+    config = FAMILY.validate({**fields, "retriever": retriever.saved(), "extra_retrievers": extras})
+    if config.sources:
+        try:
+            check_sources(config.sources, len(extras))
+        except ValueError as err:
+            raise ConfigError(f"model.params.{err}") from None
+    elif extras:
+        raise ConfigError(
+            f"{EXTRA_RETRIEVERS.key} names {len(extras)} first stages and model.params.sources does not use them. "
+            "Fix: list each as {kind: model, index: i, top: N} under sources"
+        )
     shared = retriever.model.shared_item_table() if isinstance(retriever.model, SharedItemTable) else None
     items = shared if shared is not None and shared.shape[1] == config.dim else None
     if config.freeze_item_embeddings and items is None:
@@ -488,7 +517,8 @@ def _build(fields: dict[str, Any], inputs: ModelInputs) -> TwoStageRanker:
         counts = required(inputs.item_counts, "the new_items source needs the training data's item counts")
         untrained = counts == 0
         untrained[0] = False
-    model = TwoStageRanker(config, retriever.model, content, categories, untrained)
+    stages = [extra.model for extra in inputs.extra_retrievers]
+    model = TwoStageRanker(config, retriever.model, content, categories, untrained, stages)
     if items is not None:
         with torch.no_grad():  # start from the retriever's item vectors: the ranker refines, not relearns
             model.ranker.item_emb.weight.copy_(items)
@@ -537,7 +567,8 @@ def _reads(config: RankerConfig) -> frozenset[Input]:
 
 
 def _shape(config: RankerConfig, rebuild: Rebuild) -> TwoStageRanker:
-    return TwoStageRanker(config, rebuild(config.retriever))
+    extras = [rebuild(extra) for extra in config.extra_retrievers]
+    return TwoStageRanker(config, rebuild(config.retriever), extra_retrievers=extras)
 
 
 RETRIEVER = UpstreamRole("retriever", Input.RETRIEVER, "the first stage whose top candidates it re-scores")
@@ -545,8 +576,16 @@ HOLDOUT_RETRIEVER = UpstreamRole(
     "holdout_retriever", Input.HOLDOUT_RETRIEVER, "that first stage trained without each user's last training items "
     "(its model.training.holdout_last), whose candidates it learns on", required=False,
 )  # fmt: skip
+EXTRA_RETRIEVERS = UpstreamRole(
+    "extra_retrievers", Input.EXTRA_RETRIEVERS, "further first stages whose top-N are candidate sources (sources of "
+    "kind model, by index)", many=True, required=False,
+)  # fmt: skip
+EXTRA_HOLDOUT_RETRIEVERS = UpstreamRole(
+    "extra_holdout_retrievers", Input.EXTRA_HOLDOUT_RETRIEVERS, "each extra retriever trained without the same last "
+    "items, in order (needed with holdout_retriever)", many=True, required=False,
+)  # fmt: skip
 FAMILY = ModelFamily(
     "ranker", RankerConfig, TwoStageRanker, _build, training="ranker", reads=_reads,
-    upstream=(RETRIEVER, HOLDOUT_RETRIEVER), shape=_shape,
-    filled={"num_items": 1, "retriever": {}, "content_dim": 0, "category_sizes": ()},
+    upstream=(RETRIEVER, HOLDOUT_RETRIEVER, EXTRA_RETRIEVERS, EXTRA_HOLDOUT_RETRIEVERS), shape=_shape,
+    filled={"num_items": 1, "retriever": {}, "extra_retrievers": (), "content_dim": 0, "category_sizes": ()},
 )  # fmt: skip

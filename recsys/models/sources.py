@@ -6,17 +6,20 @@ Kinds (`CandidateSource.kind`), each named by its kind (one source per kind):
   its score of every candidate is the ranker's retrieval feature (and, with `residual`, the score it corrects).
 - `content`: the items whose content embedding (the experiment's `content` section) is closest, by cosine, to one
   of the user's `recent` latest items: what a text nearest-neighbour retriever over the user's history proposes.
+- `model`: a further trained first stage (HSTU, the generative retriever, the two-tower, ...), the `index`-th of
+  `model.upstream.extra_retrievers` (its held-out twin the same entry of `extra_holdout_retrievers`): its top-N, and
+  for each candidate its score's gap to its row's best (0 where it did not propose the item).
 - `new_items`: the same content neighbours among the items no first stage was trained on (0 training interactions;
   for the training pairs, those the held-out twin never saw): new items reach the ranker, which learns when to
   show them, instead of a slot fixed by hand. They enter with the retriever score of its last candidate.
 
 The union is de-duplicated and ordered by each item's best position in any source (a source's first item before
 every source's second, ...), padded with item 0 to the widest row; every candidate carries, per source, 1 / (1 +
-its position) in that source's top-N (0 where the source did not propose it) and, for the content kinds, its cosine
-to the user's closest recent item (`Candidates.features`).
+its position) in that source's top-N (0 where the source did not propose it), then for the content kinds its cosine
+to the user's closest recent item and for the model kind its score gap (`Candidates.features`).
 
 A source that raises is skipped for that call and logged (the retriever excepted: without its scores there is
-nothing to rank); a `recsys.inference.SourceCall` records each source's time and failure, for serving's /metrics.
+nothing to rank); a `SourceCall` records each source's time and failure, for serving's /metrics.
 
 Dimension letters: B rows, L history length, N a source's top, C candidates (the union's width), S sources,
 V+1 items (0 = padding), K content dim.
@@ -31,13 +34,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from pydantic import PositiveInt
-
-from recsys.inference import SourceCall
+from pydantic import NonNegativeInt, PositiveInt
 
 logger = logging.getLogger(__name__)
 
-SourceKind = Literal["retriever", "content", "new_items"]
+SourceKind = Literal["retriever", "model", "content", "new_items"]
 CONTENT_KINDS: tuple[SourceKind, ...] = ("content", "new_items")
 
 
@@ -48,32 +49,59 @@ class CandidateSource:
     kind: SourceKind
     top: PositiveInt  # N: the items it proposes per user
     recent: PositiveInt = 5  # content kinds: the user's latest items whose content neighbours are proposed
+    index: NonNegativeInt = 0  # model kind: which of model.upstream.extra_retrievers
+    label: str | None = None  # how logs and /metrics name it; default: the kind (model: "model<index>")
 
     @property
     def name(self) -> str:
-        return self.kind
+        if self.label is not None:
+            return self.label
+        return f"model{self.index}" if self.kind == "model" else self.kind
 
     @property
     def reads_content(self) -> bool:
         return self.kind in CONTENT_KINDS
 
+    @property
+    def features(self) -> int:
+        """Its features per candidate: its position, and a content kind's cosine or a model's score gap."""
+        return 2 if self.reads_content or self.kind == "model" else 1
 
-def check_sources(sources: Sequence[CandidateSource]) -> None:
-    """ValueError unless the list names each kind at most once and the retriever among them."""
-    kinds = [source.kind for source in sources]
-    repeated = sorted({kind for kind in kinds if kinds.count(kind) > 1})
+
+def check_sources(sources: Sequence[CandidateSource], extra_retrievers: int | None = None) -> None:
+    """ValueError unless the names are unique, the retriever is listed once, each model source names one of
+    `extra_retrievers` (when known) and no extra retriever is left unused."""
+    names = [source.name for source in sources]
+    repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
-        raise ValueError(f"sources: {repeated} named more than once; give each kind one entry")
-    if "retriever" not in kinds:
+        raise ValueError(f"sources: {repeated} named more than once; give each source a kind or label of its own")
+    if [source.kind for source in sources].count("retriever") != 1:
         raise ValueError(
-            f"sources {kinds}: the retriever is missing; its scores are the ranker's retrieval feature. Add "
+            f"sources {names}: list the retriever once; its scores are the ranker's retrieval feature. Add "
             "{kind: retriever, top: 200}"
+        )
+    if extra_retrievers is None:
+        return
+    indices = sorted(source.index for source in sources if source.kind == "model")
+    if indices != list(range(extra_retrievers)):
+        raise ValueError(
+            f"sources: the model sources name extra retrievers {indices}, and model.upstream.extra_retrievers has "
+            f"{extra_retrievers}; give each of them one {{kind: model, index: i}} (i from 0)"
         )
 
 
 def source_feature_count(sources: Sequence[CandidateSource]) -> int:
-    """F: one position feature per source, plus a cosine per content kind."""
-    return len(sources) + sum(source.reads_content for source in sources)
+    """F: each source's `features`."""
+    return sum(source.features for source in sources)
+
+
+@dataclass(frozen=True)
+class SourceCall:
+    """One candidate source's part of one call: how long it took, and whether it failed (and was skipped)."""
+
+    source: str
+    seconds: float
+    failed: bool
 
 
 @dataclass(frozen=True)
@@ -113,34 +141,40 @@ def recent_similarity(content: torch.Tensor, histories: torch.Tensor, recent: in
 
 def propose(
     sources: Sequence[CandidateSource],
-    retriever_scores: torch.Tensor,
-    similarity: Callable[[int], torch.Tensor] | None,
+    score: Callable[[CandidateSource], torch.Tensor],
     untrained: torch.Tensor | None,
 ) -> tuple[Candidates, list[SourceCall]]:
     """The union of every source's top-N, with the features the ranker reads, and each source's call record.
 
     Args:
         sources: the ranker's sources, in its feature order.
-        retriever_scores: (B, V+1) the retriever's scores (padding -inf).
-        similarity: recent -> (B, V+1) `recent_similarity` of the rows (None: no content kind among `sources`).
+        score: a source -> (B, V+1) its scores of every item (padding and what it cannot propose -inf): the
+            retriever's or an extra retriever's scores, or a content kind's `recent_similarity`; timed as the
+            source's call.
         untrained: (V+1,) bool, the items no first stage was trained on (None: no new_items source).
     """
+    retriever = next(source for source in sources if source.kind == "retriever")
+    start = time.perf_counter()
+    retriever_scores = score(retriever)  # first, whatever its place: the others need its shape, it cannot fail
     B, V1 = retriever_scores.shape
-    positions, cosines, calls = [], [], []
+    columns: dict[str, list[torch.Tensor]] = {}  # per source: (B, V+1) position [, cosine or score gap]
+    calls = []
     for source in sources:
-        start, failed = time.perf_counter(), False
+        if source is not retriever:
+            start = time.perf_counter()
+        failed = False
         try:
-            position, cosine = _proposal(source, retriever_scores, similarity, untrained)
+            scores = retriever_scores if source is retriever else score(source)
+            columns[source.name] = _proposal(source, scores, untrained)
         except Exception:
-            if source.kind == "retriever":
+            if source is retriever:
                 raise
             logger.exception("candidate source %s failed; ranking without it for this call", source.name)
-            failed, position = True, torch.zeros(B, V1, device=retriever_scores.device)
-            cosine = position if source.reads_content else None  # zeros: the feature says nothing
+            failed = True
+            columns[source.name] = [torch.zeros(B, V1, device=retriever_scores.device)] * source.features
         calls.append(SourceCall(source.name, time.perf_counter() - start, failed))
-        positions.append(position)
-        if cosine is not None:
-            cosines.append(cosine)
+    positions = [columns[source.name][0] for source in sources]
+    extras = [column for source in sources for column in columns[source.name][1:]]
     best = torch.stack(positions).amax(dim=0)  # (B, V+1): the item's best position in any source, 0 = none
     best[:, 0] = 0.0
     width = int((best > 0).sum(dim=1).max().clamp(min=1))
@@ -148,28 +182,18 @@ def propose(
     items = torch.where(order.values > 0, order.indices, torch.zeros_like(order.indices))
     retrieval = retriever_scores.gather(1, items)
     if untrained is not None:  # the retriever's score of an item it never trained on says nothing about the user
-        retriever = next(source for source in sources if source.kind == "retriever")
         floor = retriever_scores.topk(min(retriever.top, V1 - 1), dim=1).values[:, -1:]  # its last candidate's
         retrieval = torch.where(untrained.to(items.device)[items], floor, retrieval)
     lowest = retrieval.masked_fill(items == 0, float("inf")).amin(dim=1, keepdim=True)
     retrieval = torch.where(items == 0, lowest, retrieval)
-    features = torch.stack([p.gather(1, items) for p in positions] + [c.gather(1, items) for c in cosines], dim=-1)
+    features = torch.stack([column.gather(1, items) for column in positions + extras], dim=-1)
     features = features.masked_fill(~features.isfinite(), 0.0) * (items != 0)[..., None]
     return Candidates(items, retrieval, features), calls
 
 
-def _proposal(
-    source: CandidateSource,
-    retriever_scores: torch.Tensor,
-    similarity: Callable[[int], torch.Tensor] | None,
-    untrained: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(B, V+1) 1 / (1 + position) of the source's top-N items (0 elsewhere), and its cosines (content kinds)."""
-    scores, cosine = retriever_scores, None
-    if source.reads_content:
-        if similarity is None:
-            raise ValueError(f"source {source.name} reads content embeddings and the ranker has none")
-        scores = cosine = similarity(source.recent)
+def _proposal(source: CandidateSource, scores: torch.Tensor, untrained: torch.Tensor | None) -> list[torch.Tensor]:
+    """(B, V+1) 1 / (1 + position) of the source's top-N items (0 elsewhere) from its `scores`, and its second
+    feature: a content kind's cosines, a model's score gap to its row's best (0 where it proposed nothing)."""
     if source.kind == "new_items":
         if untrained is None:
             raise ValueError("source new_items needs the items no first stage was trained on")
@@ -179,4 +203,9 @@ def _proposal(
     weight = 1.0 / (1.0 + torch.arange(top.indices.shape[1], device=scores.device, dtype=torch.float32))
     position = torch.zeros(B, V1, device=scores.device)
     position.scatter_(1, top.indices, weight.expand(B, -1) * top.values.isfinite())  # -inf: not proposable
-    return position, cosine
+    if source.reads_content:
+        return [position, scores]
+    if source.kind == "model":
+        gap = scores - top.values[:, :1]
+        return [position, torch.where(position > 0, gap, torch.zeros_like(gap))]
+    return [position]

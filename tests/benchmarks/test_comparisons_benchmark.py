@@ -136,3 +136,15 @@ def test_a_models_tasks_are_summarised_over_its_seeds() -> None:
     assert summary["category_l2"]["accuracy"]["mean"] == pytest.approx(0.5)
     assert summary["category_l2"]["accuracy"]["per_seed"] == [0.4, 0.6]
     assert summary["category_l2"]["majority_accuracy"]["std"] == pytest.approx(0.0)
+
+
+def test_a_ranker_with_model_sources_reads_the_extra_retrievers_of_its_seed() -> None:
+    settings = comparisons.load_settings(comparisons.REPO / "benchmarks/configs/beauty-ranking-sources.yaml", {})
+    by_label = {model.label: model for model in settings.models}
+    work = Path("/work")
+    ranker = comparisons.model_config(settings, by_label["ranker sources + HSTU"], 1, work)
+    assert ranker.model.upstream["extra_retrievers"] == [str(work / "models" / "beauty-hstu-seed1")]
+    assert ranker.model.upstream["extra_holdout_retrievers"] == [str(work / "models" / "beauty-hstu-holdout-seed1")]
+    assert [m.label for m in comparisons.built_on(settings.models, "ranker sources + HSTU")] == [
+        "SASRec", "SASRec held out", "HSTU", "HSTU held out", "ranker sources + HSTU"
+    ]  # fmt: skip

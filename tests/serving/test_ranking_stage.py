@@ -49,9 +49,10 @@ def test_a_ranker_over_several_sources_is_served_and_times_each_source(
     _, retriever_name, data_dir = registry
     retriever_dir = data_dir.parents[1] / "models" / retriever_name
     sources = [{"kind": "retriever", "top": 10}, {"kind": "content", "top": 5, "recent": 3},
-               {"kind": "new_items", "top": 3}]  # fmt: skip
+               {"kind": "new_items", "top": 3}, {"kind": "model", "index": 0, "top": 5, "label": "second"}]  # fmt: skip
     params = {"max_history": 20, "dim": 32, "hidden": 32, "use_content": True, "residual": True, "sources": sources}
-    model = {"name": "ranker", "upstream": {"retriever": str(retriever_dir)}, "params": params}
+    upstream = {"retriever": str(retriever_dir), "extra_retrievers": [str(retriever_dir)]}  # the same one, twice
+    model = {"name": "ranker", "upstream": upstream, "params": params}
     config = load_config(tiny_config(tmp_path, name="tiny-sources", model=model, train={"schedule": {"epochs": 1}}))
     outputs, _ = run_pipeline(config, tmp_path)
     assert outputs.registration is not None
@@ -60,7 +61,7 @@ def test_a_ranker_over_several_sources_is_served_and_times_each_source(
         answer = client.post("/v1/recommendations", json={"history": ["i00001", "i00002"], "k": 10})
         assert answer.status_code == 200 and len(answer.json()["items"]) == 10
         text = client.get("/metrics").text
-    for source in ("retriever", "content", "new_items"):
+    for source in ("retriever", "content", "new_items", "second"):
         count = next(line for line in text.splitlines()
                      if line.startswith(f'recsys_candidate_source_seconds_count{{source="{source}"}}'))  # fmt: skip
         assert float(count.split()[-1]) == 1.0  # one model call, each source timed once

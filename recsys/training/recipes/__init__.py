@@ -63,10 +63,13 @@ class RecipeInputs:
         holdout_retriever: a ranker's first stage trained without each user's last `RankerTraining.holdout_items`
             training items (`Input.HOLDOUT_RETRIEVER`).
         query_bank: the items' training queries (`Input.QUERIES`).
+        extra_holdout_retrievers: a ranker's further first stages, each trained without the same last items
+            (`Input.EXTRA_HOLDOUT_RETRIEVERS`).
     """
 
     holdout_retriever: Model[Any] | None = None
     query_bank: QueryBank | None = None
+    extra_holdout_retrievers: tuple[Model[Any], ...] = ()
 
 
 SettingsT = TypeVar("SettingsT")
@@ -126,7 +129,7 @@ def _ranker(model: Model[Any], data: TrainingData, batch: int, s: RankerTraining
         raise ConfigError("a ranker trains on data in memory (its labels). Fix: remove train.stream_parts")
     if not isinstance(model, RankerModel):
         raise untrainable(model, RankerModel, "ranker")
-    return RankerRecipe.create(model, data, batch, s, inputs.holdout_retriever)
+    return RankerRecipe.create(model, data, batch, s, inputs.holdout_retriever, inputs.extra_holdout_retrievers)
 
 
 TRAININGS: dict[str, Training[Any]] = {

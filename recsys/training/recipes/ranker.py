@@ -60,6 +60,11 @@ class RankerModel(Protocol):
     def max_history(self) -> int: ...
 
     @property
+    def extra_retriever_count(self) -> int:
+        """Its further first stages (model candidate sources)."""
+        ...
+
+    @property
     def aux_loss(self) -> torch.Tensor:
         """The load-balancing loss of the last `rank_candidates` (0 without one)."""
         ...
@@ -70,9 +75,10 @@ class RankerModel(Protocol):
         users: torch.Tensor | None = None,
         retriever: Model[Any] | None = None,
         untrained: torch.Tensor | None = None,
+        extra_retrievers: tuple[Model[Any], ...] = (),
     ) -> Candidates:
-        """Each row's candidates, best first, from the sources (`retriever` and `untrained`, the items it was not
-        trained on, standing in for the first stage's)."""
+        """Each row's candidates, best first, from the sources (`retriever`, `extra_retrievers` and `untrained`,
+        the items they were not trained on, standing in for the first stages' own)."""
         ...
 
     def rank_candidates(
@@ -114,6 +120,7 @@ class RankerRecipe:
     # (V+1,) bool: the items the held-out twin never saw (only in users' last `holdout_items`), which a new_items
     # source proposes for the training pairs; None without a twin (the ranker's own, from the training data)
     holdout_untrained: torch.Tensor | None = None
+    extra_holdout_retrievers: tuple[Model[Any], ...] = ()  # the held-out twins of the ranker's extra retrievers
 
     @staticmethod
     def create(
@@ -122,6 +129,7 @@ class RankerRecipe:
         batch_size: int,
         settings: RankerTraining,
         holdout_retriever: Model[Any] | None = None,
+        extra_holdout_retrievers: tuple[Model[Any], ...] = (),
     ) -> RankerRecipe:
         tasks = model.tasks
         names = [task.name for task in tasks]
@@ -132,6 +140,13 @@ class RankerRecipe:
             raise ValueError(
                 f"the ranker's tasks {names} are not those of the data ({list(data.tasks)}): missing {missing}, "
                 f"task_weights for other tasks {unknown}. Fix: train it on data with those labels, or name its tasks"
+            )
+        extras = model.extra_retriever_count
+        if holdout_retriever is not None and len(extra_holdout_retrievers) != extras:
+            raise ValueError(
+                f"the ranker learns on its held-out first stage's candidates, and has {extras} extra retrievers with "
+                f"{len(extra_holdout_retrievers)} held-out twins: their candidates would include the very items it "
+                "learns on. Fix: name each one's twin, in order, under model.upstream.extra_holdout_retrievers"
             )
         untrained = None
         if holdout_retriever is not None:
@@ -149,6 +164,7 @@ class RankerRecipe:
             holdout_retriever=holdout_retriever,
             holdout_items=settings.holdout_items,
             holdout_untrained=untrained,
+            extra_holdout_retrievers=extra_holdout_retrievers,
         )
 
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
@@ -160,11 +176,14 @@ class RankerRecipe:
 
     def loss(self, model: RankerModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         retriever, untrained = None, None
+        extras: tuple[Model[Any], ...] = ()
         if self.holdout_retriever is not None:
-            retriever = self.holdout_retriever.to(batch.histories.device)
+            device = batch.histories.device
+            retriever = self.holdout_retriever.to(device)
             assert self.holdout_untrained is not None
-            untrained = self.holdout_untrained.to(batch.histories.device)
-        found_all = model.candidates(batch.histories, batch.users, retriever, untrained)  # (B, C), best first
+            untrained = self.holdout_untrained.to(device)
+            extras = tuple(twin.to(device) for twin in self.extra_holdout_retrievers)
+        found_all = model.candidates(batch.histories, batch.users, retriever, untrained, extras)  # (B, C)
         hit = found_all.items == batch.targets[:, None]
         found = hit.any(dim=1)
         if not bool(found.any()):

@@ -5,6 +5,7 @@ trained on, and saves and loads whole."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,19 +35,47 @@ def test_the_union_is_deduplicated_ordered_by_best_position_and_padded() -> None
     retriever = torch.tensor([[-INF, 5.0, 4.0, 1.0, 0.5, 0.0], [-INF, 5.0, 4.0, 1.0, 0.5, 0.0]])
     cosine = torch.tensor([[-INF, 0.1, 0.9, 0.2, 0.8, 0.3], [-INF, 0.1, 0.9, 0.2, 0.8, -INF]])
     untrained = torch.tensor([False, False, False, False, False, True])
-    found, calls = propose([RETRIEVER, CONTENT, NEW], retriever, lambda recent: cosine, untrained)
+    found, calls = propose([RETRIEVER, CONTENT, NEW], scores_of(retriever, cosine), untrained)
     assert [c.source for c in calls] == ["retriever", "content", "new_items"] and not any(c.failed for c in calls)
     # row 0: 1 and 2 and 5 first in a source, then 4 (second in content); row 1's cosine cannot propose item 5
     assert sorted(found.items[0, :3].tolist()) == [1, 2, 5] and found.items[0, 3] == 4
     assert sorted(found.items[1, :2].tolist()) == [1, 2] and found.items[1].tolist()[2:] == [4, 0]
     row = {item: found.features[0, c].tolist() for c, item in enumerate(found.items[0].tolist())}
-    assert row[2] == pytest.approx([1 / 2, 1.0, 0.0, 0.9, 0.9])  # 2nd of the retriever, 1st of content, cosines
+    assert row[2] == pytest.approx([1 / 2, 1.0, 0.0, 0.9, 0.0])  # 2nd of the retriever, 1st of content; trained
     assert row[5] == pytest.approx([0.0, 0.0, 1.0, 0.3, 0.3])  # only the new-items source proposed it
     # the retriever's own scores, but item 5, untrained, enters as its last candidate (2nd of its top 2: item 2)
     expected = [retriever[0, i].item() if i != 5 else retriever[0, 2].item() for i in found.items[0].tolist()]
     assert found.retrieval[0].tolist() == expected
     assert found.retrieval[1, 3] == found.retrieval[1, :3].min()  # padding: the row's lowest real score
     assert found.features[1, 3].abs().sum() == 0 and found.real[1].tolist() == [True, True, True, False]
+
+
+def scores_of(
+    retriever: torch.Tensor, cosine: torch.Tensor, model: torch.Tensor | None = None
+) -> Callable[..., torch.Tensor]:
+    """What the ranker's `score` callback gives each source: the retriever's or the model's scores, or the cosines."""
+
+    def score(source: CandidateSource) -> torch.Tensor:
+        if source.kind == "retriever":
+            return retriever
+        if source.kind == "model":
+            assert model is not None
+            return model
+        return cosine
+
+    return score
+
+
+def test_a_model_source_adds_its_top_and_its_score_gap() -> None:
+    retriever = torch.tensor([[-INF, 5.0, 4.0, 1.0, 0.5]])
+    model = torch.tensor([[-INF, 0.0, -1.0, 3.0, -INF]])  # a beam search: item 4 not reachable
+    sources = [RETRIEVER, CandidateSource("model", 2, index=0, label="hstu")]
+    found, calls = propose(sources, scores_of(retriever, retriever, model), None)
+    assert [c.source for c in calls] == ["retriever", "hstu"]
+    row = {item: found.features[0, c].tolist() for c, item in enumerate(found.items[0].tolist())}
+    assert set(row) == {1, 2, 3}  # the retriever's 1, 2 and the model's 3, 1
+    assert row[3] == pytest.approx([0.0, 1.0, 0.0]) and row[1] == pytest.approx([1.0, 0.5, -3.0])
+    assert row[2] == pytest.approx([0.5, 0.0, 0.0])  # not proposed by the model: no gap
 
 
 def test_recent_similarity_is_the_cosine_to_the_closest_recent_item() -> None:
@@ -61,11 +90,13 @@ def test_recent_similarity_is_the_cosine_to_the_closest_recent_item() -> None:
 def test_a_failing_source_is_skipped_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     retriever = torch.tensor([[-INF, 3.0, 2.0, 1.0]])
 
-    def broken(recent: int) -> torch.Tensor:
+    def broken(source: CandidateSource) -> torch.Tensor:
+        if source.kind == "retriever":
+            return retriever
         raise RuntimeError("content store unreachable")
 
     with caplog.at_level(logging.ERROR, logger="recsys.models.sources"):
-        found, calls = propose([RETRIEVER, CONTENT], retriever, broken, None)
+        found, calls = propose([RETRIEVER, CONTENT], broken, None)
     assert "candidate source content failed" in caplog.text and "content store unreachable" in caplog.text
     assert [(c.source, c.failed) for c in calls] == [("retriever", False), ("content", True)]
     assert found.items[0].tolist() == [1, 2] and found.features[0, :, 1:].abs().sum() == 0
@@ -73,11 +104,18 @@ def test_a_failing_source_is_skipped_and_logged(caplog: pytest.LogCaptureFixture
 
 @pytest.mark.parametrize(
     ("sources", "problem"),
-    [([RETRIEVER, RETRIEVER], "named more than once"), ([CONTENT], "the retriever is missing")],
+    [
+        ([RETRIEVER, RETRIEVER], "named more than once"),
+        ([CONTENT], "list the retriever once"),
+        ([RETRIEVER, CandidateSource("model", 5, index=1)], r"extra retrievers \[1\].* has 1"),
+        ([RETRIEVER], r"extra retrievers \[\].* has 1"),  # an extra retriever no source uses
+    ],
 )
-def test_a_source_list_must_name_the_retriever_once(sources: list[CandidateSource], problem: str) -> None:
+def test_a_source_list_names_the_retriever_once_and_every_extra_retriever(
+    sources: list[CandidateSource], problem: str
+) -> None:
     with pytest.raises(ValueError, match=problem):
-        check_sources(sources)
+        check_sources(sources, extra_retrievers=1)
 
 
 def test_a_ranker_over_three_sources_trains_proposes_new_items_and_loads_whole(
@@ -122,4 +160,36 @@ def test_a_ranker_over_three_sources_trains_proposes_new_items_and_loads_whole(
     save_model(tmp_path / "ranker.pt", model)
     _, loaded = load_model(tmp_path / "ranker.pt")
     assert isinstance(loaded, TwoStageRanker) and torch.equal(loaded.untrained, model.untrained)
+    torch.testing.assert_close(loaded.score(histories), model.eval().score(histories))
+
+
+def test_a_ranker_reads_an_extra_retriever_as_a_model_source(
+    tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    retriever = Upstream(*load_model(retriever_dir / "model.pt"))
+    sources = [{"kind": "retriever", "top": 8}, {"kind": "model", "index": 0, "top": 4, "label": "second"}]
+    params = {"dim": 32, "hidden": 64, "sources": sources}
+    with pytest.raises(ConfigError, match="extra_retrievers has 0"):
+        build_model("ranker", params, data.num_items, ModelInputs(retriever=retriever))
+    with pytest.raises(ConfigError, match="does not use them"):
+        unused = ModelInputs(retriever=retriever, extra_retrievers=(retriever,))
+        build_model("ranker", {"dim": 32, "hidden": 64}, data.num_items, unused)
+    model = build_model(
+        "ranker", params, data.num_items, ModelInputs(retriever=retriever, extra_retrievers=(retriever,))
+    )
+    assert isinstance(model, TwoStageRanker) and model.extra_retriever_count == 1
+    histories = data.eval_split("test").histories.select(torch.arange(5)).to_padded(20)
+    model.eval().score(histories)
+    assert [call.source for call in model.last_source_calls] == ["retriever", "second"]
+    with pytest.raises(ValueError, match="extra_holdout_retrievers"):  # its candidates would hold the targets
+        recipe_for(model, data, 32, RankerTraining(), RecipeInputs(holdout_retriever=model.retriever))
+    twins = RecipeInputs(holdout_retriever=model.retriever, extra_holdout_retrievers=(model.retriever,))
+    recipe = recipe_for(model, data, 32, RankerTraining(), twins)
+    batch = next(iter(recipe.batches(data.training_rows(), torch.Generator())))
+    loss, pairs = recipe.loss(model.train(), batch, torch.Generator())
+    assert pairs > 0 and torch.isfinite(loss)
+    save_model(tmp_path / "ranker.pt", model)
+    _, loaded = load_model(tmp_path / "ranker.pt")  # both first stages rebuilt from the saved config
+    assert isinstance(loaded, TwoStageRanker) and loaded.extra_retriever_count == 1
     torch.testing.assert_close(loaded.score(histories), model.eval().score(histories))
