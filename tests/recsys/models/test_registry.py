@@ -25,6 +25,9 @@ def check_params(name: str, params: dict[str, Any]) -> None:
     model_family(name).check_params(params)
 
 
+RANKER_UPSTREAM = {Input.RETRIEVER, Input.HOLDOUT_RETRIEVER, Input.EXTRA_RETRIEVERS, Input.EXTRA_HOLDOUT_RETRIEVERS}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_the_defaults_and_the_stand_ins_of_every_model_pass(name: str) -> None:
     check_params(name, {})
@@ -46,7 +49,12 @@ def test_what_the_build_fills_in_is_not_a_param(name: str, key: str) -> None:
         ("query_aware", {}, {Input.CONTENT, Input.QUERIES, Input.ITEM_TEXTS}),
         ("query_aware", {"lexical": False}, {Input.CONTENT, Input.QUERIES}),
         ("generative", {}, {Input.SEMANTIC_IDS, Input.NEW_ITEMS}),
-        ("ranker", {}, {Input.RETRIEVER, Input.HOLDOUT_RETRIEVER, Input.TASKS}),
+        ("ranker", {}, {*RANKER_UPSTREAM, Input.TASKS}),
+        (
+            "ranker",
+            {"use_content": True, "sources": [{"kind": "retriever", "top": 9}, {"kind": "new_items", "top": 3}]},
+            {*RANKER_UPSTREAM, Input.TASKS, Input.CONTENT, Input.ITEM_COUNTS},  # the new items: never trained on
+        ),
         ("domain_adapters", {}, {Input.BASE, Input.DOMAINS}),
         ("fusion", {}, {Input.MEMBERS}),
     ],
