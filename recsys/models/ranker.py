@@ -61,6 +61,7 @@ from recsys.models.sources import (
     propose,
     recent_similarity,
     source_feature_count,
+    untrained_items,
 )
 from recsys.modules.moe import MoEConfig, MoELayer
 from recsys.runtime.validation import Fraction, check_heads
@@ -127,7 +128,7 @@ class RankerConfig:
     @property
     def source_features(self) -> int:
         """The per-source features of each candidate (`recsys.models.sources.Candidates.features`)."""
-        return source_feature_count(self.sources) if self.sources else 0
+        return source_feature_count(self.sources)
 
     @property
     def reads_source_content(self) -> bool:
@@ -409,15 +410,29 @@ class TwoStageRanker(Model[RankerConfig]):
         """Each row's candidates, best first: the union of the sources' top-N with their features, or without
         `sources` the first stage's top-C. `retriever`, `extra_retrievers` and `untrained` stand in for the first
         stages and the items they were not trained on (the held-out twins', for training pairs)."""
+        return self._candidates(histories, users, retriever, untrained, extra_retrievers)[0]
+
+    def _candidates(
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None,
+        retriever: Model[Any] | None = None,
+        untrained: torch.Tensor | None = None,
+        extra_retrievers: tuple[Model[Any], ...] = (),
+    ) -> tuple[Candidates, torch.Tensor]:
+        """`candidates`, and the retriever's (B, V+1) scores of every item that they were made of."""
         if not self.config.sources:
-            top = self._top(self._first_stage_scores(histories, users, retriever))
-            return Candidates(top.indices, top.values, None)
+            scores = self._first_stage_scores(histories, users, retriever)
+            top = self._top(scores)
+            return Candidates(top.indices, top.values, None), scores
         stages = extra_retrievers or cast(tuple[Model[Any], ...], tuple(self.extra_retrievers))  # ModuleList of Model
         content = self.ranker.content
+        first_stage: list[torch.Tensor] = []  # the retriever's scores, made inside its timed call
 
         def score(source: CandidateSource) -> torch.Tensor:
             if source.kind == "retriever":
-                return self._first_stage_scores(histories, users, retriever)
+                first_stage.append(self._first_stage_scores(histories, users, retriever))
+                return first_stage[0]
             if source.kind == "model":
                 return self._first_stage_scores(histories, users, stages[source.index])
             assert content is not None  # content kinds need use_content, checked with the config
@@ -426,7 +441,7 @@ class TwoStageRanker(Model[RankerConfig]):
         untrained = self.untrained if untrained is None else untrained
         candidates, calls = propose(self.config.sources, score, untrained)
         self.last_source_calls = tuple(calls)
-        return candidates
+        return candidates, first_stage[0]
 
     def _first_stage_scores(
         self, histories: torch.Tensor, users: torch.Tensor | None, retriever: Model[Any] | None = None
@@ -460,8 +475,8 @@ class TwoStageRanker(Model[RankerConfig]):
         stage's candidates as when it is ranked (an item the first stage ranks nowhere counts as its last one)."""
         histories = histories.to(self.ranker.item_emb.weight.device)
         items = items.to(histories.device)
-        found = self.candidates(histories, users)
-        item_scores = self._first_stage_scores(histories, users).gather(1, items[:, None])
+        found, scores = self._candidates(histories, users)
+        item_scores = scores.gather(1, items[:, None])
         lowest = found.retrieval.min(dim=1, keepdim=True).values
         item_scores = torch.where(item_scores.isfinite(), item_scores, lowest)
         candidates = torch.cat([found.items, items[:, None]], dim=1)  # (B, C + 1), the item last
@@ -515,8 +530,7 @@ def _build(fields: dict[str, Any], inputs: ModelInputs) -> TwoStageRanker:
     untrained = None
     if config.proposes_new_items:
         counts = required(inputs.item_counts, "the new_items source needs the training data's item counts")
-        untrained = counts == 0
-        untrained[0] = False
+        untrained = untrained_items(counts)
     stages = [extra.model for extra in inputs.extra_retrievers]
     model = TwoStageRanker(config, retriever.model, content, categories, untrained, stages)
     if items is not None:

@@ -127,6 +127,13 @@ class Candidates:
         return self.items != 0
 
 
+def untrained_items(counts: torch.Tensor) -> torch.Tensor:
+    """(V+1,) training interactions per item -> (V+1,) bool: the items no first stage saw (never the padding)."""
+    untrained = counts == 0
+    untrained[0] = False
+    return untrained
+
+
 def recent_similarity(content: torch.Tensor, histories: torch.Tensor, recent: int) -> torch.Tensor:
     """(V+1, K) L2-normalised content (row 0 zero), (B, L) left-padded histories -> (B, V+1) each item's cosine to
     the closest of the user's `recent` latest items (0 for an empty history; padding -inf)."""

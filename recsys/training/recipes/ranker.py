@@ -17,7 +17,7 @@ from recsys.data.batching import HistoryBatch, held_out_batches, history_target_
 from recsys.data.prepared import SequenceData, TrainingRows
 from recsys.data.tasks import Task
 from recsys.models.family import Model
-from recsys.models.sources import Candidates
+from recsys.models.sources import Candidates, untrained_items
 from recsys.training.losses import candidate_softmax_loss, task_loss
 
 
@@ -152,8 +152,7 @@ class RankerRecipe:
         if holdout_retriever is not None:
             rows = next(iter(data.training_epoch(torch.Generator())))
             seen = torch.bincount(rows.items.truncate_last(settings.holdout_items).values, minlength=data.num_items + 1)
-            untrained = seen == 0
-            untrained[0] = False
+            untrained = untrained_items(seen)
         return RankerRecipe(
             max_history=model.max_history,
             batch_size=batch_size,
