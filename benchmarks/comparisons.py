@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> Path:
                      "pairs_with": settings.pairs_with},
         "uncertainty": settings.uncertainty.to_dict(),
         "models": models,
-        "pairs": [pair_record(a, b, metric, evaluations, settings.uncertainty)
-                  for a, b in pairs for metric in settings.pair_metrics],
+        "pairs": [record for a, b in pairs
+                  for record in pair_records(a, b, settings.pair_metrics, evaluations, settings.uncertainty)],
         "search_pairs": [search_pair(a, b, evaluations, settings.uncertainty)
                          for a, b in itertools.combinations(evaluations, 2)
                          if "search" in models[a] and "search" in models[b]],
@@ -274,16 +274,20 @@ def _read(evaluation_dir: Path) -> dict[str, Any]:
     return report
 
 
-def pair_record(
-    a: str, b: str, metric: str, evaluations: dict[str, list[Path]], uncertainty: Uncertainty
-) -> dict[str, Any]:
-    """a minus b on test `metric` ("ndcg@10", or "cold.recall@10" on a slice's users), seed by seed on the same
-    users, and pooled over the seeds."""
-    per_seed = [
-        metric_difference(compare_evaluation_dirs(dir_a, dir_b, uncertainty), metric)
-        for dir_a, dir_b in zip(evaluations[a], evaluations[b], strict=True)
-    ]
-    return {"a": a, "b": b, "metric": metric, "per_seed": per_seed, "pooled": pooled_over_seeds(per_seed)}
+def pair_records(
+    a: str, b: str, metrics: list[str], evaluations: dict[str, list[Path]], uncertainty: Uncertainty
+) -> list[dict[str, Any]]:
+    """a minus b on each test metric of `metrics` ("ndcg@10", or "cold.recall@10" on a slice's users), seed by seed
+    on the same users, and pooled over the seeds: one record per metric. Each seed's pair is compared once, on only
+    the slices the metrics name (the bootstraps are the gather's cost)."""
+    slices = {name for metric in metrics if (name := metric.rpartition(".")[0])}
+    comparisons = [compare_evaluation_dirs(dir_a, dir_b, uncertainty, slices)
+                   for dir_a, dir_b in zip(evaluations[a], evaluations[b], strict=True)]  # fmt: skip
+    records = []
+    for metric in metrics:
+        per_seed = [metric_difference(comparison, metric) for comparison in comparisons]
+        records.append({"a": a, "b": b, "metric": metric, "per_seed": per_seed, "pooled": pooled_over_seeds(per_seed)})
+    return records
 
 
 def pooled_over_seeds(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
@@ -300,13 +304,14 @@ def metric_difference(comparison: dict[str, Any], metric: str) -> dict[str, Any]
     name, _, measure = metric.rpartition(".")
     if not name:
         return {**comparison["overall"][measure], "users": comparison["users"]}
-    found = [s for family in comparison["slices"].values() for s in family if s["slice"] == name]
-    if not found:
+    matches = [s for family in comparison["slices"].values() for s in family if s["slice"] == name]
+    if not matches:
         slices = sorted(s["slice"] for family in comparison["slices"].values() for s in family)
         raise SystemExit(f"pair metric {metric!r}: no slice {name!r} in the evaluations. Fix: one of {slices}")
-    if not found[0]["users"]:
+    found = matches[0]
+    if not found["users"]:
         raise SystemExit(f"pair metric {metric!r}: slice {name!r} has no test users. Fix: compare another slice")
-    return {**found[0]["metrics"][measure], "users": found[0]["users"]}
+    return {**found["metrics"][measure], "users": found["users"]}
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ Example:
     {'train': {'optimization': {'lr': 0.01}}}
     >>> config_path("configs/benchmarks/retrieval-zoo.yaml"), config_path("configs/beauty/sasrec.yaml")
     ('benchmarks/configs/retrieval-zoo.yaml', 'configs/beauty/sasrec.yaml')
+    >>> config_path("benchmarks/configs/beauty-ranking-sources.yaml")
+    'benchmarks/configs/beauty-multi-source-cold.yaml'
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ from typing import Any
 
 from benchmarks.common import REPO
 from pipelines.config import set_dotted
+
+# configs renamed in place, old path -> new (the result they wrote keeps its name)
+RENAMED_CONFIGS: dict[str, str] = {
+    "benchmarks/configs/beauty-ranking-sources.yaml": "benchmarks/configs/beauty-multi-source-cold.yaml",
+}
 
 # config keys that moved, old dotted name -> new
 RENAMED_KEYS: dict[str, str] = {
@@ -72,6 +79,8 @@ def renamed_key(dotted: str) -> str:
 
 def config_path(recorded: str) -> str:
     """The path in the repo, today, of a config a result recorded (a path relative to the repo)."""
+    if recorded in RENAMED_CONFIGS:
+        return RENAMED_CONFIGS[recorded]
     if recorded.startswith(OLD_SETTINGS):
         return LAB_CONFIGS + recorded.removeprefix(OLD_SETTINGS)
     lab = f"benchmarks/{recorded}"  # an experiment that moved to the laboratory

@@ -122,7 +122,9 @@ def evaluate_step(
             tracker.log_metrics(flatten({key: report["search"][key] for key in SEARCH_METRICS}, "search."))
         tracker.log_metrics({"evaluate_seconds": time.perf_counter() - start})
         tracker.log_artifacts(out_dir, artifact_path=EVALUATION_ARTIFACT_DIR)
-    logger.info("evaluation of %s written to %s (%.1f s)", trained.name, out_dir, time.perf_counter() - start)
+    headline = ", ".join(f"{metric} {value:.4f}" for metric, value in report["overall"].items() if "@10" in metric)
+    logger.info("evaluation of %s on %s: %s; written to %s (%.1f s)", trained.name, report["split"], headline, out_dir,
+                time.perf_counter() - start)  # fmt: skip
     slices = sum(len(entries) for entries in report["slices"].values())
     return EvaluateOutputs(out_dir, report["overall"], slices, tracker.run_id)
 

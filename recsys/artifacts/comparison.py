@@ -9,12 +9,12 @@ interval and the p-value of a paired randomisation test (`recsys.evaluation.unce
      "overall": {metric: {"difference", "low", "high", "p_value"}},
      "slices": {family: [{"slice": name, "users": n, "metrics": {metric: {...}}}]}}
 
-(an empty slice has "metrics": {}).
+(an empty slice has "metrics": {}; with `slices` named, only those slices, and the families holding them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ def compare_ranks(
     names: tuple[str, str],
     ks: Sequence[int],
     uncertainty: Uncertainty,
+    slices: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """The comparison of two models' per-user ranks on one split (the module's JSON shape; `split` left out).
 
@@ -43,6 +44,8 @@ def compare_ranks(
         names: (challenger's name, champion's name).
         ks: the cut-offs of the metrics compared.
         uncertainty: the intervals' resamples, confidence and seed (resamples > 0).
+        slices: the slice names to compare beside the overall figures (None: every slice); each slice's bootstrap
+            is most of the cost, so a caller that reads a few slices names them. An unknown name is a ConfigError.
     """
     if challenger.split_digest != champion.split_digest:
         raise ConfigError(
@@ -58,20 +61,29 @@ def compare_ranks(
         paired = paired_difference(a[members], b[members], metric_names, uncertainty)
         return {difference.metric: difference.to_dict() for difference in paired}
 
-    slices = {
+    masks = {family: challenger.slice_masks(family) for family in challenger.slices}
+    known = {name for family in masks.values() for name in family}
+    if slices is not None and (unknown := sorted(set(slices) - known)):
+        raise ConfigError(f"{names[0]} vs {names[1]}: no slice {unknown} in the evaluations. Fix: one of "
+                          f"{sorted(known)} (the cold slices need a cold-start split)")  # fmt: skip
+    compared = {
         family: [
             {"slice": name, "users": int(members.sum()), "metrics": differences(members) if members.any() else {}}
-            for name, members in challenger.slice_masks(family).items()
+            for name, members in family_masks.items()
+            if slices is None or name in slices
         ]
-        for family in challenger.slices
+        for family, family_masks in masks.items()
     }
     return {"challenger": names[0], "champion": names[1], "users": len(challenger.ranks),
-            "uncertainty": uncertainty.to_dict(), "overall": differences(), "slices": slices}  # fmt: skip
+            "uncertainty": uncertainty.to_dict(), "overall": differences(),
+            "slices": {family: entries for family, entries in compared.items() if entries}}  # fmt: skip
 
 
-def compare_evaluation_dirs(challenger_dir: Path, champion_dir: Path, uncertainty: Uncertainty) -> dict[str, Any]:
+def compare_evaluation_dirs(
+    challenger_dir: Path, champion_dir: Path, uncertainty: Uncertainty, slices: Collection[str] | None = None
+) -> dict[str, Any]:
     """The comparison of two evaluation directories of the pipeline's `evaluate` step (evaluation.json and
-    per_user.npz each), over the challenger's metrics and slices."""
+    per_user.npz each), over the challenger's metrics and slices (only `slices`, when named: `compare_ranks`)."""
     reports = [read_evaluation_report(directory) for directory in (challenger_dir, champion_dir)]
     if reports[0]["split_digest"] != reports[1]["split_digest"]:
         raise ConfigError(
@@ -83,7 +95,7 @@ def compare_evaluation_dirs(challenger_dir: Path, champion_dir: Path, uncertaint
     ranks = [PerUserRanks.read(directory / PER_USER_FILE) for directory in (challenger_dir, champion_dir)]
     ks = reports[0]["protocol"]["ks"]
     names = (str(reports[0]["name"]), str(reports[1]["name"]))
-    return {**compare_ranks(ranks[0], ranks[1], names, ks, uncertainty), "split": reports[0]["split"]}
+    return {**compare_ranks(ranks[0], ranks[1], names, ks, uncertainty, slices), "split": reports[0]["split"]}
 
 
 REEVALUATE = "evaluate it again: `recsys pipeline run --config CONFIG --rerun evaluate`"

@@ -13,6 +13,7 @@ import pytest
 import benchmarks.comparisons as comparisons
 from benchmarks.common import REPO
 from benchmarks.reproduce import problems_of
+from recsys.errors import ConfigError
 
 SMOKE = "benchmarks/configs/comparisons-smoke.yaml"
 
@@ -56,7 +57,7 @@ def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: P
     overall, warm = sliced["pairs"]
     assert overall["per_seed"] == pair["per_seed"] and warm["metric"] == "warm.recall@10"
     assert all(0 < seed["users"] <= overall["per_seed"][0]["users"] for seed in warm["per_seed"])
-    with pytest.raises(SystemExit, match=r"no slice 'frozen' in the evaluations. Fix: one of \[.*'warm'"):
+    with pytest.raises(ConfigError, match=r"no slice \['frozen'\] in the evaluations. Fix: one of \[.*'warm'"):
         comparisons.main([*argv, "--set", "pair_metrics=[frozen.ndcg@10]"])
 
     metrics = "model_metrics=[ndcg@10, warm.recall@10, valid.ndcg@10]"
@@ -139,7 +140,7 @@ def test_a_models_tasks_are_summarised_over_its_seeds() -> None:
 
 
 def test_a_ranker_with_model_sources_reads_the_extra_retrievers_of_its_seed() -> None:
-    settings = comparisons.load_settings(comparisons.REPO / "benchmarks/configs/beauty-ranking-sources.yaml", {})
+    settings = comparisons.load_settings(comparisons.REPO / "benchmarks/configs/beauty-multi-source-cold.yaml", {})
     by_label = {model.label: model for model in settings.models}
     work = Path("/work")
     ranker = comparisons.model_config(settings, by_label["ranker sources + HSTU"], 1, work)

@@ -101,6 +101,18 @@ def test_challenger_vs_champion_gives_each_metric_and_slice_its_paired_differenc
     assert itself == {"difference": 0.0, "low": 0.0, "high": 0.0, "p_value": 1.0}
 
 
+def test_a_comparison_of_named_slices_is_the_full_ones_on_those_slices(evaluations: dict[str, Path]) -> None:
+    full = compare_evaluation_dirs(evaluations["challenger"], evaluations["champion"], FAST)
+    some = compare_evaluation_dirs(evaluations["challenger"], evaluations["champion"], FAST, slices={"1", "10"})
+    assert some["overall"] == full["overall"]
+    assert list(some["slices"]) == ["popularity_decile"]  # the families without a named slice are left out
+    assert some["slices"]["popularity_decile"] == [
+        e for e in full["slices"]["popularity_decile"] if e["slice"] in {"1", "10"}
+    ]
+    with pytest.raises(ConfigError, match=r"no slice \['hot'\] in the evaluations\. Fix: one of \[.*'10'"):
+        compare_evaluation_dirs(evaluations["challenger"], evaluations["champion"], FAST, slices={"hot"})
+
+
 def test_evaluations_of_different_users_are_not_paired(evaluations: dict[str, Path]) -> None:
     with pytest.raises(ConfigError, match=r"ranked different users or targets .* Fix: train both on the same data"):
         compare_evaluation_dirs(evaluations["other-data"], evaluations["champion"], FAST)
