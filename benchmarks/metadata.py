@@ -42,7 +42,7 @@ from recsys.enrich.config import EnrichConfig, make_backend
 from recsys.enrich.record import FIELDS, load_prompt
 from recsys.enrich.run import enrich_catalogue
 from recsys.evaluation.categories import SEPARATOR, category_accuracy, distribution, split_path
-from recsys.evaluation.uncertainty import Uncertainty
+from recsys.evaluation.uncertainty import Uncertainty, paired_difference
 
 RECORDS_FILE = "beauty-item-metadata.parquet"
 
@@ -52,7 +52,9 @@ class Settings:
     items_csv: str
     model: str = "gemma3-270m"
     prompt: str = "item-metadata-v1"
-    runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> device, threads, batch_size, items
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> device, threads, batch_size, items[,
+    # prompt: this run's, else `prompt`]
+    pairs: list[list[str]] = field(default_factory=list)  # [a, b]: runs with kept records, a - b on their category
     only: list[str] = field(default_factory=list)
     resume: bool = False
     seed: int = 0
@@ -64,9 +66,13 @@ class Settings:
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
     settings = settings_from(Settings, config, overrides)
-    unknown = set(settings.only) - settings.runs.keys()
+    unknown = (set(settings.only) | {label for pair in settings.pairs for label in pair}) - settings.runs.keys()
     if unknown:
-        raise SystemExit(f"only names runs the config lacks: {sorted(unknown)}; its runs: {sorted(settings.runs)}")
+        raise SystemExit(f"only / pairs name runs the config lacks: {sorted(unknown)}. Fix: use its runs, "
+                         f"{sorted(settings.runs)}")  # fmt: skip
+    for a, b in settings.pairs:
+        if not (kept_records(settings.runs[a]) and kept_records(settings.runs[b])):
+            raise SystemExit(f"pair {a} - {b}: both runs need keep_records (their records are what is compared)")
     return settings
 
 
@@ -94,6 +100,12 @@ def main(argv: list[str] | None = None) -> Path:
             if (kept := kept_records(run)) and (args.results_dir / kept).is_file()
         }
         print(json.dumps({k: v["accuracy"]["level_2"]["value"] for k, v in result["category_accuracy"].items()}))
+        result["category_pairs"] = [
+            category_pair(a, b, args.results_dir / kept_records(runs[a]), args.results_dir / kept_records(runs[b]),
+                          settings)
+            for a, b in settings.pairs
+            if a in runs and b in runs and all((args.results_dir / kept_records(runs[x])).is_file() for x in (a, b))
+        ]  # fmt: skip
     path = write_result("beauty-metadata", result, args.results_dir, reproduce)
     print(json.dumps({k: {m: v.get(m) for m in ("valid_fraction", "items_per_second")} for k, v in runs.items()}))
     print(f"-> {path}")
@@ -108,7 +120,8 @@ def _run(settings: Settings, label: str, catalogue: pl.DataFrame, work: Path, re
     cache_dir = work / label
     if not settings.resume:
         shutil.rmtree(cache_dir, ignore_errors=True)  # a fresh cache: every item is generated
-    config = EnrichConfig(model=settings.model, prompt=settings.prompt, device=run["device"],
+    prompt = run.get("prompt", settings.prompt)
+    config = EnrichConfig(model=settings.model, prompt=prompt, device=run["device"],
                           threads=run.get("threads"), batch_size=run["batch_size"])  # fmt: skip
     backend = make_backend(config, work)
     kept = kept_records(run)
@@ -116,13 +129,14 @@ def _run(settings: Settings, label: str, catalogue: pl.DataFrame, work: Path, re
     cache = EnrichCache(cache_dir)
     try:
         summary = enrich_catalogue(items["item_id"].to_list(), enrich_texts(items, config.text_fields), backend,
-                                   load_prompt(settings.prompt), cache, out, batch_size=run["batch_size"])  # fmt: skip
+                                   load_prompt(prompt), cache, out, batch_size=run["batch_size"])  # fmt: skip
     finally:
         cache.close()
     examples = pl.read_parquet(out).head(settings.examples).to_dicts()
     gpu = torch.cuda.get_device_name() if run["device"] == "cuda" else None
     return {
         **run,
+        "prompt": prompt,
         **summary.record(),
         "gpu": gpu,
         "examples": examples,
@@ -171,6 +185,30 @@ def category_scores(records: Path, settings: Settings) -> dict[str, Any]:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "versions": versions(),
     }
+
+
+def category_pair(a: str, b: str, records_a: Path, records_b: Path, settings: Settings) -> dict[str, Any]:
+    """Run a minus run b on category accuracy at each level, on the items both answered validly (the same items, so
+    paired: `paired_difference` over items), with each one's accuracy there."""
+    assert settings.categories_csv is not None
+    truth = pl.read_csv(settings.categories_csv, schema_overrides={ITEM_ID: pl.String, "categories": pl.String})
+    answers = [pl.read_parquet(r).filter(pl.col("status") == "ok").select(ITEM_ID, "category") for r in (records_a,
+               records_b)]  # fmt: skip
+    both = truth.join(answers[0], on=ITEM_ID).join(answers[1], on=ITEM_ID, suffix="_b")
+    true = [split_path(c) for c in both["categories"]]
+    levels = {}
+    for level in range(1, settings.depth + 1):
+        deep = [i for i, path in enumerate(true) if len(path) >= level]
+        if not deep:
+            continue
+        right = [[float(split_path(both[column][i])[:level] == true[i][:level]) for column in ("category",
+                  "category_b")] for i in deep]  # fmt: skip
+        values = torch.tensor(right, dtype=torch.float64)  # (N, 2)
+        (difference,) = paired_difference(values[:, :1], values[:, 1:], [f"level_{level}"], settings.uncertainty)
+        levels[f"level_{level}"] = {"a": float(values[:, 0].mean()), "b": float(values[:, 1].mean()),
+                                    **difference.to_dict()}  # fmt: skip
+    return {"a": a, "b": b, "items": both.height, "levels": levels,
+            "uncertainty": {**settings.uncertainty.to_dict(), "method": "paired bootstrap over items"}}  # fmt: skip
 
 
 def agreement(records: Path, kept: Path) -> dict[str, Any]:

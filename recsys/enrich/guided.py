@@ -31,6 +31,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 QUOTE = '"'
+OPTION_ROWS = 64  # (row, option) pairs of one whole-choice scoring pass: bound its memory (their keys, values, states)
 _SPACE_PIECE = "\u2581"  # SentencePiece's space
 
 
@@ -41,9 +42,13 @@ class Literal:
 
 @dataclass(frozen=True)
 class Choice:
-    """One of `options` (the closing quote is written by the skeleton after it)."""
+    """One of `options` (the closing quote is written by the skeleton after it). Token by token (the best allowed
+    token at each step), or, with `whole`, the option the model finds most likely as a whole: the sum of its
+    tokens' log-probabilities, closing quote included, so a first token shared by many options (`Beauty`) does not
+    decide alone."""
 
     options: tuple[str, ...]
+    whole: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class FreeList:
 
 
 Segment = Literal | Choice | Free | FreeList
+_Context = tuple[Any, torch.Tensor, torch.Tensor]  # the batch's (KV cache, attention mask (B, T), positions (B, t))
 
 
 @dataclass(frozen=True)
@@ -187,6 +193,7 @@ class GuidedDecoder:
         )
         hidden, cache = self._run(input_ids, attention, positions, cache)
         while True:
+            self._choose_whole(rows, skeleton, hidden, (cache, attention, positions))
             chosen = self._choose(rows, skeleton, hidden)
             for row, token in zip(rows, chosen, strict=True):
                 if row.mode != "done":
@@ -220,6 +227,61 @@ class GuidedDecoder:
         return out.last_hidden_state[:, -1], out.cache
 
     # -- choosing the next token ------------------------------------------------------------------------------
+
+    def _choose_whole(self, rows: list[_Row], skeleton: Skeleton, hidden: torch.Tensor, context: _Context) -> None:
+        """Every row that has just entered a `whole` choice: its most likely option, forced from here."""
+        entering = [b for b, row in enumerate(rows) if row.mode == "choice" and row.option_pos == 0
+                    and isinstance(choice := skeleton.segments[row.segment], Choice) and choice.whole]  # fmt: skip
+        for options in {rows[b].options for b in entering}:
+            group = [b for b in entering if rows[b].options == options]
+            encoded = [self.vocab.encode(option) for option in options]  # each ends with its closing quote
+            per_pass = max(1, OPTION_ROWS // len(options))
+            for start in range(0, len(group), per_pass):
+                part = group[start : start + per_pass]
+                scores = self._option_log_likelihoods(part, encoded, hidden, context)  # (len(part), K)
+                for b, best in zip(part, scores.argmax(dim=1).tolist(), strict=True):
+                    self._chosen(rows[b], skeleton, options[best], written=0)
+
+    def _option_log_likelihoods(
+        self, part: list[int], encoded: list[list[int]], hidden: torch.Tensor, context: _Context
+    ) -> torch.Tensor:
+        """(len(part), K) float: log p(option | the row's context) of every row of `part` and option of `encoded`."""
+        cache, attention, positions = context
+        options, longest = len(encoded), max(len(ids) for ids in encoded)
+        tokens = torch.full((options, longest), self.pad_id, dtype=torch.long)
+        real = torch.zeros((options, longest), dtype=torch.bool)
+        for k, ids in enumerate(encoded):
+            tokens[k, : len(ids)], real[k, : len(ids)] = torch.tensor(ids), True
+        tokens, real = tokens.to(self.device), real.to(self.device)
+        first = torch.log_softmax(self.head(hidden[part]).float(), dim=-1)[:, tokens[:, 0]]  # (P, K)
+        if longest == 1:
+            return first
+        rows = torch.tensor(part, device=self.device).repeat_interleave(options)  # (P*K,) row of each pair
+        shared = _selected(cache, rows)
+        steps = tokens[:, :-1].repeat(len(part), 1)  # (P*K, L-1): each option's tokens but its last, as input
+        mask = torch.cat([attention[rows], real[:, :-1].repeat(len(part), 1).long()], dim=1)
+        at = positions[rows, -1:] + 1 + torch.arange(longest - 1, device=self.device)
+        out = self.body(input_ids=steps, attention_mask=mask, position_ids=at, cache=shared, use_cache=True)
+        states = out.last_hidden_state.view(len(part), options, longest - 1, -1)
+        # options share their first tokens (`Beauty > `): the output layer, most of the cost, runs once per distinct
+        # context, and each (option, step) reads its context's row
+        index: dict[tuple[int, ...], int] = {}  # a context (the option tokens before a step) -> its number
+        where: list[tuple[int, int]] = []  # an (option, step) of each context
+        of_step = torch.zeros((options, longest - 1), dtype=torch.long)  # the context of each (option, step)
+        for k, ids in enumerate(encoded):
+            for i in range(1, len(ids)):
+                if (key := tuple(ids[:i])) not in index:
+                    index[key] = len(where)
+                    where.append((k, i - 1))
+                of_step[k, i - 1] = index[key]
+        first_of = torch.tensor(where, device=self.device)  # (C, 2)
+        logits = self.head(states[:, first_of[:, 0], first_of[:, 1]]).float()  # (P, C, V)
+        log_norm = logits.logsumexp(dim=-1)  # (P, C)
+        of_step = of_step.to(self.device)
+        following = tokens[:, 1:]  # (K, L-1): the token each step predicts
+        picked = logits[:, of_step, following] - log_norm[:, of_step]  # (P, K, L-1)
+        rest = (picked * real[:, 1:]).sum(dim=2)
+        return first + rest
 
     def _choose(self, rows: list[_Row], skeleton: Skeleton, hidden: torch.Tensor) -> list[int]:
         """The next token of every row: its forced one, else its best allowed one (a finished row: padding). The
@@ -348,6 +410,15 @@ class GuidedDecoder:
         closer = after.text if isinstance(after, Literal) else ""
         row.mode, row.value = "free", []
         row.follows = _list_follows(segment, row.count, closer) if isinstance(segment, FreeList) else (closer,)
+
+
+def _selected(cache: Any, rows: torch.Tensor) -> Any:
+    """A cache of `rows` of `cache` (rows may repeat) that leaves `cache` as it is: its layers are copied shallowly
+    and re-pointed at the selected rows, so the running batch's keys and values are read, never written."""
+    selected = copy.copy(cache)
+    selected.layers = [copy.copy(layer) for layer in cache.layers]
+    selected.batch_select_indices(rows)
+    return selected
 
 
 def _free(segment: Segment) -> Free:

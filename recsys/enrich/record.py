@@ -6,8 +6,10 @@ that is not JSON gets one repair (`repaired`: code fences, prose around the obje
 counts as malformed. Values are stripped and list entries de-duplicated (case-insensitively) before the counts are
 checked, so a list that repeats one keyword six times is not a valid record.
 
-The prompt lives in `recsys/enrich/prompts/<version>.yaml`: a header, the category list and few-shot examples. Its
-version is part of every cache key (`recsys.enrich.cache`).
+The prompt lives in `recsys/enrich/prompts/<version>.yaml`: a header, the category list, few-shot examples and how a
+local model chooses the category (`category_choice`: `tokens`, the best allowed token at each step, or `whole`, the
+most likely option as a whole: `recsys.enrich.guided.Choice`). Its version is part of every cache key
+(`recsys.enrich.cache`), so answers chosen one way are never read back as the other's.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from recsys.runtime.validation import problems
 from recsys.runtime.yaml_files import read_yaml
 
 PROMPTS_DIR = Path(__file__).with_name("prompts")
-DEFAULT_PROMPT = "item-metadata-v1"
+DEFAULT_PROMPT = "item-metadata-v2"
+CATEGORY_CHOICES = ("tokens", "whole")
 MAX_TEXT_CHARS = 1_000  # of an item's text in a prompt: a long description says nothing more a 270M model reads
 
 KEYWORDS = (3, 6)
@@ -57,6 +60,7 @@ class Prompt:
     header: str
     categories: tuple[str, ...]
     examples: tuple[tuple[str, ItemMetadata], ...]
+    category_choice: str = "tokens"
 
     def prefix(self) -> str:
         """What every item's prompt starts with (the header and the examples): its KV cache is computed once."""
@@ -79,8 +83,8 @@ class Prompt:
     def skeleton(self, max_tokens: dict[str, int]) -> Skeleton:
         """The record as a guided-decoding skeleton (`recsys.enrich.guided`): keywords grounded in the item text."""
         return Skeleton((
-            Literal(' {"category": "'), Choice(self.categories),  # the space: as the examples tokenise it
-            Literal(', "brand": "'), Free("brand", max_tokens["brand"]),
+            Literal(' {"category": "'), Choice(self.categories, whole=self.category_choice == "whole"),  # the space:
+            Literal(', "brand": "'), Free("brand", max_tokens["brand"]),  # as the examples tokenise it
             Literal(', "keywords": ["'), FreeList(Free("keywords", max_tokens["keywords"], grounded=True), *KEYWORDS),
             Literal(', "description": "'), Free("description", max_tokens["description"], sentence=True),
             Literal(', "queries": ["'), FreeList(Free("queries", max_tokens["queries"]), *QUERIES),
@@ -98,7 +102,10 @@ def load_prompt(version: str = DEFAULT_PROMPT, categories: tuple[str, ...] | Non
     """The prompt `version` (a file of `PROMPTS_DIR`), with `categories` in place of its list when given."""
     raw = _prompt_file(version)
     examples = tuple((str(e["text"]), ItemMetadata.model_validate(_tuples(e["metadata"]))) for e in raw["examples"])
-    prompt = Prompt(raw["version"], raw["header"].strip(), tuple(categories or raw["categories"]), examples)
+    choice = raw.get("category_choice", "tokens")
+    if choice not in CATEGORY_CHOICES:
+        raise ConfigError(f"prompt {version}: category_choice {choice!r} is unknown. Fix: one of {CATEGORY_CHOICES}")
+    prompt = Prompt(raw["version"], raw["header"].strip(), tuple(categories or raw["categories"]), examples, choice)
     if not prompt.categories or len(set(prompt.categories)) != len(prompt.categories):
         raise ConfigError(f"the category list of prompt {version} is empty or repeats a name. Fix: list each once")
     return prompt

@@ -17,6 +17,7 @@ import pytest
 from pipelines.enrich import enrich_step
 from recsys.enrich.cache import CACHE_FILE
 from recsys.enrich.config import EnrichConfig
+from recsys.enrich.record import DEFAULT_PROMPT
 from recsys.errors import ConfigError, DataError
 from tests.chat_server import ChatServer
 
@@ -50,9 +51,7 @@ def test_answers_are_checked_repaired_reasked_and_counted(
     assert chat_server.asked["Cream for busy days"] == 2  # the 429, then the answer
     assert chat_server.authorizations == {"Bearer secret-key"}
     assert rows.filter(pl.col("item_id") == "i0").row(0, named=True)["keywords"] == ["acme", "lip", "balm"]
-    assert set(rows["model"]) == {f"test-model@{chat_server.url}"} and set(rows["prompt_version"]) == {
-        "item-metadata-v1"
-    }
+    assert set(rows["model"]) == {f"test-model@{chat_server.url}"} and set(rows["prompt_version"]) == {DEFAULT_PROMPT}
     again = enrich_step(config(chat_server), data, data, tmp_path / "cache")  # everything is in the cache
     assert (again.asked, again.cached, again.ok) == (0, 5, 4) and sum(chat_server.asked.values()) == 8
     retried = enrich_step(config(chat_server), data, data, tmp_path / "cache", retry_failed=True)

@@ -65,13 +65,21 @@ def test_an_invalid_answer_says_why(answer: str, says: str) -> None:
 
 
 def test_the_prompt_its_examples_and_its_skeleton_agree() -> None:
-    assert PROMPT.version == "item-metadata-v1" and len(PROMPT.examples) >= 3
+    assert PROMPT.version == "item-metadata-v2" and len(PROMPT.examples) >= 3
     assert {record.category for _, record in PROMPT.examples} <= set(PROMPT.categories)
     assert len({record.category for _, record in PROMPT.examples}) == len(PROMPT.examples)  # none to copy blindly
     skeleton = PROMPT.skeleton({"brand": 4, "keywords": 4, "description": 4, "queries": 4})
     literals = "".join(s.text for s in skeleton.segments if isinstance(s, Literal))
     assert [f for f in FIELDS if f'"{f}": ' in literals] == list(FIELDS)  # every field, in the record's order
-    assert next(s for s in skeleton.segments if isinstance(s, Choice)).options == PROMPT.categories
+    choice = next(s for s in skeleton.segments if isinstance(s, Choice))
+    assert choice.options == PROMPT.categories and choice.whole  # v2: the whole option's likelihood
+    v1 = load_prompt("item-metadata-v1")  # token by token; otherwise v2's text, examples and categories
+    assert not next(
+        s
+        for s in v1.skeleton({"brand": 4, "keywords": 4, "description": 4, "queries": 4}).segments
+        if isinstance(s, Choice)
+    ).whole
+    assert (v1.prefix(), v1.categories, v1.examples) == (PROMPT.prefix(), PROMPT.categories, PROMPT.examples)
     keywords = next(s for s in skeleton.segments if isinstance(s, FreeList))
     assert keywords.item.grounded and (keywords.min_count, keywords.max_count) == (3, 6)
     assert PROMPT.prefix().endswith("Item:") and PROMPT.suffix("  a\n b ") == " a b\nMetadata:"
@@ -80,6 +88,18 @@ def test_the_prompt_its_examples_and_its_skeleton_agree() -> None:
         load_prompt("item-metadata-v0")
     with pytest.raises(ConfigError, match="repeats a name"):
         load_prompt(categories=("A", "A"))
+
+
+def test_a_prompt_with_an_unknown_category_choice_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    shipped = (PROMPTS_DIR / f"{DEFAULT_PROMPT}.yaml").read_text()
+    (tmp_path / "item-metadata-v9.yaml").write_text(
+        shipped.replace(f"version: {DEFAULT_PROMPT}", "version: item-metadata-v9").replace(
+            "category_choice: whole", "category_choice: beam"
+        )
+    )
+    monkeypatch.setattr("recsys.enrich.record.PROMPTS_DIR", tmp_path)
+    with pytest.raises(ConfigError, match=r"category_choice 'beam' is unknown\. Fix: one of \('tokens', 'whole'\)"):
+        load_prompt("item-metadata-v9")
 
 
 @pytest.mark.parametrize("version", ["OUTSIDE", "../prompts/item-metadata-v1", "/etc/hostname", "", "x" * 500])
