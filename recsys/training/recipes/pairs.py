@@ -30,6 +30,9 @@ class GenerativeTraining:
     # batch pairs of equal history length, each batch as wide as its histories (`history_target_batches`): the
     # encoder reads the real lengths instead of max_history (3x fewer tokens on Beauty)
     by_length: bool = True
+    # > 0: train without each user's last `holdout_last` training items: the held-out twin of a ranker's generative
+    # candidate source (model.upstream.extra_holdout_retrievers), as next-item models' holdout_last
+    holdout_last: NonNegativeInt = 0
 
 
 @dataclass(frozen=True)
@@ -128,8 +131,10 @@ class GenerativeRecipe:
     label_smoothing: float = 0.0
     by_length: bool = True
     temperature: float = 1.0
+    holdout_last: int = 0
 
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
+        rows = rows.truncate_last(self.holdout_last) if self.holdout_last else rows
         return pair_batches(rows, self.max_history, self.batch_size, generator, self.by_length)
 
     def loss(self, model: GenerativeModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
+from recsys.data.jagged import Jagged
+from recsys.data.prepared import TrainingRows
 from recsys.models.generative import GenerativeConfig, GenerativeRetriever
 from recsys.training.config import HardwareConfig, OptimizationConfig, ScheduleConfig, TrainConfig
 from tests.conftest import popularity_valid_metric
@@ -286,3 +290,20 @@ def test_the_dense_head_learns_its_targets() -> None:
         loss.backward()
         optimizer.step()
     assert n == 2 and dense_loss() < 0.5 * before
+
+
+def test_a_held_out_twin_never_trains_on_each_users_last_items() -> None:
+    """holdout_last: the generative recipe's pairs stop before each row's last items (what a ranker learns on when
+    the generative retriever is one of its candidate sources), and the rest are the plain recipe's pairs."""
+    from recsys.training.recipes import GenerativeRecipe
+
+    items = Jagged.from_lists([[1, 2, 3, 4], [5, 6, 7], [8, 9]])
+    rows = TrainingRows(items, Jagged.from_lengths(torch.arange(len(items.values)), items.lengths()))
+
+    def targets(recipe: Any) -> list[int]:
+        return sorted(
+            t for batch in recipe.batches(rows, torch.Generator().manual_seed(0)) for t in batch.targets.tolist()
+        )
+
+    assert targets(GenerativeRecipe(max_history=3, batch_size=2)) == [2, 3, 4, 6, 7, 9]
+    assert targets(GenerativeRecipe(max_history=3, batch_size=2, holdout_last=1)) == [2, 3, 6]

@@ -14,6 +14,7 @@ import torch
 from recsys.data.prepared import load_prepared
 from recsys.errors import ConfigError
 from recsys.models.family import ModelInputs, Upstream
+from recsys.models.generative import GenerativeConfig, GenerativeRetriever
 from recsys.models.ranker import TwoStageRanker
 from recsys.models.registry import build_model, load_model, save_model
 from recsys.models.sources import CandidateSource, check_sources, propose, recent_similarity
@@ -193,3 +194,37 @@ def test_a_ranker_reads_an_extra_retriever_as_a_model_source(
     _, loaded = load_model(tmp_path / "ranker.pt")  # both first stages rebuilt from the saved config
     assert isinstance(loaded, TwoStageRanker) and loaded.extra_retriever_count == 1
     torch.testing.assert_close(loaded.score(histories), model.eval().score(histories))
+
+
+def test_the_generative_retriever_is_a_model_source_its_beams_the_candidates(
+    tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path
+) -> None:
+    """A generative retriever proposes its beams (its scores are -inf outside them): a ranker over it scores, saves
+    and loads whole, the generative stage rebuilt with its codes."""
+    data = load_prepared(tiny_data_dir)
+    sizes = (8, 8, 4)
+    combos = torch.cartesian_prod(*(torch.arange(k) for k in sizes))
+    codes = torch.cat(
+        [
+            torch.zeros(1, 3, dtype=torch.long),
+            combos[torch.randperm(len(combos), generator=torch.Generator().manual_seed(0))[: data.num_items]],
+        ]
+    )
+    config = GenerativeConfig(num_items=data.num_items, codebook_sizes=sizes, dim=16, num_heads=2, ffn_dim=32,
+                              num_encoder_layers=1, num_decoder_layers=1, beam_size=6)  # fmt: skip
+    save_model(tmp_path / "generative.pt", GenerativeRetriever(config, codes))
+    generative = Upstream(*load_model(tmp_path / "generative.pt"))
+    retriever = Upstream(*load_model(retriever_dir / "model.pt"))
+    sources = [{"kind": "retriever", "top": 8}, {"kind": "model", "index": 0, "top": 6, "label": "generative"}]
+    inputs = ModelInputs(retriever=retriever, extra_retrievers=(generative,))
+    model = build_model("ranker", {"dim": 32, "hidden": 64, "sources": sources}, data.num_items, inputs)
+    assert isinstance(model, TwoStageRanker)
+    histories = data.eval_split("test").histories.select(torch.arange(5)).to_padded(20)
+    beams = model.extra_retrievers[0].score(histories).isfinite()  # (B, V+1): the 6 beams of each user
+    assert (beams.sum(dim=1) == 6).all()
+    found = model.eval().candidates(histories, None)
+    proposed = torch.zeros_like(beams).scatter_(1, found.items, True)
+    assert (proposed[:, 1:] >= beams[:, 1:]).all()  # every beam is a candidate
+    save_model(tmp_path / "ranker.pt", model)
+    _, loaded = load_model(tmp_path / "ranker.pt")
+    torch.testing.assert_close(loaded.score(histories), model.score(histories))
