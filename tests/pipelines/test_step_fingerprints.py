@@ -58,11 +58,13 @@ QUERY_AWARE = {
 SASREC_OFFLINE = {"tracking": {"enabled": False}}
 
 # step -> sha256 of its inputs' JSON (None: not applicable), recorded on cb76f27; train_retriever's since the model
-# section's one `upstream` mapping replaced its four upstream fields (2026-11-25: an older work dir trains once again)
+# section's one `upstream` mapping replaced its four upstream fields (2026-11-25: an older work dir trains once again);
+# enrich_items' since the default prompt became item-metadata-v2 (2026-11-26: the category chosen by the whole
+# option's likelihood, so an enrich step left at the default asks its items again)
 RECORDED: dict[str, dict[str, str | None]] = {
     "two-tower": {
         "prepare_data": "fbad852f409712f672d992ddbba85dd4128c77bfef17744b2a4c1398a9bfeff9",
-        "enrich_items": "17f0840c8769f1fc08b0fad26ef5a0e5104f36083286dfb6575127a4765e3b14",
+        "enrich_items": "4db47ca8dccaaaa9bb1fdb080a3de59da397e35aec626fba6a66bd52de3456b6",
         "embed_content": "3f86bad34d352a92c2eb29a17fdd6e50eeb78061b999c9f208ea9afb71fd68f6",
         "build_semantic_ids": "0e2d8c2d7f110e26f44ac87c17b76432a01bd7b92c652c93fe16530def6b1f36",
         "train_retriever": "dcdd57c46aa8273658a799fda9161a0492aa51909f5f40ed531c4109036125b7",
