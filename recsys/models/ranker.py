@@ -428,6 +428,7 @@ class TwoStageRanker(Model[RankerConfig]):
         stages = extra_retrievers or cast(tuple[Model[Any], ...], tuple(self.extra_retrievers))  # ModuleList of Model
         content = self.ranker.content
         first_stage: list[torch.Tensor] = []  # the retriever's scores, made inside its timed call
+        similarity: dict[int, torch.Tensor] = {}  # content kinds reading as many recent items share one product
 
         def score(source: CandidateSource) -> torch.Tensor:
             if source.kind == "retriever":
@@ -436,7 +437,10 @@ class TwoStageRanker(Model[RankerConfig]):
             if source.kind == "model":
                 return self._first_stage_scores(histories, users, stages[source.index])
             assert content is not None  # content kinds need use_content, checked with the config
-            return recent_similarity(content, histories[:, -self.config.max_history :], source.recent)
+            if source.recent not in similarity:
+                window = histories[:, -self.config.max_history :]
+                similarity[source.recent] = recent_similarity(content, window, source.recent)
+            return similarity[source.recent]
 
         untrained = self.untrained if untrained is None else untrained
         candidates, calls = propose(self.config.sources, score, untrained)
