@@ -35,7 +35,7 @@ def resident_gib() -> float:
     (`getrusage`): an upper bound on now, so a budget still trips, perhaps later than it could."""
     try:
         return int(STATM.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / GIB
-    except OSError:
+    except FileNotFoundError:  # only a missing /proc: any other failure (no file descriptor left) is the caller's
         return peak_resident_gib()
 
 
