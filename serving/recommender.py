@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +127,14 @@ class Recommender:
             logger.info("recommendations come from the index (%s items > %s): approximate, as similar items",
                         f"{self.num_items:,}", f"{ANN_ABOVE_ITEMS:,}")  # fmt: skip
         self._ranking = self._history_ranking()
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One model call before the first request: what the model makes once per weights (an item table, a
+        content-neighbour table) is made while the bundle loads, not in a request's time."""
+        started = time.perf_counter()
+        self.recommend_batch([RecommendationQuery([int(self._popular[0])], 1, False)])
+        logger.info("%s model warmed up in %.2f s", self.name, time.perf_counter() - started)
 
     def _history_ranking(self) -> HistoryRanking:
         return ranking_for(self.capabilities, self.model, self._item_table,

@@ -51,6 +51,7 @@ from recsys.models.family import (
     required,
 )
 from recsys.models.sasrec import SASRec, SASRecConfig
+from recsys.modules.inference_cache import InferenceCache
 from recsys.retrieval.lexical import BM25Retriever
 from recsys.runtime.validation import Fraction, check_heads
 from recsys.semantic_ids.content import DEFAULT_MODEL
@@ -169,7 +170,7 @@ class QueryAwareRetriever(Model[QueryAwareConfig]):
         # r = softplus(.), as s
         self.lexical_scale = nn.Parameter(torch.tensor(LEXICAL_SCALE_INIT).expm1().log()) if config.lexical else None
         nn.init.normal_(self.text.weight, std=0.02)
-        self._cache: dict[str, tuple[tuple[object, ...], torch.Tensor]] = {}  # `_inference_cached`'s
+        self._cache = InferenceCache()
 
     @property
     def max_history(self) -> int:
@@ -191,16 +192,9 @@ class QueryAwareRetriever(Model[QueryAwareConfig]):
         )
 
     def _inference_cached(self, name: str, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """`compute()`, kept between calls without gradients until a parameter or buffer changes (an optimizer step
-        or a load bumps its version): projecting V contents costs V * C * D flops, per call of every request."""
-        if torch.is_grad_enabled() or torch.compiler.is_compiling():  # training, or inside a graph: no state
-            return compute()
-        tensors = [*self.parameters(), *self.buffers()]
-        key = (torch.is_autocast_enabled(), *((t.data_ptr(), t._version) for t in tensors))
-        cached = self._cache.get(name)
-        if cached is None or cached[0] != key:
-            cached = self._cache[name] = (key, compute())
-        return cached[1]
+        """`compute()`, kept between calls without gradients until a parameter or buffer changes: projecting V
+        contents costs V * C * D flops, per call of every request."""
+        return self._cache.get(name, compute, reads=[*self.parameters(), *self.buffers()])
 
     def forward(
         self, item_ids: torch.Tensor, segments: torch.Tensor | None = None, positions: torch.Tensor | None = None

@@ -56,13 +56,18 @@ from recsys.models.family import (
 from recsys.models.sources import (
     Candidates,
     CandidateSource,
+    ContentNeighbours,
     SourceCall,
     check_sources,
+    content_neighbours,
+    neighbour_scores,
     propose,
-    recent_similarity,
+    recent_cosine,
     source_feature_count,
     untrained_items,
+    untrained_scores,
 )
+from recsys.modules.inference_cache import InferenceCache
 from recsys.modules.moe import MoEConfig, MoELayer
 from recsys.runtime.validation import Fraction, check_heads
 
@@ -195,6 +200,7 @@ class Ranker(nn.Module):
         # category_l<k>: a class per value of level k and class 0 (none), never a target
         self.category_outputs = nn.ModuleList(nn.Linear(d, n + 1) for n in sizes[: len(config.category_task_names)])
         self.aux_loss = torch.zeros(())  # the MoE head's load loss of the last forward
+        self._table = InferenceCache()  # `item_vectors`' table
 
     def head_parameters(self) -> int:
         """Parameters of the head one example uses (a MoE head: its routed and shared experts, and the routers)."""
@@ -204,7 +210,16 @@ class Ranker(nn.Module):
         return sum(p.numel() for p in self.dense.parameters())
 
     def item_vectors(self, items: torch.Tensor) -> torch.Tensor:
-        """(...) item_idx -> (..., D): the ID embedding, plus the projected content embedding."""
+        """(...) item_idx -> (..., D): the ID embedding, plus the projected content embedding and the category
+        levels' embeddings; without gradients, rows of the whole table made once per state (`InferenceCache`):
+        a call then gathers D numbers per item instead of projecting K."""
+        if not InferenceCache.applies():
+            return self._item_vectors(items)
+        every = torch.arange(self.config.num_items + 1, device=items.device)
+        table = self._table.get("items", lambda: self._item_vectors(every), reads=[*self.parameters(), *self.buffers()])
+        return table[items]
+
+    def _item_vectors(self, items: torch.Tensor) -> torch.Tensor:
         vectors = self.item_emb(items)
         if self.content_proj is not None:
             assert self.content is not None
@@ -335,6 +350,7 @@ class TwoStageRanker(Model[RankerConfig]):
         self.untrained: torch.Tensor | None
         self.register_buffer("untrained", untrained if config.proposes_new_items else None)
         self.last_source_calls: tuple[SourceCall, ...] = ()  # of the last `candidates` call, for serving's metrics
+        self._neighbours = InferenceCache()  # `content_neighbours`'
 
     @property
     def max_history(self) -> int:
@@ -427,8 +443,9 @@ class TwoStageRanker(Model[RankerConfig]):
             return Candidates(top.indices, top.values, None), scores
         stages = extra_retrievers or cast(tuple[Model[Any], ...], tuple(self.extra_retrievers))  # ModuleList of Model
         content = self.ranker.content
+        window = histories[:, -self.config.max_history :]
+        untrained = self.untrained if untrained is None else untrained
         first_stage: list[torch.Tensor] = []  # the retriever's scores, made inside its timed call
-        similarity: dict[int, torch.Tensor] = {}  # content kinds reading as many recent items share one product
 
         def score(source: CandidateSource) -> torch.Tensor:
             if source.kind == "retriever":
@@ -436,16 +453,31 @@ class TwoStageRanker(Model[RankerConfig]):
                 return first_stage[0]
             if source.kind == "model":
                 return self._first_stage_scores(histories, users, stages[source.index])
-            assert content is not None  # content kinds need use_content, checked with the config
-            if source.recent not in similarity:
-                window = histories[:, -self.config.max_history :]
-                similarity[source.recent] = recent_similarity(content, window, source.recent)
-            return similarity[source.recent]
+            if source.kind == "content":
+                return neighbour_scores(self.content_neighbours(), window, source.recent)
+            assert content is not None and untrained is not None  # new_items needs both, checked with the config
+            return untrained_scores(content, window, source.recent, untrained)
 
-        untrained = self.untrained if untrained is None else untrained
-        candidates, calls = propose(self.config.sources, score, untrained)
+        cosines: dict[int, torch.Tensor] = {}  # content kinds reading as many recent items share the union's cosines
+
+        def cosine(source: CandidateSource, items: torch.Tensor) -> torch.Tensor:
+            assert content is not None
+            if source.recent not in cosines:
+                cosines[source.recent] = recent_cosine(content, window, source.recent, items)
+            return cosines[source.recent]
+
+        candidates, calls = propose(self.config.sources, score, cosine, untrained)
         self.last_source_calls = tuple(calls)
         return candidates, first_stage[0]
+
+    def content_neighbours(self) -> ContentNeighbours:
+        """The `content` source's table of every item's nearest items by content, made once per content (kept
+        while the content buffer is unchanged) rather than a (V+1)-wide product per call."""
+        content = self.ranker.content
+        top = next(source.top for source in self.config.sources if source.kind == "content")
+        assert content is not None  # a content source needs use_content, checked with the config
+        with torch.no_grad():
+            return self._neighbours.get("content", lambda: content_neighbours(content, top), reads=[content])
 
     def _first_stage_scores(
         self, histories: torch.Tensor, users: torch.Tensor | None, retriever: Model[Any] | None = None

@@ -18,6 +18,11 @@ every source's second, ...), padded with item 0 to the widest row; every candida
 its position) in that source's top-N (0 where the source did not propose it), then for the content kinds its cosine
 to the user's closest recent item and for the model kind its score gap (`Candidates.features`).
 
+What a call costs (a serving request, a training batch): the content kind reads each recent item's N nearest
+items from a table made once per content (`content_neighbours`: V^2 * K multiply-adds, then (V+1) * N entries kept),
+exact on its top N; the new_items kind takes the cosines to the untrained items alone (U * R * K per row); the
+cosine feature is computed for the union's candidates only (C * R * K). An empty history gets no content proposals.
+
 A source that raises is skipped for that call and logged (the retriever excepted: without its scores there is
 nothing to rank); a `SourceCall` records each source's time and failure, for serving's /metrics.
 
@@ -134,85 +139,162 @@ def untrained_items(counts: torch.Tensor) -> torch.Tensor:
     return untrained
 
 
-def recent_similarity(content: torch.Tensor, histories: torch.Tensor, recent: int) -> torch.Tensor:
-    """(V+1, K) L2-normalised content (row 0 zero), (B, L) left-padded histories -> (B, V+1) each item's cosine to
-    the closest of the user's `recent` latest items (0 for an empty history; padding -inf)."""
-    latest = histories[:, -recent:]  # (B, R), padding rows of `content` are zero vectors
-    cosine = torch.einsum("brk,vk->brv", content[latest], content)  # (B, R, V+1)
-    real = (latest != 0)[..., None]
-    best = cosine.masked_fill(~real, float("-inf")).amax(dim=1)
-    best = torch.where(real.any(dim=1), best, torch.zeros_like(best))
-    best[:, 0] = float("-inf")
-    return best
+@dataclass(frozen=True)
+class ContentNeighbours:
+    """Every item's `top` nearest items by content cosine, itself among them (`content_neighbours`)."""
+
+    cosines: torch.Tensor  # (V+1, N) closest first; row 0 (the padding) all -inf
+    items: torch.Tensor  # (V+1, N) item_idx
+
+
+def content_neighbours(content: torch.Tensor, top: int, block_rows: int = 1024) -> ContentNeighbours:
+    """(V+1, K) L2-normalised content (row 0 zero) -> each item's `top` nearest items (never the padding): V^2 * K
+    multiply-adds once, in blocks of `block_rows` rows, so that a user's content neighbours cost R * N per call
+    (`neighbour_scores`) instead of R * V * K."""
+    V1 = content.shape[0]
+    n = min(top, V1 - 1)
+    cosines, items = [], []
+    for start in range(0, V1, block_rows):
+        block = content[start : start + block_rows] @ content.T  # (b, V+1)
+        block[:, 0] = float("-inf")
+        found = block.topk(n, dim=1)
+        cosines.append(found.values)
+        items.append(found.indices)
+    neighbours = ContentNeighbours(torch.cat(cosines), torch.cat(items))
+    neighbours.cosines[0] = float("-inf")  # the padding of a history has no neighbours
+    return neighbours
+
+
+def neighbour_scores(neighbours: ContentNeighbours, histories: torch.Tensor, recent: int) -> torch.Tensor:
+    """(B, L) left-padded histories -> (B, V+1) the `content` source's scores: an item's cosine to the closest of the
+    user's `recent` latest items among whose neighbours it is, -inf elsewhere (and for an empty history).
+
+    On the top N (N <= the neighbours' width) this is exactly each item's cosine to its closest recent item: an item
+    in that top N is among the N nearest of its closest recent item, else N items would score above it."""
+    B, V1 = histories.shape[0], neighbours.items.shape[0]
+    latest = histories[:, -recent:]  # (B, R); the padding's row proposes nothing
+    scores = torch.full((B, V1), float("-inf"), device=histories.device)
+    scores.scatter_reduce_(1, neighbours.items[latest].flatten(1), neighbours.cosines[latest].flatten(1), "amax")
+    scores[:, 0] = float("-inf")
+    return scores
+
+
+def recent_cosine(content: torch.Tensor, histories: torch.Tensor, recent: int, items: torch.Tensor) -> torch.Tensor:
+    """(V+1, K) L2-normalised content, (B, L) left-padded histories, items (B, C) or (C,) for every row -> (B, C)
+    each item's cosine to the closest of the user's `recent` latest items (0 for an empty history)."""
+    latest = histories[:, -recent:]  # (B, R)
+    candidates = content[items]
+    pattern = "ck,brk->bcr" if items.dim() == 1 else "bck,brk->bcr"
+    cosine = torch.einsum(pattern, candidates, content[latest])  # (B, C, R)
+    real = (latest != 0)[:, None, :]
+    best = cosine.masked_fill(~real, float("-inf")).amax(dim=2)
+    return torch.where(real.any(dim=2), best, torch.zeros_like(best))
+
+
+def untrained_scores(
+    content: torch.Tensor, histories: torch.Tensor, recent: int, untrained: torch.Tensor
+) -> torch.Tensor:
+    """(B, L) left-padded histories, (V+1,) bool the untrained items -> (B, V+1) the `new_items` source's scores:
+    each untrained item's cosine to the closest of the user's `recent` latest items (U * R * K per user, U
+    untrained items), -inf for the trained items and for an empty history."""
+    columns = untrained.to(histories.device).nonzero().squeeze(1)  # (U,)
+    cosine = recent_cosine(content, histories, recent, columns)  # (B, U)
+    cosine = cosine.masked_fill((histories[:, -recent:] == 0).all(dim=1, keepdim=True), float("-inf"))
+    scores = torch.full((histories.shape[0], content.shape[0]), float("-inf"), device=histories.device)
+    return scores.index_copy_(1, columns, cosine)
 
 
 def propose(
     sources: Sequence[CandidateSource],
     score: Callable[[CandidateSource], torch.Tensor],
+    cosine: Callable[[CandidateSource, torch.Tensor], torch.Tensor],
     untrained: torch.Tensor | None,
 ) -> tuple[Candidates, list[SourceCall]]:
     """The union of every source's top-N, with the features the ranker reads, and each source's call record.
 
     Args:
         sources: the ranker's sources, in its feature order.
-        score: a source -> (B, V+1) its scores of every item (padding and what it cannot propose -inf): the
-            retriever's or an extra retriever's scores, or a content kind's `recent_similarity`; timed as the
-            source's call.
+        score: a source -> (B, V+1) its scores of every item, -inf for the padding and what it cannot propose (a
+            content kind: at least its top-N exact, `neighbour_scores`, `untrained_scores`); timed as the source's
+            call.
+        cosine: a content kind, (B, C) the union's items -> (B, C) each one's cosine to the user's closest recent
+            item (`recent_cosine`), its second feature; timed as part of the source's call.
         untrained: (V+1,) bool, the items no first stage was trained on (None: no new_items source).
     """
     retriever = next(source for source in sources if source.kind == "retriever")
     start = time.perf_counter()
     retriever_scores = score(retriever)  # first, whatever its place: the others need its shape, it cannot fail
     B, V1 = retriever_scores.shape
-    columns: dict[str, list[torch.Tensor]] = {}  # per source: (B, V+1) position [, cosine or score gap]
-    calls = []
+    positions: dict[str, torch.Tensor] = {}  # per source: (B, V+1) 1 / (1 + position), 0 where not proposed
+    gaps: dict[str, torch.Tensor] = {}  # model kinds: (B, V+1) the score's gap to the row's best
+    seconds: dict[str, float] = {}
+    failed: set[str] = set()
     for source in sources:
         if source is not retriever:
             start = time.perf_counter()
-        failed = False
         try:
             scores = retriever_scores if source is retriever else score(source)
-            columns[source.name] = _proposal(source, scores, untrained)
+            positions[source.name] = _positions(source, scores)
+            if source.kind == "model":
+                gaps[source.name] = _gap(scores, positions[source.name])
         except Exception:
             if source is retriever:
                 raise
-            logger.exception("candidate source %s failed; ranking without it for this call", source.name)
-            failed = True
-            columns[source.name] = [torch.zeros(B, V1, device=retriever_scores.device)] * source.features
-        calls.append(SourceCall(source.name, time.perf_counter() - start, failed))
-    positions = [columns[source.name][0] for source in sources]
-    extras = [column for source in sources for column in columns[source.name][1:]]
-    best = torch.stack(positions).amax(dim=0)  # (B, V+1): the item's best position in any source, 0 = none
+            _skip(source, failed)
+            positions[source.name] = torch.zeros(B, V1, device=retriever_scores.device)
+        seconds[source.name] = time.perf_counter() - start
+    best = torch.stack(list(positions.values())).amax(dim=0)  # (B, V+1): the item's best position in any source
     best[:, 0] = 0.0
     width = int((best > 0).sum(dim=1).max().clamp(min=1))
     order = best.topk(width, dim=1)
     items = torch.where(order.values > 0, order.indices, torch.zeros_like(order.indices))
     retrieval = retriever_scores.gather(1, items)
     if untrained is not None:  # the retriever's score of an item it never trained on says nothing about the user
-        floor = retriever_scores.topk(min(retriever.top, V1 - 1), dim=1).values[:, -1:]  # its last candidate's
+        proposed = positions[retriever.name] > 0
+        floor = retriever_scores.masked_fill(~proposed, float("inf")).amin(dim=1, keepdim=True)  # its last candidate's
         retrieval = torch.where(untrained.to(items.device)[items], floor, retrieval)
     lowest = retrieval.masked_fill(items == 0, float("inf")).amin(dim=1, keepdim=True)
     retrieval = torch.where(items == 0, lowest, retrieval)
-    features = torch.stack([column.gather(1, items) for column in positions + extras], dim=-1)
+    extras = []  # per source of two features, its second, (B, C)
+    for source in sources:
+        if source.features == 1:
+            continue
+        start = time.perf_counter()
+        extra = torch.zeros(items.shape, device=items.device)
+        if source.name in gaps:
+            extra = gaps[source.name].gather(1, items)
+        elif source.reads_content and source.name not in failed:
+            try:
+                extra = cosine(source, items)
+                if source.kind == "new_items":  # its cosine where it could propose the item: an untrained one
+                    assert untrained is not None
+                    extra = extra * untrained.to(items.device)[items]
+            except Exception:
+                _skip(source, failed)  # its proposals stay in the union, with no cosine
+        extras.append(extra)
+        seconds[source.name] += time.perf_counter() - start
+    features = torch.stack([positions[source.name].gather(1, items) for source in sources] + extras, dim=-1)
     features = features.masked_fill(~features.isfinite(), 0.0) * (items != 0)[..., None]
+    calls = [SourceCall(source.name, seconds[source.name], source.name in failed) for source in sources]
     return Candidates(items, retrieval, features), calls
 
 
-def _proposal(source: CandidateSource, scores: torch.Tensor, untrained: torch.Tensor | None) -> list[torch.Tensor]:
-    """(B, V+1) 1 / (1 + position) of the source's top-N items (0 elsewhere) from its `scores`, and its second
-    feature: a content kind's cosines, a model's score gap to its row's best (0 where it proposed nothing)."""
-    if source.kind == "new_items":
-        if untrained is None:
-            raise ValueError("source new_items needs the items no first stage was trained on")
-        scores = scores.masked_fill(~untrained.to(scores.device)[None, :], float("-inf"))
+def _skip(source: CandidateSource, failed: set[str]) -> None:
+    logger.exception("candidate source %s failed; ranking without it for this call", source.name)
+    failed.add(source.name)
+
+
+def _positions(source: CandidateSource, scores: torch.Tensor) -> torch.Tensor:
+    """(B, V+1) scores -> (B, V+1) 1 / (1 + position) of the source's top-N items, 0 elsewhere (and where its score
+    is -inf: not proposable)."""
     B, V1 = scores.shape
     top = scores.topk(min(source.top, V1 - 1), dim=1)
     weight = 1.0 / (1.0 + torch.arange(top.indices.shape[1], device=scores.device, dtype=torch.float32))
     position = torch.zeros(B, V1, device=scores.device)
-    position.scatter_(1, top.indices, weight.expand(B, -1) * top.values.isfinite())  # -inf: not proposable
-    if source.reads_content:
-        return [position, scores]
-    if source.kind == "model":
-        gap = scores - top.values[:, :1]
-        return [position, torch.where(position > 0, gap, torch.zeros_like(gap))]
-    return [position]
+    return position.scatter_(1, top.indices, weight.expand(B, -1) * top.values.isfinite())
+
+
+def _gap(scores: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """A model source's second feature: (B, V+1) each proposed item's score gap to its row's best, 0 elsewhere."""
+    gap = scores - scores.amax(dim=1, keepdim=True)
+    return torch.where(position > 0, gap, torch.zeros_like(gap))

@@ -15,9 +15,17 @@ from recsys.data.prepared import load_prepared
 from recsys.errors import ConfigError
 from recsys.models.family import ModelInputs, Upstream
 from recsys.models.generative import GenerativeConfig, GenerativeRetriever
-from recsys.models.ranker import TwoStageRanker
+from recsys.models.ranker import Ranker, RankerConfig, TwoStageRanker
 from recsys.models.registry import build_model, load_model, save_model
-from recsys.models.sources import CandidateSource, check_sources, propose, recent_similarity
+from recsys.models.sources import (
+    CandidateSource,
+    check_sources,
+    content_neighbours,
+    neighbour_scores,
+    propose,
+    recent_cosine,
+    untrained_scores,
+)
 from recsys.training.recipes import RankerRecipe, RankerTraining, RecipeInputs, recipe_for
 from recsys.training.trainer import fit
 from tests.conftest import quick_train
@@ -36,7 +44,8 @@ def test_the_union_is_deduplicated_ordered_by_best_position_and_padded() -> None
     retriever = torch.tensor([[-INF, 5.0, 4.0, 1.0, 0.5, 0.0], [-INF, 5.0, 4.0, 1.0, 0.5, 0.0]])
     cosine = torch.tensor([[-INF, 0.1, 0.9, 0.2, 0.8, 0.3], [-INF, 0.1, 0.9, 0.2, 0.8, -INF]])
     untrained = torch.tensor([False, False, False, False, False, True])
-    found, calls = propose([RETRIEVER, CONTENT, NEW], scores_of(retriever, cosine), untrained)
+    found, calls = propose([RETRIEVER, CONTENT, NEW], scores_of(retriever, cosine, untrained=untrained),
+                           cosines_of(cosine), untrained)  # fmt: skip
     assert [c.source for c in calls] == ["retriever", "content", "new_items"] and not any(c.failed for c in calls)
     # row 0: 1 and 2 and 5 first in a source, then 4 (second in content); row 1's cosine cannot propose item 5
     assert sorted(found.items[0, :3].tolist()) == [1, 2, 5] and found.items[0, 3] == 4
@@ -52,9 +61,13 @@ def test_the_union_is_deduplicated_ordered_by_best_position_and_padded() -> None
 
 
 def scores_of(
-    retriever: torch.Tensor, cosine: torch.Tensor, model: torch.Tensor | None = None
-) -> Callable[..., torch.Tensor]:
-    """What the ranker's `score` callback gives each source: the retriever's or the model's scores, or the cosines."""
+    retriever: torch.Tensor,
+    cosine: torch.Tensor,
+    model: torch.Tensor | None = None,
+    untrained: torch.Tensor | None = None,
+) -> Callable[[CandidateSource], torch.Tensor]:
+    """What the ranker's `score` callback gives each source: the retriever's or the model's scores, the cosines (the
+    untrained items' alone for new_items)."""
 
     def score(source: CandidateSource) -> torch.Tensor:
         if source.kind == "retriever":
@@ -62,16 +75,24 @@ def scores_of(
         if source.kind == "model":
             assert model is not None
             return model
+        if source.kind == "new_items":
+            assert untrained is not None
+            return cosine.masked_fill(~untrained, -INF)
         return cosine
 
     return score
+
+
+def cosines_of(cosine: torch.Tensor) -> Callable[[CandidateSource, torch.Tensor], torch.Tensor]:
+    """What the ranker's `cosine` callback gives a content kind: the candidates' cosines."""
+    return lambda source, items: cosine.gather(1, items)
 
 
 def test_a_model_source_adds_its_top_and_its_score_gap() -> None:
     retriever = torch.tensor([[-INF, 5.0, 4.0, 1.0, 0.5]])
     model = torch.tensor([[-INF, 0.0, -1.0, 3.0, -INF]])  # a beam search: item 4 not reachable
     sources = [RETRIEVER, CandidateSource("model", 2, index=0, label="hstu")]
-    found, calls = propose(sources, scores_of(retriever, retriever, model), None)
+    found, calls = propose(sources, scores_of(retriever, retriever, model), cosines_of(retriever), None)
     assert [c.source for c in calls] == ["retriever", "hstu"]
     row = {item: found.features[0, c].tolist() for c, item in enumerate(found.items[0].tolist())}
     assert set(row) == {1, 2, 3}  # the retriever's 1, 2 and the model's 3, 1
@@ -79,13 +100,49 @@ def test_a_model_source_adds_its_top_and_its_score_gap() -> None:
     assert row[2] == pytest.approx([0.5, 0.0, 0.0])  # not proposed by the model: no gap
 
 
-def test_recent_similarity_is_the_cosine_to_the_closest_recent_item() -> None:
-    content = torch.nn.functional.normalize(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), dim=-1)
+CORNERS = torch.nn.functional.normalize(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), dim=-1)
+
+
+def test_recent_cosine_is_the_cosine_to_the_closest_recent_item() -> None:
     histories = torch.tensor([[0, 1, 2], [0, 0, 0], [2, 1, 3]])
-    similarity = recent_similarity(content, histories, recent=1)
-    assert similarity[0, 1:].tolist() == pytest.approx([0.0, 1.0, 2**-0.5])  # the latest item only: 2
-    assert similarity[1, 1:].tolist() == [0.0, 0.0, 0.0] and similarity[:, 0].eq(-INF).all()  # empty history
-    assert recent_similarity(content, histories, recent=2)[0, 1:].tolist() == pytest.approx([1.0, 1.0, 2**-0.5])
+    every = torch.tensor([1, 2, 3])  # the same items for every row
+    assert recent_cosine(CORNERS, histories, 1, every)[0].tolist() == pytest.approx([0.0, 1.0, 2**-0.5])  # 2 only
+    assert recent_cosine(CORNERS, histories, 1, every)[1].tolist() == [0.0, 0.0, 0.0]  # an empty history
+    assert recent_cosine(CORNERS, histories, 2, every)[0].tolist() == pytest.approx([1.0, 1.0, 2**-0.5])
+    per_row = torch.tensor([[3, 1], [1, 1], [3, 2]])  # each row its own candidates
+    expected = torch.tensor([[2**-0.5, 1.0], [0.0, 0.0], [1.0, 2**-0.5]])
+    torch.testing.assert_close(recent_cosine(CORNERS, histories, 2, per_row), expected)
+
+
+def test_the_neighbour_table_gives_the_dense_top_n_exactly() -> None:
+    torch.manual_seed(0)
+    content = torch.nn.functional.normalize(torch.randn(301, 16), dim=-1)
+    content[0] = 0.0
+    histories = torch.randint(0, 301, (64, 12))
+    histories[:3, :] = 0  # empty histories: nothing to propose
+    histories[3:6, :-2] = 0  # short ones
+    neighbours = content_neighbours(content, top=20, block_rows=37)  # blocks that do not divide the items
+    assert neighbours.items.shape == (301, 20) and neighbours.cosines[0].eq(-INF).all()
+    assert neighbours.items[1:, 0].tolist() == list(range(1, 301))  # an item is its own nearest
+    for recent, top in ((1, 20), (5, 20), (5, 7)):
+        scores = neighbour_scores(neighbours, histories, recent)
+        dense = recent_cosine(content, histories, recent, torch.arange(301)).masked_fill(
+            (histories[:, -recent:] == 0).all(dim=1, keepdim=True), -INF
+        )
+        dense[:, 0] = -INF
+        found, expected = scores.topk(top, dim=1), dense.topk(top, dim=1)
+        assert torch.allclose(found.values, expected.values, atol=1e-6)  # the same top cosines, best first...
+        proposed = found.values.isfinite()
+        assert torch.allclose(dense.gather(1, found.indices)[proposed], found.values[proposed], atol=1e-6)  # ...theirs
+        assert scores[:3].eq(-INF).all()
+
+
+def test_new_items_are_scored_among_the_untrained_items_alone() -> None:
+    histories = torch.tensor([[0, 1, 2], [0, 0, 0]])
+    untrained = torch.tensor([False, False, False, True])
+    scores = untrained_scores(CORNERS, histories, 2, untrained)
+    assert scores[0, :3].eq(-INF).all() and scores[0, 3].item() == pytest.approx(2**-0.5)
+    assert scores[1].eq(-INF).all()  # an empty history proposes nothing
 
 
 def test_a_failing_source_is_skipped_and_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -97,10 +154,24 @@ def test_a_failing_source_is_skipped_and_logged(caplog: pytest.LogCaptureFixture
         raise RuntimeError("content store unreachable")
 
     with caplog.at_level(logging.ERROR, logger="recsys.models.sources"):
-        found, calls = propose([RETRIEVER, CONTENT], broken, None)
+        found, calls = propose([RETRIEVER, CONTENT], broken, cosines_of(retriever), None)
     assert "candidate source content failed" in caplog.text and "content store unreachable" in caplog.text
     assert [(c.source, c.failed) for c in calls] == [("retriever", False), ("content", True)]
     assert found.items[0].tolist() == [1, 2] and found.features[0, :, 1:].abs().sum() == 0
+
+
+def test_a_content_source_whose_cosine_fails_keeps_its_proposals_without_it(caplog: pytest.LogCaptureFixture) -> None:
+    retriever = torch.tensor([[-INF, 3.0, 2.0, 1.0]])
+    cosine = torch.tensor([[-INF, 0.1, 0.2, 0.9]])
+
+    def broken(source: CandidateSource, items: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("out of memory")
+
+    with caplog.at_level(logging.ERROR, logger="recsys.models.sources"):
+        found, calls = propose([RETRIEVER, CONTENT], scores_of(retriever, cosine), broken, None)
+    assert "candidate source content failed" in caplog.text and [c.failed for c in calls] == [False, True]
+    assert sorted(found.items[0].tolist()) == [1, 2, 3]  # 3: the content's first, proposed before the failure
+    assert found.features[0, :, 2].abs().sum() == 0  # no cosine
 
 
 @pytest.mark.parametrize(
@@ -228,3 +299,26 @@ def test_the_generative_retriever_is_a_model_source_its_beams_the_candidates(
     save_model(tmp_path / "ranker.pt", model)
     _, loaded = load_model(tmp_path / "ranker.pt")
     torch.testing.assert_close(loaded.score(histories), model.score(histories))
+
+
+def test_without_gradients_item_vectors_are_rows_of_a_table_kept_until_a_weight_changes() -> None:
+    torch.manual_seed(0)
+    config = RankerConfig(num_items=30, dim=8, hidden=16, use_content=True, content_dim=12, category_sizes=(3,),
+                          use_categories=True)  # fmt: skip
+    ranker = Ranker(config, torch.randn(31, 12), torch.randint(0, 4, (31, 1))).eval()
+    for embedding in ranker.category_emb:
+        torch.nn.init.normal_(embedding.weight)  # zero at the start: make the levels count
+    items = torch.tensor([[3, 0, 7], [30, 1, 1]])
+    row_by_row = ranker.item_vectors(items)  # gradients on: projected per call
+    built = []
+    rows = ranker._item_vectors
+    ranker._item_vectors = lambda asked: built.append(asked.shape) or rows(asked)  # type: ignore[method-assign]
+    with torch.no_grad():
+        first = ranker.item_vectors(items)
+        torch.testing.assert_close(first, row_by_row.detach())
+        torch.testing.assert_close(ranker.item_vectors(items), first)
+        assert built == [(31,)]  # one table of every item, kept for the second call...
+        ranker.content_proj.weight.mul_(2.0)  # ...until a weight changes (an optimizer step, a load)
+        changed = ranker.item_vectors(items)
+        assert built == [(31,), (31,)] and not torch.allclose(changed, first)
+        torch.testing.assert_close(changed, rows(items))
