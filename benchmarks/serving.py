@@ -102,10 +102,12 @@ from pipelines.runner import run_pipeline
 from pipelines.steps import PipelineOutputs
 from pipelines.tracking import start_tracking
 from recsys.artifacts.bundle import Bundle
-from recsys.artifacts.model_dir import CONFIG_FILE, trained_data
+from recsys.artifacts.model_dir import CONFIG_FILE, MODEL_FILE, trained_data
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.evaluation.queries import QueryMaker
+from recsys.inference import VectorScorer
 from recsys.models.family import Input
+from recsys.models.registry import load_model
 from recsys.retrieval.faiss_index import FaissTopK
 
 # what the benchmark sets on every config, recorded as overrides (its own default: `--set` changes it)
@@ -265,7 +267,6 @@ def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -
     model_dir = args.model_dir.resolve()
     check_trained_with(model_dir, config, args.config)
     bundle = register_model_dir(model_dir, config, work)
-    assert bundle.index_dir is not None  # Bundle.write copies it
     data = trained_data(bundle.model_dir)
     users = data.users["user_id"].to_list()
     items = [quote(item, safe="") for item in data.items["item_id"].to_list()]  # path segments
@@ -275,20 +276,23 @@ def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -
             ready_mib = rss_mib(server.pid)
             with PeakRss(server.pid) as peak:
                 recommendations = wrk(server.base, RECOMMENDATIONS, users, args.duration, args.connections, seed=0)
-                similar = wrk(server.base, SIMILAR_ITEMS, items, args.duration, args.connections, seed=0)
+                similar = None  # a model without item vectors (a ranker) has no index to answer similar items from
+                if bundle.index_dir is not None:
+                    similar = wrk(server.base, SIMILAR_ITEMS, items, args.duration, args.connections, seed=0)
                 search = None
                 if Input.QUERIES in config.model.reads():
                     search = wrk(server.base, SEARCH, _queries(data), args.duration, args.connections, seed=0)
         runs.append({
             "workers": workers, "startup_s": server.startup_seconds,
             "rss_mib": {"ready": ready_mib, "peak_under_load": peak.mib},
-            "recommendations": recommendations, "similar_items": similar,
+            "recommendations": recommendations,
+            **({} if similar is None else {"similar_items": similar}),
             **({} if search is None else {"search": search}),
         })  # fmt: skip
     baseline = None
     if args.baseline_model_dir is not None:
         baseline = _against_baseline(args, config.registered_model_name, uri, users, work, reproduce)
-    report = FaissTopK.read_report(bundle.index_dir)
+    report = None if bundle.index_dir is None else FaissTopK.read_report(bundle.index_dir)
     result = {
         "bundle": {
             "config": str(args.config),
@@ -297,7 +301,7 @@ def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -
             "model_dir": str(model_dir),
             "items": data.num_items,
             "users": data.num_users,
-            "index": config.pipeline.index.kind,
+            "index": config.pipeline.index.kind,  # the config's, as a pipeline run records it; built: index_build
             "index_build": report and dataclasses.asdict(report),
             "train_epochs": MODEL_DIR,
         },
@@ -408,10 +412,13 @@ def _at(tree: Any, dotted: str) -> Any:
 
 
 def register_model_dir(model_dir: Path, config: ExperimentConfig, work: Path) -> Bundle:
-    """The model's index (`pipeline.index`, kept while up to date) and bundle under `work`, registered as the
-    champion of `config`'s registered model."""
+    """The model's index (`pipeline.index`, kept while up to date; none for a model without item vectors, as the
+    pipeline's build_index step) and bundle under `work`, registered as the champion of `config`'s registered
+    model."""
     name = config.registered_model_name
-    index_dir = build_index_step(model_dir, work / "indexes" / name, config.pipeline.index)
+    index_dir = None
+    if isinstance(load_model(model_dir / MODEL_FILE)[1], VectorScorer):  # a ranker has no item vectors to index
+        index_dir = build_index_step(model_dir, work / "indexes" / name, config.pipeline.index)
     bundle = Bundle.write(work / "bundles" / name, name=name, model_dir=model_dir, index_dir=index_dir)
     with start_tracking(config.tracking, config.experiment_name, f"serving benchmark: register {model_dir}"):
         decision = register_bundle(bundle, name, config.tracking.resolved_uri())

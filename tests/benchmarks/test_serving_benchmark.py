@@ -130,3 +130,24 @@ def test_model_dir_run_reports_startup_memory_and_both_routes(tmp_path: Path) ->
     other_model = [*args, "--set", "model.params.dim=16"]  # not what the model directory was trained with
     with pytest.raises(SystemExit, match=r"was trained with another model\.params"):
         serving.main(other_model)
+
+
+def test_a_model_dir_without_item_vectors_is_served_without_an_index(tmp_path: Path) -> None:
+    need_wrk()
+    retriever = load_config(Path(CONFIG), {**TINY, "tracking.enabled": False, "train.progress": False})
+    retriever_dir = train_experiment(retriever, tmp_path / "retriever").model_dir
+    ranking = "configs/synthetic/ranker-residual.yaml"
+    shape = {key: value for key, value in TINY.items() if key != "model.params.ffn_dim"}  # a SASRec's alone
+    overrides = {**shape, "model.params.num_candidates": 50, "model.params.use_content": False,
+                 "model.upstream.retriever": str(retriever_dir), "model.upstream.holdout_retriever": None}  # fmt: skip
+    config = load_config(Path(ranking), {**overrides, "tracking.enabled": False, "train.progress": False})
+    model_dir = train_experiment(config, tmp_path / "ranker").model_dir
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={json.dumps(value)}")]
+    path = serving.main(["--config", ranking, *sets, "--model-dir", str(model_dir), "--work-dir", str(tmp_path / "w"),
+                         "--duration", "1", "--connections", "2", "--results-dir", str(tmp_path)])  # fmt: skip
+    result = json.loads(path.read_text())
+    assert result["bundle"]["model"] == "ranker" and result["bundle"]["index_build"] is None  # no item vectors
+    assert not (tmp_path / "w" / "indexes").exists() and problems_of(path) == []
+    (run,) = result["runs"]
+    assert "similar_items" not in run  # nothing to answer them from
+    assert run["recommendations"]["requests"] > 0 and run["recommendations"]["errors"] == 0
