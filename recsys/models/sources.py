@@ -147,12 +147,16 @@ class ContentNeighbours:
     items: torch.Tensor  # (V+1, N) item_idx
 
 
-def content_neighbours(content: torch.Tensor, top: int, block_rows: int = 1024) -> ContentNeighbours:
+BLOCK_COSINES = 2**25  # cosines per block of `content_neighbours` (128 MiB in fp32), whatever the catalogue's size
+
+
+def content_neighbours(content: torch.Tensor, top: int, block_rows: int | None = None) -> ContentNeighbours:
     """(V+1, K) L2-normalised content (row 0 zero) -> each item's `top` nearest items (never the padding): V^2 * K
-    multiply-adds once, in blocks of `block_rows` rows, so that a user's content neighbours cost R * N per call
-    (`neighbour_scores`) instead of R * V * K."""
+    multiply-adds once, in blocks of `block_rows` rows (default: BLOCK_COSINES cosines a block), so that a user's
+    content neighbours cost R * N per call (`neighbour_scores`) instead of R * V * K."""
     V1 = content.shape[0]
     n = min(top, V1 - 1)
+    block_rows = block_rows or max(1, BLOCK_COSINES // V1)
     cosines, items = [], []
     for start in range(0, V1, block_rows):
         block = content[start : start + block_rows] @ content.T  # (b, V+1)
