@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> Path:
     name = config.registered_model_name
 
     model_call_ms = _model_call_ms(Bundle(outputs.registration.bundle_dir), users, args.model_calls)
-    runs, freshness = [], None
+    runs: list[dict[str, Any]] = []
+    freshness = None
     for workers in args.workers:
         with serve(name, uri, workers, args.history_store, args.redis_url) as server:
             base = server.base
