@@ -215,9 +215,12 @@ class Ranker(nn.Module):
         a call then gathers D numbers per item instead of projecting K."""
         if not InferenceCache.applies():
             return self._item_vectors(items)
-        every = torch.arange(self.config.num_items + 1, device=items.device)
-        table = self._table.get("items", lambda: self._item_vectors(every), reads=[*self.parameters(), *self.buffers()])
+        table = self._table.get("items", self._every_item_vector, reads=[*self.parameters(), *self.buffers()])
         return table[items]
+
+    def _every_item_vector(self) -> torch.Tensor:
+        """(V+1, D): `item_vectors`' table, built only when its weights changed."""
+        return self._item_vectors(torch.arange(self.config.num_items + 1, device=self.item_emb.weight.device))
 
     def _item_vectors(self, items: torch.Tensor) -> torch.Tensor:
         vectors = self.item_emb(items)
