@@ -158,12 +158,14 @@ def content_neighbours(content: torch.Tensor, top: int, block_rows: int | None =
     n = min(top, V1 - 1)
     block_rows = block_rows or max(1, BLOCK_COSINES // V1)
     cosines, items = [], []
-    for start in range(0, V1, block_rows):
-        block = content[start : start + block_rows] @ content.T  # (b, V+1)
-        block[:, 0] = float("-inf")
-        found = block.topk(n, dim=1)
-        cosines.append(found.values)
-        items.append(found.indices)
+    with torch.autocast(content.device.type, enabled=False):  # fp32: bf16 cosines would tie close neighbours
+        content = content.float()
+        for start in range(0, V1, block_rows):
+            block = content[start : start + block_rows] @ content.T  # (b, V+1)
+            block[:, 0] = float("-inf")
+            found = block.topk(n, dim=1)
+            cosines.append(found.values)
+            items.append(found.indices)
     neighbours = ContentNeighbours(torch.cat(cosines), torch.cat(items))
     neighbours.cosines[0] = float("-inf")  # the padding of a history has no neighbours
     return neighbours
@@ -187,9 +189,9 @@ def recent_cosine(content: torch.Tensor, histories: torch.Tensor, recent: int, i
     """(V+1, K) L2-normalised content, (B, L) left-padded histories, items (B, C) or (C,) for every row -> (B, C)
     each item's cosine to the closest of the user's `recent` latest items (0 for an empty history)."""
     latest = histories[:, -recent:]  # (B, R)
-    candidates = content[items]
     pattern = "ck,brk->bcr" if items.dim() == 1 else "bck,brk->bcr"
-    cosine = torch.einsum(pattern, candidates, content[latest])  # (B, C, R)
+    with torch.autocast(content.device.type, enabled=False):  # fp32, as the neighbour table's cosines
+        cosine = torch.einsum(pattern, content[items].float(), content[latest].float())  # (B, C, R)
     real = (latest != 0)[:, None, :]
     best = cosine.masked_fill(~real, float("-inf")).amax(dim=2)
     return torch.where(real.any(dim=2), best, torch.zeros_like(best))

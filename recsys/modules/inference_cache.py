@@ -1,7 +1,10 @@
 """Tensors a model derives from its weights once per state, not once per call: a projected item table, a content
-nearest-neighbour table. Kept while no gradient is being recorded (inference, validation) and until a tensor they
-read changes: an optimizer step or a state-dict load bumps its version (`Tensor._version`), a move to another
-device gives it another storage, and either recomputes the value at its next use.
+nearest-neighbour table. Kept while no gradient is being recorded (inference, validation) and until the weights may
+have changed: the cache is a submodule of the model that owns it, so a switch of mode (`train()`, `eval()`) or a
+state-dict load drops every value, and a tensor it read that was written in place (its `Tensor._version`) or moved
+to another device (its storage) recomputes the value at its next use. The mode switch is what makes this safe in
+training: a fused optimizer's step (`torch.optim.Adam(fused=True)`, the CUDA default here) writes the weights
+without moving their version.
 
 Example:
     >>> import torch
@@ -18,18 +21,29 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
+from torch import nn
 
 T = TypeVar("T")
 
 
-class InferenceCache:
-    """Named values, each kept with the identity and version of the tensors it was computed from."""
+class InferenceCache(nn.Module):
+    """Named values, each kept with the identity and version of the tensors it was computed from; assign it as an
+    attribute of the module whose weights it reads, so that the module's mode switches and loads reach it."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._kept: dict[str, tuple[tuple[object, ...], object]] = {}
+
+    def train(self, mode: bool = True) -> InferenceCache:
+        self._kept.clear()
+        return super().train(mode)
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        self._kept.clear()
+        super()._load_from_state_dict(*args, **kwargs)
 
     @staticmethod
     def applies() -> bool:

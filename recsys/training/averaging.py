@@ -25,7 +25,7 @@ class WeightAverage:
         if not 0.0 < decay < 1.0:
             raise ValueError(f"EMA decay must be in (0, 1), got {decay}. Fix: e.g. train.optimization.ema_decay=0.999")
         self.decay = decay
-        self.params = [p for p in model.parameters() if p.dtype.is_floating_point]
+        self.params: list[torch.Tensor] = [p for p in model.parameters() if p.dtype.is_floating_point]
         self.averages = [p.detach().clone() for p in self.params]
         self.updates = 0
 
@@ -39,13 +39,13 @@ class WeightAverage:
     def applied(self) -> Iterator[None]:
         """Inside the block the model holds the averaged weights; its own weights come back after."""
         own = [p.detach().clone() for p in self.params]
-        with torch.no_grad():
-            torch._foreach_copy_([p.data for p in self.params], self.averages)
+        with torch.no_grad():  # written through the parameters (not .data): their versions move, caches see it
+            torch._foreach_copy_(self.params, self.averages)
         try:
             yield
         finally:
             with torch.no_grad():
-                torch._foreach_copy_([p.data for p in self.params], own)
+                torch._foreach_copy_(self.params, own)
 
     def state_dict(self) -> dict[str, Any]:
         return {"averages": [a.cpu() for a in self.averages], "updates": self.updates}

@@ -26,6 +26,7 @@ from recsys.models.sources import (
     recent_cosine,
     untrained_scores,
 )
+from recsys.training.averaging import WeightAverage
 from recsys.training.recipes import RankerRecipe, RankerTraining, RecipeInputs, recipe_for
 from recsys.training.trainer import fit
 from tests.conftest import quick_train
@@ -213,6 +214,10 @@ def test_a_ranker_over_three_sources_trains_proposes_new_items_and_loads_whole(
     assert torch.isfinite(scores[:, [3, 7]]).all()  # the new items are candidates of every row
     assert (torch.isfinite(scores).sum(dim=1) <= 10 + 5 + 2).all() and not torch.isfinite(scores[:, 0]).any()
     assert [call.source for call in model.last_source_calls] == ["retriever", "content", "new_items"]
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as the trainer evaluates on a GPU
+        under_bf16 = model.score(histories)
+    assert not any(call.failed for call in model.last_source_calls)  # no source skipped for a dtype
+    assert torch.equal(under_bf16.isfinite(), scores.isfinite())  # the same candidates
 
     twin = recipe_for(model, data, 32, RankerTraining(), RecipeInputs(holdout_retriever=model.retriever))
     assert isinstance(twin, RankerRecipe) and twin.holdout_untrained is not None  # what the twin never saw:
@@ -322,3 +327,31 @@ def test_without_gradients_item_vectors_are_rows_of_a_table_kept_until_a_weight_
         changed = ranker.item_vectors(items)
         assert built == [(31,), (31,)] and not torch.allclose(changed, first)
         torch.testing.assert_close(changed, rows(items))
+
+
+@pytest.mark.parametrize("write", ["fused optimizer step", "weight average applied", "state-dict load"])
+def test_the_item_table_follows_weights_written_without_moving_their_version(write: str) -> None:
+    """A fused Adam step writes the weights without moving `Tensor._version`; the trainer's mode switches around it
+    (train() to step, eval() to validate) drop the table, as a load and the weight average's swap do."""
+    torch.manual_seed(0)
+    ranker = Ranker(RankerConfig(num_items=30, dim=8, hidden=16)).eval()
+    items = torch.tensor([[3, 0, 7], [30, 1, 1]])
+    with torch.no_grad():
+        before = ranker.item_vectors(items)
+    if write == "fused optimizer step":
+        optimizer = torch.optim.Adam(ranker.parameters(), lr=0.1, fused=True)
+        ranker.train()
+        ranker.item_vectors(items).sum().backward()
+        optimizer.step()
+        ranker.eval()
+    elif write == "weight average applied":
+        average = WeightAverage(ranker, decay=0.5)
+        average.averages = [a + 1.0 for a in average.averages]
+        context = average.applied()
+        context.__enter__()
+    else:
+        ranker.load_state_dict(Ranker(RankerConfig(num_items=30, dim=8, hidden=16)).state_dict())
+    with torch.no_grad():
+        after = ranker.item_vectors(items)
+        assert not torch.allclose(after, before)
+        torch.testing.assert_close(after, ranker._item_vectors(items))
