@@ -209,14 +209,19 @@ class Ranker(nn.Module):
         assert self.dense is not None
         return sum(p.numel() for p in self.dense.parameters())
 
-    def item_vectors(self, items: torch.Tensor) -> torch.Tensor:
+    def item_vectors(self, items: torch.Tensor, untrained: torch.Tensor | None = None) -> torch.Tensor:
         """(...) item_idx -> (..., D): the ID embedding, plus the projected content embedding and the category
         levels' embeddings; without gradients, rows of the whole table made once per state (`InferenceCache`):
-        a call then gathers D numbers per item instead of projecting K."""
+        a call then gathers D numbers per item instead of projecting K. `untrained` (V+1,) bool: items no first
+        stage was trained on, whose ID row is left out (an untrained row is noise): content and categories alone."""
         if not InferenceCache.applies():
-            return self._item_vectors(items)
-        table = self._table.get("items", self._every_item_vector, reads=[*self.parameters(), *self.buffers()])
-        return table[items]
+            vectors = self._item_vectors(items)
+        else:
+            table = self._table.get("items", self._every_item_vector, reads=[*self.parameters(), *self.buffers()])
+            vectors = table[items]
+        if untrained is not None:
+            vectors = vectors - self.item_emb(items) * untrained[items][..., None].to(vectors.dtype)
+        return vectors
 
     def _every_item_vector(self) -> torch.Tensor:
         """(V+1, D): `item_vectors`' table, built only when its weights changed."""
@@ -251,15 +256,17 @@ class Ranker(nn.Module):
         candidates: torch.Tensor,
         retrieval: torch.Tensor,
         source_features: torch.Tensor | None = None,
+        untrained: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(B, L) left-padded item_idx, (B, C) candidates, (B, C) retriever scores [, (B, C, F) per-source features
-        (`config.source_features` of them)] -> (T, B, C) logits."""
+        (`config.source_features` of them), (V+1,) bool the items no first stage was trained on (`item_vectors`)]
+        -> (T, B, C) logits."""
         histories = histories[:, -self.config.max_history :]
         B, C = candidates.shape
         # the gap to the row's best retriever score: the same for a candidate whether the row holds all C
         # candidates (serving) or the target and the hardest negatives (training)
         gap = retrieval - retrieval.max(dim=1, keepdim=True).values
-        x = self._features(histories, candidates, gap, source_features)
+        x = self._features(histories, candidates, gap, source_features, untrained)
         tasks = range(self.config.num_tasks)
         hidden, self.aux_loss = self._head(x, tasks)
         logits = [head(z).view(B, C) for head, z in zip(self.outputs, hidden, strict=True)]
@@ -285,16 +292,17 @@ class Ranker(nn.Module):
         candidates: torch.Tensor,
         gap: torch.Tensor,
         source_features: torch.Tensor | None,
+        untrained: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(B, L) histories, (B, C) candidates, (B, C) gaps to the row's best retriever score, (B, C, F) per-source
-        features -> (B * C, F') the head's input."""
+        features, the untrained items (`item_vectors`) -> (B * C, F') the head's input."""
         B, L = histories.shape
         C = candidates.shape[1]
         recency = torch.arange(L - 1, -1, -1, device=histories.device)  # 0 = the latest item, whatever the width
-        h = self.item_vectors(histories) + self.pos_emb(recency)  # (B, L, D)
+        h = self.item_vectors(histories, untrained) + self.pos_emb(recency)  # (B, L, D)
         pad = histories == 0
         pad = pad & ~pad.all(dim=1, keepdim=True)  # an empty history attends to its padding, not to nothing
-        q = self.item_vectors(candidates)  # (B, C, D)
+        q = self.item_vectors(candidates, untrained)  # (B, C, D)
         interest, _ = self.attention(q, h, h, key_padding_mask=pad, need_weights=False)  # (B, C, D)
         last = h[:, -1:].expand(B, C, -1)
         parts = [q, interest, q * interest, q * last, gap[..., None]]
@@ -406,10 +414,19 @@ class TwoStageRanker(Model[RankerConfig]):
         candidates: torch.Tensor,
         retrieval: torch.Tensor,
         source_features: torch.Tensor | None = None,
+        untrained: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(B, L) histories, (B, C) candidates, their first-stage scores [and per-source features] -> (T, B, C) the
-        ranker's logits."""
-        return self.ranker(histories, candidates, retrieval, source_features)
+        """(B, L) histories, (B, C) candidates, their first-stage scores [, per-source features, and the items no
+        first stage was trained on: default the model's own, with a new_items source] -> (T, B, C) the ranker's
+        logits."""
+        untrained = self.untrained if untrained is None else untrained
+        return self.ranker(histories, candidates, retrieval, source_features, untrained)
+
+    @property
+    def new_items(self) -> torch.Tensor | None:
+        """(V+1,) bool: the items no first stage was trained on, where a new_items source proposes them (else None;
+        a property: a runtime protocol's isinstance check does not see buffers)."""
+        return self.untrained
 
     def train(self, mode: bool = True) -> TwoStageRanker:
         super().train(mode)
@@ -526,7 +543,7 @@ class TwoStageRanker(Model[RankerConfig]):
             at = match.float().argmax(dim=1)
             own = found.features[torch.arange(len(items), device=items.device), at] * match.any(dim=1, keepdim=True)
             features = torch.cat([found.features, own[:, None]], dim=1)
-        logits = self.ranker(histories, candidates, retrieval, features)[1:, :, -1].float()
+        logits = self.rank_candidates(histories, candidates, retrieval, features)[1:, :, -1].float()
         binary = torch.tensor([task.kind == "binary" for task in self.tasks], device=logits.device)[:, None]
         return torch.where(binary, torch.sigmoid(logits), logits)
 

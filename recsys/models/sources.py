@@ -225,9 +225,13 @@ def propose(
             call.
         cosine: a content kind, (B, C) the union's items -> (B, C) each one's cosine to the user's closest recent
             item (`recent_cosine`), its second feature; timed as part of the source's call.
-        untrained: (V+1,) bool, the items no first stage was trained on (None: no new_items source).
+        untrained: (V+1,) bool, the items no first stage was trained on (None: no new_items source); the trained
+            first stages (retriever, model kinds) do not propose them (their scores come from untrained vectors):
+            only the content kinds do.
     """
     retriever = next(source for source in sources if source.kind == "retriever")
+    if untrained is not None:
+        score = _untrained_unproposed(score, untrained)
     start = time.perf_counter()
     retriever_scores = score(retriever)  # first, whatever its place: the others need its shape, it cannot fail
     B, V1 = retriever_scores.shape
@@ -283,6 +287,20 @@ def propose(
     features = features.masked_fill(~features.isfinite(), 0.0) * (items != 0)[..., None]
     calls = [SourceCall(source.name, seconds[source.name], source.name in failed) for source in sources]
     return Candidates(items, retrieval, features), calls
+
+
+def _untrained_unproposed(
+    score: Callable[[CandidateSource], torch.Tensor], untrained: torch.Tensor
+) -> Callable[[CandidateSource], torch.Tensor]:
+    """`score`, with the trained first stages' scores of the untrained items -inf."""
+
+    def scored(source: CandidateSource) -> torch.Tensor:
+        scores = score(source)
+        if source.kind not in ("retriever", "model"):
+            return scores
+        return scores.masked_fill(untrained.to(scores.device)[None], float("-inf"))
+
+    return scored
 
 
 def _skip(source: CandidateSource, failed: set[str]) -> None:

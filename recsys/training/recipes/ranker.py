@@ -32,6 +32,11 @@ class RankerTraining:
     holdout_items: PositiveInt = 1
     # per task beside ranking (the data's and category_l<k>); 1.0 where not named
     task_weights: dict[str, float] = field(default_factory=dict)
+    # with a new_items source: this share of the catalogue, drawn afresh for each batch, is handled as new (never
+    # trained on by a first stage: not proposed by one, no ID vector), so that the ranker meets new targets about
+    # as often as it will serve them (near the share of served targets that are new); 0: only the items no first
+    # stage saw are new
+    new_item_rate: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
 
 
 @runtime_checkable
@@ -65,6 +70,11 @@ class RankerModel(Protocol):
         ...
 
     @property
+    def new_items(self) -> torch.Tensor | None:
+        """(V+1,) bool: the items no first stage was trained on, where it has a new_items source (else None)."""
+        ...
+
+    @property
     def aux_loss(self) -> torch.Tensor:
         """The load-balancing loss of the last `rank_candidates` (0 without one)."""
         ...
@@ -87,9 +97,10 @@ class RankerModel(Protocol):
         candidates: torch.Tensor,
         retrieval: torch.Tensor,
         source_features: torch.Tensor | None = None,
+        untrained: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(B, L) histories, (B, C) candidates, their first-stage scores [and per-source features] -> (T, B, C)
-        logits per task."""
+        """(B, L) histories, (B, C) candidates, their first-stage scores [, per-source features, the items no first
+        stage was trained on] -> (T, B, C) logits per task."""
         ...
 
 
@@ -121,6 +132,7 @@ class RankerRecipe:
     # source proposes for the training pairs; None without a twin (the ranker's own, from the training data)
     holdout_untrained: torch.Tensor | None = None
     extra_holdout_retrievers: tuple[Model[Any], ...] = ()  # the held-out twins of the ranker's extra retrievers
+    new_item_rate: float = 0.0  # RankerTraining.new_item_rate
 
     @staticmethod
     def create(
@@ -148,6 +160,11 @@ class RankerRecipe:
                 f"{len(extra_holdout_retrievers)} held-out twins: their candidates would include the very items it "
                 "learns on. Fix: name each one's twin, in order, under model.upstream.extra_holdout_retrievers"
             )
+        if settings.new_item_rate and model.new_items is None:
+            raise ValueError(
+                f"model.training.new_item_rate {settings.new_item_rate} hands the ranker items as new, which only a "
+                "new_items source proposes. Fix: add {kind: new_items, top: N} to model.params.sources, or set it to 0"
+            )
         untrained = None
         if holdout_retriever is not None:
             rows = next(iter(data.training_epoch(torch.Generator())))
@@ -164,7 +181,16 @@ class RankerRecipe:
             holdout_items=settings.holdout_items,
             holdout_untrained=untrained,
             extra_holdout_retrievers=extra_holdout_retrievers,
+            new_item_rate=settings.new_item_rate,
         )
+
+    def _with_new_items(self, untrained: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """(V+1,) bool the items no first stage saw, and `new_item_rate` of the others drawn for this batch."""
+        if not self.new_item_rate:
+            return untrained
+        drawn = torch.rand(untrained.shape[0], generator=generator) < self.new_item_rate
+        drawn[0] = False  # never the padding
+        return untrained.cpu() | drawn
 
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
         labels = [rows.labels[task.name] for task in self.tasks]
@@ -174,14 +200,17 @@ class RankerRecipe:
         return list(history_target_batches(rows.items, self.max_history, self.batch_size, generator, labels))
 
     def loss(self, model: RankerModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        retriever, untrained = None, None
+        device = batch.histories.device
+        retriever, untrained = None, model.new_items
         extras: tuple[Model[Any], ...] = ()
         if self.holdout_retriever is not None:
-            device = batch.histories.device
             retriever = self.holdout_retriever.to(device)
-            assert self.holdout_untrained is not None
-            untrained = self.holdout_untrained.to(device)
+            untrained = self.holdout_untrained
             extras = tuple(twin.to(device) for twin in self.extra_holdout_retrievers)
+        if untrained is not None:
+            untrained = self._with_new_items(untrained, generator).to(device)
+        # the ranker reads new items without their ID vector where it serves them so (a new_items source)
+        unseen = untrained if model.new_items is not None else None
         found_all = model.candidates(batch.histories, batch.users, retriever, untrained, extras)  # (B, C)
         hit = found_all.items == batch.targets[:, None]
         found = hit.any(dim=1)
@@ -199,7 +228,7 @@ class RankerRecipe:
         if found_all.features is not None:
             features = found_all.features[found][keep].view(n, width, -1)
         target = hit[keep].view(n, width).float().argmax(dim=1)  # (n,) the target's column
-        logits = model.rank_candidates(batch.histories[found], candidates, retrieval, features)  # (T, n, width)
+        logits = model.rank_candidates(batch.histories[found], candidates, retrieval, features, unseen)
         loss = candidate_softmax_loss(logits[0], target)
         for t, (task, weight) in enumerate(zip(self.tasks, self.task_weights, strict=True), start=1):
             assert batch.labels is not None  # the batches carry a label column per task

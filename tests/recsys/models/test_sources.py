@@ -61,6 +61,21 @@ def test_the_union_is_deduplicated_ordered_by_best_position_and_padded() -> None
     assert found.features[1, 3].abs().sum() == 0 and found.real[1].tolist() == [True, True, True, False]
 
 
+def test_the_first_stages_never_propose_an_untrained_item_whatever_its_score() -> None:
+    """An untrained item's first-stage score comes from an untrained vector: noise, here the highest. Only the
+    content kinds propose it, and it enters with the retriever's last candidate's score."""
+    retriever = torch.tensor([[-INF, 5.0, 4.0, 1.0, 0.5, 9.0]])
+    model = torch.tensor([[-INF, 0.0, -1.0, 3.0, -INF, 8.0]])
+    cosine = torch.tensor([[-INF, 0.1, 0.9, 0.2, 0.8, 0.3]])
+    untrained = torch.tensor([False, False, False, False, False, True])
+    sources = [RETRIEVER, CandidateSource("model", 2, index=0, label="hstu"), NEW]
+    found, _ = propose(sources, scores_of(retriever, cosine, model, untrained), cosines_of(cosine), untrained)
+    row = {item: found.features[0, c].tolist() for c, item in enumerate(found.items[0].tolist())}
+    assert row[5][:3] == pytest.approx([0.0, 0.0, 1.0])  # proposed by new_items alone
+    assert row[1][:2] == pytest.approx([1.0, 0.5]) and row[3][1] == pytest.approx(1.0)  # the trained items: tops
+    assert found.retrieval[0, found.items[0].tolist().index(5)] == retriever[0, 2]  # the retriever's 2nd: item 2
+
+
 def scores_of(
     retriever: torch.Tensor,
     cosine: torch.Tensor,
@@ -327,6 +342,47 @@ def test_without_gradients_item_vectors_are_rows_of_a_table_kept_until_a_weight_
         changed = ranker.item_vectors(items)
         assert built == [(31,), (31,)] and not torch.allclose(changed, first)
         torch.testing.assert_close(changed, rows(items))
+
+
+def test_an_untrained_item_is_read_without_its_id_vector() -> None:
+    torch.manual_seed(0)
+    content = torch.randn(31, 12)
+    config = RankerConfig(num_items=30, dim=8, hidden=16, use_content=True, content_dim=12)
+    ranker = Ranker(config, content).eval()
+    untrained = torch.zeros(31, dtype=torch.bool)
+    untrained[[3, 30]] = True
+    items = torch.tensor([[3, 0, 7], [30, 1, 3]])
+    for grad in (True, False):  # projected per call, and rows of the kept table
+        with torch.set_grad_enabled(grad):
+            vectors = ranker.item_vectors(items, untrained)
+            content_alone = ranker.content_proj(ranker.content[items])  # as stored: normalised
+            torch.testing.assert_close(vectors[untrained[items]], content_alone[untrained[items]])
+            torch.testing.assert_close(vectors[~untrained[items]], ranker.item_vectors(items)[~untrained[items]])
+
+
+def test_new_item_rate_hands_the_ranker_a_fresh_share_of_items_as_new_each_batch(
+    tiny_data_dir: Path, retriever_dir: Path
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    retriever = Upstream(*load_model(retriever_dir / "model.pt"))
+    content = torch.cat([torch.zeros(1, 8), torch.randn(data.num_items, 8)])
+    inputs = ModelInputs(retriever=retriever, content=content, item_counts=data.item_counts())
+    params = {"dim": 32, "hidden": 64, "use_content": True, "residual": True}
+    single = build_model("ranker", params, data.num_items, inputs)
+    with pytest.raises(ValueError, match="new_items source"):
+        recipe_for(single, data, 32, RankerTraining(new_item_rate=0.2), RecipeInputs())
+    sources = [{"kind": "retriever", "top": 10}, {"kind": "new_items", "top": 5, "recent": 3}]
+    model = build_model("ranker", {**params, "sources": sources}, data.num_items, inputs)
+    recipe = recipe_for(model, data, 32, RankerTraining(new_item_rate=0.3), RecipeInputs())
+    assert isinstance(recipe, RankerRecipe) and isinstance(model, TwoStageRanker) and model.untrained is not None
+    generator = torch.Generator().manual_seed(0)
+    draws = [recipe._with_new_items(model.untrained, generator) for _ in range(2)]
+    for drawn in draws:
+        assert not drawn[0] and 0.2 < drawn[1:].float().mean().item() < 0.4
+    assert not torch.equal(draws[0], draws[1])  # afresh for each batch
+    batch = next(iter(recipe.batches(data.training_rows(), torch.Generator())))
+    loss, pairs = recipe.loss(model.train(), batch, generator)
+    assert pairs > 0 and torch.isfinite(loss)
 
 
 @pytest.mark.parametrize("write", ["fused optimizer step", "weight average applied", "state-dict load"])
