@@ -361,7 +361,7 @@ class TwoStageRanker(Model[RankerConfig]):
         self.untrained: torch.Tensor | None
         self.register_buffer("untrained", untrained if config.proposes_new_items else None)
         self.last_source_calls: tuple[SourceCall, ...] = ()  # of the last `candidates` call, for serving's metrics
-        self._neighbours = InferenceCache()  # `content_neighbours`'
+        self._neighbours = InferenceCache(reads_weights=False)  # `content_neighbours`': of the content buffer alone
 
     @property
     def max_history(self) -> int:

@@ -31,14 +31,21 @@ T = TypeVar("T")
 
 class InferenceCache(nn.Module):
     """Named values, each kept with the identity and version of the tensors it was computed from; assign it as an
-    attribute of the module whose weights it reads, so that the module's mode switches and loads reach it."""
+    attribute of the module whose weights it reads, so that the module's mode switches and loads reach it.
 
-    def __init__(self) -> None:
+    Args:
+        reads_weights: False for values of fixed buffers alone (a content-neighbour table), which no optimizer
+            writes: kept across mode switches, not rebuilt twice an epoch.
+    """
+
+    def __init__(self, reads_weights: bool = True) -> None:
         super().__init__()
+        self.reads_weights = reads_weights
         self._kept: dict[str, tuple[tuple[object, ...], object]] = {}
 
     def train(self, mode: bool = True) -> InferenceCache:
-        self._kept.clear()
+        if self.reads_weights:
+            self._kept.clear()
         return super().train(mode)
 
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:

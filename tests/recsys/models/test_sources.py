@@ -229,6 +229,8 @@ def test_a_ranker_over_three_sources_trains_proposes_new_items_and_loads_whole(
     assert torch.isfinite(scores[:, [3, 7]]).all()  # the new items are candidates of every row
     assert (torch.isfinite(scores).sum(dim=1) <= 10 + 5 + 2).all() and not torch.isfinite(scores[:, 0]).any()
     assert [call.source for call in model.last_source_calls] == ["retriever", "content", "new_items"]
+    neighbours = model.content_neighbours()
+    assert model.train().eval().content_neighbours() is neighbours  # of the content alone: kept across modes
     with torch.autocast("cpu", dtype=torch.bfloat16):  # as the trainer evaluates on a GPU
         under_bf16 = model.score(histories)
     assert not any(call.failed for call in model.last_source_calls)  # no source skipped for a dtype
