@@ -135,6 +135,14 @@ def main(argv: list[str] | None = None) -> Path:
         help="train and evaluate only the runs of this model (and of the models it is built on), and write no "
         "result; with --only-seed, one run",
     )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="side-by-side runs share the models they are built on: queue this long behind another process "
+        "training one of them, then fail naming it (default: %(default)s; 0: fail at once)",
+    )
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     work = (REPO / settings.work_dir).resolve()
@@ -144,7 +152,7 @@ def main(argv: list[str] | None = None) -> Path:
             raise SystemExit(f"--only-seed {args.only_seed}: the config has seeds 0..{settings.seeds - 1}")
         chosen = settings.models if args.only_model is None else built_on(settings.models, args.only_model)
         for offset, model in itertools.product(seeds, chosen):  # a retriever's run of a seed before its ranker's
-            train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [])
+            train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [], args.wait)
         print(f"runs {list(seeds)} of {[model.label for model in chosen]} trained and evaluated in {work}")
         return work
     labels = [model.label for model in settings.models]
@@ -154,7 +162,7 @@ def main(argv: list[str] | None = None) -> Path:
     model_dirs: dict[str, list[Path]] = {}
     for model in settings.models:
         for offset in range(settings.seeds):  # the retriever's run of this seed exists before its ranker's
-            (outputs,) = train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [])
+            (outputs,) = train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [], args.wait)
             assert outputs.evaluation is not None and outputs.model is not None
             evaluations.setdefault(model.label, []).append(outputs.evaluation.evaluation_dir)
             model_dirs.setdefault(model.label, []).append(outputs.model.model_dir)

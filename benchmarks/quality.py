@@ -97,10 +97,14 @@ def seeded(config: ExperimentConfig, offset: int) -> ExperimentConfig:
 
 
 def train_seeds(
-    config: ExperimentConfig, work: Path, seeds: int, until: str, rerun: list[str]
+    config: ExperimentConfig, work: Path, seeds: int, until: str, rerun: list[str], wait_s: float = 0.0
 ) -> list[PipelineOutputs]:
-    """The pipeline of `config` until step `until` under `work`, once per seed (`seeded`, offsets 0..seeds-1)."""
-    return [run_pipeline(seeded(config, offset), work, until=until, rerun=rerun)[0] for offset in range(seeds)]
+    """The pipeline of `config` until step `until` under `work`, once per seed (`seeded`, offsets 0..seeds-1);
+    `wait_s`: how long to queue behind another process running the same pipeline (0: fail at once, naming it)."""
+    return [
+        run_pipeline(seeded(config, offset), work, until=until, rerun=rerun, wait_s=wait_s)[0]
+        for offset in range(seeds)
+    ]
 
 
 def main(argv: list[str] | None = None) -> Path:

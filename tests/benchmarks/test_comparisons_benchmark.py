@@ -6,6 +6,7 @@ SASRec of its own seed, a student learns from the ranker of its own seed."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,10 @@ import pytest
 import benchmarks.comparisons as comparisons
 from benchmarks.common import REPO
 from benchmarks.reproduce import problems_of
+from pipelines.recovery import LOCK_FILE
+from pipelines.steps.base import ExperimentPaths
 from recsys.errors import ConfigError
+from recsys.runtime.lock import LockHeldError, exclusive_lock
 
 SMOKE = "benchmarks/configs/comparisons-smoke.yaml"
 
@@ -71,6 +75,32 @@ def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: P
     assert low <= record["warm.recall@10"]["per_seed"][0]["value"] <= high
     with pytest.raises(SystemExit, match=r"no 'valid_cold' 'ndcg@10'.*cold-start split"):
         comparisons.main([*argv, "--set", "model_metrics=[valid_cold.ndcg@10]"])
+
+
+def test_a_side_by_side_run_queues_behind_another_process_training_the_same_model(tmp_path: Path) -> None:
+    argv = ["--config", SMOKE, "--set", f"work_dir={tmp_path}", "--only-seed", "0", "--only-model", "SASRec"]
+    settings = comparisons.load_settings(REPO / SMOKE, {"work_dir": str(tmp_path)})
+    config = comparisons.model_config(settings, settings.models[0], 0, tmp_path)
+    lock = ExperimentPaths.under(tmp_path, config).pipeline_dir / LOCK_FILE
+    taken, release = threading.Event(), threading.Event()
+
+    def sibling() -> None:  # another run holding the pipeline (flock: a second descriptor conflicts in-process too)
+        with exclusive_lock(lock, what="held by the test", fix="-"):
+            taken.set()
+            release.wait(timeout=60)
+
+    holder = threading.Thread(target=sibling)
+    holder.start()
+    try:
+        assert taken.wait(timeout=10)
+        with pytest.raises(LockHeldError, match=r"pipeline smoke-sasrec under .* is being run by pid \d+"):
+            comparisons.main([*argv, "--wait", "0"])
+        threading.Timer(1.0, release.set).start()  # the sibling finishes while this run waits
+        comparisons.main([*argv, "--wait", "60"])
+    finally:
+        release.set()
+        holder.join()
+    assert (tmp_path / "models" / "smoke-sasrec" / "model.pt").exists()
 
 
 def test_a_model_run_on_its_own_brings_the_retrievers_it_is_built_on() -> None:
