@@ -21,6 +21,7 @@ Dimension letters: B rows, T prompt tokens, V vocabulary.
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -92,14 +93,19 @@ class Filled:
 class Vocabulary:
     """The token strings of a tokenizer, and the masks the decoder needs, computed once."""
 
-    def __init__(self, tokenizer: Any, device: torch.device) -> None:
+    def __init__(self, tokenizer: Any, device: torch.device, size: int) -> None:
+        """`size`: the output layer's rows (V); rows past the tokenizer's tokens (padding some releases add to
+        the embedding matrix) have no text and are never allowed."""
+        if size < len(tokenizer):
+            raise ValueError(f"the output layer has {size} rows for a tokenizer of {len(tokenizer)} tokens. "
+                             "Fix: load the tokenizer that belongs to the model")  # fmt: skip
         self.tokenizer = tokenizer
         self.device = device
         pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         special = set(tokenizer.all_special_ids)
         self.texts: list[str | None] = [
             None if i in special or piece is None else _piece_text(piece) for i, piece in enumerate(pieces)
-        ]
+        ] + [None] * (size - len(tokenizer))
         self.ids = {text: i for i, text in enumerate(self.texts) if text}
         self.lower_ids: dict[str, list[int]] = {}  # a plain token's lower-cased text -> the tokens with it
         for i, text in enumerate(self.texts):
@@ -163,10 +169,14 @@ class GuidedDecoder:
 
     def __init__(self, model: Any, tokenizer: Any, device: torch.device) -> None:
         self.body, self.head = model.base_model, model.get_output_embeddings()  # argmax needs no logit soft-cap
-        self.vocab, self.device = Vocabulary(tokenizer, device), device
+        self.vocab, self.device = Vocabulary(tokenizer, device, self.head.weight.shape[0]), device
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.bos_id = tokenizer.bos_token_id
         self._prefix: tuple[str, Any, int] | None = None
+        # transformers 5 names the KV cache `cache` (argument and output), earlier releases `past_key_values`: the
+        # pinned install has the first, preinstalled GPU images may have the second
+        takes = inspect.signature(self.body.forward).parameters
+        self._cache_name = "cache" if "cache" in takes else "past_key_values"
 
     @torch.inference_mode()
     def fill(self, prefix: str, suffixes: Sequence[str], skeleton: Skeleton, texts: Sequence[str]) -> list[Filled]:
@@ -223,8 +233,16 @@ class GuidedDecoder:
         self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
     ) -> tuple[torch.Tensor, Any]:
         """The body of the model over `ids`: (the last position's hidden state (B, H), the cache)."""
-        out = self.body(input_ids=ids, attention_mask=attention, position_ids=positions, cache=cache, use_cache=True)
-        return out.last_hidden_state[:, -1], out.cache
+        states, cache = self._forward(ids, attention, positions, cache)
+        return states[:, -1], cache
+
+    def _forward(
+        self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> tuple[torch.Tensor, Any]:
+        """The body over `ids` (B, L) after `cache`: (the hidden states (B, L, H), the cache grown by L)."""
+        out = self.body(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                        **{self._cache_name: cache})  # fmt: skip
+        return out.last_hidden_state, getattr(out, self._cache_name)
 
     # -- choosing the next token ------------------------------------------------------------------------------
 
@@ -261,8 +279,8 @@ class GuidedDecoder:
         steps = tokens[:, :-1].repeat(len(part), 1)  # (P*K, L-1): each option's tokens but its last, as input
         mask = torch.cat([attention[rows], real[:, :-1].repeat(len(part), 1).long()], dim=1)
         at = positions[rows, -1:] + 1 + torch.arange(longest - 1, device=self.device)
-        out = self.body(input_ids=steps, attention_mask=mask, position_ids=at, cache=shared, use_cache=True)
-        states = out.last_hidden_state.view(len(part), options, longest - 1, -1)
+        hidden_steps, _ = self._forward(steps, mask, at, shared)
+        states = hidden_steps.view(len(part), options, longest - 1, -1)
         # options share their first tokens (`Beauty > `): the output layer, most of the cost, runs once per distinct
         # context, and each (option, step) reads its context's row
         index: dict[tuple[int, ...], int] = {}  # a context (the option tokens before a step) -> its number

@@ -65,6 +65,7 @@ class LocalBackend:
             start = time.perf_counter()
             location = _converted(self._source, self.model, self._cache_dir)
             tokenizer = AutoTokenizer.from_pretrained(location)
+            _check_tokenizer(tokenizer, f"the tokenizer at {location}", f"delete {location} and run again")
             network: Any = AutoModelForCausalLM.from_pretrained(location, dtype=self._dtype)
             network.to(self.device).eval()
             self._decoder = GuidedDecoder(network, tokenizer, self.device)
@@ -139,6 +140,7 @@ def _convert(gguf: Path, out: Path) -> None:
 
     logger.info("enrich: converting %s once into %s (about a minute and a half)", gguf.name, out)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    _check_tokenizer(tokenizer, f"the tokenizer converted from {gguf.name}", "run again (nothing was kept)")
     network: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     network.hf_quantizer = None  # de-quantised already: what transformers refuses to save is gone
     if hasattr(network.config, "quantization_config"):
@@ -146,6 +148,24 @@ def _convert(gguf: Path, out: Path) -> None:
     with atomic_directory(out, marker="config.json") as tmp:
         network.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+
+
+PROBE = "The quick brown fox jumps over the lazy dog"  # plain English: any subword vocabulary has most of its words
+
+
+def _check_tokenizer(tokenizer: Any, what: str, then: str) -> None:
+    """Refuse a tokenizer that splits plain text into single characters: some transformers releases convert a GGUF
+    tokenizer without its merges, and the model then reads (and writes) text a character at a time, so every
+    bounded value is cut short and the answers are noise, with no error of their own."""
+    tokens = len(tokenizer.encode(PROBE, add_special_tokens=False))
+    if tokens > len(PROBE) // 2:
+        import transformers
+
+        raise ConfigError(
+            f"{what} splits text into characters ({PROBE!r}: {tokens} tokens for {len(PROBE)} characters); "
+            f"transformers {transformers.__version__} lost its merges. Fix: install the pinned transformers "
+            f"(`make setup`), then {then}"
+        )
 
 
 def _sha256(path: Path) -> str:
