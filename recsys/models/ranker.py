@@ -60,6 +60,7 @@ from recsys.models.sources import (
     SourceCall,
     check_sources,
     content_neighbours,
+    gather_rows,
     neighbour_scores,
     propose,
     recent_cosine,
@@ -218,7 +219,7 @@ class Ranker(nn.Module):
             vectors = self._item_vectors(items)
         else:
             table = self._table.get("items", self._every_item_vector, reads=[*self.parameters(), *self.buffers()])
-            vectors = table[items]
+            vectors = gather_rows(table, items)
         if untrained is not None:
             vectors = vectors - self.item_emb(items) * untrained[items][..., None].to(vectors.dtype)
         return vectors
@@ -243,8 +244,8 @@ class Ranker(nn.Module):
         """(B, L) histories, (B, C) candidates -> (B, C, 3) cosine of each candidate's content to the last item's,
         the closest history item's and the average over the history (0 for an empty history)."""
         assert self.content is not None
-        cand = self.content[candidates]  # (B, C, K)
-        cosine = cand @ self.content[histories].transpose(1, 2)  # (B, C, L); padding rows are zero vectors
+        cand = gather_rows(self.content, candidates)  # (B, C, K)
+        cosine = cand @ gather_rows(self.content, histories).transpose(1, 2)  # (B, C, L); padding rows are zeros
         real = (histories != 0)[:, None, :]
         closest = cosine.masked_fill(~real, -1.0).max(dim=-1).values * real.any(dim=-1)
         average = cosine.sum(dim=-1) / real.sum(dim=-1).clamp(min=1)

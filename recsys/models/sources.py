@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from pydantic import NonNegativeInt, PositiveInt
 
 logger = logging.getLogger(__name__)
@@ -132,6 +133,13 @@ class Candidates:
         return self.items != 0
 
 
+def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """`table[index]` for a (N, K) float table and an index of any shape -> (*index.shape, K): the same rows, copied
+    a row at a time (index_select) rather than element by element as advanced indexing does on a CPU, where a
+    served ranker call gathers its ~C candidates' content rows several times."""
+    return F.embedding(index, table)
+
+
 def untrained_items(counts: torch.Tensor) -> torch.Tensor:
     """(V+1,) training interactions per item -> (V+1,) bool: the items no first stage saw (never the padding)."""
     untrained = counts == 0
@@ -191,7 +199,7 @@ def recent_cosine(content: torch.Tensor, histories: torch.Tensor, recent: int, i
     latest = histories[:, -recent:]  # (B, R)
     pattern = "ck,brk->bcr" if items.dim() == 1 else "bck,brk->bcr"
     with torch.autocast(content.device.type, enabled=False):  # fp32, as the neighbour table's cosines
-        cosine = torch.einsum(pattern, content[items].float(), content[latest].float())  # (B, C, R)
+        cosine = torch.einsum(pattern, gather_rows(content, items).float(), gather_rows(content, latest).float())
     real = (latest != 0)[:, None, :]
     best = cosine.masked_fill(~real, float("-inf")).amax(dim=2)
     return torch.where(real.any(dim=2), best, torch.zeros_like(best))

@@ -21,6 +21,7 @@ from recsys.models.sources import (
     CandidateSource,
     check_sources,
     content_neighbours,
+    gather_rows,
     neighbour_scores,
     propose,
     recent_cosine,
@@ -128,6 +129,16 @@ def test_recent_cosine_is_the_cosine_to_the_closest_recent_item() -> None:
     per_row = torch.tensor([[3, 1], [1, 1], [3, 2]])  # each row its own candidates
     expected = torch.tensor([[2**-0.5, 1.0], [0.0, 0.0], [1.0, 2**-0.5]])
     torch.testing.assert_close(recent_cosine(CORNERS, histories, 2, per_row), expected)
+
+
+def test_gather_rows_is_advanced_indexing_for_any_index_shape() -> None:
+    torch.manual_seed(0)
+    table = torch.randn(50, 7)
+    for index in (torch.tensor([3, 0, 49, 3]), torch.randint(0, 50, (4, 6)), torch.randint(0, 50, (2, 3, 5))):
+        assert torch.equal(gather_rows(table, index), table[index])
+    rows = gather_rows(table, torch.tensor([[1, 2]]))
+    rows[0, 0, 0] = 99.0  # a copy, as indexing gives: the table is untouched
+    assert table[1, 0] != 99.0
 
 
 def test_the_neighbour_table_gives_the_dense_top_n_exactly() -> None:
