@@ -10,6 +10,8 @@ reused). Then, per run (`recsys.evaluation.new_item_prior`): every validation us
 curve: overall N@10, warm N@10, cold R@10 / R@50), the offset each rule picks on validation, and the test ranks at it:
 
     tolerance   the largest offset whose warm-user validation N@10 is within `warm_tolerance` of the offset-0 one's
+    reference   the largest offset whose warm-user validation N@10 is within `warm_tolerance` of the reference's own
+                (same seed): a model better than the reference on warm users spends that margin on new items
     overall     the offset of the best overall validation N@10
 
 benchmarks/results/<result_name>.json: per model, per seed the valid curve, the chosen offsets and the test metrics
@@ -32,7 +34,7 @@ from benchmarks.comparisons import load_settings as load_comparison_settings
 from benchmarks.comparisons import metric_difference, model_config, pooled_over_seeds
 from benchmarks.quality import train_seeds
 from recsys.artifacts.comparison import compare_ranks
-from recsys.artifacts.model_dir import load_model_dir
+from recsys.artifacts.model_dir import load_model_dir, read_metrics
 from recsys.artifacts.per_user import PER_USER_FILE, PerUserRanks
 from recsys.data.splits import TEST, VALID
 from recsys.evaluation.metrics import ranking_metrics
@@ -42,7 +44,7 @@ from recsys.evaluation.slices import slice_families, slice_metrics
 from recsys.evaluation.uncertainty import seed_summary
 
 logger = logging.getLogger(__name__)
-RULES = ("tolerance", "overall")
+RULES = ("tolerance", "reference", "overall")
 CURVE_METRICS = ("ndcg@10", "warm.ndcg@10", "cold.recall@10", "cold.recall@50")
 KS = (5, 10, 50)
 
@@ -53,7 +55,7 @@ class Settings:
     models: list[str]  # the labels analysed
     reference: str  # the label every analysed model is paired against (at its own scores: no offset)
     priors: list[float] = field(default_factory=lambda: [0.5 * step for step in range(21)])  # logit offsets, 0 first
-    warm_tolerance: float = 0.02  # the share of warm validation N@10 the "tolerance" rule may give up
+    warm_tolerance: float = 0.02  # the share of warm validation N@10 the "tolerance" and "reference" rules may give up
     device: str = "cpu"  # training and scoring device
     # dotted overrides of the comparisons config (e.g. its work_dir, or the experiment overrides its runs were made
     # with), so that their runs are found up to date and reused
@@ -98,11 +100,14 @@ def main(argv: list[str] | None = None) -> Path:
             for offset in range(comparisons.seeds)
         ]
 
-    references = [outputs.evaluation.evaluation_dir / PER_USER_FILE for outputs in runs(settings.reference)]
+    references = [
+        (PerUserRanks.read(outputs.evaluation.evaluation_dir / PER_USER_FILE), _warm_valid(outputs.model.model_dir))
+        for outputs in runs(settings.reference)
+    ]
     models = {}
     for label in settings.models:
         seeds = [
-            _analysed(outputs.model.model_dir, PerUserRanks.read(reference), settings, comparisons)
+            _analysed(outputs.model.model_dir, *reference, settings, comparisons)
             for outputs, reference in zip(runs(label), references, strict=True)
         ]
         models[label] = {"per_seed": seeds, **_summaries(seeds, settings)}
@@ -118,11 +123,22 @@ def main(argv: list[str] | None = None) -> Path:
     return path
 
 
+def _warm_valid(model_dir: Path) -> float:
+    """A trained model's validation N@10 on warm users (every user where the data has no new items)."""
+    metrics = read_metrics(model_dir)
+    return float(metrics.get("valid_warm", metrics["valid"])["ndcg@10"])
+
+
 def _analysed(
-    model_dir: Path, reference: PerUserRanks, settings: Settings, comparisons: ComparisonSettings
+    model_dir: Path,
+    reference: PerUserRanks,
+    reference_warm: float,
+    settings: Settings,
+    comparisons: ComparisonSettings,
 ) -> dict[str, Any]:
-    """One run: its validation curve over the offsets, each rule's offset, and the test metrics and paired
-    differences against the reference's test ranks at it."""
+    """One run: its validation curve over the offsets, each rule's offset (the reference rule's against
+    `reference_warm`, the reference's warm validation N@10), and the test metrics and paired differences against the
+    reference's test ranks at it."""
     trained = load_model_dir(model_dir)
     model, data = trained.model.to(settings.device).eval(), trained.data
     new_items = data.item_counts() == 0
@@ -131,8 +147,10 @@ def _analysed(
     valid = data.eval_split(VALID)
     valid_ranks = ranks_with_priors(model, valid, new_items, settings.priors, config)
     curve = [_metrics(ranks, new_items[valid.targets]) for ranks in valid_ranks]
+    warm = [m["warm.ndcg@10"] for m in curve]
     chosen = {
-        "tolerance": chosen_prior(settings.priors, [m["warm.ndcg@10"] for m in curve], settings.warm_tolerance),
+        "tolerance": chosen_prior(settings.priors, warm, settings.warm_tolerance),
+        "reference": chosen_prior(settings.priors, warm, settings.warm_tolerance, baseline=reference_warm),
         "overall": settings.priors[max(range(len(curve)), key=lambda p: curve[p]["ndcg@10"])],
     }
     test = data.eval_split(TEST)
@@ -141,6 +159,7 @@ def _analysed(
     families = slice_families(data, test)
     valid_curve = [{"prior": prior, **metrics} for prior, metrics in zip(settings.priors, curve, strict=True)]
     record: dict[str, Any] = {"model_dir": str(model_dir), "valid": valid_curve, "prior": chosen}
+    record["reference_valid_warm_ndcg@10"] = reference_warm
     record.update(test={}, pairs={})
     for rule, prior in chosen.items():
         record["test"][rule] = _metrics(at[prior], new_items[test.targets])

@@ -9,6 +9,7 @@ never on test.
 
     ranks = ranks_with_priors(model, split, new_items, priors)   # (P, U) every user's target rank per offset
     prior = chosen_prior(priors, warm_ndcg, tolerance=0.02)      # the largest offset costing <= 2 % of warm N@10
+    prior = chosen_prior(priors, warm_ndcg, 0.02, baseline=b)    # ... keeping warm N@10 >= 98 % of another model's b
 
 Dimension letters: B users in a batch, U users of the split, P offsets, V+1 items (0 = padding).
 """
@@ -66,22 +67,33 @@ def ranks_with_priors(
     return ranks
 
 
-def chosen_prior(priors: Sequence[float], warm_ndcg: Sequence[float], tolerance: float) -> float:
+def chosen_prior(
+    priors: Sequence[float], warm_ndcg: Sequence[float], tolerance: float, baseline: float | None = None
+) -> float:
     """The largest offset whose validation N@10 on warm users (those whose target was trained on) stays within
-    `tolerance` of the no-offset one's: the most lift for new items the warm users pay at most that share for.
+    `tolerance` of `baseline` (default: the no-offset one's): the most lift for new items the warm users pay at most
+    that share for. A baseline of another model (e.g. the ranker this one replaces) lets a model better on warm users
+    spend its margin on new items; where no offset keeps to it, 0 (the model's own scores).
 
     Args:
         priors: the offsets tried, 0 among them.
         warm_ndcg: each one's warm-user validation N@10, in the same order.
         tolerance: the share of warm N@10 one may lose, in [0, 1).
+        baseline: the warm validation N@10 the tolerance is a share of; None = the offset 0's.
 
     Example:
         >>> chosen_prior([0.0, 1.0, 2.0, 3.0], [0.050, 0.0495, 0.0491, 0.040], tolerance=0.02)
         2.0
+        >>> chosen_prior([0.0, 1.0, 2.0, 3.0], [0.050, 0.0495, 0.0491, 0.040], tolerance=0.02, baseline=0.045)
+        2.0
+        >>> chosen_prior([0.0, 1.0, 2.0, 3.0], [0.050, 0.0495, 0.0491, 0.040], tolerance=0.02, baseline=0.040)
+        3.0
     """
     if len(priors) != len(warm_ndcg) or 0.0 not in priors:
         raise ValueError("chosen_prior needs one warm N@10 per offset and the offset 0 among them (the reference)")
     if not 0.0 <= tolerance < 1.0:
         raise ValueError(f"tolerance is a share of warm N@10 in [0, 1), got {tolerance}")
-    floor = (1.0 - tolerance) * warm_ndcg[list(priors).index(0.0)]
-    return max(prior for prior, ndcg in zip(priors, warm_ndcg, strict=True) if ndcg >= floor)
+    if baseline is not None and not baseline >= 0.0:
+        raise ValueError(f"baseline is a warm validation N@10, >= 0; got {baseline}")
+    floor = (1.0 - tolerance) * (warm_ndcg[list(priors).index(0.0)] if baseline is None else baseline)
+    return max((prior for prior, ndcg in zip(priors, warm_ndcg, strict=True) if ndcg >= floor), default=0.0)

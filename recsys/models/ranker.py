@@ -108,11 +108,20 @@ class RankerConfig:
     # where the candidates come from (recsys.models.sources): the union of each source's top-N, every candidate with
     # its position in each; () = the retriever's top `num_candidates` alone, with no per-source features
     sources: tuple[CandidateSource, ...] = ()
+    # added to the logit of every new candidate (one no first stage was trained on) when scoring, never in training:
+    # how far new items are lifted past the trained ones; chosen on validation (benchmarks.new_item_prior's
+    # "reference" rule, docs/ranking.md). Needs a new_items source.
+    new_item_prior: NonNegativeFloat = 0.0
 
     def __post_init__(self) -> None:
         check_heads(self.num_heads, self.dim)
         if self.sources:
             check_sources(self.sources)
+        if self.new_item_prior and not self.proposes_new_items:
+            raise ValueError(
+                f"new_item_prior: {self.new_item_prior} lifts the new items among the candidates, and no source "
+                "proposes them; add {kind: new_items, top: 20} to sources, or leave new_item_prior at 0"
+            )
         if self.reads_source_content and not self.use_content:
             raise ValueError(
                 "sources content / new_items find neighbours by the items' content embeddings, which the ranker reads "
@@ -513,11 +522,13 @@ class TwoStageRanker(Model[RankerConfig]):
     def score(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
     ) -> torch.Tensor:
-        """(B, L) left-padded histories -> (B, V+1): the ranker's scores on the candidates, -inf elsewhere
-        (`times` are ignored: the first stage must not read them, see `__init__`)."""
+        """(B, L) left-padded histories -> (B, V+1): the ranker's scores on the candidates (the new ones lifted by
+        `new_item_prior`), -inf elsewhere (`times` are ignored: the first stage must not read them, see `__init__`)."""
         histories = histories.to(self.ranker.item_emb.weight.device)  # evaluation hands CPU rows to a CUDA model
         found = self.candidates(histories, users)
         logits = self.rank_candidates(histories, found.items, found.retrieval, found.features)[0].float()  # (B, C)
+        if self.config.new_item_prior and self.untrained is not None:
+            logits = logits + self.config.new_item_prior * self.untrained[found.items]
         out = torch.full((histories.shape[0], self.config.num_items + 1), float("-inf"), device=logits.device)
         out.scatter_(1, found.items, logits)
         out[:, 0] = float("-inf")  # the padding of rows with fewer candidates

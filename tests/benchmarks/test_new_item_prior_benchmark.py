@@ -37,13 +37,16 @@ def test_the_smoke_prior_is_chosen_on_validation_and_paired_on_test(tmp_path: Pa
         tolerance = run["prior"]["tolerance"]
         assert curve[tolerance]["warm.ndcg@10"] >= 0.95 * curve[0.0]["warm.ndcg@10"]
         assert run["prior"]["overall"] == max(curve, key=lambda prior: curve[prior]["ndcg@10"])
-        for rule in ("tolerance", "overall"):
+        reference = run["reference_valid_warm_ndcg@10"]  # ID-only SASRec's own, from its run's metrics.json
+        passing = [prior for prior in curve if curve[prior]["warm.ndcg@10"] >= 0.95 * reference]
+        assert run["prior"]["reference"] == max(passing, default=0.0)
+        for rule in ("tolerance", "reference", "overall"):
             pairs = run["pairs"][rule]
             assert set(pairs) == {"cold.recall@10", "cold.recall@50", "warm.ndcg@10", "ndcg@10"}
             assert pairs["cold.recall@10"]["users"] < pairs["ndcg@10"]["users"]  # the cold users' slice
             cold = pairs["cold.recall@10"]
             assert cold["low"] <= cold["difference"] <= cold["high"]
-    for rule in ("tolerance", "overall"):
+    for rule in ("tolerance", "reference", "overall"):
         assert record["test"][rule]["ndcg@10"]["seeds"] == 2 and record["pairs"][rule]["ndcg@10"]["seeds"] == 2
     with pytest.raises(SystemExit, match="lack 0"):
         new_item_prior.main([*argv, "--set", "priors=[1.0]"])

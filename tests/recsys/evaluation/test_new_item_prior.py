@@ -45,6 +45,12 @@ def test_the_chosen_offset_is_the_largest_within_the_warm_tolerance() -> None:
     warm = [0.050, 0.0499, 0.0491, 0.0489, 0.0495]  # not monotone: the largest offset that passes is taken
     assert chosen_prior([0.0, 1.0, 2.0, 3.0, 4.0], warm, tolerance=0.02) == 4.0
     assert chosen_prior([0.0, 1.0, 2.0, 3.0, 4.0], warm, tolerance=0.0) == 0.0
+    # against another model's warm N@10: a better model spends its margin, one below it keeps its own scores
+    assert chosen_prior([0.0, 1.0, 2.0, 3.0, 4.0], warm, tolerance=0.02, baseline=0.0499) == 4.0
+    assert chosen_prior([0.0, 1.0, 2.0, 3.0, 4.0], [0.05, 0.04, 0.03, 0.02, 0.01], 0.02, baseline=0.035) == 1.0
+    assert chosen_prior([0.0, 1.0, 2.0, 3.0, 4.0], warm, tolerance=0.02, baseline=0.06) == 0.0
+    with pytest.raises(ValueError, match="baseline"):
+        chosen_prior([0.0, 1.0], [0.05, 0.04], tolerance=0.02, baseline=float("nan"))
     with pytest.raises(ValueError, match="offset 0"):
         chosen_prior([1.0, 2.0], [0.05, 0.04], tolerance=0.02)
     with pytest.raises(ValueError, match=r"\[0, 1\)"):

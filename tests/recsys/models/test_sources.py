@@ -268,6 +268,32 @@ def test_a_ranker_over_three_sources_trains_proposes_new_items_and_loads_whole(
     torch.testing.assert_close(loaded.score(histories), model.eval().score(histories))
 
 
+def test_the_new_item_prior_lifts_the_new_candidates_alone_when_scoring(
+    tiny_data_dir: Path, retriever_dir: Path
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    torch.manual_seed(0)
+    content = torch.cat([torch.zeros(1, 8), torch.randn(data.num_items, 8)])
+    counts = data.item_counts().clone()
+    counts[[3, 7]] = 0
+    retriever = Upstream(*load_model(retriever_dir / "model.pt"))
+    inputs = ModelInputs(retriever=retriever, content=content, item_counts=counts)
+    sources = [{"kind": "retriever", "top": 10}, {"kind": "new_items", "top": 2}]
+    params = {"dim": 32, "hidden": 64, "use_content": True, "residual": True, "sources": sources}
+    with pytest.raises(ConfigError, match="no source proposes them"):
+        build_model("ranker", {**params, "sources": sources[:1], "new_item_prior": 2.0}, data.num_items, inputs)
+    torch.manual_seed(1)
+    plain = build_model("ranker", params, data.num_items, inputs).eval()
+    torch.manual_seed(1)
+    lifted = build_model("ranker", {**params, "new_item_prior": 2.5}, data.num_items, inputs).eval()
+    histories = data.eval_split("test").histories.select(torch.arange(6)).to_padded(20)
+    before, after = plain.score(histories), lifted.score(histories)
+    new = torch.zeros(data.num_items + 1, dtype=torch.bool)
+    new[[3, 7]] = True
+    torch.testing.assert_close(after[:, new], before[:, new] + 2.5)  # every row's new candidates, by the prior
+    torch.testing.assert_close(after[:, ~new], before[:, ~new])  # the trained ones (and -inf elsewhere) as they were
+
+
 def test_a_ranker_reads_an_extra_retriever_as_a_model_source(
     tiny_data_dir: Path, retriever_dir: Path, tmp_path: Path
 ) -> None:
