@@ -16,12 +16,28 @@ validation user) are the trainer's own figures. With `profile`, one more epoch o
 the device's busy share of those steps' wall time (a step that leaves the device idle is bound by the host: launches,
 synchronisations, Python), and the graphs and graph breaks torch.compile made.
 
+How long a run waits before it trains: each variant's `time_to_first_step_s` and `time_to_first_validation_s` (the
+trainer's, from the start of training: compiling included) are cold figures, the benchmark compiling into an inductor
+cache of its own, empty, and without the compile cache of an earlier run. With `warm_start`, the fastest compiled
+variant then trains one epoch again in a process of its own, with an empty inductor cache too, so that only the compile
+cache the timed run left beside its model (`train.hardware.compile_cache`) can spare it the compiling: its figures and
+its compile-cache hits and misses are `warm_start`.
+
 Writes benchmarks/results/<result_name>.json with the machine (GPU named), versions and how to reproduce it.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,13 +47,24 @@ from torch._dynamo.utils import counters
 from torch.autograd import DeviceType
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.common import (
+    REPO,
+    Reproduce,
+    benchmark_parser,
+    parse_run,
+    provenance,
+    settings_from,
+    significant,
+    write_result,
+)
 from benchmarks.quality import work_overrides
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.runner import run_pipeline
+from pipelines.train import compile_cache_path
 from recsys.runtime.device import resolve_device, use_bf16_autocast
 from recsys.training.config import CompileMode
 
+INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"  # where inductor keeps what it compiled (read at each compilation)
 Variant = Literal["eager"] | CompileMode  # eager: train.hardware.compile false; else compile true in that mode
 
 
@@ -52,6 +79,7 @@ class Settings:
     epochs: int = 5  # timed epochs, each validated; the median is reported
     variants: tuple[Variant, ...] = ("default",)
     profile: bool = True  # one more epoch of the fastest variant, some of its steps under torch.profiler
+    warm_start: bool = True  # the fastest compiled variant's first step again, in a new process, from its cache
     profile_after: int = 100  # steps of that epoch before the profiled ones (the compilation happens in the first)
     profile_steps: int = 50
     top_ops: int = 20  # operators listed per profile table
@@ -79,9 +107,13 @@ def experiment(s: Settings, work: Path, epochs: int, variant: str) -> Experiment
     return load_config(REPO / s.experiment, {**timing, **s.experiment_overrides, **work_overrides(work)})
 
 
-def timed_run(s: Settings, work: Path, variant: str) -> dict[str, Any]:
-    """Train `s.epochs` epochs afresh as `variant`: the trainer's seconds per epoch and per validation pass."""
-    config = experiment(s, work, s.epochs, variant)
+def timed_run(s: Settings, work: Path, variant: str, epochs: int | None = None, cold: bool = True) -> dict[str, Any]:
+    """Train `epochs` (default `s.epochs`) epochs afresh as `variant`: the trainer's seconds per epoch and per
+    validation pass, and its time to the first step and validation; `cold`: without an earlier run's compile cache."""
+    config = experiment(s, work, epochs or s.epochs, variant)
+    cache = compile_cache_path(work / "models" / config.name, config)
+    if cold and cache is not None:
+        cache.unlink(missing_ok=True)
     outputs = run_pipeline(config, work, until="train_retriever", rerun=["train_retriever"])[0]
     assert outputs.model is not None
     m = outputs.model.metrics
@@ -89,9 +121,38 @@ def timed_run(s: Settings, work: Path, variant: str) -> dict[str, Any]:
         "seconds_per_epoch": significant(m["seconds_per_epoch"]),
         "valid_seconds_per_epoch": significant(m.get("valid_seconds_per_epoch", 0.0)),
         "train_seconds": significant(m["train_seconds"]),
+        "time_to_first_step_s": significant(m["time_to_first_step_s"]),
+        "time_to_first_validation_s": significant(m["time_to_first_validation_s"]),
         "epochs": m["epochs_run"],
         "valid": m["valid"],
     }
+
+
+@contextlib.contextmanager
+def _own_inductor_cache() -> Iterator[None]:
+    """A block whose compilations use an empty inductor cache directory of their own (removed after it)."""
+    before = os.environ.get(INDUCTOR_CACHE)
+    with tempfile.TemporaryDirectory(prefix="inductor-") as inductor:
+        os.environ[INDUCTOR_CACHE] = inductor
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(INDUCTOR_CACHE, None)
+            else:
+                os.environ[INDUCTOR_CACHE] = before
+
+
+def warm_start(reproduce: Reproduce, variant: str) -> dict[str, Any]:
+    """`variant` trained one epoch again in a new process whose inductor cache is empty: what the compile cache of
+    the timed run alone saves (its time to the first step and validation, and inductor's cache hits and misses)."""
+    with tempfile.TemporaryDirectory(prefix="inductor-") as inductor, tempfile.TemporaryDirectory() as out:
+        report = Path(out) / "warm-start.json"
+        command = [sys.executable, "-m", __name__, *shlex.split(reproduce.command())[3:],
+                   "--warm-start-child", variant, "--child-report", str(report)]  # fmt: skip
+        env = {**os.environ, INDUCTOR_CACHE: inductor}
+        subprocess.run(command, env=env, cwd=REPO, check=True, timeout=3600)
+        return {"variant": variant, **json.loads(report.read_text())}
 
 
 def profiled_run(s: Settings, work: Path, variant: str) -> dict[str, Any]:
@@ -158,11 +219,22 @@ def op_table(events: Any, key: str, top: int) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "benchmarks/configs/beauty-generative-speed.yaml")
+    parser.add_argument("--warm-start-child", metavar="VARIANT", help=argparse.SUPPRESS)  # `warm_start`'s process
+    parser.add_argument("--child-report", type=Path, help=argparse.SUPPRESS)
     args, reproduce, s = parse_run(parser, argv, __name__, load_settings)
     work = (REPO / s.work_dir).resolve()
+    if args.warm_start_child:
+        counters.clear()
+        run = timed_run(s, work, args.warm_start_child, epochs=1, cold=False)
+        hits = {key: value for key, value in counters["inductor"].items() if key.startswith("fxgraph_cache")}
+        args.child_report.write_text(json.dumps({**run, "inductor_cache": hits}))
+        return args.child_report
     device = resolve_device(s.device)
-    timed = {variant: timed_run(s, work, variant) for variant in s.variants}
+    with _own_inductor_cache():  # cold: nothing compiled before, by this process or another
+        timed = {variant: timed_run(s, work, variant) for variant in s.variants}
     fastest = min(timed, key=lambda variant: timed[variant]["seconds_per_epoch"])
+    compiled = [variant for variant in s.variants if variant != "eager"]
+    fastest_compiled = min(compiled, key=lambda variant: timed[variant]["seconds_per_epoch"], default=None)
     result = {
         "experiment": s.experiment,
         "experiment_overrides": s.experiment_overrides,
@@ -173,13 +245,19 @@ def main(argv: list[str] | None = None) -> Path:
         "fastest": fastest,
         "seconds_per_epoch": timed[fastest]["seconds_per_epoch"],
         "valid_seconds_per_epoch": timed[fastest]["valid_seconds_per_epoch"],
+        "time_to_first_step_s": timed[fastest]["time_to_first_step_s"],
+        "warm_start": warm_start(reproduce, fastest_compiled) if s.warm_start and fastest_compiled else None,
         "profile": profiled_run(s, work, fastest) if s.profile else None,
         **provenance(),
     }
     path = write_result(s.result_name, result, args.results_dir, reproduce)
     for variant, times in timed.items():
         print(f"{s.experiment} {variant}: {times['seconds_per_epoch']:.2f} s/epoch, "
-              f"{times['valid_seconds_per_epoch']:.2f} s/valid")  # fmt: skip
+              f"{times['valid_seconds_per_epoch']:.2f} s/valid, "
+              f"first step after {times['time_to_first_step_s']:.1f} s")  # fmt: skip
+    if result["warm_start"]:
+        print(f"warm start ({result['warm_start']['variant']}, from the compile cache): first step after "
+              f"{result['warm_start']['time_to_first_step_s']:.1f} s")  # fmt: skip
     print(f"-> {path}")
     return path
 

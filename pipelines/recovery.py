@@ -26,7 +26,7 @@ from pipelines.distill import teacher_cache_path
 from pipelines.steps.base import ExperimentPaths, Step
 from pipelines.steps.outputs import Output
 from pipelines.tracking import end_orphaned_runs
-from pipelines.train import training_state_path
+from pipelines.train import compile_cache_file, training_state_path
 from recsys.artifacts.registry import PARENT_TAG
 from recsys.errors import DataError
 from recsys.runtime.atomic import atomic_file, remove_temporaries
@@ -77,15 +77,15 @@ def previous_outputs(step: Step[Any], recorded: dict[str, Any] | None, fingerpri
 
 def remove_left_temporaries(paths: ExperimentPaths) -> None:
     """Remove what killed runs of this pipeline left of their atomic writes (`recsys.runtime.atomic`): beside and in
-    its output directories, its training states and its state file. Only under the pipeline's lock: no one else
+    its output directories, its training states, caches and its state file. Only under the pipeline's lock: no one else
     writes them."""
     removed = remove_temporaries(paths.pipeline_dir)
     for out_dir in paths.outputs():
         removed += remove_temporaries(out_dir.parent, glob.escape(out_dir.name)) + remove_temporaries(out_dir)
     state = training_state_path(paths.model_dir)  # and the per-domain ones, NAME.training-state.DOMAIN.dcp
     removed += remove_temporaries(state.parent, f"{glob.escape(state.stem)}*{state.suffix}")
-    teacher_cache = teacher_cache_path(paths.model_dir)
-    removed += remove_temporaries(teacher_cache.parent, glob.escape(teacher_cache.name))
+    for cache in (teacher_cache_path(paths.model_dir), compile_cache_file(paths.model_dir)):
+        removed += remove_temporaries(cache.parent, glob.escape(cache.name))
     if removed:
         logger.warning("removed what interrupted runs left: %s", ", ".join(map(str, removed)))
 

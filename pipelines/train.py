@@ -168,6 +168,18 @@ def training_state_path(out_dir: Path) -> Path:
     return out_dir.with_name(f"{out_dir.name}.training-state.dcp")  # a directory: every process writes its part
 
 
+def compile_cache_file(out_dir: Path) -> Path:
+    """The file of what torch.compile made for `out_dir`'s run, beside the model directory: the next run of the same
+    model (a retrain, a fresh start, a longer run) loads it (`recsys.training.compile_cache`)."""
+    return out_dir.with_name(f"{out_dir.name}.compile-cache.bin")
+
+
+def compile_cache_path(out_dir: Path, config: ExperimentConfig) -> Path | None:
+    """`compile_cache_file(out_dir)` when the run compiles and keeps a cache (`train.hardware.compile_cache`)."""
+    hardware = config.train.hardware
+    return compile_cache_file(out_dir) if hardware.compile and hardware.compile_cache else None
+
+
 def _train(
     model: Model[Any],
     data: SequenceData,
@@ -204,7 +216,9 @@ def _train(
     recipe = _recipe(model, training, config, features)
     if config.distill is not None:
         recipe = distillation_recipe(recipe, data, config, out_dir)
-    return fit(model, training, config.train, config.eval, recipe, on_epoch_end, state)
+    return fit(
+        model, training, config.train, config.eval, recipe, on_epoch_end, state, compile_cache_path(out_dir, config)
+    )
 
 
 def _recipe(
@@ -255,13 +269,18 @@ def _timings(fitted: FitResult | None, seconds: float) -> dict[str, float]:
     if fitted is None:
         return {"best_epoch": 0, "epochs_run": 0, "train_seconds": seconds, "seconds_per_epoch": 0.0,
                 "valid_seconds_per_epoch": 0.0}  # fmt: skip
-    return {
+    timings = {
         "best_epoch": fitted.best_epoch,
         "epochs_run": len(fitted.epoch_seconds),
         "train_seconds": fitted.train_seconds,
         "seconds_per_epoch": fitted.seconds_per_epoch,
         "valid_seconds_per_epoch": fitted.valid_seconds_per_epoch,
     }
+    firsts = {"time_to_first_step_s": fitted.first_step_seconds,
+              "time_to_first_validation_s": fitted.first_validation_seconds}  # fmt: skip
+    # none when this attempt trained no epoch (a finished run re-entered)
+    timings.update({key: seconds for key, seconds in firsts.items() if seconds is not None})
+    return timings
 
 
 def _popularity_valid_metrics(data: SequenceData, config: ExperimentConfig) -> dict[str, float]:

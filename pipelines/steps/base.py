@@ -23,9 +23,10 @@ from recsys.runtime.names import child
 
 T = TypeVar("T")
 
-# budgets bound a run and processes spread it, neither sets what it learns: changing one leaves a finished step current
+# budgets bound a run, processes spread it and a compile cache speeds it, none sets what it learns: changing one
+# leaves a finished step current
 HOW_IT_RUNS: dict[str, Any] = {
-    "train": {"hardware": {"max_memory_gb"}, "distributed": True},
+    "train": {"hardware": {"max_memory_gb", "compile_cache"}, "distributed": True},
     "eval": {"max_seconds", "max_memory_gb"},
     "distill": {"teacher_batch_size"},
 }

@@ -78,6 +78,9 @@ class HardwareConfig:
     # kernel launches; the first epoch and the first validation pay the compiling
     compile: bool = False
     compile_mode: CompileMode = "default"  # torch.compile's `mode`, with `compile: true`
+    # with `compile: true`, keep what was compiled beside the model directory and load it in a re-run of the same
+    # model (a retrain, a resumed or longer run): its first step waits for tracing, not for kernels to be generated
+    compile_cache: bool = True
     # the training process's resident memory (GiB), checked every step: past it, training stops with an error that
     # names this knob (the last validated epoch's state stays resumable) instead of the kernel's OOM kill
     max_memory_gb: PositiveFloat | None = None

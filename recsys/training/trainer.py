@@ -46,6 +46,7 @@ from recsys.runtime.progress import Progress, Then
 from recsys.training.averaging import WeightAverage
 from recsys.training.capabilities import TrainsPerDomain
 from recsys.training.compilation import compile_model
+from recsys.training.compile_cache import load_compile_cache, save_compile_cache
 from recsys.training.config import TrainConfig
 from recsys.training.data_parallel import DataParallelLoss, epoch_batches
 from recsys.training.optimization import Optimization, build_optimization
@@ -63,6 +64,7 @@ RESUMABLE = frozenset(
         "hardware.max_memory_gb",
         "hardware.compile",
         "hardware.compile_mode",
+        "hardware.compile_cache",
         "distributed.nproc_per_node",
         "distributed.shard_item_table",
         "progress",
@@ -79,6 +81,10 @@ class FitResult:
     valid_seconds: list[float] = field(default_factory=list)  # validation after each evaluated epoch
     # models with MoE layers: per validated epoch, the share of routed slots per expert in that epoch's training
     expert_load: list[dict[str, Any]] = field(default_factory=list)
+    # this attempt's seconds from the start of `fit` to its first optimizer step and to the end of its first
+    # validation after training began: what compiling (and loading a compile cache) costs before any progress
+    first_step_seconds: float | None = None
+    first_validation_seconds: float | None = None
 
     @property
     def seconds_per_epoch(self) -> float:
@@ -103,6 +109,7 @@ def fit(
     recipe: Recipe | None = None,
     on_epoch_end: EpochCallback | None = None,
     state_path: Path | None = None,
+    compile_cache: Path | None = None,
 ) -> FitResult:
     """Train `model` in place, restore its best-on-validation weights, and report the run.
 
@@ -117,11 +124,13 @@ def fit(
         on_epoch_end: called with (epoch, metrics) after every validated epoch, e.g. to log to MLflow.
         state_path: resumable training state, rewritten atomically after every validated epoch; when it
             exists and was written for the same model and settings, training resumes from it.
+        compile_cache: with `train.hardware.compile`, the file of compiled artifacts loaded before the model
+            compiles and (re)written after the first validation (`recsys.training.compile_cache`); None: none.
     """
     _check_monitor(config.schedule.monitor, eval_config)
     if recipe is None:
         recipe = recipe_for(model, data, config.optimization.batch_size)
-    run = _TrainingRun(model, data, config, recipe)
+    run = _TrainingRun(model, data, config, recipe, compile_cache)
     if state_path is not None:
         run.resume(state_path)
 
@@ -147,8 +156,12 @@ def fit(
 class _TrainingRun:
     """One model's training: what it needs to run an epoch, and what is saved to continue after a validated one."""
 
-    def __init__(self, model: Model[Any], data: TrainingData, config: TrainConfig, recipe: Recipe) -> None:
+    def __init__(
+        self, model: Model[Any], data: TrainingData, config: TrainConfig, recipe: Recipe, compile_cache: Path | None
+    ) -> None:
+        self.attempt_started = time.perf_counter()
         self.config, self.recipe, self.data = config, recipe, data
+        self.compile_cache = compile_cache if config.hardware.compile else None
         hardware, optimization = config.hardware, config.optimization
         device = resolve_device(hardware.device)
         self.workers = join(device)
@@ -180,6 +193,7 @@ class _TrainingRun:
 
     def epochs_left(self) -> Iterator[int]:
         """The epochs still to train (none after an early stop: it is final), compiling the model first if asked."""
+        self.result.first_step_seconds = self.result.first_validation_seconds = None  # this attempt's (resumed: reset)
         self._compile()
         self.started = time.perf_counter() - self.result.train_seconds
         last = self.config.schedule.epochs
@@ -191,6 +205,8 @@ class _TrainingRun:
         `score`)."""
         mode = self.config.hardware.compile_mode
         if self.config.hardware.compile:
+            if self.compile_cache is not None:
+                load_compile_cache(self.compile_cache)
             logger.info("compiling the model's forward (mode %s; batch size and sequence length dynamic)", mode)
             compile_model(self.model, mode)
         elif mode != "default":
@@ -209,11 +225,16 @@ class _TrainingRun:
         loss = train_one_epoch(
             self.model, self.loss, batches, self.optimization, self.use_bf16,
             self.parallelism.loss_generator(self.generator, self.config.seed, epoch), self.average, self.budget,
-            self.config.optimization.accumulate_batches, progress,
+            self.config.optimization.accumulate_batches, progress, self._first_step,
         )  # fmt: skip
         self.result.epoch_seconds.append(time.perf_counter() - start)
         self.batches_per_epoch = int(progress.done)  # the next epoch's total: the same rows, shuffled, packed anew
         return loss
+
+    def _first_step(self) -> None:
+        if self.result.first_step_seconds is None:
+            self.result.first_step_seconds = time.perf_counter() - self.attempt_started
+            logger.info("first training step after %.1f s", self.result.first_step_seconds)
 
     def _after(self, epoch: int) -> Then | None:
         """What follows `epoch`'s batches until the last epoch, at most (early stopping may end the run sooner), timed
@@ -242,6 +263,10 @@ class _TrainingRun:
             if improved:
                 self.best_weights = copy.deepcopy(self.model.state_dict())
         self.result.valid_seconds.append(time.perf_counter() - start)
+        if loss is not None and self.result.first_validation_seconds is None:  # both paths compiled by now
+            self.result.first_validation_seconds = time.perf_counter() - self.attempt_started
+            if self.compile_cache is not None and self.workers.is_main:
+                save_compile_cache(self.compile_cache)
         metrics["epoch_seconds"] = self.result.epoch_seconds[-1] if self.result.epoch_seconds else 0.0  # 0: untrained
         if self.valid_sample is not None:
             metrics["valid_sample_users"] = float(len(ranked.ranks))
@@ -435,10 +460,12 @@ def train_one_epoch(
     budget: Budget | None = None,
     accumulate: int = 1,
     progress: Progress | None = None,
+    on_update: Callable[[], None] | None = None,
 ) -> float:
     """One pass over `batches` (an optimizer and scheduler step, and `average` update, every `accumulate` batches and
     after the last), its `progress` reported (batches, targets/s) and `budget` checked after every batch; returns the
-    mean loss per target (over every process's). `progress` None: lines of "training epoch" without a total."""
+    mean loss per target (over every process's). `progress` None: lines of "training epoch" without a total;
+    `on_update` is called after every optimizer step."""
     model.train()
     device = next(model.parameters()).device
     total, count = torch.zeros((), device=device), 0  # summed on the device: no host sync per step
@@ -458,6 +485,8 @@ def train_one_epoch(
             optimization.zero_grad()
             if average is not None:
                 average.update()
+            if on_update is not None:
+                on_update()
         total += summed
         count += n
         progress.update(done=step, rows=n)

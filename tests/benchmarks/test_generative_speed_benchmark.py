@@ -1,5 +1,6 @@
-"""The generative speed benchmark end to end on its smoke config (CPU): the trainer's epoch and validation times, a
-profile of the steps after the first ones, and a result that reproduces from its config."""
+"""The generative speed benchmark end to end on its smoke config (CPU): the trainer's epoch and validation times and
+time to the first step, a profile of the steps after the first ones, a result that reproduces from its config, and
+the warm start's process of its own."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def test_the_smoke_run_times_epochs_and_profiles_training_steps(tmp_path: Path) 
     eager = result["variants"]["eager"]
     assert eager["epochs"] == 3 and eager["seconds_per_epoch"] > 0 and eager["valid_seconds_per_epoch"] > 0
     assert result["fastest"] == "eager" and result["seconds_per_epoch"] == eager["seconds_per_epoch"]
+    assert 0 < eager["time_to_first_step_s"] < eager["time_to_first_validation_s"]
+    assert result["time_to_first_step_s"] == eager["time_to_first_step_s"]
+    assert result["warm_start"] is None  # no compiled variant: nothing to start warm
     assert result["experiment"] == "configs/synthetic/generative.yaml" and result["gpu"] is None
     profile = result["profile"]
     assert profile["variant"] == "eager" and profile["steps"] == 3 and profile["ms_per_step"] > 0
@@ -33,3 +37,14 @@ def test_the_smoke_run_times_epochs_and_profiles_training_steps(tmp_path: Path) 
         generative_speed.main([*argv, "--set", "variants=[fast]"])
     with pytest.raises(SystemExit, match="fewer than profile_after"):
         generative_speed.main([*argv, "--set", "profile_after=1000", "--set", "epochs=1"])
+
+
+def test_the_warm_start_trains_one_epoch_in_a_process_of_its_own(tmp_path: Path) -> None:
+    argv = ["--config", SMOKE, "--set", f"work_dir={tmp_path / 'work'}"]
+    _, reproduce, _ = generative_speed.parse_run(
+        generative_speed.benchmark_parser(generative_speed.__doc__), argv, generative_speed.__name__,
+        generative_speed.load_settings,
+    )  # fmt: skip
+    warm = generative_speed.warm_start(reproduce, "eager")  # the command line a compiled variant's would be
+    assert warm["variant"] == "eager" and warm["epochs"] == 1 and warm["time_to_first_step_s"] > 0
+    assert warm["inductor_cache"] == {}  # eager: nothing compiled, no cache looked up

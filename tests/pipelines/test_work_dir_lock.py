@@ -92,6 +92,7 @@ def test_a_run_clears_what_killed_runs_of_its_pipeline_left_and_nothing_else(
         work / "models" / ".tiny-sasrec.training-state.home.dcp.tmp-ab12cd34",  # a domain adapter's
         work / "bundles" / ".tiny-sasrec.old-ab12cd34",  # a bundle being swapped out
         work / "data" / "tiny-sasrec" / ".fingerprint.json.ab12cd34.tmp",  # a file written in an output directory
+        work / "models" / ".tiny-sasrec.compile-cache.bin.ab12cd34.tmp",  # a compile cache being written
         work / "pipelines" / "tiny-sasrec" / ".state.json.ab12cd34.tmp",
     ]
     others = [
