@@ -23,6 +23,10 @@ variant then trains one epoch again in a process of its own, with an empty induc
 cache the timed run left beside its model (`train.hardware.compile_cache`) can spare it the compiling: its figures and
 its compile-cache hits and misses are `warm_start`.
 
+Beam search's precision (`model.params.beam_precision`): the fastest variant's trained model ranks the validation
+users once per entry of `beam_precisions` (eager, the same weights): each one's seconds and metrics
+(`beam_precision`), so bf16 is used where it keeps the fp32 figures.
+
 Writes benchmarks/results/<result_name>.json with the machine (GPU named), versions and how to reproduce it.
 """
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -61,6 +66,9 @@ from benchmarks.quality import work_overrides
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.runner import run_pipeline
 from pipelines.train import compile_cache_path
+from recsys.artifacts.model_dir import load_model_dir
+from recsys.data.splits import VALID
+from recsys.evaluation import evaluate
 from recsys.runtime.device import resolve_device, use_bf16_autocast
 from recsys.training.config import CompileMode
 
@@ -80,6 +88,7 @@ class Settings:
     variants: tuple[Variant, ...] = ("default",)
     profile: bool = True  # one more epoch of the fastest variant, some of its steps under torch.profiler
     warm_start: bool = True  # the fastest compiled variant's first step again, in a new process, from its cache
+    beam_precisions: tuple[Literal["fp32", "bf16"], ...] = ("fp32", "bf16")  # validation ranked in each; () = none
     profile_after: int = 100  # steps of that epoch before the profiled ones (the compilation happens in the first)
     profile_steps: int = 50
     top_ops: int = 20  # operators listed per profile table
@@ -125,7 +134,31 @@ def timed_run(s: Settings, work: Path, variant: str, epochs: int | None = None, 
         "time_to_first_validation_s": significant(m["time_to_first_validation_s"]),
         "epochs": m["epochs_run"],
         "valid": m["valid"],
+        "model_dir": str(outputs.model.model_dir),
     }
+
+
+def beam_precision(s: Settings, work: Path, variant: str, model_dir: Path) -> dict[str, Any]:
+    """The trained model of `model_dir` ranking the validation users once per `s.beam_precisions` entry (eager):
+    each one's seconds and metrics."""
+    trained = load_model_dir(model_dir)
+    model, valid = trained.model.to(resolve_device(s.device)).eval(), trained.data.eval_split(VALID)
+    eval_config = experiment(s, work, 1, variant).eval
+    ranked: dict[str, Any] = {}
+    for precision in s.beam_precisions:
+        model.config = dataclasses.replace(model.config, beam_precision=precision)
+        synchronize(s.device)
+        start = time.perf_counter()
+        metrics = evaluate(model, valid, trained.data.num_items, eval_config, what=f"validation, {precision} beams")
+        synchronize(s.device)
+        ranked[precision] = {"seconds": significant(time.perf_counter() - start), **metrics.metrics}
+    return ranked
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work, so that a wall-clock interval covers it."""
+    if resolve_device(device).type == "cuda":
+        torch.cuda.synchronize()
 
 
 @contextlib.contextmanager
@@ -247,6 +280,9 @@ def main(argv: list[str] | None = None) -> Path:
         "valid_seconds_per_epoch": timed[fastest]["valid_seconds_per_epoch"],
         "time_to_first_step_s": timed[fastest]["time_to_first_step_s"],
         "warm_start": warm_start(reproduce, fastest_compiled) if s.warm_start and fastest_compiled else None,
+        "beam_precision": (
+            beam_precision(s, work, fastest, Path(timed[fastest]["model_dir"])) if s.beam_precisions else None
+        ),
         "profile": profiled_run(s, work, fastest) if s.profile else None,
         **provenance(),
     }

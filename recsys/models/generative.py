@@ -11,6 +11,7 @@ Dimension letters: B users, H history items, T code levels, S = 1 + H * T encode
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -53,6 +54,10 @@ class GenerativeConfig:
     # head (TIGER's model).
     dense_weight: NonNegativeFloat = 0.0
     dense_temperature: PositiveFloat = 0.05
+    # the encoder's and decoder's matmuls in beam search (`generate`: validation, test, serving): "bf16" runs them
+    # under bf16 autocast, the beams' log-probabilities still summed in fp32; "fp32" (the default) as trained to
+    # compare. benchmarks.generative_speed measures each one's validation time and metrics on one trained model.
+    beam_precision: Literal["fp32", "bf16"] = "fp32"
 
     def __post_init__(self) -> None:
         check_heads(self.num_heads, self.dim)
@@ -243,18 +248,24 @@ class GenerativeRetriever(Model[GenerativeConfig]):
             items (B, W) item_idx best first (0 where fewer than W items exist), log-probs (B, W).
         """
         W = beam_size or self.config.beam_size
-        memory, pad = self.encode(histories, users)
-        slots = min(self.config.new_item_slots, W)
-        if not slots or not bool(self.new_items.any()):
-            items, scores = self._beam_search(memory, pad, self.trie(), W)
-        else:
-            old, _ = self._beam_search(memory, pad, self.trie("old"), W - slots)
-            new, _ = self._beam_search(memory, pad, self.trie("new"), slots)
-            items = torch.cat([old, new], dim=1)  # (B, W)
-            scores = self.sequence_log_probs(memory, pad, items)
-        if self.dense:
-            scores = scores + self.config.dense_weight * self.dense_log_probs(memory, pad, items)
-        scores, order = scores.sort(dim=1, descending=True)
+        precision = (  # fp32: as the caller runs it (an autocast around the call still applies)
+            torch.autocast(self.codes.device.type, dtype=torch.bfloat16)
+            if self.config.beam_precision == "bf16"
+            else contextlib.nullcontext()
+        )
+        with precision:
+            memory, pad = self.encode(histories, users)
+            slots = min(self.config.new_item_slots, W)
+            if not slots or not bool(self.new_items.any()):
+                items, scores = self._beam_search(memory, pad, self.trie(), W)
+            else:
+                old, _ = self._beam_search(memory, pad, self.trie("old"), W - slots)
+                new, _ = self._beam_search(memory, pad, self.trie("new"), slots)
+                items = torch.cat([old, new], dim=1)  # (B, W)
+                scores = self.sequence_log_probs(memory, pad, items)
+            if self.dense:
+                scores = scores + self.config.dense_weight * self.dense_log_probs(memory, pad, items)
+        scores, order = scores.float().sort(dim=1, descending=True)
         return items.gather(1, order), scores
 
     def _beam_search(

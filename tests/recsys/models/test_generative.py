@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +25,12 @@ def catalog(num_items: int = 14, seed: int = 0) -> torch.Tensor:
 
 
 def model(
-    codes: torch.Tensor, beam: int, user_buckets: int = 5, new_item_slots: int = 0, dense_weight: float = 0.0
+    codes: torch.Tensor,
+    beam: int,
+    user_buckets: int = 5,
+    new_item_slots: int = 0,
+    dense_weight: float = 0.0,
+    beam_precision: Literal["fp32", "bf16"] = "fp32",
 ) -> GenerativeRetriever:
     torch.manual_seed(0)
     config = GenerativeConfig(
@@ -40,6 +45,7 @@ def model(
         user_buckets=user_buckets,
         new_item_slots=new_item_slots,
         dense_weight=dense_weight,
+        beam_precision=beam_precision,
     )
     return GenerativeRetriever(config, codes).eval()
 
@@ -72,6 +78,23 @@ def test_beam_search_with_a_full_beam_is_exact() -> None:
     for b in range(len(histories)):
         assert sorted(items[b].tolist()) == list(range(1, 15)), "every item must come out exactly once"
         torch.testing.assert_close(scores[b], exact[b, items[b]], rtol=1e-4, atol=1e-4)
+        assert (scores[b][:-1] >= scores[b][1:]).all()
+
+
+def test_a_bf16_beam_runs_the_matmuls_in_bf16_and_sums_log_probs_in_fp32() -> None:
+    codes = catalog()
+    histories, users = torch.tensor([[0, 0, 3, 4], [0, 0, 0, 0], [1, 2, 3, 4]]), torch.tensor([3, 0, 9])
+    fp32_items, fp32_scores = model(codes, beam=14).generate(histories, users)
+    bf16 = model(codes, beam=14, beam_precision="bf16")  # the same weights (seeded)
+    dtypes: set[torch.dtype] = set()
+    for layer in bf16.modules():
+        if isinstance(layer, torch.nn.Linear):
+            layer.register_forward_hook(lambda module, inputs, output: dtypes.add(output.dtype))
+    items, scores = bf16.generate(histories, users)
+    assert dtypes == {torch.bfloat16} and scores.dtype == torch.float32
+    for b in range(len(histories)):  # a full beam: every item, each scored about as in fp32
+        assert sorted(items[b].tolist()) == sorted(fp32_items[b].tolist()) == list(range(1, 15))
+        torch.testing.assert_close(scores[b], fp32_scores[b][fp32_items[b].argsort()][items[b] - 1], atol=0.1, rtol=0)
         assert (scores[b][:-1] >= scores[b][1:]).all()
 
 
