@@ -48,9 +48,19 @@ class Reproduce:
     config: str  # e.g. "configs/beauty/sasrec.yaml"
     overrides: dict[str, Any]
 
+    def arguments(self) -> list[str]:
+        """The benchmark's command-line arguments: --config and one --set per override."""
+        sets = [arg for key, value in self.overrides.items() for arg in ("--set", f"{key}={_yaml_value(value)}")]
+        return ["--config", self.config, *sets]
+
     def command(self) -> str:
-        sets = "".join(f" --set {shlex.quote(f'{key}={_yaml_value(value)}')}" for key, value in self.overrides.items())
-        return f".venv/bin/python -m {self.benchmark} --config {self.config}{sets}"
+        return f".venv/bin/python -m {self.benchmark} {shlex.join(self.arguments())}"
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a wall-clock interval covers it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def benchmark_parser(doc: str, default_config: str | None = None) -> argparse.ArgumentParser:

@@ -71,7 +71,16 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.common import (
+    REPO,
+    benchmark_parser,
+    parse_run,
+    provenance,
+    settings_from,
+    significant,
+    synchronize,
+    write_result,
+)
 from features.prepare import prepare
 from features.settings import PrepareSettings
 from features.sources import load_source, open_synthetic
@@ -379,10 +388,10 @@ def _train_steps(
     table = "row_sharded" if sharded else "replicated"
 
     def train(batches: Iterator[Any]) -> float:
-        _synchronize(device)
+        synchronize(device)
         start = time.perf_counter()
         train_one_epoch(model, loss_of, batches, optimization, bf16, negatives)
-        _synchronize(device)
+        synchronize(device)
         return time.perf_counter() - start
 
     rows: list[dict[str, Any]] = []
@@ -639,11 +648,11 @@ def _time_allreduce(settings_dict: dict[str, Any], report: str) -> None:
     gradient = torch.ones(settings.items, settings.dim, device=device)
     for _ in range(settings.warmup_steps):
         torch.distributed.all_reduce(gradient)
-    _synchronize(device)
+    synchronize(device)
     start = time.perf_counter()
     for _ in range(settings.timed_steps):
         torch.distributed.all_reduce(gradient)
-    _synchronize(device)
+    synchronize(device)
     seconds = (time.perf_counter() - start) / settings.timed_steps
     size = gradient.numel() * gradient.element_size()
     if workers.is_main:
@@ -653,11 +662,6 @@ def _time_allreduce(settings_dict: dict[str, Any], report: str) -> None:
             "bus_gb_per_second": significant(size * 2 * (n - 1) / n / seconds / 1e9),
         }))  # fmt: skip
     leave()
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def _beauty(settings: Settings, scratch: Path) -> dict[str, Any]:

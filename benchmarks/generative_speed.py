@@ -37,7 +37,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -60,11 +59,13 @@ from benchmarks.common import (
     provenance,
     settings_from,
     significant,
+    synchronize,
     write_result,
 )
 from benchmarks.quality import work_overrides
 from pipelines.config import ExperimentConfig, load_config
 from pipelines.runner import run_pipeline
+from pipelines.steps.base import ExperimentPaths
 from pipelines.train import compile_cache_path
 from recsys.artifacts.model_dir import load_model_dir
 from recsys.data.splits import VALID
@@ -120,7 +121,7 @@ def timed_run(s: Settings, work: Path, variant: str, epochs: int | None = None, 
     """Train `epochs` (default `s.epochs`) epochs afresh as `variant`: the trainer's seconds per epoch and per
     validation pass, and its time to the first step and validation; `cold`: without an earlier run's compile cache."""
     config = experiment(s, work, epochs or s.epochs, variant)
-    cache = compile_cache_path(work / "models" / config.name, config)
+    cache = compile_cache_path(ExperimentPaths.under(work, config).model_dir, config)
     if cold and cache is not None:
         cache.unlink(missing_ok=True)
     outputs = run_pipeline(config, work, until="train_retriever", rerun=["train_retriever"])[0]
@@ -141,24 +142,18 @@ def timed_run(s: Settings, work: Path, variant: str, epochs: int | None = None, 
 def beam_precision(s: Settings, work: Path, variant: str, model_dir: Path) -> dict[str, Any]:
     """The trained model of `model_dir` ranking the validation users once per `s.beam_precisions` entry (eager):
     each one's seconds and metrics."""
-    trained = load_model_dir(model_dir)
-    model, valid = trained.model.to(resolve_device(s.device)).eval(), trained.data.eval_split(VALID)
+    trained, device = load_model_dir(model_dir), resolve_device(s.device)
+    model, valid = trained.model.to(device).eval(), trained.data.eval_split(VALID)
     eval_config = experiment(s, work, 1, variant).eval
     ranked: dict[str, Any] = {}
     for precision in s.beam_precisions:
         model.config = dataclasses.replace(model.config, beam_precision=precision)
-        synchronize(s.device)
+        synchronize(device)
         start = time.perf_counter()
         metrics = evaluate(model, valid, trained.data.num_items, eval_config, what=f"validation, {precision} beams")
-        synchronize(s.device)
+        synchronize(device)
         ranked[precision] = {"seconds": significant(time.perf_counter() - start), **metrics.metrics}
     return ranked
-
-
-def synchronize(device: str) -> None:
-    """Wait for the device's queued work, so that a wall-clock interval covers it."""
-    if resolve_device(device).type == "cuda":
-        torch.cuda.synchronize()
 
 
 @contextlib.contextmanager
@@ -181,7 +176,7 @@ def warm_start(reproduce: Reproduce, variant: str) -> dict[str, Any]:
     the timed run alone saves (its time to the first step and validation, and inductor's cache hits and misses)."""
     with tempfile.TemporaryDirectory(prefix="inductor-") as inductor, tempfile.TemporaryDirectory() as out:
         report = Path(out) / "warm-start.json"
-        command = [sys.executable, "-m", __name__, *shlex.split(reproduce.command())[3:],
+        command = [sys.executable, "-m", __name__, *reproduce.arguments(),
                    "--warm-start-child", variant, "--child-report", str(report)]  # fmt: skip
         env = {**os.environ, INDUCTOR_CACHE: inductor}
         subprocess.run(command, env=env, cwd=REPO, check=True, timeout=3600)
