@@ -29,6 +29,7 @@ def test_the_smoke_run_times_epochs_and_profiles_training_steps(tmp_path: Path) 
     assert result["warm_start"] is None  # no compiled variant: nothing to start warm
     beams = result["beam_precision"]  # the trained model ranking validation with fp32 and with bf16 beams
     assert set(beams) == {"fp32", "bf16"} and all(beams[p]["seconds"] > 0 for p in beams)
+    assert all(beams[p]["first_pass_seconds"] > 0 for p in beams)  # the timed pass is the second
     assert beams["fp32"]["ndcg@10"] == pytest.approx(eager["valid"]["ndcg@10"])  # the run's own validation
     assert beams["bf16"]["ndcg@10"] == pytest.approx(beams["fp32"]["ndcg@10"], abs=0.05)
     assert result["experiment"] == "configs/synthetic/generative.yaml" and result["gpu"] is None
