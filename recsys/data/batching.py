@@ -22,6 +22,7 @@ Dimension letters: B rows in a batch, L = max_len.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -42,6 +43,9 @@ class PackedBatch:
     # is padding): what per-target data computed once for the rows (a teacher's scores) is looked up by; None = not
     # packed
     target_index: torch.Tensor | None = None
+    # (N,) the flat (B * L) index of every real target, found by `to` on the host: a device that indexes by it never
+    # stops the host to learn N (a boolean mask's `nonzero` would); None = not moved, found from `targets` then
+    real_positions: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> PackedBatch:
         pin = torch.device(device).type == "cuda"
@@ -59,7 +63,20 @@ class PackedBatch:
             None if self.timestamps is None else move(self.timestamps),
             None if self.next_timestamps is None else move(self.next_timestamps),
             None if self.target_index is None else move(self.target_index),
+            move(self.flat_real_positions()),
         )
+
+    def take_rows(self, rows: slice) -> PackedBatch:
+        """The batch of `rows` of this one (its real positions found again from their targets)."""
+        sliced = {f.name: value[rows] for f in dataclasses.fields(self)
+                  if f.name != "real_positions" and (value := getattr(self, f.name)) is not None}  # fmt: skip
+        return dataclasses.replace(self, **sliced, real_positions=None)
+
+    def flat_real_positions(self) -> torch.Tensor:
+        """(N,) the flat (B * L) index of every real target (where `targets` is not 0), in order."""
+        if self.real_positions is not None:
+            return self.real_positions
+        return torch.nonzero(self.targets.reshape(-1)).squeeze(1)
 
 
 def packed_next_item_batches(

@@ -31,6 +31,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
+from recsys.data.batching import PackedBatch
 from recsys.data.prepared import PreparedParts, TrainingData, TrainingRows
 from recsys.errors import ConfigError
 from recsys.runtime.distributed import Workers, backend_for, reduce_on_hosts
@@ -191,6 +192,8 @@ def _tensors(batch: Any) -> dict[str, torch.Tensor]:
 
 
 def _take(batch: Any, rows: slice) -> Any:
+    if isinstance(batch, PackedBatch):  # it has a field that is not rows-first
+        return batch.take_rows(rows)
     return dataclasses.replace(batch, **{name: value[rows] for name, value in _tensors(batch).items()})
 
 

@@ -70,7 +70,7 @@ class DistillationRecipe:
         hidden, targets = self.next_item.hidden_states(model, batch)  # (N, D), (N,)
         cross_entropy = self.next_item.targets_loss(model, hidden, targets, generator)
         assert batch.target_index is not None  # `create` asks the next-item recipe for it
-        items, scores = self.teacher.at(batch.target_index[batch.targets != 0])  # (N, K) each
+        items, scores = self.teacher.at(batch.target_index.reshape(-1)[batch.flat_real_positions()])  # (N, K) each
         logits = (item_rows(model, items) @ hidden[:, :, None]).squeeze(-1)  # (N, K, D) @ (N, D, 1) -> (N, K)
         kl = distillation_kl(logits, scores, items != 0, self.temperature)
         return self.alpha * kl + (1.0 - self.alpha) * cross_entropy, targets.numel()

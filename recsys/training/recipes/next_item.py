@@ -8,7 +8,7 @@ Dimension letters: B rows, L row width (the model's history window), N real posi
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
@@ -18,7 +18,7 @@ from recsys.data.batching import PackedBatch, packed_next_item_batches
 from recsys.data.prepared import TrainingData, TrainingRows
 from recsys.errors import ConfigError
 from recsys.training.capabilities import ItemIdTable, use_sparse_item_gradients
-from recsys.training.losses import draw_negatives, full_softmax_loss, sampled_softmax_loss
+from recsys.training.losses import NegativeSampler, full_softmax_loss, sampled_softmax_loss
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,11 @@ class NextItemRecipe:
     reads_timestamps: bool = False
     holdout_last: int = 0
     index_targets: bool = False
+    sampler: NegativeSampler | None = field(init=False, repr=False, compare=False)  # of sampling_probs
+
+    def __post_init__(self) -> None:
+        sampler = None if self.sampling_probs is None else NegativeSampler(self.sampling_probs)
+        object.__setattr__(self, "sampler", sampler)  # frozen: derived once, here
 
     @staticmethod
     def create(
@@ -173,10 +178,10 @@ class NextItemRecipe:
     @staticmethod
     def hidden_states(model: NextItemModel, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The (N, D) states at the batch's real positions and their (N,) targets."""
-        real = batch.targets != 0  # (B, L)
+        real = batch.flat_real_positions()  # (N,): found on the host when the batch was moved, so no sync here
         times = () if batch.timestamps is None else (batch.timestamps, batch.next_timestamps)
-        hidden = model(batch.inputs, batch.segments, batch.positions, *times)[real]  # (N, D)
-        return hidden, batch.targets[real]
+        hidden = model(batch.inputs, batch.segments, batch.positions, *times).flatten(0, 1)  # (B L, D)
+        return hidden.index_select(0, real), batch.targets.reshape(-1).index_select(0, real)
 
     def targets_loss(
         self,
@@ -188,15 +193,14 @@ class NextItemRecipe:
     ) -> torch.Tensor:
         """Mean loss of (N, D) states predicting their (N,) targets, over the catalogue or a sample of it; `biases`
         (N, V+1): logits added to the dot products, or None."""
-        if self.sampling_probs is not None:
-            drawn = draw_negatives(self.sampling_probs, self.num_negatives, generator).to(hidden.device)
+        if self.sampler is not None:
+            probs, _ = self.sampler.on(hidden.device)
+            drawn = self.sampler.draw(self.num_negatives, generator, hidden.device)
             vectors = item_rows(model, torch.cat([targets, drawn]))  # one lookup: one sparse gradient
             positives, negatives, negative_vectors = vectors[: targets.numel()], drawn, vectors[targets.numel() :]
             if self.in_batch_negatives:
                 negatives, negative_vectors = torch.cat([drawn, targets]), torch.cat([negative_vectors, positives])
-            return sampled_softmax_loss(
-                hidden, positives, negative_vectors, targets, negatives, self.sampling_probs, biases
-            )
+            return sampled_softmax_loss(hidden, positives, negative_vectors, targets, negatives, probs, biases)
         excluded = None if self.excluded is None else self.excluded.to(hidden.device)
         if self.item_domains is not None:  # (N, V+1): other domains' items are out of each target's softmax
             domains = self.item_domains.to(hidden.device)

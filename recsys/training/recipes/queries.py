@@ -141,9 +141,7 @@ class QueryRecipe:
         return self.next_item.batches(rows, generator)
 
     def loss(self, model: QueryModel, batch: PackedBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        real = batch.targets != 0  # (B, L)
-        states = model(batch.inputs, batch.segments, batch.positions)[real]  # (N, D)
-        targets = batch.targets[real]  # (N,)
+        states, targets = self.next_item.hidden_states(model, batch)  # (N, D), (N,)
         queries = self.bank.draw(targets, generator)
         draws = torch.rand(2, len(targets), generator=generator)
         queried = queries.has_any & (draws[0] < self.query_rate)

@@ -88,3 +88,15 @@ def test_pairs_batched_by_length_are_the_same_pairs_each_batch_as_wide_as_its_hi
         assert int(lengths.max()) - int(lengths.min()) <= 1  # sorted by length: a batch spans one length or two
     other = list(history_target_batches(rows, max_history, 2, torch.Generator().manual_seed(1), by_length=True))
     assert [b.targets.tolist() for b in other] != [b.targets.tolist() for b in by_length]  # shuffled by the seed
+
+
+def test_a_moved_batch_knows_its_real_targets_flat_positions_and_a_row_slice_finds_them_again() -> None:
+    sequences = Jagged.from_lists([[1, 2, 3], [4, 5], [6, 7, 8, 9], [3, 1]])
+    (batch,) = packed_next_item_batches(sequences, 3, 8, torch.Generator().manual_seed(0))
+    moved = batch.to("cpu")  # found on the host, whatever the device: the device never reports N back
+    expected = torch.nonzero(batch.targets.reshape(-1) != 0).squeeze(1)
+    assert batch.real_positions is None and torch.equal(moved.flat_real_positions(), expected)
+    assert torch.equal(moved.targets.reshape(-1)[moved.flat_real_positions()], batch.targets[batch.targets != 0])
+    half = moved.take_rows(slice(1, None, 2))
+    assert torch.equal(half.targets, batch.targets[1::2]) and half.real_positions is None
+    assert torch.equal(half.targets.reshape(-1)[half.flat_real_positions()], half.targets[half.targets != 0])

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
-from recsys.training.losses import draw_negatives, full_softmax_loss, sampled_softmax_loss
+from recsys.training.losses import NegativeSampler, full_softmax_loss, sampled_softmax_loss
 
 
 def test_full_softmax_loss_is_cross_entropy_without_the_padding_row() -> None:
@@ -19,8 +20,7 @@ def test_sampled_softmax_with_uniform_q_matches_the_manual_formula() -> None:
     torch.manual_seed(0)
     hidden, emb, targets = torch.randn(4, 8), torch.randn(6, 8), torch.tensor([1, 2, 3, 5])
     probs = torch.tensor([0.0, 0.2, 0.2, 0.2, 0.2, 0.2])
-    negatives = draw_negatives(probs, 3, torch.Generator().manual_seed(1))
-    assert negatives.tolist() == torch.multinomial(probs, 3, True, generator=torch.Generator().manual_seed(1)).tolist()
+    negatives = NegativeSampler(probs).draw(3, torch.Generator().manual_seed(1), torch.device("cpu"))
     loss = sampled_softmax_loss(hidden, emb[targets], emb[negatives], targets, negatives, probs)
     log_q = torch.log(torch.tensor(0.2 * 3))
     pos = (hidden * emb[targets]).sum(-1, keepdim=True) - log_q
@@ -47,3 +47,19 @@ def test_per_target_biases_are_added_to_every_items_logit_in_both_losses() -> No
     torch.testing.assert_close(loss, expected)
     unbiased = sampled_softmax_loss(hidden, emb[targets], emb[negatives], targets, negatives, probs)
     assert not torch.allclose(loss, unbiased)
+
+
+def test_the_negative_sampler_draws_by_the_distribution_and_never_an_item_without_mass() -> None:
+    probs = torch.tensor([0.0, 0.1, 0.0, 0.6, 0.3, 0.0])  # the padding, item 2 and the last item cannot be drawn
+    sampler = NegativeSampler(probs * 7)  # unnormalised: the same distribution
+    drawn = sampler.draw(200_000, torch.Generator().manual_seed(0), torch.device("cpu"))
+    shares = torch.bincount(drawn, minlength=6).double() / drawn.numel()
+    torch.testing.assert_close(shares, probs.double(), atol=0.005, rtol=0)
+    again = sampler.draw(200_000, torch.Generator().manual_seed(0), torch.device("cpu"))
+    assert torch.equal(drawn, again)  # the run's seeded generator decides the draws
+
+
+def test_the_negative_sampler_refuses_what_is_no_distribution() -> None:
+    for bad in (torch.zeros(4), torch.tensor([0.0, -0.1, 1.0]), torch.tensor([0.0, float("nan")]), torch.ones(2, 2)):
+        with pytest.raises(ValueError, match="sampling probabilities"):
+            NegativeSampler(bad)
