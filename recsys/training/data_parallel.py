@@ -223,10 +223,13 @@ class DataParallelLoss:
             # a table sharded by rows over the processes has each block's whole gradient on its process already
             sharded = [f"model.{name}" for name, p in model.named_parameters() if isinstance(p, DTensor)]
             DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.module, sharded)
+            # gradients as views of the all-reduce buckets: no copy back from the bucket after each all-reduce, and
+            # no second copy of every gradient held (the item table's is the size of the table)
             self.module = DistributedDataParallel(
                 self.module,
                 device_ids=[device.index] if device.type == "cuda" else None,
                 find_unused_parameters=find_unused_parameters,
+                gradient_as_bucket_view=True,
             )
 
     def no_sync(self) -> contextlib.AbstractContextManager[None]:
