@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(HW)
 DEMO_DIR ?= .demo
 PYTEST_ARGS ?=
 
-.PHONY: setup demo serve test lint serve-only bench-beauty clean
+.PHONY: setup demo serve test lint serve-only bench-beauty gpu-test-kit clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,16 @@ serve-only:
 	$(SERVE_VENV)/bin/pip install -q --disable-pip-version-check -e ".[serve]"
 	du -sh $(SERVE_VENV)
 	$(SERVE_VENV)/bin/python .ci/serve_only.py
+
+# The GPU machine has no package index: pytest and Hypothesis (pinned in pyproject.toml's dev extra) and their
+# pure-Python needs as wheels in .whl/t, beside ../shared/tools/gpu-kit.sh's parts; `python -m benchmarks.gpu_tests`
+# (its docstring) runs the GPU's tests there.
+GPU_TEST_PINS = $(shell $(PYTHON) -c 'import tomllib; dev = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"]; print(" ".join(d for d in dev if d.split("==")[0] in ("pytest", "hypothesis")))')
+gpu-test-kit:
+	mkdir -p .whl/t
+	$(PYTHON) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
+	  -d .whl/t $(GPU_TEST_PINS) iniconfig packaging pluggy sortedcontainers
+	ls .whl/t
 
 bench-beauty: setup
 	$(PY) -m benchmarks.quality --config configs/beauty/sasrec.yaml --data-dir ../shared/data/amazon-beauty

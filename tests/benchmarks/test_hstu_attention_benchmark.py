@@ -16,6 +16,8 @@ from benchmarks.kernels.embedding_bag import gpu_name
 from benchmarks.reproduce import problems_of
 from recsys.errors import ConfigError
 
+pytestmark = pytest.mark.kernels
+
 SMOKE = "benchmarks/configs/kernels-hstu-attention-smoke.yaml"
 TIMING = {"ms", "torch_ms", "ratio_vs_torch", "flops", "TFLOPs", "torch_TFLOPs", "bytes", "GBps"}
 

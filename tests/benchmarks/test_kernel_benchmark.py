@@ -16,6 +16,8 @@ from benchmarks.kernels import embedding_bag
 from benchmarks.reproduce import problems_of
 from recsys.errors import ConfigError
 
+pytestmark = pytest.mark.kernels
+
 SMOKE = "benchmarks/configs/kernels-embedding-bag-smoke.yaml"
 
 TOP_LEVEL = {"gpu": str, "torch": str, "triton": str, "copy_GBps": float, "cases": list, "machine": dict,

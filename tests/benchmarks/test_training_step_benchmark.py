@@ -14,6 +14,8 @@ from benchmarks.kernels import training_step
 from benchmarks.kernels.embedding_bag import gpu_name
 from benchmarks.reproduce import problems_of
 
+pytestmark = pytest.mark.kernels
+
 SMOKE = "benchmarks/configs/kernels-training-step-smoke.yaml"
 
 

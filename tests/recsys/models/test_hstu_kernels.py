@@ -20,7 +20,10 @@ from recsys.runtime.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import compiled_recording_graphs
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+pytestmark = [
+    pytest.mark.kernels,
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
+]
 
 # Packed rows (B=2, L=8): two and three runs per row, positions counted back from each run's end, padding at the end.
 PACKED = {

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
+import pytest
 import torch
 
 from recsys.models.sasrec import SASRec, SASRecConfig
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # CPU: Triton's interpreter (conftest.py)
+pytestmark = pytest.mark.kernels
 
 
 def sasrec_with_sid(kernel: Literal["torch", "triton"]) -> SASRec:

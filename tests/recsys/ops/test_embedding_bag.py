@@ -30,6 +30,7 @@ from recsys.ops.embedding_bag import (
 from recsys.ops.reference import embedding_bag as reference
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+pytestmark = pytest.mark.kernels
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 KERNELS = [
     Kernel.TORCH,

@@ -26,6 +26,7 @@ from recsys.ops.reference import hstu_attention as reference
 from tests.conftest import compiled_recording_graphs
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+pytestmark = pytest.mark.kernels
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 TRITON = pytest.param(Kernel.TRITON, marks=pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed"))
 KERNELS = [Kernel.TORCH, TRITON]

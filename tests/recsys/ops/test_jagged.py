@@ -28,6 +28,7 @@ from recsys.ops.jagged import (
 from recsys.ops.reference import jagged as reference
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+pytestmark = pytest.mark.kernels
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 KERNELS = [
     Kernel.TORCH,
