@@ -16,6 +16,8 @@ packed apart, which users' runs share a batch (each process packs from its own u
 
 The recipe's loss calls model methods other than `forward` (`encode_queries`, `item_embeddings`, ...), which DDP's
 hooks do not see; `LossModule` makes the whole loss one module's forward, so DDP tracks every parameter it reads.
+Two tables stay out of DDP: one split by rows (each block's gradient is its process's already), and an ID table the
+sampled softmax reads only at the step's ids, averaged by the rows each update touched (`RowSparseReduction`).
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ from recsys.data.batching import PackedBatch
 from recsys.data.prepared import PreparedParts, TrainingData, TrainingRows
 from recsys.errors import ConfigError
 from recsys.runtime.distributed import Workers, backend_for, reduce_on_hosts
+from recsys.training.capabilities import ItemIdTable
 from recsys.training.recipes import Recipe
 from recsys.training.recipes.next_item import NextItemRecipe
+from recsys.training.row_sparse_reduction import RowSparseReduction
 
 
 class LossModule(nn.Module):
@@ -209,8 +213,11 @@ class DataParallelLoss:
             whose targets the first stage missed); DDP must then look for them after each forward.
     """
 
+    row_sparse: RowSparseReduction | None = None  # the item table's average by touched rows, where it applies
+
     def __init__(self, model: nn.Module, recipe: Recipe, workers: Workers, find_unused_parameters: bool) -> None:
         self.workers = workers
+        self.recipe = recipe
         self.module: nn.Module = LossModule(model, recipe)
         if workers.distributed:
             device = next(model.parameters()).device
@@ -220,11 +227,16 @@ class DataParallelLoss:
                     "NCCL has no sparse all-reduce. Fix: set it to false (a GPU's dense Adam over the table is cheap, "
                     "docs/scale.md), or train on CPU processes (gloo)"
                 )
-            # a table sharded by rows over the processes has each block's whole gradient on its process already
-            sharded = [f"model.{name}" for name, p in model.named_parameters() if isinstance(p, DTensor)]
-            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.module, sharded)
+            # a table sharded by rows over the processes has each block's whole gradient on its process already; an
+            # item table the sampled softmax reads by ids is averaged by the rows a step touched (RowSparseReduction)
+            apart = [f"model.{name}" for name, p in model.named_parameters() if isinstance(p, DTensor)]
+            table = _table_read_by_ids(model, recipe)
+            if table is not None:
+                apart += [f"model.{name}" for name, p in model.named_parameters() if p is table]
+                self.row_sparse = RowSparseReduction(table, workers, self._syncing)
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.module, apart)
             # gradients as views of the all-reduce buckets: no copy back from the bucket after each all-reduce, and
-            # no second copy of every gradient held (the item table's is the size of the table)
+            # no second copy of every gradient held
             self.module = DistributedDataParallel(
                 self.module,
                 device_ids=[device.index] if device.type == "cuda" else None,
@@ -238,6 +250,15 @@ class DataParallelLoss:
             return self.module.no_sync()
         return contextlib.nullcontext()
 
+    def _syncing(self) -> bool:
+        """Whether the backward pass now running ends an update (DDP's flag, False inside `no_sync`)."""
+        return bool(getattr(self.module, "require_backward_grad_sync", True))
+
+    def check(self) -> None:
+        """At the end of an epoch: raise if the epoch's updates went wrong in a way only the device knew (reads it)."""
+        if self.row_sparse is not None:
+            self.row_sparse.check()
+
     def __call__(self, batch: Any, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(the loss to differentiate, this process's summed loss over its targets (detached), its targets)."""
         if not self.workers.distributed:
@@ -248,11 +269,32 @@ class DataParallelLoss:
         )
         loss, n = self.module(share, generator)
         n = n if has_rows else 0
-        # the processes' target counts are integers on their hosts: summed there (gloo), never read back from a GPU,
-        # so the host goes on queueing the backward pass while the GPU still runs the forward
-        (everyone,) = reduce_on_hosts([n])
+        # the processes' target counts (and the item rows their backward passes may touch) are integers on their
+        # hosts: summed there (gloo), never read back from a GPU, so the host goes on queueing the backward pass while
+        # the GPU still runs the forward
+        everyone, rows = reduce_on_hosts([n, _rows_read(share, self.recipe) if self.row_sparse is not None else 0])
+        if self.row_sparse is not None:
+            self.row_sparse.expect(rows)
         weight = n * self.workers.world_size / max(everyone, 1)
         return loss * weight, loss.detach().float() * n, n
+
+
+def _table_read_by_ids(model: nn.Module, recipe: Recipe) -> torch.Tensor | None:
+    """The item table whose gradient `RowSparseReduction` averages: a plain ID table (not split by rows, not row-sparse)
+    that the packed next-item loss reads only at the step's ids (inputs, targets, sampled negatives); else None."""
+    if type(recipe) is not NextItemRecipe or recipe.sampler is None or not isinstance(model, ItemIdTable):
+        return None
+    table = model.item_id_table()
+    if table is None or table.sparse or isinstance(table.weight, DTensor):
+        return None
+    return table.weight
+
+
+def _rows_read(batch: Any, recipe: Recipe) -> int:
+    """At most how many item rows one backward pass of `batch` touches: its input and target ids and the sampled
+    negatives (the padding row among them)."""
+    assert isinstance(batch, PackedBatch) and isinstance(recipe, NextItemRecipe)
+    return batch.inputs.numel() + batch.targets.numel() + recipe.num_negatives + 1
 
 
 def _sparse(module: nn.Module) -> bool:

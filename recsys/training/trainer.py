@@ -492,6 +492,7 @@ def train_one_epoch(
         progress.update(done=step, rows=n)
         guard.check(f"after {step:,} steps of the epoch")
     progress.finish()
+    loss_of.check()
     everyone = sum_over_workers(torch.stack([total, torch.tensor(float(count), device=device)]))
     return float(everyone[0]) / max(float(everyone[1]), 1.0)
 

@@ -97,6 +97,22 @@ def train_sharded(data_dir: str, out: str) -> None:
     leave()
 
 
+def train_sampled_replicated(data_dir: str, out: str, device: str = "cpu") -> None:
+    """One step's gradients and two epochs of training of a small SASRec by the sampled softmax, its item table whole
+    on every process (on several, averaged by the rows each update touched: `RowSparseReduction`), on `device`
+    ("cpu" under gloo, "cuda" under NCCL); the first process writes them to `out`."""
+    torch.set_num_threads(1)
+    data = load_prepared(Path(data_dir))
+    workers = join(torch.device(device))
+    gradients = first_step_gradients(data, workers, workers.device(torch.device(device)), SAMPLED)
+    model = small_sasrec(data.num_items)
+    train = dataclasses.replace(TRAIN, hardware=dataclasses.replace(TRAIN.hardware, device=device, precision="fp32"))
+    result = fit(model, data, train, EVAL, recipe_of(model, data, SAMPLED))
+    if workers.is_main:
+        torch.save({"gradients": gradients, "weights": model.state_dict(), "best_valid": result.best_valid}, out)
+    leave()
+
+
 def _rows_held(data: SequenceData, workers: Workers) -> list[int]:
     """The item rows each process holds of a sharded table."""
     model = small_sasrec(data.num_items)

@@ -17,15 +17,17 @@ from recsys.data.prepared import PreparedParts, TrainingData, load_prepared
 from recsys.errors import ConfigError
 from recsys.evaluation import evaluate
 from recsys.runtime.distributed import Workers
-from recsys.training.data_parallel import Share, epoch_batches, share_of_rows
+from recsys.training.data_parallel import Share, _table_read_by_ids, epoch_batches, share_of_rows
 from recsys.training.recipes import NextItemTraining, recipe_for
 from tests.recsys.training.distributed_fit import (
     EVAL,
+    SAMPLED,
     host_sums_and_a_sharded_step,
     recipe_of,
     small_sasrec,
     train_and_save,
     train_resumably,
+    train_sampled_replicated,
     train_sharded,
 )
 
@@ -172,6 +174,28 @@ def test_an_item_table_split_by_rows_over_two_processes_trains_as_one_table(
     assert two["best_valid"]["ndcg@10"] == pytest.approx(one["best_valid"]["ndcg@10"], abs=NDCG_TOLERANCE)
     trained = two["weights"]["item_emb.weight"]  # the trained model is whole again, to write and serve
     assert type(trained) is torch.Tensor and trained.shape == one["weights"]["item_emb.weight"].shape
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_replicated_item_table_averaged_by_the_rows_each_step_touched_trains_as_one_table(
+    tiny_data_dir: Path, tmp_path: Path, device: str
+) -> None:
+    if device == "cuda" and torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 CUDA devices for NCCL, this machine has {torch.cuda.device_count()}")
+    data = load_prepared(tiny_data_dir)
+    model = small_sasrec(data.num_items)
+    assert _table_read_by_ids(model, recipe_of(model, data, SAMPLED)) is model.item_emb.weight  # averaged apart
+    assert _table_read_by_ids(model, recipe_of(model, data)) is None  # the full softmax: every row, in DDP
+    train_sampled_replicated(str(tiny_data_dir), str(tmp_path / "one.pt"), device)
+    run_on_processes(2, train_sampled_replicated, str(tiny_data_dir), str(tmp_path / "two.pt"), device)
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+
+    # a step: the table's gradient gathered by rows and averaged, the rest by DDP, is the whole batch's
+    assert set(two["gradients"]) == set(one["gradients"])
+    for name, gradient in one["gradients"].items():
+        torch.testing.assert_close(two["gradients"][name], gradient, rtol=0, atol=GRADIENT_TOLERANCE[device], msg=name)
+    # two epochs of two batches an update (no_sync between them: the rows of both are averaged once)
+    assert two["best_valid"]["ndcg@10"] == pytest.approx(one["best_valid"]["ndcg@10"], abs=NDCG_TOLERANCE)
 
 
 def test_integers_are_reduced_on_the_hosts_and_a_split_table_step_allocates_no_whole_table(
