@@ -181,6 +181,7 @@ def history_target_batches(
     generator: torch.Generator,
     labels: Sequence[Jagged] = (),
     by_length: bool = False,
+    widths: Sequence[int] = (),
 ) -> Iterator[HistoryBatch]:
     """One epoch of shuffled (history, next item) pairs: every item after the first of every sequence.
 
@@ -195,6 +196,9 @@ def history_target_batches(
         by_length: batch pairs of equal history length together (which pairs share a batch is random within a
             length, the batches' order is shuffled), each batch as wide as its histories: compute follows the real
             lengths, not H (Beauty: 6.7 items on average where H = 20). Otherwise every batch is H wide.
+        widths: with `by_length`, the batch widths allowed (rising): each batch is left-padded to the narrowest that
+            holds its histories (H when none does), so a compiled model sees a few shapes instead of one per length;
+            () = every batch exactly as wide as its longest history.
 
     Example:
         >>> batch = next(history_target_batches(Jagged.from_lists([[4, 5, 6]]), 2, 8, torch.Generator()))
@@ -203,6 +207,9 @@ def history_target_batches(
         >>> [b.histories.tolist() for b in history_target_batches(
         ...     Jagged.from_lists([[4, 5, 6]]), 2, 1, torch.Generator().manual_seed(0), by_length=True)]
         [[[4, 5]], [[4]]]
+        >>> [b.histories.tolist() for b in history_target_batches(
+        ...     Jagged.from_lists([[4, 5, 6]]), 2, 1, torch.Generator().manual_seed(0), by_length=True, widths=[2])]
+        [[[4, 5]], [[0, 4]]]
     """
     lengths = sequences.lengths()
     starts = torch.repeat_interleave(sequences.offsets[:-1], lengths)  # (N,) row start of every value
@@ -215,16 +222,19 @@ def history_target_batches(
     users = torch.repeat_interleave(torch.arange(1, len(sequences) + 1), lengths)[targets]  # (N,) row + 1
     target_labels = _stacked([rows.values[targets] for rows in labels])
     order = torch.randperm(len(targets), generator=generator)
-    widths = position[targets].clamp(max=max_history)  # (N,) each pair's history length
+    lengths_of = position[targets].clamp(max=max_history)  # (N,) each pair's history length
     if by_length:
-        order = order[torch.sort(widths[order], stable=True).indices]  # by length, still shuffled within one
+        order = order[torch.sort(lengths_of[order], stable=True).indices]  # by length, still shuffled within one
         chunks = list(torch.split(order, batch_size))
         chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()]
     else:
         chunks = list(torch.split(order, batch_size))
+    allowed = torch.tensor([*sorted(w for w in widths if w < max_history), max_history])
     for chunk in chunks:
         chunk_labels = None if target_labels is None else target_labels[chunk]
-        width = int(widths[chunk].max()) if by_length else max_history
+        width = int(lengths_of[chunk].max()) if by_length else max_history
+        if widths:  # the narrowest allowed width that holds the chunk's histories
+            width = int(allowed[int(torch.searchsorted(allowed, width))])
         yield HistoryBatch(
             histories[chunk, max_history - width :], sequences.values[targets[chunk]], users[chunk], chunk_labels
         )

@@ -110,7 +110,8 @@ def _queries(model: Model[Any], data: TrainingData, batch: int, s: QueryTraining
 def _generative(model: Model[Any], _: TrainingData, batch: int, s: GenerativeTraining, __: RecipeInputs) -> Recipe:
     if not isinstance(model, GenerativeModel):
         raise untrainable(model, GenerativeModel, "generative")
-    return GenerativeRecipe(model.max_history, batch, s.label_smoothing, s.by_length, s.temperature, s.holdout_last)
+    return GenerativeRecipe(model.max_history, batch, s.label_smoothing, s.by_length, s.temperature, s.holdout_last,
+                            s.length_buckets)  # fmt: skip
 
 
 def _two_tower(model: Model[Any], data: TrainingData, batch: int, s: TwoTowerTraining, _: RecipeInputs) -> Recipe:

@@ -6,12 +6,13 @@ Dimension letters: B pairs, H history, T semantic-ID levels, R random negatives,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
-from pydantic import NonNegativeInt, PositiveFloat
+from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
 
 from recsys.data.batching import HistoryBatch, history_target_batches
 from recsys.data.prepared import TrainingData, TrainingRows
@@ -30,9 +31,23 @@ class GenerativeTraining:
     # batch pairs of equal history length, each batch as wide as its histories (`history_target_batches`): the
     # encoder reads the real lengths instead of max_history (3x fewer tokens on Beauty)
     by_length: bool = True
+    # with by_length, the batch widths allowed (rising, each >= 1): a batch is left-padded to the narrowest that holds
+    # its histories (max_history when none does), so torch.compile's CUDA graphs are recorded for these few shapes
+    # instead of one per history length; () = each batch exactly as wide as its histories
+    length_buckets: tuple[PositiveInt, ...] = ()
     # > 0: train without each user's last `holdout_last` training items: the held-out twin of a ranker's generative
     # candidate source (model.upstream.extra_holdout_retrievers), as next-item models' holdout_last
     holdout_last: NonNegativeInt = 0
+
+    def __post_init__(self) -> None:
+        buckets = list(self.length_buckets)
+        if buckets != sorted(set(buckets)):
+            raise ValueError(f"length_buckets must rise, each width once: got {buckets}. Fix: e.g. [4, 8, 12]")
+        if buckets and not self.by_length:
+            raise ValueError(
+                "length_buckets applies to batches by length only (by_length: true); with by_length: false every "
+                "batch is max_history wide. Fix: set by_length: true, or length_buckets: []"
+            )
 
 
 @dataclass(frozen=True)
@@ -113,10 +128,13 @@ class PackedRowsTwoTower(NextItemModel, Protocol):
 
 
 def pair_batches(
-    rows: TrainingRows, max_history: int, batch_size: int, generator: torch.Generator, by_length: bool = False
-) -> list[HistoryBatch]:
-    """One epoch of every (history, next item) pair of the training rows (`by_length`: see `history_target_batches`)."""
-    return list(history_target_batches(rows.items, max_history, batch_size, generator, by_length=by_length))
+    rows: TrainingRows, max_history: int, batch_size: int, generator: torch.Generator, by_length: bool = False,
+    widths: Sequence[int] = (),
+) -> list[HistoryBatch]:  # fmt: skip
+    """One epoch of every (history, next item) pair of the training rows (`by_length`, `widths`: see
+    `history_target_batches`)."""
+    batches = history_target_batches(rows.items, max_history, batch_size, generator, by_length=by_length, widths=widths)
+    return list(batches)
 
 
 @dataclass(frozen=True)
@@ -132,10 +150,11 @@ class GenerativeRecipe:
     by_length: bool = True
     temperature: float = 1.0
     holdout_last: int = 0
+    length_buckets: tuple[int, ...] = ()
 
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[HistoryBatch]:
         rows = rows.truncate_last(self.holdout_last) if self.holdout_last else rows
-        return pair_batches(rows, self.max_history, self.batch_size, generator, self.by_length)
+        return pair_batches(rows, self.max_history, self.batch_size, generator, self.by_length, self.length_buckets)
 
     def loss(self, model: GenerativeModel, batch: HistoryBatch, generator: torch.Generator) -> tuple[torch.Tensor, int]:
         targets = model.head_targets(batch.targets)  # (B, N)

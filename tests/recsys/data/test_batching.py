@@ -90,6 +90,22 @@ def test_pairs_batched_by_length_are_the_same_pairs_each_batch_as_wide_as_its_hi
     assert [b.targets.tolist() for b in other] != [b.targets.tolist() for b in by_length]  # shuffled by the seed
 
 
+def test_pairs_by_length_in_width_buckets_are_the_same_batches_left_padded_to_the_narrowest_bucket() -> None:
+    rows, max_history = Jagged.from_lists(ROWS), 5
+    exact = list(history_target_batches(rows, max_history, 2, torch.Generator().manual_seed(0), by_length=True))
+    bucketed = list(history_target_batches(rows, max_history, 2, torch.Generator().manual_seed(0), by_length=True,
+                                           widths=[2, 4]))  # fmt: skip
+    assert len(bucketed) == len(exact)
+    for narrow, padded in zip(exact, bucketed, strict=True):  # the same pairs in the same order
+        assert torch.equal(padded.targets, narrow.targets) and torch.equal(padded.users, narrow.users)
+        width = narrow.histories.shape[1]
+        assert padded.histories.shape[1] == min(w for w in (2, 4, max_history) if w >= width)
+        assert torch.equal(padded.histories[:, -width:], narrow.histories)  # only padding added, on the left
+        assert not padded.histories[:, :-width].any()
+    assert {b.histories.shape[1] for b in bucketed} <= {2, 4, max_history}
+    assert len({b.histories.shape[1] for b in exact}) > len({b.histories.shape[1] for b in bucketed})
+
+
 def test_a_moved_batch_knows_its_real_targets_flat_positions_and_a_row_slice_finds_them_again() -> None:
     sequences = Jagged.from_lists([[1, 2, 3], [4, 5], [6, 7, 8, 9], [3, 1]])
     (batch,) = packed_next_item_batches(sequences, 3, 8, torch.Generator().manual_seed(0))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -228,6 +229,29 @@ def test_label_smoothing_mixes_each_level_target_with_a_uniform_distribution() -
     plain, _ = GenerativeRecipe(3, 2).loss(m, batch, torch.Generator())
     torch.testing.assert_close(smoothed, torch.stack(expected).mean())
     assert smoothed.item() != plain.item()
+
+
+def test_a_batch_left_padded_to_a_wider_bucket_has_the_same_loss() -> None:
+    """`length_buckets` pads batches on the left: the encoder masks the padding and counts history slots from the most
+    recent item, so the loss (hence the training) is the narrow batch's."""
+    from recsys.data.batching import HistoryBatch
+    from recsys.training.recipes import GenerativeRecipe
+
+    m = model(catalog(), beam=4)  # eval mode: no dropout
+    narrow = HistoryBatch(torch.tensor([[1, 2], [0, 4]]), torch.tensor([6, 7]), torch.tensor([1, 2]))
+    wide = HistoryBatch(torch.tensor([[0, 0, 1, 2], [0, 0, 0, 4]]), narrow.targets, narrow.users)
+    recipe = GenerativeRecipe(max_history=4, batch_size=2)
+    torch.testing.assert_close(recipe.loss(m, wide, torch.Generator())[0], recipe.loss(m, narrow, torch.Generator())[0])
+
+
+def test_length_buckets_must_rise_and_need_batches_by_length() -> None:
+    from recsys.training.recipes.pairs import GenerativeTraining
+
+    assert GenerativeTraining(length_buckets=(4, 8, 12)).length_buckets == (4, 8, 12)
+    with pytest.raises(ValueError, match="must rise"):
+        GenerativeTraining(length_buckets=(8, 4))
+    with pytest.raises(ValueError, match="by_length: true"):
+        GenerativeTraining(by_length=False, length_buckets=(4,))
 
 
 def test_a_temperature_below_one_sharpens_each_heads_softmax() -> None:
