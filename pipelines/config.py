@@ -17,7 +17,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from features.attributes import AttributeFiles
 from features.settings import PrepareSettings
@@ -109,7 +109,8 @@ class ModelSection(Section):
         """The training settings in full, defaults included: what MLflow and a benchmark result record of them."""
         settings = self.training_settings()
         assert dataclasses.is_dataclass(settings) and not isinstance(settings, type)  # every training's settings are
-        return dataclasses.asdict(settings)
+        record: dict[str, Any] = TypeAdapter(type(settings)).dump_python(settings, mode="json")  # as the JSON holds it
+        return record
 
     def upstream_dirs(self) -> dict[str, Path]:
         """Every model directory this model is built on (what its fingerprint depends on), by entry: its role, with
