@@ -229,10 +229,9 @@ class DataParallelLoss:
                 )
             # a table sharded by rows over the processes has each block's whole gradient on its process already; an
             # item table the sampled softmax reads by ids is averaged by the rows a step touched (RowSparseReduction)
-            apart = [f"model.{name}" for name, p in model.named_parameters() if isinstance(p, DTensor)]
             table = _table_read_by_ids(model, recipe)
+            apart = [f"model.{name}" for name, p in model.named_parameters() if isinstance(p, DTensor) or p is table]
             if table is not None:
-                apart += [f"model.{name}" for name, p in model.named_parameters() if p is table]
                 self.row_sparse = RowSparseReduction(table, workers, self._syncing)
             DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.module, apart)
             # gradients as views of the all-reduce buckets: no copy back from the bucket after each all-reduce, and

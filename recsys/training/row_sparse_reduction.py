@@ -33,7 +33,6 @@ class RowSparseReduction:
     """
 
     def __init__(self, table: torch.Tensor, workers: Workers, syncing: Callable[[], bool]) -> None:
-        self.table = table
         self.workers = workers
         self.syncing = syncing
         self.bound = 0  # rows the gradient may hold since the last update, summed over the processes
