@@ -45,6 +45,7 @@ from recsys.models.family import (
     item_counts_of,
 )
 from recsys.modules.content_items import ContentFirstItems
+from recsys.modules.inference_cache import InferenceCache
 from recsys.modules.transformer import causal_segment_mask, left_padded_layout, most_recent
 from recsys.ops.hstu_attention import Kernel, hstu_attention, select_kernel
 from recsys.ops.hstu_attention import time_buckets as time_buckets  # its home is the op; models read it here too
@@ -198,6 +199,7 @@ class HSTU(Model[HSTUConfig]):
             HSTULayer(config.dim, config.num_heads, config.max_history, config.dropout, config.num_time_buckets)
             for _ in range(config.num_layers)
         )
+        self._normalised = InferenceCache()  # `item_embeddings`' table
         nn.init.normal_(self.pos_emb.weight, std=0.02)
         if self.item_emb is not None:
             nn.init.normal_(self.item_emb.weight, std=0.02)
@@ -296,7 +298,13 @@ class HSTU(Model[HSTUConfig]):
         return F.normalize(self._input_rows(items), dim=-1)
 
     def item_embeddings(self) -> torch.Tensor:
-        """(V+1, D) L2-normalised item vectors (output side; the input reads the raw embeddings)."""
+        """(V+1, D) L2-normalised item vectors (output side; the input reads the raw embeddings); without gradients,
+        normalised once per state of the weights (`InferenceCache`), not once per call."""
+        table = self.item_emb if self.item_emb is not None else self.content_items
+        assert table is not None, "an HSTU has an ID table or content-first items"
+        return self._normalised.get("items", self._normalised_items, reads=[*table.parameters(), *table.buffers()])
+
+    def _normalised_items(self) -> torch.Tensor:
         return F.normalize(self.item_emb.weight if self.item_emb is not None else self._content_table(), dim=-1)
 
     def _input_rows(self, items: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from recsys.data.schema import PADDING_IDX
+from recsys.modules.inference_cache import InferenceCache
 
 
 class ContentFirstItems(nn.Module):
@@ -68,6 +69,7 @@ class ContentFirstItems(nn.Module):
             nn.LayerNorm(content.shape[1]), nn.Linear(content.shape[1], width), nn.GELU(), nn.Linear(width, dim)
         )
         self.residual = nn.Embedding(len(content), dim, padding_idx=PADDING_IDX) if residual else None
+        self._table = InferenceCache()  # `forward`'s table, in inference
         for layer in self.encode:
             if isinstance(layer, nn.Linear):  # the scale of the transformers' embeddings (std 0.02)
                 nn.init.normal_(layer.weight, std=0.02)
@@ -105,7 +107,13 @@ class ContentFirstItems(nn.Module):
         return self.encode(content.to(self.content.device, self.content.dtype))
 
     def forward(self) -> torch.Tensor:
-        """(V+1, D) every item's vector; the padding row zero. In training mode each residual is kept at random."""
+        """(V+1, D) every item's vector; the padding row zero. In training mode each residual is kept at random;
+        in inference the table is projected once per state of the weights (`InferenceCache`), not once per call."""
+        if self.training:
+            return self._vectors()
+        return self._table.get("vectors", self._vectors, reads=[*self.parameters(), *self.buffers()])
+
+    def _vectors(self) -> torch.Tensor:
         vectors = self.of_content(self.content)
         if self.residual is not None:
             keep = self.keep_probability

@@ -42,6 +42,18 @@ def test_scores_are_cosines_divided_by_the_temperature() -> None:
     torch.testing.assert_close(model.item_embeddings().norm(dim=-1)[1:], torch.ones(12))
 
 
+def test_inference_keeps_the_normalised_table_until_the_weights_change() -> None:
+    model = HSTU(HSTUConfig(num_items=12, max_history=5, dim=8, num_heads=2)).eval()
+    with torch.no_grad():
+        table = model.item_embeddings()
+        assert model.item_embeddings() is table  # once per state, not once per call
+        model.item_emb.weight.mul_(3.0)  # an in-place write (what loading or an optimizer step does)
+        moved = model.item_embeddings()
+    assert moved is not table
+    torch.testing.assert_close(moved, torch.nn.functional.normalize(model.item_emb.weight, dim=-1))
+    assert model.item_embeddings().requires_grad  # with gradients recorded: computed, never the kept one
+
+
 def test_registry_round_trip_keeps_the_scores(tmp_path: Path) -> None:
     model = build_model("hstu", {"max_history": 5, "dim": 8, "num_heads": 2}, num_items=12)
     assert isinstance(model, HSTU)

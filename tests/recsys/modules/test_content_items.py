@@ -39,6 +39,19 @@ def test_training_keeps_each_residual_at_its_rate_and_scoring_weights_it_by_that
     assert items()[0].abs().max() == 0, "the padding row is zero"
 
 
+def test_inference_projects_the_catalogue_once_per_state_of_the_weights() -> None:
+    items = ContentFirstItems(torch.randn(4, 3), torch.tensor([0.0, 3.0, 0.0, 8.0]), dim=2, half_count=1.0).eval()
+    with torch.no_grad():
+        table = items()
+        assert items() is table  # kept: a serving call gathers rows, it does not project the catalogue
+        items.residual.weight.add_(1.0)  # type: ignore[union-attr]  # in place, as a load or an optimizer step
+        changed = items()
+    assert changed is not table
+    torch.testing.assert_close(changed, items._vectors().detach())
+    items.train()
+    assert items() is not items(), "training draws the residuals afresh every call"
+
+
 def test_an_item_never_trained_has_its_contents_vector_and_new_text_gets_the_same() -> None:
     content = torch.randn(4, 3)
     items = ContentFirstItems(content, torch.tensor([0.0, 3.0, 0.0, 8.0]), dim=2, half_count=1.0).eval()
