@@ -13,7 +13,8 @@ Throughput (section "throughput"): the synthetic data set of `users` x `items` (
 step (`recsys.training.trainer.train_one_epoch`, the data-parallel loss) on 1 process, on each count of `between` and
 on `processes`, each process taking `b` packed rows of every batch for each per-process batch b of
 `per_process_batches` (weak scaling: N processes train N times the rows per step). Each configuration's processes
-start once and run every batch in turn: `warmup_steps` steps, then `repeats` timed windows of `timed_steps` steps, or
+start once and run every batch in turn: `warmup_steps` steps and `warmup_epochs` whole epochs (an epoch's every
+batch shape seen before the clock starts), then `repeats` timed windows of `timed_steps` steps, or
 of `timed_epochs` whole epochs (each from its start: the window reads and packs what an epoch does, once; a window of
 steps may hold an epoch's reading or not, whence the epochs). tokens/s is over all the timed windows (each window's
 is reported too).
@@ -129,6 +130,9 @@ class Settings:
     timed_steps: int = 50
     repeats: int = 1  # throughput: this many timed windows (tokens/s of each reported)
     timed_epochs: int = 0  # > 0: a timed window is this many whole epochs, not timed_steps steps
+    # whole epochs run after the warm-up steps, untimed: every batch shape of an epoch (its shorter last batch
+    # included) has compiled and planned before the clock starts, whatever the batch
+    warmup_epochs: int = 0
     row_sharded: bool = True
     # profile: torch.profiler traces and a CUDA memory snapshot of each configuration, at one per-process batch
     profile: bool = False
@@ -407,6 +411,8 @@ def _train_steps(
             torch.cuda.reset_peak_memory_stats()
         warmup, timed, repeats = steps
         run(warmup)
+        for _ in range(settings.warmup_epochs):
+            train(_epoch(parts, batch_recipe, generator, workers, counts))
         windows = []
         for _ in range(repeats):
             before = dataclasses.replace(counts)

@@ -57,14 +57,16 @@ def test_smoke_run_reports_each_configuration_and_batch_and_profiles_the_first(t
         assert json.load(trace)["traceEvents"]
 
 
-def test_windows_of_whole_epochs_hold_every_target_of_an_epoch_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("warmup_epochs", [0, 1])
+def test_windows_of_whole_epochs_hold_every_target_of_an_epoch_once(tmp_path: Path, warmup_epochs: int) -> None:
     overrides = {"data_dir": str(tmp_path / "data"), "users": 300, "per_process_batches": "[8]", "profile": "false",
-                 "timed_epochs": 1, "row_sharded": "false"}  # fmt: skip
+                 "timed_epochs": 1, "row_sharded": "false", "warmup_epochs": warmup_epochs}  # fmt: skip
     sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
     result = json.loads(distributed.main(["--config", SMOKE, "--results-dir", str(tmp_path), *sets]).read_text())
 
     one, two = result["throughput"]["sasrec"]
-    # one epoch a window: every target of the epoch, once, whatever the processes (two pack apart, each its users)
+    # one epoch a window: every target of the epoch, once, whatever the processes (two pack apart, each its users),
+    # and a warm-up epoch counted in none of them
     assert one["epochs_begun_while_timed"] == 2 == two["epochs_begun_while_timed"]
     assert one["tokens_timed"] == two["tokens_timed"] > 0
 
