@@ -299,10 +299,13 @@ class HSTU(Model[HSTUConfig]):
 
     def item_embeddings(self) -> torch.Tensor:
         """(V+1, D) L2-normalised item vectors (output side; the input reads the raw embeddings); without gradients,
-        normalised once per state of the weights (`InferenceCache`), not once per call."""
-        table = self.item_emb if self.item_emb is not None else self.content_items
-        assert table is not None, "an HSTU has an ID table or content-first items"
-        return self._normalised.get("items", self._normalised_items, reads=[*table.parameters(), *table.buffers()])
+        normalised once per state of the weights (`InferenceCache`), not once per call; in training every call (a
+        content-first table draws its residuals afresh)."""
+        if self.training:
+            return self._normalised_items()
+        source = self.item_emb if self.item_emb is not None else self.content_items
+        assert source is not None, "an HSTU has an ID table or content-first items"
+        return self._normalised.get("items", self._normalised_items, reads=[*source.parameters(), *source.buffers()])
 
     def _normalised_items(self) -> torch.Tensor:
         return F.normalize(self.item_emb.weight if self.item_emb is not None else self._content_table(), dim=-1)
