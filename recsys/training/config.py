@@ -97,6 +97,11 @@ class DistributedConfig:
     # V/N rows each) instead of a copy on each, for a catalogue whose table does not fit one device; needs the
     # sampled softmax (`recsys.training.row_sharding`)
     shard_item_table: bool = False
+    # a replicated item table that the sampled softmax reads by ids: its gradient is averaged by the rows a step
+    # touched while the rows gathered from every process are at most this share of the table, else all-reduced whole
+    # (`recsys.training.row_sparse_reduction`: about where the two costs measured on 2 GPUs cross); 0 = always whole,
+    # the number of processes = always by rows
+    row_sparse_below: NonNegativeFloat = 0.3
 
 
 @dataclass(frozen=True)

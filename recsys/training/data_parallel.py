@@ -211,11 +211,19 @@ class DataParallelLoss:
         workers: the run's processes.
         find_unused_parameters: some steps leave parameters out of the loss (a ranker's MoE experts, or a batch
             whose targets the first stage missed); DDP must then look for them after each forward.
+        row_sparse_below: `train.distributed.row_sparse_below` (`RowSparseReduction`'s `dense_above`).
     """
 
     row_sparse: RowSparseReduction | None = None  # the item table's average by touched rows, where it applies
 
-    def __init__(self, model: nn.Module, recipe: Recipe, workers: Workers, find_unused_parameters: bool) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        recipe: Recipe,
+        workers: Workers,
+        find_unused_parameters: bool,
+        row_sparse_below: float = 0.3,
+    ) -> None:
         self.workers = workers
         self.recipe = recipe
         self.module: nn.Module = LossModule(model, recipe)
@@ -232,7 +240,7 @@ class DataParallelLoss:
             table = _table_read_by_ids(model, recipe)
             apart = [f"model.{name}" for name, p in model.named_parameters() if isinstance(p, DTensor) or p is table]
             if table is not None:
-                self.row_sparse = RowSparseReduction(table, workers, self._syncing)
+                self.row_sparse = RowSparseReduction(table, workers, self._syncing, dense_above=row_sparse_below)
             DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.module, apart)
             # gradients as views of the all-reduce buckets: no copy back from the bucket after each all-reduce, and
             # no second copy of every gradient held
@@ -269,12 +277,16 @@ class DataParallelLoss:
         loss, n = self.module(share, generator)
         n = n if has_rows else 0
         # the processes' target counts (and the item rows their backward passes may touch) are integers on their
-        # hosts: summed there (gloo), never read back from a GPU, so the host goes on queueing the backward pass while
-        # the GPU still runs the forward
-        everyone, rows = reduce_on_hosts([n, _rows_read(share, self.recipe) if self.row_sparse is not None else 0])
+        # hosts: exchanged there (gloo), never read back from a GPU, so the host goes on queueing the backward pass
+        # while the GPU still runs the forward. One maximum gives both: each process's count in its own slot (the
+        # others 0), then the most rows any one read
+        slots = [0] * self.workers.world_size
+        slots[self.workers.rank] = n
+        read = _rows_read(share, self.recipe) if self.row_sparse is not None else 0
+        *counts, rows = reduce_on_hosts([*slots, read], "max")
         if self.row_sparse is not None:
             self.row_sparse.expect(rows)
-        weight = n * self.workers.world_size / max(everyone, 1)
+        weight = n * self.workers.world_size / max(sum(counts), 1)
         return loss * weight, loss.detach().float() * n, n
 
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from recsys.models.family import Model
 from recsys.runtime.distributed import Workers
-from recsys.training.config import TrainConfig
+from recsys.training.config import DistributedConfig, TrainConfig
 from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.model_parallel import (
     ModelParallelLoss,
@@ -39,10 +39,12 @@ class Parallelism:
 
     Args:
         workers: the run's processes.
+        settings: the run's `train.distributed`.
     """
 
-    def __init__(self, workers: Workers) -> None:
+    def __init__(self, workers: Workers, settings: DistributedConfig | None = None) -> None:
         self.workers = workers
+        self.settings = settings or DistributedConfig()
 
     def place(self, model: Model[Any], device: torch.device) -> Model[Any]:
         """The model on this process's `device` (split over the processes first, for a strategy that splits it)."""
@@ -50,7 +52,13 @@ class Parallelism:
 
     def loss(self, model: Model[Any], recipe: Recipe, skips_parameters: bool) -> DataParallelLoss:
         """The loss of a training step, for the placed model (`skips_parameters`: some steps leave parameters out)."""
-        return DataParallelLoss(model, recipe, self.workers, find_unused_parameters=skips_parameters)
+        return DataParallelLoss(
+            model,
+            recipe,
+            self.workers,
+            find_unused_parameters=skips_parameters,
+            row_sparse_below=self.settings.row_sparse_below,
+        )
 
     def loss_generator(self, generator: torch.Generator, seed: int, epoch: int) -> torch.Generator:
         """What the loss draws from (negatives) in `epoch`: the data's `generator` in one process."""
@@ -142,4 +150,4 @@ def choose_parallelism(model: nn.Module, recipe: Recipe, config: TrainConfig, wo
         check_shardable(model, recipe)
         return RowShardedItemTable(workers)
     tables = table_training(model, config.optimization)
-    return DataParallel(workers) if tables is None else ShardedTables(workers, tables)
+    return DataParallel(workers, config.distributed) if tables is None else ShardedTables(workers, tables)

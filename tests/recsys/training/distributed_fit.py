@@ -26,6 +26,7 @@ from recsys.training.config import (
 from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.recipes import NextItemTraining, Recipe, recipe_for
 from recsys.training.row_sharding import shard_item_table
+from recsys.training.row_sparse_reduction import RowSparseReduction
 from recsys.training.trainer import fit
 
 EVAL = EvalConfig(ks=(10,), batch_size=64)
@@ -106,10 +107,35 @@ def train_sampled_replicated(data_dir: str, out: str, device: str = "cpu") -> No
     workers = join(torch.device(device))
     gradients = first_step_gradients(data, workers, workers.device(torch.device(device)), SAMPLED)
     model = small_sasrec(data.num_items)
-    train = dataclasses.replace(TRAIN, hardware=dataclasses.replace(TRAIN.hardware, device=device, precision="fp32"))
+    # by rows at any share: this table's 151 rows are fewer than a step's ids
+    train = dataclasses.replace(
+        TRAIN,
+        hardware=dataclasses.replace(TRAIN.hardware, device=device, precision="fp32"),
+        distributed=DistributedConfig(row_sparse_below=workers.world_size),
+    )
     result = fit(model, data, train, EVAL, recipe_of(model, data, SAMPLED))
     if workers.is_main:
         torch.save({"gradients": gradients, "weights": model.state_dict(), "best_valid": result.best_valid}, out)
+    leave()
+
+
+def reduce_touched_rows(out: str, dense_above: float, expected_rows: int) -> None:
+    """`RowSparseReduction` of a 10 x 4 table whose gradient holds 3 rows on each process (rows 0, 3, 5 weighted 1 on
+    the first, 1, 4, 6 weighted 2 on the second), told to expect `expected_rows`: the first process writes the
+    averaged gradient and whether the epoch's check refused it."""
+    torch.set_num_threads(1)
+    workers = join(torch.device("cpu"))
+    table = nn.Parameter(torch.zeros(10, 4))
+    reduction = RowSparseReduction(table, workers, lambda: True, dense_above=dense_above)
+    reduction.expect(expected_rows)
+    (table[torch.tensor([0, 3, 5]) + workers.rank] * (workers.rank + 1)).sum().backward()
+    try:
+        reduction.check()
+        refused = False
+    except RuntimeError:
+        refused = True
+    if workers.is_main:
+        torch.save({"gradient": table.grad, "refused": refused}, out)
     leave()
 
 

@@ -24,6 +24,7 @@ from tests.recsys.training.distributed_fit import (
     SAMPLED,
     host_sums_and_a_sharded_step,
     recipe_of,
+    reduce_touched_rows,
     small_sasrec,
     train_and_save,
     train_resumably,
@@ -196,6 +197,30 @@ def test_a_replicated_item_table_averaged_by_the_rows_each_step_touched_trains_a
         torch.testing.assert_close(two["gradients"][name], gradient, rtol=0, atol=GRADIENT_TOLERANCE[device], msg=name)
     # two epochs of two batches an update (no_sync between them: the rows of both are averaged once)
     assert two["best_valid"]["ndcg@10"] == pytest.approx(one["best_valid"]["ndcg@10"], abs=NDCG_TOLERANCE)
+
+
+@pytest.mark.parametrize(
+    ("dense_above", "expected_rows", "refused"),
+    [
+        (0.0, 1, False),  # whole: an all-reduce needs no bound
+        (2.0, 3, False),  # by rows, each process's 3 rows expected
+        (2.0, 1, True),  # by rows, 1 row expected where 3 were touched: rows dropped, and the check says so
+        (0.3, 1, True),  # the default: 2 rows gathered of 10, by rows
+        (0.3, 3, False),  # 6 of 10 gathered: above 0.3 of the table, whole
+    ],
+)
+def test_the_table_gradient_is_averaged_by_rows_up_to_its_share_of_the_table_and_whole_above(
+    tmp_path: Path, dense_above: float, expected_rows: int, refused: bool
+) -> None:
+    run_on_processes(2, reduce_touched_rows, str(tmp_path / "two.pt"), dense_above, expected_rows)
+    two = torch.load(tmp_path / "two.pt")
+
+    assert two["refused"] is refused
+    if not refused:  # DDP's average: rows 0, 3, 5 weighted 1 on one process, 1, 4, 6 weighted 2 on the other
+        expected = torch.zeros(10, 4)
+        expected[[0, 3, 5]] = 0.5
+        expected[[1, 4, 6]] = 1.0
+        torch.testing.assert_close(two["gradient"], expected, rtol=0, atol=0)
 
 
 def test_integers_are_reduced_on_the_hosts_and_a_split_table_step_allocates_no_whole_table(
