@@ -9,17 +9,25 @@ Usage:
     #   there: python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/t/*.whl
     #          PYTHONPATH=/tmp/site:$PWD python3 -m benchmarks.gpu_tests --results-dir $OUT
 
+    # a suite longer than one device call (600 s there): its parts, one call each, then gathered into one result
+    #   there: python3 -m benchmarks.gpu_tests --set "part=[K, 3]" --results-dir $OUT     (K = 1, 2, 3)
+    #   here:  .venv/bin/python -m benchmarks.gpu_tests --set gather=3 --set "result_name=gpu-tests-h100"
+
 Settings: benchmarks/configs/gpu-tests.yaml (`--config`, `--set KEY=VALUE`): `markers` (a pytest -m expression),
-`paths`, `timeout_s` (the whole run's limit; pytest is stopped past it and the result says so).
-Writes benchmarks/results/<result_name>.json ({device}: the GPU's short name, or cpu): every selected test's id,
-outcome (passed, failed, error, skipped), seconds and, where it did not pass, pytest's message; the counts per
-outcome; pytest's exit code.
+`paths`, `timeout_s` (the run's limit: past it pytest is interrupted, the tests that finished are listed and the
+result says it stopped), `part` ([K, N]: the K-th of N disjoint parts of the selected tests, every N-th of their
+sorted ids), `gather` (N: run nothing, merge the N parts' results into one).
+Writes benchmarks/results/<result_name>.json ({device}: the GPU's short name, or cpu; a part's name ends in
+-part-K-of-N): every selected test's id, outcome (passed, failed, error, skipped), seconds and, where it did not
+pass, pytest's message; the counts per outcome; pytest's exit code.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,9 +38,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import PositiveInt
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from benchmarks.kernels.embedding_bag import gpu_name
+from recsys.errors import ConfigError
 
 logger = logging.getLogger("benchmarks.gpu_tests")
 
@@ -40,12 +50,24 @@ logger = logging.getLogger("benchmarks.gpu_tests")
 RAN_TO_THE_END = {0, 1, 5}
 
 
+# how long an interrupted pytest may take to write its report before it is killed
+REPORT_GRACE_S = 60
+
+
 @dataclass(frozen=True)
 class Settings:
     markers: str = "gpu or kernels"
-    paths: tuple[str, ...] = ("tests",)
-    timeout_s: int = 1800
+    paths: tuple[str, ...] = ("tests/recsys", "tests/benchmarks")
+    timeout_s: PositiveInt = 540
+    part: tuple[PositiveInt, PositiveInt] | None = None
+    gather: PositiveInt | None = None
     result_name: str = "gpu-tests-{device}"
+
+    def __post_init__(self) -> None:
+        if self.part is not None and not self.part[0] <= self.part[1]:
+            raise ConfigError(f"part: {list(self.part)} names part K of N with K > N. Fix: K in 1..N, e.g. [1, 3]")
+        if self.part is not None and self.gather is not None:
+            raise ConfigError("part and gather: a run either runs one part or gathers the parts. Fix: set one")
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
@@ -55,49 +77,133 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "benchmarks/configs/gpu-tests.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
+    if settings.gather is not None:
+        out = gathered(settings, args.results_dir)
+        name = settings.result_name
+    else:
+        out, slug = run_part(settings)
+        name = settings.result_name.format(device=slug)
+        if settings.part is not None:
+            name += "-part-{}-of-{}".format(*settings.part)
+    path = write_result(name, out, args.results_dir, reproduce)
+    for test in out["tests"]:
+        if test["outcome"] != "passed":
+            print(f"{test['outcome']:8} {test['id']}: {test.get('message', '')[:200]}")
+    print(f"{out['counts']} on {out['device']}, ran to the end: {out['ran_to_the_end']} -> {path}")
+    return path
+
+
+def run_part(settings: Settings) -> tuple[dict[str, Any], str]:
+    """The selected tests (or settings.part of them) run in one pytest child process, each with its result; and the
+    device's short name."""
     gpu, slug = gpu_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    selection = list(settings.paths)
+    if settings.part is not None:
+        part, parts = settings.part
+        selection = collect(settings)[part - 1 :: parts]
+        logger.info("part %d of %d: %d tests", part, parts, len(selection))
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "junit.xml"
-        exit_code = run_pytest(settings, report)
-        tests = read_junit(report) if report.is_file() else []
-    counts = Counter(test["outcome"] for test in tests)
+        exit_code = run_pytest(settings, selection, report) if selection else 5
+        tests = read_junit(report)
     out = {
         "settings": asdict(settings),
         "device": gpu,
         "pytest_exit_code": exit_code,
         "ran_to_the_end": exit_code in RAN_TO_THE_END,
+        **_summary(tests),
+        **provenance("triton", "pytest", "hypothesis"),
+    }
+    return out, slug
+
+
+def gathered(settings: Settings, results_dir: Path) -> dict[str, Any]:
+    """The results of parts 1..settings.gather (`<result_name>-part-K-of-N.json` in `results_dir`) as one: every
+    test once, and the whole ran to the end only if every part did."""
+    assert settings.gather is not None
+    parts = []
+    for part in range(1, settings.gather + 1):
+        path = results_dir / f"{settings.result_name}-part-{part}-of-{settings.gather}.json"
+        if not path.is_file():
+            raise ConfigError(
+                f"{path} is missing: gather={settings.gather} needs every part's result. Fix: run the part there "
+                f'(--set "part=[{part}, {settings.gather}]") and copy its JSON here, or gather fewer parts'
+            )
+        parts.append(json.loads(path.read_text()))
+    devices = {part["device"] for part in parts}
+    if len(devices) != 1:
+        raise ConfigError(f"the parts ran on different devices ({sorted(devices)}): gather the parts of one machine")
+    tests = [test for part in parts for test in part["tests"]]
+    return {
+        "settings": asdict(settings),
+        "device": devices.pop(),
+        "parts": [
+            {
+                "name": part["name"],
+                "pytest_exit_code": part["pytest_exit_code"],
+                "commit": part["versions"]["recsys_commit"],
+            }
+            for part in parts
+        ],
+        "ran_to_the_end": all(part["ran_to_the_end"] for part in parts),
+        **_summary(tests),
+        "versions": parts[0]["versions"],
+        "machine": parts[0]["machine"],
+    }
+
+
+def _summary(tests: list[dict[str, Any]]) -> dict[str, Any]:
+    counts = Counter(test["outcome"] for test in tests)
+    return {
         "counts": dict(sorted(counts.items())),
         "seconds": significant(sum(test["seconds"] for test in tests)),
         "tests": tests,
-        **provenance("triton", "pytest", "hypothesis"),
     }
-    path = write_result(settings.result_name.format(device=slug), out, args.results_dir, reproduce)
-    for test in tests:
-        if test["outcome"] != "passed":
-            print(f"{test['outcome']:8} {test['id']}: {test.get('message', '')[:200]}")
-    print(f"{dict(counts)} on {gpu}, pytest exit code {exit_code} -> {path}")
-    return path
 
 
-def run_pytest(settings: Settings, report: Path) -> int:
-    """pytest on the selected tests in a child process (its own interpreter: the kernels' environment is read at
-    import), its JUnit XML report written to `report`; its exit code, or -1 past `timeout_s` (stopped)."""
+def collect(settings: Settings) -> list[str]:
+    """The sorted ids of the tests `settings` selects, each with its file's absolute path (pytest's collection alone,
+    in a child process, rooted at / so that the ids name their files wherever the paths are)."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "--rootdir=/",
+               "-m", settings.markers, *settings.paths]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO, env=os.environ.copy(), capture_output=True, text=True,
+                          timeout=settings.timeout_s)  # fmt: skip
+    if done.returncode not in RAN_TO_THE_END:
+        raise RuntimeError(f"collecting the tests failed (pytest exit code {done.returncode}):\n{done.stdout[-4000:]}")
+    return sorted("/" + line for line in done.stdout.splitlines() if "::" in line and not line.startswith(" "))
+
+
+def run_pytest(settings: Settings, selection: list[str], report: Path) -> int:
+    """pytest on `selection` (paths or test ids) in a child process (its own interpreter: the kernels' environment is
+    read at import), its JUnit XML report written to `report`; its exit code, or -1 past `timeout_s`: then pytest is
+    interrupted (SIGINT), which still writes the report of the tests that finished."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", settings.markers,
-               f"--junitxml={report}", "-o", "junit_family=xunit2", *settings.paths]  # fmt: skip
-    logger.info("running %s", " ".join(command))
-    try:
-        return subprocess.run(command, cwd=REPO, env=os.environ.copy(), timeout=settings.timeout_s).returncode
-    except subprocess.TimeoutExpired:
-        logger.error(
-            "the tests ran past %d s and were stopped: the result lists what the report holds", settings.timeout_s
-        )
-        return -1
+               f"--junitxml={report}", "-o", "junit_family=xunit2", *selection]  # fmt: skip
+    logger.info("running %s", " ".join(command[:12]) + (" ..." if len(command) > 12 else ""))
+    with subprocess.Popen(command, cwd=REPO, env=os.environ.copy()) as child:
+        try:
+            return child.wait(timeout=settings.timeout_s)
+        except subprocess.TimeoutExpired:
+            logger.error("the tests ran past %d s and were interrupted: the result lists those that finished",
+                         settings.timeout_s)  # fmt: skip
+            child.send_signal(signal.SIGINT)
+            try:
+                child.wait(timeout=REPORT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            return -1
 
 
 def read_junit(report: Path) -> list[dict[str, Any]]:
-    """Every test case of a JUnit XML report: id, outcome, seconds and, unless it passed, pytest's message."""
+    """Every test case of a JUnit XML report: id, outcome, seconds and, unless it passed, pytest's message (none when
+    pytest wrote no report, or was killed while writing it)."""
+    try:
+        root = ET.parse(report).getroot()
+    except (OSError, ET.ParseError) as error:
+        logger.error("no test report to read (%s): the result lists no test", error)
+        return []
     tests = []
-    for case in ET.parse(report).getroot().iter("testcase"):
+    for case in root.iter("testcase"):
         test: dict[str, Any] = {
             "id": f"{case.get('classname', '')}::{case.get('name', '')}",
             "outcome": "passed",
