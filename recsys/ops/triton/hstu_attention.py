@@ -36,7 +36,11 @@ stand-ins. Programs index the tables' rows by head, and the sequence's tokens fr
 
 Determinism: the forward, dq, dk and dv are (one program owns each output row, a fixed loop order); the bias
 gradients are not on a GPU (fp32 atomic adds in arrival order). Dot inputs are the tensors' dtype (bf16 under
-autocast), accumulation fp32; fp32 dots run in IEEE fp32 (no TF32), like torch's default matmul.
+autocast), accumulation fp32; fp32 dots run in IEEE fp32 (no TF32), like torch's default matmul. With bf16 / fp16
+inputs on a GPU the sigmoid is PTX's tanh.approx (`_sigmoid`); fp32 inputs, and the interpreter, compute it exactly.
+
+Only the tiles that cross the causal diagonal mask their scores (the `*_tile` helpers' DIAGONAL); configs are
+autotuned per head dim, time buckets and class of the longest sequence (`length_class`).
 
 Time buckets are computed in-kernel exactly as `time_buckets` does in float64: e = floor(log2(fp32(gap))) is
 corrected by integer shifts (fp32 rounds 2**k - 1 up to 2**k above 2**24), so every int64 gap gets its bucket.
@@ -64,7 +68,8 @@ _UPCAST_DOTS = tl.constexpr(INTERPRETED)
 
 
 def _configs(block_m: str, block_n: str) -> list[triton.Config]:
-    """The autotune set; `block_m`/`block_n` name the kernel's query and key block parameters."""
+    """The autotune set; `block_m`/`block_n` name the kernel's query and key block parameters. Small blocks for
+    short sequences (a 200-token sequence has 2 blocks of 128), 128-row blocks with deeper pipelines for long ones."""
     if INTERPRETED:
         return [triton.Config({block_m: 16, block_n: 16}, num_warps=1)]
     return [
@@ -76,8 +81,21 @@ def _configs(block_m: str, block_n: str) -> list[triton.Config]:
             (64, 64, 4, 3),
             (128, 64, 8, 2),
             (64, 128, 8, 2),
+            (128, 64, 4, 3),
+            (128, 64, 8, 3),
+            (128, 128, 8, 3),
         ]
     ]
+
+
+# autotuned per head dim, time buckets and class of the longest sequence: short sequences want small blocks (more
+# programs), long ones large blocks (fewer re-reads); one config for every length would serve one of them
+AUTOTUNE_KEY = ["HEAD_DIM", "HAS_TIME", "length_class"]
+
+
+def length_class(max_seq_len: int) -> int:
+    """0 up to 256 tokens, 1 up to 1,024, 2 beyond: the sequence lengths one autotuned config serves."""
+    return 0 if max_seq_len <= 256 else 1 if max_seq_len <= 1024 else 2
 
 
 @triton.jit
@@ -116,7 +134,15 @@ def _dot(a, b, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _sigmoid(x):
+def _sigmoid(x, FAST: tl.constexpr):
+    """sigmoid(x) in fp32. FAST (bf16 / fp16 inputs on a GPU): 0.5 tanh(x / 2) + 0.5 with PTX's tanh.approx.f32, one
+    special-function op (relative error <= 2^-10.7, below bf16's rounding) where exp and an IEEE division take one
+    and a dozen more instructions: SiLU attention does this for every score, beside two dots of head-dim depth."""
+    if FAST:
+        t = tl.inline_asm_elementwise(
+            "tanh.approx.f32 $0, $1;", "=f,f", [x * 0.5], dtype=tl.float32, is_pure=True, pack=1
+        )
+        return 0.5 * t + 0.5
     return 1.0 / (1.0 + tl.exp(-x))
 
 
@@ -145,15 +171,41 @@ def _times(ptr, rows, row_mask, HAS_TIME: tl.constexpr):
     return times
 
 
-@triton.autotune(configs=_configs("BLOCK_M", "BLOCK_N"), key=["HEAD_DIM", "HAS_TIME"])
+@triton.jit
+def _forward_tile(
+    acc, q, qt, m, n0, length,
+    k_ptr, v_ptr, ts_ptr, pos_bias_ptr, time_bias_ptr,
+    stride_kn, stride_ke, stride_vn, stride_ve,
+    max_len, num_buckets, scale,
+    HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
+    FAST: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr,
+):  # fmt: skip
+    """acc + silu(q k^T + bias) / L @ v over the key block at n0 (queries at rows m). Only a DIAGONAL block (one that
+    reaches the query block's first row) masks its later keys: a block wholly before it has none. Keys past the
+    sequence's end are later than every real query, and a query row past it (q = 0) is never stored."""
+    n = n0 + tl.arange(0, BLOCK_N)
+    n_mask = n < length
+    k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
+    v = _load_rows(v_ptr, n, n_mask, stride_vn, stride_ve, HEAD_DIM, BLOCK_E)
+    distance = m[:, None] - n[None, :]  # (BLOCK_M, BLOCK_N)
+    gap = qt[:, None] - _times(ts_ptr, n, n_mask, HAS_TIME)[None, :]
+    s = _dot(q, tl.trans(k), PRECISION)
+    s += _bias(distance, gap, pos_bias_ptr, time_bias_ptr, max_len, num_buckets, HAS_TIME)
+    a = s * _sigmoid(s, FAST) * scale
+    if DIAGONAL:
+        a = tl.where(distance >= 0, a, 0.0)
+    return acc + _dot(a.to(v.dtype), v, PRECISION)
+
+
+@triton.autotune(configs=_configs("BLOCK_M", "BLOCK_N"), key=AUTOTUNE_KEY)
 @triton.jit
 def _forward_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr,  # out: (N, H, E) contiguous
     offsets_ptr, pos_bias_ptr, time_bias_ptr, ts_ptr, qt_ptr,
     stride_qn, stride_qh, stride_qe, stride_kn, stride_kh, stride_ke, stride_vn, stride_vh, stride_ve,
-    max_len, num_buckets, scale,
+    max_len, num_buckets, scale, length_class,
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    FAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
     start = tl.load(offsets_ptr + seq)
@@ -170,22 +222,55 @@ def _forward_kernel(
         q = _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)  # (BLOCK_M, E)
         qt = _times(qt_ptr + start, m, m_mask, HAS_TIME)
         acc = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
-        for n0 in range(0, tl.minimum(m0 + BLOCK_M, length), BLOCK_N):  # key blocks up to the diagonal
-            n = n0 + tl.arange(0, BLOCK_N)
-            n_mask = n < length
-            k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
-            v = _load_rows(v_ptr, n, n_mask, stride_vn, stride_ve, HEAD_DIM, BLOCK_E)
-            distance = m[:, None] - n[None, :]  # (BLOCK_M, BLOCK_N)
-            gap = qt[:, None] - _times(ts_ptr + start, n, n_mask, HAS_TIME)[None, :]
-            s = _dot(q, tl.trans(k), PRECISION)
-            s += _bias(distance, gap, pos_bias_ptr, time_bias_ptr, max_len, num_buckets, HAS_TIME)
-            causal = (distance >= 0) & m_mask[:, None] & n_mask[None, :]
-            a = tl.where(causal, s * _sigmoid(s) * scale, 0.0)
-            acc += _dot(a.to(v.dtype), v, PRECISION)
+        before = m0 // BLOCK_N * BLOCK_N  # key blocks that end before the query block begins: no mask
+        for n0 in range(0, before, BLOCK_N):
+            acc = _forward_tile(
+                acc, q, qt, m, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr, time_bias_ptr,
+                stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets, scale,
+                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=False,
+            )  # fmt: skip
+        for n0 in range(before, tl.minimum(m0 + BLOCK_M, length), BLOCK_N):  # up to the diagonal
+            acc = _forward_tile(
+                acc, q, qt, m, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr, time_bias_ptr,
+                stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets, scale,
+                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=True,
+            )  # fmt: skip
         _store_rows(out_ptr, acc, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
 
 
-@triton.autotune(configs=_configs("BLOCK_M", "BLOCK_N"), key=["HEAD_DIM", "HAS_TIME"])
+@triton.jit
+def _dkdv_tile(
+    dk, dv, k, v, ts, n, m0, length,
+    q_ptr, do_ptr, qt_ptr, pos_bias_ptr, time_bias_ptr,
+    stride_qn, stride_qe, stride_don, stride_doe,
+    max_len, num_buckets, scale,
+    HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
+    FAST: tl.constexpr, BLOCK_M: tl.constexpr, DIAGONAL: tl.constexpr,
+):  # fmt: skip
+    """(dk, dv) of the key rows n plus the query block at m0's part (tiles transposed: keys x queries). Only a
+    DIAGONAL block (one whose first query precedes the last key) masks; query rows past the end load q = dO = 0 and
+    add nothing."""
+    m = m0 + tl.arange(0, BLOCK_M)
+    m_mask = m < length
+    q = _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)  # (BLOCK_M, E)
+    do = _load_rows(do_ptr, m, m_mask, stride_don, stride_doe, HEAD_DIM, BLOCK_E)
+    distance = m[None, :] - n[:, None]  # (BLOCK_N, BLOCK_M)
+    gap = _times(qt_ptr, m, m_mask, HAS_TIME)[None, :] - ts[:, None]
+    s_t = _dot(k, tl.trans(q), PRECISION)
+    s_t += _bias(distance, gap, pos_bias_ptr, time_bias_ptr, max_len, num_buckets, HAS_TIME)
+    sig = _sigmoid(s_t, FAST)
+    a_t = s_t * sig * scale
+    da_t = _dot(v, tl.trans(do), PRECISION)
+    ds_t = da_t * scale * sig * (1.0 + s_t * (1.0 - sig))  # silu' = sig (1 + s (1 - sig))
+    if DIAGONAL:
+        a_t = tl.where(distance >= 0, a_t, 0.0)
+        ds_t = tl.where(distance >= 0, ds_t, 0.0)
+    dv += _dot(a_t.to(do.dtype), do, PRECISION)
+    dk += _dot(ds_t.to(q.dtype), q, PRECISION)
+    return dk, dv
+
+
+@triton.autotune(configs=_configs("BLOCK_M", "BLOCK_N"), key=AUTOTUNE_KEY)
 @triton.jit
 def _dkdv_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr,  # do: (N, H, E) output gradient, any strides
@@ -193,9 +278,9 @@ def _dkdv_kernel(
     offsets_ptr, pos_bias_ptr, time_bias_ptr, ts_ptr, qt_ptr,
     stride_qn, stride_qh, stride_qe, stride_kn, stride_kh, stride_ke, stride_vn, stride_vh, stride_ve,
     stride_don, stride_doh, stride_doe,
-    max_len, num_buckets, scale,
+    max_len, num_buckets, scale, length_class,
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    FAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
     start = tl.load(offsets_ptr + seq)
@@ -216,29 +301,55 @@ def _dkdv_kernel(
         ts = _times(ts_ptr + start, n, n_mask, HAS_TIME)
         dk = tl.zeros([BLOCK_N, BLOCK_E], dtype=tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_E], dtype=tl.float32)
-        for m0 in range(n0 // BLOCK_M * BLOCK_M, length, BLOCK_M):  # query blocks from the diagonal on
-            m = m0 + tl.arange(0, BLOCK_M)
-            m_mask = m < length
-            q = _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)  # (BLOCK_M, E)
-            do = _load_rows(do_ptr, m, m_mask, stride_don, stride_doe, HEAD_DIM, BLOCK_E)
-            distance = m[None, :] - n[:, None]  # (BLOCK_N, BLOCK_M): tiles are transposed here
-            gap = _times(qt_ptr + start, m, m_mask, HAS_TIME)[None, :] - ts[:, None]
-            s_t = _dot(k, tl.trans(q), PRECISION)
-            s_t += _bias(distance, gap, pos_bias_ptr, time_bias_ptr, max_len, num_buckets, HAS_TIME)
-            causal = (distance >= 0) & n_mask[:, None] & m_mask[None, :]
-            sig = _sigmoid(s_t)
-            a_t = tl.where(causal, s_t * sig * scale, 0.0)
-            dv += _dot(a_t.to(do.dtype), do, PRECISION)
-            da_t = _dot(v, tl.trans(do), PRECISION)
-            ds_t = tl.where(causal, da_t * scale * sig * (1.0 + s_t * (1.0 - sig)), 0.0)  # silu' = sig(1 + s(1-sig))
-            dk += _dot(ds_t.to(q.dtype), q, PRECISION)
+        after = tl.cdiv(n0 + BLOCK_N - 1, BLOCK_M) * BLOCK_M  # query blocks that begin at or after the last key
+        for m0 in range(n0 // BLOCK_M * BLOCK_M, tl.minimum(after, length), BLOCK_M):  # from the diagonal on
+            dk, dv = _dkdv_tile(
+                dk, dv, k, v, ts, n, m0, length, q_ptr, do_ptr, qt_ptr + start, pos_bias_ptr, time_bias_ptr,
+                stride_qn, stride_qe, stride_don, stride_doe, max_len, num_buckets, scale,
+                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, DIAGONAL=True,
+            )  # fmt: skip
+        for m0 in range(after, length, BLOCK_M):
+            dk, dv = _dkdv_tile(
+                dk, dv, k, v, ts, n, m0, length, q_ptr, do_ptr, qt_ptr + start, pos_bias_ptr, time_bias_ptr,
+                stride_qn, stride_qe, stride_don, stride_doe, max_len, num_buckets, scale,
+                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, DIAGONAL=False,
+            )  # fmt: skip
         _store_rows(dk_ptr, dk, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
         _store_rows(dv_ptr, dv, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
 
 
-@triton.autotune(
-    configs=_configs("BLOCK_M", "BLOCK_N"), key=["HEAD_DIM", "HAS_TIME"], reset_to_zero=["dpos_ptr", "dtime_ptr"]
-)
+@triton.jit
+def _dq_tile(
+    dq, q, do, qt, m, m_mask, n0, length,
+    k_ptr, v_ptr, ts_ptr, pos_bias_ptr, time_bias_ptr, dpos_ptr, dtime_ptr,
+    stride_kn, stride_ke, stride_vn, stride_ve,
+    max_len, num_buckets, scale,
+    HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
+    FAST: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr,
+):  # fmt: skip
+    """dq of the query rows m plus the key block at n0's part; ds added into the bias gradients' private copy. A
+    block before the DIAGONAL needs no causal mask; query rows past the end (dO = 0) add nothing and are not sent."""
+    n = n0 + tl.arange(0, BLOCK_N)
+    n_mask = n < length
+    k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
+    v = _load_rows(v_ptr, n, n_mask, stride_vn, stride_ve, HEAD_DIM, BLOCK_E)
+    distance = m[:, None] - n[None, :]  # (BLOCK_M, BLOCK_N)
+    gap = qt[:, None] - _times(ts_ptr, n, n_mask, HAS_TIME)[None, :]
+    s = _dot(q, tl.trans(k), PRECISION)
+    s += _bias(distance, gap, pos_bias_ptr, time_bias_ptr, max_len, num_buckets, HAS_TIME)
+    sig = _sigmoid(s, FAST)
+    da = _dot(do, tl.trans(v), PRECISION)
+    ds = da * scale * sig * (1.0 + s * (1.0 - sig))
+    sent = m_mask[:, None] & (distance >= 0)  # every column of a real row before the diagonal
+    if DIAGONAL:
+        ds = tl.where(sent, ds, 0.0)
+    tl.atomic_add(dpos_ptr + _bias_index(distance, max_len), ds, mask=sent, sem="relaxed")
+    if HAS_TIME:
+        tl.atomic_add(dtime_ptr + _time_bucket(gap, num_buckets), ds, mask=sent, sem="relaxed")
+    return dq + _dot(ds.to(k.dtype), k, PRECISION)
+
+
+@triton.autotune(configs=_configs("BLOCK_M", "BLOCK_N"), key=AUTOTUNE_KEY, reset_to_zero=["dpos_ptr", "dtime_ptr"])
 @triton.jit
 def _dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr,
@@ -248,9 +359,9 @@ def _dq_kernel(
     offsets_ptr, pos_bias_ptr, time_bias_ptr, ts_ptr, qt_ptr,
     stride_qn, stride_qh, stride_qe, stride_kn, stride_kh, stride_ke, stride_vn, stride_vh, stride_ve,
     stride_don, stride_doh, stride_doe,
-    max_len, num_buckets, scale,
+    max_len, num_buckets, scale, length_class,
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
-    COPIES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    FAST: tl.constexpr, COPIES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
     start = tl.load(offsets_ptr + seq)
@@ -272,23 +383,19 @@ def _dq_kernel(
         do = _load_rows(do_ptr, m, m_mask, stride_don, stride_doe, HEAD_DIM, BLOCK_E)
         qt = _times(qt_ptr + start, m, m_mask, HAS_TIME)
         dq = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
-        for n0 in range(0, tl.minimum(m0 + BLOCK_M, length), BLOCK_N):  # key blocks up to the diagonal
-            n = n0 + tl.arange(0, BLOCK_N)
-            n_mask = n < length
-            k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
-            v = _load_rows(v_ptr, n, n_mask, stride_vn, stride_ve, HEAD_DIM, BLOCK_E)
-            distance = m[:, None] - n[None, :]  # (BLOCK_M, BLOCK_N)
-            gap = qt[:, None] - _times(ts_ptr + start, n, n_mask, HAS_TIME)[None, :]
-            s = _dot(q, tl.trans(k), PRECISION)
-            s += _bias(distance, gap, pos_bias_ptr, time_bias_ptr, max_len, num_buckets, HAS_TIME)
-            causal = (distance >= 0) & m_mask[:, None] & n_mask[None, :]
-            sig = _sigmoid(s)
-            da = _dot(do, tl.trans(v), PRECISION)
-            ds = tl.where(causal, da * scale * sig * (1.0 + s * (1.0 - sig)), 0.0)
-            dq += _dot(ds.to(k.dtype), k, PRECISION)
-            tl.atomic_add(dpos_ptr + _bias_index(distance, max_len), ds, mask=causal, sem="relaxed")
-            if HAS_TIME:
-                tl.atomic_add(dtime_ptr + _time_bucket(gap, num_buckets), ds, mask=causal, sem="relaxed")
+        before = m0 // BLOCK_N * BLOCK_N  # key blocks that end before the query block begins: no mask
+        for n0 in range(0, before, BLOCK_N):
+            dq = _dq_tile(
+                dq, q, do, qt, m, m_mask, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr, time_bias_ptr,
+                dpos_ptr, dtime_ptr, stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets, scale,
+                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=False,
+            )  # fmt: skip
+        for n0 in range(before, tl.minimum(m0 + BLOCK_M, length), BLOCK_N):  # up to the diagonal
+            dq = _dq_tile(
+                dq, q, do, qt, m, m_mask, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr, time_bias_ptr,
+                dpos_ptr, dtime_ptr, stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets, scale,
+                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=True,
+            )  # fmt: skip
         _store_rows(dq_ptr, dq, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
 
 
@@ -321,9 +428,10 @@ def _common_args(
     )  # fmt: skip
 
 
-def _scalars(max_len: int, time_bias: torch.Tensor | None) -> tuple[int, int, float]:
-    """(L, K, 1 / L) as the kernels take them (K = 1 without time buckets: never read)."""
-    return max_len, 1 if time_bias is None else time_bias.shape[1], 1.0 / max_len
+def _scalars(max_len: int, time_bias: torch.Tensor | None, max_seq_len: int) -> tuple[int, int, float, int]:
+    """(L, K, 1 / L, the lengths' autotune class) as the kernels take them (K = 1 without time buckets: never
+    read)."""
+    return max_len, 1 if time_bias is None else time_bias.shape[1], 1.0 / max_len, length_class(max_seq_len)
 
 
 def _constants(q: torch.Tensor, time_bias: torch.Tensor | None) -> dict[str, Any]:
@@ -333,6 +441,9 @@ def _constants(q: torch.Tensor, time_bias: torch.Tensor | None) -> dict[str, Any
         "HAS_TIME": time_bias is not None,
         # fp32 dots in IEEE fp32, as torch's default matmul (no TF32); bf16 ignores it (tf32 is Triton's default)
         "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
+        # the special-function sigmoid where the inputs are rounded coarser than its error (not in the interpreter,
+        # which runs no PTX)
+        "FAST": q.dtype != torch.float32 and not INTERPRETED,
     }
 
 
@@ -358,7 +469,7 @@ def forward(
         return out
     _forward_kernel[_grid(num_seqs, max_seq_len, num_heads, "BLOCK_M")](
         q, k, v, out, *_common_args(q, k, v, offsets, position_bias, time_bias, timestamps, query_times),
-        *_scalars(max_len, time_bias), **_constants(q, time_bias),
+        *_scalars(max_len, time_bias, max_seq_len), **_constants(q, time_bias),
     )  # fmt: skip
     return out
 
@@ -388,7 +499,7 @@ def backward(
     num_seqs = offsets.numel() - 1
     if num_tokens > 0 and num_seqs > 0 and max_seq_len > 0:
         common = _common_args(q, k, v, offsets, position_bias, time_bias, timestamps, query_times)
-        scalars = (*grad_out.stride(), *_scalars(max_len, time_bias))
+        scalars = (*grad_out.stride(), *_scalars(max_len, time_bias, max_seq_len))
         _dkdv_kernel[_grid(num_seqs, max_seq_len, num_heads, "BLOCK_N")](
             q, k, v, grad_out, dk, dv, *common, *scalars, **_constants(q, time_bias)
         )
