@@ -2,7 +2,8 @@
 
 Triton's interpreter (the CPU tests) runs the kernels as Python and never sees Triton's code generator; this test
 takes them through it (AST -> TTIR -> TTGIR -> LLVM -> PTX -> cubin, with the ptxas of the triton wheel) in a
-fresh process without TRITON_INTERPRET, for two variants of each kernel.
+fresh process without TRITON_INTERPRET, for two variants of each kernel (bf16 with the tanh.approx sigmoid in its
+PTX, fp32 without).
 """
 
 from __future__ import annotations
@@ -43,14 +44,16 @@ def signature(fn, dtype, constants):
 for autotuned in (kernels._forward_kernel, kernels._dkdv_kernel, kernels._dq_kernel):
     for dtype, has_time, blocks in (("bf16", True, (64, 64)), ("fp32", False, (32, 32))):
         config = next(c for c in autotuned.configs if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) == blocks)
+        fast = dtype != "fp32"  # as kernels._constants: bf16 takes the tanh.approx sigmoid
         constants = {"HEAD_DIM": 64, "BLOCK_E": 64, "HAS_TIME": has_time, **config.kwargs,
-                     "PRECISION": "ieee" if dtype == "fp32" else "tf32"}
+                     "PRECISION": "ieee" if dtype == "fp32" else "tf32", "FAST": fast}
         if "COPIES" in autotuned.fn.arg_names:
             constants["COPIES"] = kernels.BIAS_COPIES
         source = ASTSource(autotuned.fn, signature(autotuned.fn, dtype, constants), constants)
         options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
         assert compiled.asm["cubin"], autotuned.fn.__name__
+        assert ("tanh.approx.f32" in compiled.asm["ptx"]) == fast, autotuned.fn.__name__
         print(autotuned.fn.__name__, dtype, has_time, "ok")
 """
 
