@@ -28,7 +28,8 @@ Grids (sequences on axis 0, which allows 2**31 - 1 programs; axes 1 and 2 allow 
     dq + biases (S, cdiv(max_seq_len, BLOCK_M), H): a query block loops over key blocks up to its diagonal;
                 dq += ds k, and ds is added atomically into P private fp32 copies of the bias gradients
                 (copy = program id mod P, so thousands of programs do not queue on the same few hundred
-                addresses), summed on the host.
+                addresses), summed on the host: the position bias's one add per diagonal of a tile (its
+                scores summed along the diagonal first, `_diagonal_sums`), the time bias's one per score.
 
 Kernel arguments: q, k, v (and the output gradient) are read through their strides; outputs are contiguous
 (N, H, E); the tables are contiguous; times are int64; tensors a kernel does not read without HAS_TIME are
@@ -85,6 +86,18 @@ def _configs(block_m: str, block_n: str) -> list[triton.Config]:
             (128, 64, 8, 3),
             (128, 128, 8, 3),
         ]
+    ]
+
+
+def _dq_configs() -> list[triton.Config]:
+    """`_configs` with DIAGS, the power of two that holds a tile's BLOCK_M + BLOCK_N - 1 diagonals."""
+    return [
+        triton.Config(
+            {**c.kwargs, "DIAGS": triton.next_power_of_2(c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"] - 1)},
+            num_warps=c.num_warps,
+            num_stages=c.num_stages,
+        )
+        for c in _configs("BLOCK_M", "BLOCK_N")
     ]
 
 
@@ -319,16 +332,31 @@ def _dkdv_kernel(
 
 
 @triton.jit
+def _diagonal_sums(ds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGS: tl.constexpr):
+    """(DIAGS,) sums of a (BLOCK_M, BLOCK_N) tile along its diagonals: entry t sums the elements (i, j) with
+    i - j = t - (BLOCK_N - 1), zero past the tile's BLOCK_M + BLOCK_N - 1 diagonals. Each row is gathered into the
+    columns of its diagonals (a skew), then the rows are summed: a position bias's gradient is one sum a diagonal,
+    so a tile sends BLOCK_M + BLOCK_N - 1 atomic adds instead of one per score."""
+    i = tl.arange(0, BLOCK_M)[:, None]
+    t = tl.arange(0, DIAGS)[None, :]
+    j = i + (BLOCK_N - 1) - t  # (BLOCK_M, DIAGS): the column of row i on diagonal t
+    inside = (j >= 0) & (j < BLOCK_N)
+    skewed = tl.gather(ds, tl.minimum(tl.maximum(j, 0), BLOCK_N - 1), axis=1)
+    return tl.sum(tl.where(inside, skewed, 0.0), axis=0)
+
+
+@triton.jit
 def _dq_tile(
-    dq, q, do, qt, m, m_mask, n0, length,
+    dq, q, do, qt, m, m_mask, m0, n0, length,
     k_ptr, v_ptr, ts_ptr, pos_bias_ptr, time_bias_ptr, dpos_ptr, dtime_ptr,
     stride_kn, stride_ke, stride_vn, stride_ve,
     max_len, num_buckets, scale,
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
-    FAST: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr,
+    FAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGS: tl.constexpr, DIAGONAL: tl.constexpr,
 ):  # fmt: skip
-    """dq of the query rows m plus the key block at n0's part; ds added into the bias gradients' private copy. A
-    block before the DIAGONAL needs no causal mask; query rows past the end (dO = 0) add nothing and are not sent."""
+    """dq of the query rows m (from m0) plus the key block at n0's part; ds added into the bias gradients' private
+    copy (the position bias's by the tile's diagonals). A block before the DIAGONAL needs no causal mask; query rows
+    past the end (dO = 0) add nothing."""
     n = n0 + tl.arange(0, BLOCK_N)
     n_mask = n < length
     k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
@@ -340,16 +368,23 @@ def _dq_tile(
     sig = _sigmoid(s, FAST)
     da = _dot(do, tl.trans(v), PRECISION)
     ds = da * scale * sig * (1.0 + s * (1.0 - sig))
-    sent = m_mask[:, None] & (distance >= 0)  # every column of a real row before the diagonal
     if DIAGONAL:
-        ds = tl.where(sent, ds, 0.0)
-    tl.atomic_add(dpos_ptr + _bias_index(distance, max_len), ds, mask=sent, sem="relaxed")
-    if HAS_TIME:
+        ds = tl.where(distance >= 0, ds, 0.0)
+    diagonal = tl.arange(0, DIAGS)
+    diagonal_distance = m0 - n0 - (BLOCK_N - 1) + diagonal  # of the tile's diagonals, from its top-right corner
+    tl.atomic_add(
+        dpos_ptr + _bias_index(diagonal_distance, max_len),
+        _diagonal_sums(ds, BLOCK_M, BLOCK_N, DIAGS),
+        mask=(diagonal < BLOCK_M + BLOCK_N - 1) & (diagonal_distance >= 0),
+        sem="relaxed",
+    )
+    if HAS_TIME:  # time buckets follow no diagonal: one add a score
+        sent = m_mask[:, None] & (distance >= 0)
         tl.atomic_add(dtime_ptr + _time_bucket(gap, num_buckets), ds, mask=sent, sem="relaxed")
     return dq + _dot(ds.to(k.dtype), k, PRECISION)
 
 
-@triton.autotune(configs=_configs("BLOCK_M", "BLOCK_N"), key=AUTOTUNE_KEY, reset_to_zero=["dpos_ptr", "dtime_ptr"])
+@triton.autotune(configs=_dq_configs(), key=AUTOTUNE_KEY, reset_to_zero=["dpos_ptr", "dtime_ptr"])
 @triton.jit
 def _dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr,
@@ -361,7 +396,7 @@ def _dq_kernel(
     stride_don, stride_doh, stride_doe,
     max_len, num_buckets, scale, length_class,
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
-    FAST: tl.constexpr, COPIES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    FAST: tl.constexpr, COPIES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGS: tl.constexpr,
 ):  # fmt: skip
     seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
     start = tl.load(offsets_ptr + seq)
@@ -386,15 +421,15 @@ def _dq_kernel(
         before = m0 // BLOCK_N * BLOCK_N  # key blocks that end before the query block begins: no mask
         for n0 in range(0, before, BLOCK_N):
             dq = _dq_tile(
-                dq, q, do, qt, m, m_mask, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr, time_bias_ptr,
-                dpos_ptr, dtime_ptr, stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets, scale,
-                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=False,
+                dq, q, do, qt, m, m_mask, m0, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr,
+                time_bias_ptr, dpos_ptr, dtime_ptr, stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets,
+                scale, HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, BLOCK_N, DIAGS, DIAGONAL=False,
             )  # fmt: skip
         for n0 in range(before, tl.minimum(m0 + BLOCK_M, length), BLOCK_N):  # up to the diagonal
             dq = _dq_tile(
-                dq, q, do, qt, m, m_mask, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr, time_bias_ptr,
-                dpos_ptr, dtime_ptr, stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets, scale,
-                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=True,
+                dq, q, do, qt, m, m_mask, m0, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr,
+                time_bias_ptr, dpos_ptr, dtime_ptr, stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets,
+                scale, HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, BLOCK_N, DIAGS, DIAGONAL=True,
             )  # fmt: skip
         _store_rows(dq_ptr, dq, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
 
