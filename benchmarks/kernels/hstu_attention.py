@@ -17,6 +17,12 @@ q, k, v are strided chunks of one (N, 4*H*E) tensor, as the model's linear outpu
 one dense masked computation). Before timing, each case checks the Triton result (output and gradients) against
 torch's on the case itself.
 
+A case with `compare_torch: false` (shapes whose padded dense scores would not fit, e.g. 64 x 4096 x 4 heads) times
+ours alone, checked first against the eager TORCH backend on two sequences of the same shape. `sdpa_backends`
+(cudnn, flash) time torch's scaled_dot_product_attention with that backend on the same case padded to (S, H, L, E),
+causal, as the hardware anchor: standard softmax attention, the fastest kernels of its kind; a backend that cannot
+run the case, or a run without CUDA, is recorded as such.
+
 Training step: one HSTU step (NextItemRecipe loss, backward, Adam; bf16 autocast on CUDA) at the Beauty shape of
 configs/beauty/hstu.yaml, the same model and batch with `attention_kernel: torch` and `triton`.
 
@@ -29,12 +35,14 @@ settings and how to reproduce it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 
 from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from benchmarks.kernels.embedding_bag import cpu_timer_mismatch, kernel_device, make_timer, result_head
@@ -60,6 +68,8 @@ class AttentionCase:
     head_dim: int  # E
     lengths: Literal["full", "jagged"]  # full: every sequence L tokens; jagged: uniform in [L/2, L]
     time_buckets: int  # K time-bias columns; 0 = positions only
+    # False: ours alone (torch's padded dense scores would not fit), checked against eager torch on 2 sequences
+    compare_torch: bool = True
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,8 @@ class Settings:
     cpu_repeats: int  # on CPU, timed runs per step (median, after one warm-up); on CUDA do_bench decides
     cases: tuple[AttentionCase, ...]
     steps: tuple[StepCase, ...]
+    # torch's scaled_dot_product_attention backends timed on every case as the anchor (CUDA only)
+    sdpa_backends: tuple[Literal["cudnn", "flash"], ...] = ()
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
@@ -230,27 +242,90 @@ def run_case(c: AttentionCase, s: Settings, device: torch.device, timer: Timer) 
     p = make_problem(c, DTYPES[s.dtype], s.seed, device)
     torch_fn = attention(Kernel.TORCH, c)
     ours = steps_of(attention(Kernel.TRITON, c), p)
-    theirs = steps_of(torch.compile(torch_fn, dynamic=False) if s.compile_torch else torch_fn, p)
-    checked = check(ours, theirs, p, s.dtype)  # autotunes the kernels and compiles torch's too
+    theirs = None
+    if c.compare_torch:
+        theirs = steps_of(torch.compile(torch_fn, dynamic=False) if s.compile_torch else torch_fn, p)
+        checked = check(ours, theirs, p, s.dtype)  # autotunes the kernels and compiles torch's too
+    else:  # the same shape on two sequences, against eager torch; then this case's own autotuning
+        small = make_problem(dataclasses.replace(c, num_seqs=2), DTYPES[s.dtype], s.seed, device)
+        checked = check(steps_of(attention(Kernel.TRITON, c), small), steps_of(torch_fn, small), small, s.dtype)
+        del small
+        ours["fwd_bwd"]()  # autotune at this case's shape before the timer's first (estimating) call
     result: dict[str, Any] = {**asdict(c), "tokens": p.qkvu.shape[0], "causal_pairs": causal_pairs(p)}
     for step in ("fwd", "fwd_bwd"):
-        ms, torch_ms = timer(ours[step]), timer(theirs[step])
+        ms = timer(ours[step])
         work, moved = flops(c, p, step), bytes_moved(c, p, step)
-        result[step] = {
+        timing: dict[str, Any] = {
             "ms": significant(ms),
-            "torch_ms": significant(torch_ms),
-            "ratio_vs_torch": significant(torch_ms / ms),
             "flops": work,
             "TFLOPs": significant(work / (ms * 1e9)),
-            "torch_TFLOPs": significant(work / (torch_ms * 1e9)),
             "bytes": moved,
             "GBps": significant(moved / (ms * 1e6)),
         }
+        if theirs is not None:
+            torch_ms = timer(theirs[step])
+            timing |= {
+                "torch_ms": significant(torch_ms),
+                "ratio_vs_torch": significant(torch_ms / ms),
+                "torch_TFLOPs": significant(work / (torch_ms * 1e9)),
+            }
+        result[step] = timing
     result["checked_relative_error"] = checked
+    result["checked_on"] = "this case" if c.compare_torch else "2 sequences of this shape, eager torch"
     del p, ours, theirs
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    if s.sdpa_backends:
+        anchors = sdpa_anchors(c, s, device, timer)
+        for step in ("fwd", "fwd_bwd"):
+            for timing in anchors[step].values():
+                if "ms" in timing:
+                    timing["ours_time_over_sdpa"] = significant(result[step]["ms"] / timing["ms"])
+            result[step]["sdpa"] = anchors[step]
     return result
+
+
+SDPA_BACKENDS = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION"}
+
+
+def sdpa_anchors(c: AttentionCase, s: Settings, device: torch.device, timer: Timer) -> dict[str, dict[str, Any]]:
+    """{step: {backend: {ms, flops, TFLOPs} or {skipped | error: why}}}: causal scaled_dot_product_attention of
+    S x H x L x E (every sequence padded to L), timed with each of `s.sdpa_backends`."""
+    out: dict[str, dict[str, Any]] = {"fwd": {}, "fwd_bwd": {}}
+    if device.type != "cuda":
+        for step in out:
+            out[step] = {b: {"skipped": "SDPA's cudnn and flash backends need CUDA"} for b in s.sdpa_backends}
+        return out
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    gen = torch.Generator(device=device).manual_seed(s.seed)
+    shape = (c.num_seqs, c.heads, c.seq_len, c.head_dim)
+    q, k, v = (
+        (torch.randn(shape, generator=gen, device=device) / c.head_dim**0.25).to(DTYPES[s.dtype]).requires_grad_()
+        for _ in range(3)
+    )
+    grad_out = torch.randn(shape, generator=gen, device=device).to(DTYPES[s.dtype])
+    pairs = c.num_seqs * c.seq_len * (c.seq_len + 1) // 2
+    for backend in s.sdpa_backends:
+        chosen = getattr(SDPBackend, SDPA_BACKENDS[backend])
+
+        def fwd(chosen: SDPBackend = chosen) -> torch.Tensor:
+            with sdpa_kernel([chosen]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        def fwd_bwd(fwd: Callable[[], torch.Tensor] = fwd) -> tuple[torch.Tensor, ...]:
+            return torch.autograd.grad(fwd(), [q, k, v], grad_out)
+
+        for step, fn in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
+            try:
+                fn()
+            except RuntimeError as error:  # this backend does not take the shape or dtype here
+                out[step][backend] = {"error": str(error).splitlines()[0][:300]}
+                continue
+            ms = timer(fn)
+            work = 2 * c.head_dim * c.heads * pairs * (2 if step == "fwd" else 6)
+            out[step][backend] = {"ms": significant(ms), "flops": work, "TFLOPs": significant(work / (ms * 1e9))}
+    return out
 
 
 def make_train_step(c: StepCase, kernel: Literal["torch", "triton"], device: torch.device, seed: int) -> Any:
@@ -299,9 +374,19 @@ def print_tables(cases: list[dict[str, Any]], steps: list[dict[str, Any]]) -> No
     for r in cases:
         for step in ("fwd", "fwd_bwd"):
             t = r[step]
-            print(
-                f"{r['name']:<22} {step:<8} {t['ms']:>9.3f} {t['TFLOPs']:>8.2f} {t['GBps']:>7,.0f} "
+            theirs = (
                 f"{t['torch_ms']:>9.3f} {t['torch_TFLOPs']:>10.2f} {t['ratio_vs_torch']:>7.2f}"
+                if "torch_ms" in t
+                else f"{'-':>9} {'-':>10} {'-':>7}"
+            )
+            anchors = "  ".join(
+                f"sdpa {b} {a['ms']:.3f} ms ({a['TFLOPs']:.0f} TF/s)"
+                if "ms" in a
+                else f"sdpa {b}: {next(iter(a.values()))}"
+                for b, a in t.get("sdpa", {}).items()
+            )
+            print(
+                f"{r['name']:<22} {step:<8} {t['ms']:>9.3f} {t['TFLOPs']:>8.2f} {t['GBps']:>7,.0f} {theirs}  {anchors}"
             )
     for r in steps:
         print(f"training step {r['name']}: torch {r['torch_ms']:.3f} ms, triton {r['triton_ms']:.3f} ms, "
@@ -317,7 +402,7 @@ def main(argv: list[str] | None = None) -> Path:
     cases = []
     for c in settings.cases:
         cases.append(run_case(c, settings, device, timer))
-        print(f"  {c.name}: fwd+bwd {cases[-1]['fwd_bwd']['ms']:.3f} ms, x{cases[-1]['fwd_bwd']['ratio_vs_torch']:.2f}")
+        print(f"  {c.name}: fwd+bwd {cases[-1]['fwd_bwd']['ms']:.3f} ms ({cases[-1]['fwd_bwd']['TFLOPs']} TFLOP/s)")
     steps = [run_step(c, settings, device, timer) for c in settings.steps]
     name, head = result_head(device, "kernels-hstu-attention", settings.smoke)
     torch_impl = "torch.compile(hstu_attention(kernel=TORCH))" if settings.compile_torch else "eager TORCH backend"
@@ -331,6 +416,8 @@ def main(argv: list[str] | None = None) -> Path:
             "GBps": "bytes of q, k, v and the output (fwd; + their gradients and the output gradient for fwd_bwd) / "
             "median time",
             "ratio_vs_torch": "torch_ms / ms: above 1 means the Triton kernel (or step) is faster",
+            "sdpa": "causal scaled_dot_product_attention (softmax) of the case padded to S x H x L x E with one "
+            "backend: its TFLOP/s count its own causal pairs; ours_time_over_sdpa = ours ms / its ms",
             "checked_relative_error": "max |triton - torch| / max |torch| per tensor, before timing",
             "step": "HSTU NextItemRecipe loss + backward + Adam step; bf16 autocast on CUDA",
         },
@@ -349,20 +436,30 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
     """What the result records of its settings (all of them, its smoke flag and CPU timer, every case's and step's
     shape) that differs from `settings`."""
     recorded = result.get("settings", {})
+    defaults = _defaults(Settings)
     for key, value in jsonable(asdict(settings)).items():
-        if recorded.get(key, "<absent>") != value:
+        if key in ("cases", "steps"):  # entry by entry below
+            continue
+        if recorded.get(key, defaults.get(key, "<absent>")) != value:  # older results lack newer keys
             yield f"settings.{key}: the result has {recorded.get(key, '<absent>')!r}, the config {value!r}"
     if result.get("smoke") != settings.smoke:
         yield f"smoke: the result has {result.get('smoke')!r}, the config {settings.smoke!r}"
     yield from cpu_timer_mismatch(result.get("timer"), settings.cpu_repeats)
-    for section, expected in (("cases", settings.cases), ("steps", settings.steps)):
+    sections: tuple[tuple[str, tuple[Any, ...]], ...] = (("cases", settings.cases), ("steps", settings.steps))
+    for section, expected in sections:
         names = [entry.get("name") for entry in result.get(section, [])]
         if names != [c.name for c in expected]:
             yield f"{section}: the result has {names}, the config {[c.name for c in expected]}"
         for entry, c in zip(result.get(section, []), expected, strict=False):
+            defaults = _defaults(type(c))
             for key, value in asdict(c).items():
-                if entry.get(key) != value:
+                if entry.get(key, defaults.get(key, "<absent>")) != value:  # a key older results lack, at its default
                     yield f"{section}[{c.name}].{key}: the result has {entry.get(key)!r}, the config {value!r}"
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    """The fields of a settings dataclass that have a default, with it as a result records it."""
+    return {f.name: jsonable(f.default) for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
 
 
 if __name__ == "__main__":

@@ -92,3 +92,34 @@ def test_the_full_config_loads_the_issue_cases() -> None:
     ]
     with pytest.raises(ConfigError, match=r"cases\.0: unknown keys \[.lenghts.\]"):
         hstu_attention.load_settings(REPO / SMOKE, {"cases": [{"name": "x", "lenghts": "full"}]})
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_case_without_torch_is_checked_on_two_sequences_and_the_sdpa_anchors_say_why_they_did_not_run(
+    tmp_path: Path,
+) -> None:
+    case = (
+        "{name: alone, num_seqs: 4, seq_len: 20, heads: 2, head_dim: 16, lengths: jagged, time_buckets: 0, "
+        "compare_torch: false}"
+    )
+    path = hstu_attention.main(["--config", str(REPO / SMOKE), "--set", f"cases=[{case}]", "--set", "steps=[]",
+                                "--set", "sdpa_backends=[cudnn, flash]", "--results-dir", str(tmp_path)])  # fmt: skip
+    (result,) = json.loads(path.read_text())["cases"]
+
+    assert result["checked_on"] == "2 sequences of this shape, eager torch"
+    assert all(error <= 2e-2 for error in result["checked_relative_error"].values())
+    for step in ("fwd", "fwd_bwd"):
+        assert positive(result[step]["TFLOPs"]) and "torch_ms" not in result[step]  # ours alone
+        if not torch.cuda.is_available():
+            assert result[step]["sdpa"] == {b: {"skipped": "SDPA's cudnn and flash backends need CUDA"}
+                                            for b in ("cudnn", "flash")}  # fmt: skip
+        else:
+            assert all("ms" in a or "error" in a for a in result[step]["sdpa"].values())
+
+
+def test_the_long_config_holds_the_issue_shapes_with_their_anchors() -> None:
+    settings = hstu_attention.load_settings(REPO / "benchmarks/configs/kernels-hstu-attention-long.yaml", {})
+    shapes = [(c.num_seqs, c.seq_len, c.heads, c.head_dim, c.compare_torch) for c in settings.cases]
+    assert shapes == [(64, 4096, 4, 128, False), (512, 1024, 4, 128, False), (32, 1024, 2, 64, True),
+                      (128, 200, 2, 64, True)]  # fmt: skip
+    assert settings.sdpa_backends == ("cudnn", "flash") and not settings.smoke
