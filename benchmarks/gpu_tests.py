@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -97,6 +98,7 @@ def run_part(settings: Settings) -> tuple[dict[str, Any], str]:
     """The selected tests (or settings.part of them) run in one pytest child process, each with its result; and the
     device's short name."""
     gpu, slug = gpu_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    deadline = time.monotonic() + settings.timeout_s  # the collection of a part counts too
     selection = list(settings.paths)
     if settings.part is not None:
         part, parts = settings.part
@@ -104,7 +106,7 @@ def run_part(settings: Settings) -> tuple[dict[str, Any], str]:
         logger.info("part %d of %d: %d tests", part, parts, len(selection))
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "junit.xml"
-        exit_code = run_pytest(settings, selection, report) if selection else 5
+        exit_code = run_pytest(settings, selection, report, deadline - time.monotonic()) if selection else 5
         tests = read_junit(report)
     out = {
         "settings": asdict(settings),
@@ -173,7 +175,7 @@ def collect(settings: Settings) -> list[str]:
     return sorted("/" + line for line in done.stdout.splitlines() if "::" in line and not line.startswith(" "))
 
 
-def run_pytest(settings: Settings, selection: list[str], report: Path) -> int:
+def run_pytest(settings: Settings, selection: list[str], report: Path, timeout_s: float) -> int:
     """pytest on `selection` (paths or test ids) in a child process (its own interpreter: the kernels' environment is
     read at import), its JUnit XML report written to `report`; its exit code, or -1 past `timeout_s`: then pytest is
     interrupted (SIGINT), which still writes the report of the tests that finished."""
@@ -182,10 +184,10 @@ def run_pytest(settings: Settings, selection: list[str], report: Path) -> int:
     logger.info("running %s", " ".join(command[:12]) + (" ..." if len(command) > 12 else ""))
     with subprocess.Popen(command, cwd=REPO, env=os.environ.copy()) as child:
         try:
-            return child.wait(timeout=settings.timeout_s)
+            return child.wait(timeout=max(timeout_s, 1.0))
         except subprocess.TimeoutExpired:
-            logger.error("the tests ran past %d s and were interrupted: the result lists those that finished",
-                         settings.timeout_s)  # fmt: skip
+            logger.error("the tests ran past timeout_s (%d s) and were interrupted: the result lists those that "
+                         "finished", settings.timeout_s)  # fmt: skip
             child.send_signal(signal.SIGINT)
             try:
                 child.wait(timeout=REPORT_GRACE_S)
