@@ -17,7 +17,10 @@ q, k, v are strided chunks of one (N, 4*H*E) tensor, as the model's linear outpu
 one dense masked computation). Before timing, each case checks the Triton result (output and gradients) against
 torch's on the case itself.
 
-A case with `compare_torch: false` (shapes whose padded dense scores would not fit, e.g. 64 x 4096 x 4 heads) times
+With `peer_checkout` (a checkout of Meta generative-recommenders at `peer_commit`), its Triton HSTU attention
+(`triton_hstu_mha`: no relative biases) is timed on every case too, each in a process of its own
+(`benchmarks.kernels.hstu_attention_peer`: a faulting peer loses its own timings, not the run). A case with
+`compare_torch: false` (shapes whose padded dense scores would not fit, e.g. 64 x 4096 x 4 heads) times
 ours alone, checked first against the eager TORCH backend on two sequences of the same shape. `sdpa_backends`
 (cudnn, flash) time torch's scaled_dot_product_attention with that backend on the same case padded to (S, H, L, E),
 causal, as the hardware anchor: standard softmax attention, the fastest kernels of its kind; a backend that cannot
@@ -36,6 +39,9 @@ settings and how to reproduce it.
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,10 +50,11 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from benchmarks.kernels.embedding_bag import cpu_timer_mismatch, kernel_device, make_timer, result_head
 from benchmarks.kernels.training_step import make_batch
 from benchmarks.reproduce import jsonable
+from recsys.errors import ConfigError
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.ops.hstu_attention import Kernel, hstu_attention
 from recsys.training.recipes import NextItemRecipe
@@ -99,6 +106,10 @@ class Settings:
     steps: tuple[StepCase, ...]
     # torch's scaled_dot_product_attention backends timed on every case as the anchor (CUDA only)
     sdpa_backends: tuple[Literal["cudnn", "flash"], ...] = ()
+    # Meta generative-recommenders' Triton HSTU attention, from a checkout of `peer_commit` (docs/kernels.md says how
+    # to make one), timed on every case in a process of its own (`benchmarks.kernels.hstu_attention_peer`)
+    peer_checkout: str | None = None
+    peer_commit: str | None = None
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
@@ -275,6 +286,11 @@ def run_case(c: AttentionCase, s: Settings, device: torch.device, timer: Timer) 
     del p, ours, theirs
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    if s.peer_checkout is not None:
+        for step, timing in peer_timings(c, s, device).items():
+            if "ms" in timing:
+                timing["ours_time_over_peer"] = significant(result[step]["ms"] / timing["ms"])
+            result[step]["peer"] = timing
     if s.sdpa_backends:
         anchors = sdpa_anchors(c, s, device, timer)
         for step in ("fwd", "fwd_bwd"):
@@ -283,6 +299,40 @@ def run_case(c: AttentionCase, s: Settings, device: torch.device, timer: Timer) 
                     timing["ours_time_over_sdpa"] = significant(result[step]["ms"] / timing["ms"])
             result[step]["sdpa"] = anchors[step]
     return result
+
+
+PEER_FILE = "generative_recommenders/ops/triton/triton_hstu_attention.py"
+PEER_TIMEOUT_S = 600  # one case's autotuning and timing of the peer, in its own process
+
+
+def check_peer(s: Settings) -> None:
+    """A configured peer checkout holds the peer's kernel, and names its commit."""
+    if s.peer_checkout is None:
+        return
+    if not (REPO / s.peer_checkout / PEER_FILE).is_file() or not s.peer_commit:
+        raise ConfigError(
+            f"peer_checkout {s.peer_checkout!r} has no {PEER_FILE} (or peer_commit is unset). Fix: extract the pinned "
+            "commit there (docs/kernels.md, 'HSTU attention'), or set peer_checkout: null"
+        )
+
+
+def peer_timings(c: AttentionCase, s: Settings, device: torch.device) -> dict[str, dict[str, Any]]:
+    """{step: {ms, flops, TFLOPs} or {skipped | error: why}} of the peer kernel on case `c`, run in a child process."""
+    steps = ("fwd", "fwd_bwd")
+    if device.type != "cuda":
+        return {step: {"skipped": "the peer's Triton kernel needs CUDA"} for step in steps}
+    assert s.peer_checkout is not None
+    command = [sys.executable, "-m", "benchmarks.kernels.hstu_attention_peer", str(REPO / s.peer_checkout),
+               json.dumps(asdict(c)), s.dtype, str(s.seed)]  # fmt: skip
+    try:
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=PEER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {step: {"error": f"no result within {PEER_TIMEOUT_S} s"} for step in steps}
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1][:300]
+        return {step: {"error": f"the peer's process exited with {done.returncode}: {last}"} for step in steps}
+    timings: dict[str, dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return timings
 
 
 SDPA_BACKENDS = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION"}
@@ -379,11 +429,12 @@ def print_tables(cases: list[dict[str, Any]], steps: list[dict[str, Any]]) -> No
                 if "torch_ms" in t
                 else f"{'-':>9} {'-':>10} {'-':>7}"
             )
+            others = {f"sdpa {b}": a for b, a in t.get("sdpa", {}).items()} | (
+                {"peer": t["peer"]} if "peer" in t else {}
+            )
             anchors = "  ".join(
-                f"sdpa {b} {a['ms']:.3f} ms ({a['TFLOPs']:.0f} TF/s)"
-                if "ms" in a
-                else f"sdpa {b}: {next(iter(a.values()))}"
-                for b, a in t.get("sdpa", {}).items()
+                f"{b} {a['ms']:.3f} ms ({a['TFLOPs']:.0f} TF/s)" if "ms" in a else f"{b}: {next(iter(a.values()))}"
+                for b, a in others.items()
             )
             print(
                 f"{r['name']:<22} {step:<8} {t['ms']:>9.3f} {t['TFLOPs']:>8.2f} {t['GBps']:>7,.0f} {theirs}  {anchors}"
@@ -397,6 +448,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "benchmarks/configs/kernels-hstu-attention.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     device = kernel_device(settings.smoke, "benchmarks/configs/kernels-hstu-attention-smoke.yaml")
+    check_peer(settings)
 
     timer, timer_note = make_timer(device, settings.cpu_repeats)
     cases = []
@@ -418,6 +470,9 @@ def main(argv: list[str] | None = None) -> Path:
             "ratio_vs_torch": "torch_ms / ms: above 1 means the Triton kernel (or step) is faster",
             "sdpa": "causal scaled_dot_product_attention (softmax) of the case padded to S x H x L x E with one "
             "backend: its TFLOP/s count its own causal pairs; ours_time_over_sdpa = ours ms / its ms",
+            "peer": "Meta generative-recommenders' triton_hstu_mha at peer_commit on the same jagged q, k, v (no "
+            "position or time bias: its kernel has none), in a process of its own; ours_time_over_peer = ours ms / "
+            "its ms",
             "checked_relative_error": "max |triton - torch| / max |torch| per tensor, before timing",
             "step": "HSTU NextItemRecipe loss + backward + Adam step; bf16 autocast on CUDA",
         },

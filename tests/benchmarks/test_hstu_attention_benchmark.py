@@ -123,3 +123,41 @@ def test_the_long_config_holds_the_issue_shapes_with_their_anchors() -> None:
     assert shapes == [(64, 4096, 4, 128, False), (512, 1024, 4, 128, False), (32, 1024, 2, 64, True),
                       (128, 200, 2, 64, True)]  # fmt: skip
     assert settings.sdpa_backends == ("cudnn", "flash") and not settings.smoke
+
+
+def test_a_configured_peer_checkout_must_hold_the_peer_kernel(tmp_path: Path) -> None:
+    settings = hstu_attention.load_settings(REPO / SMOKE, {"peer_checkout": str(tmp_path), "peer_commit": "abc"})
+    with pytest.raises(ConfigError, match=r"has no generative_recommenders/ops/triton/triton_hstu_attention\.py"):
+        hstu_attention.check_peer(settings)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_peer_runs_in_a_process_of_its_own_and_its_failure_is_recorded(tmp_path: Path) -> None:
+    # a checkout whose kernel file imports nothing usable: on CUDA its process fails, without CUDA it never starts
+    kernel = tmp_path / "peer" / hstu_attention.PEER_FILE
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("raise ImportError('not the peer')\n")
+    case = "{name: peer, num_seqs: 2, seq_len: 20, heads: 2, head_dim: 16, lengths: full, time_buckets: 0}"
+    path = hstu_attention.main(["--config", str(REPO / SMOKE), "--set", f"cases=[{case}]", "--set", "steps=[]",
+                                "--set", f"peer_checkout={tmp_path / 'peer'}", "--set", "peer_commit=none",
+                                "--results-dir", str(tmp_path)])  # fmt: skip
+    (result,) = json.loads(path.read_text())["cases"]
+
+    for step in ("fwd", "fwd_bwd"):
+        peer = result[step]["peer"]
+        if torch.cuda.is_available():
+            assert "not the peer" in peer["error"] and positive(result[step]["TFLOPs"])  # ours still timed
+        else:
+            assert peer == {"skipped": "the peer's Triton kernel needs CUDA"}
+
+
+@pytest.mark.gpu
+def test_the_pinned_peer_kernel_is_timed_on_cuda() -> None:
+    checkout = REPO / ".cache/peers/generative-recommenders"
+    if not torch.cuda.is_available() or not (checkout / hstu_attention.PEER_FILE).is_file():
+        pytest.skip(f"needs CUDA and the peer's checkout at {checkout} (docs/kernels.md)")
+    c = hstu_attention.AttentionCase("peer", num_seqs=8, seq_len=256, heads=2, head_dim=64, lengths="jagged",
+                                     time_buckets=0)  # fmt: skip
+    settings = hstu_attention.load_settings(REPO / SMOKE, {"peer_checkout": str(checkout), "peer_commit": "pinned"})
+    timings = hstu_attention.peer_timings(c, settings, torch.device("cuda"))
+    assert all(positive(timings[step]["ms"]) and positive(timings[step]["TFLOPs"]) for step in ("fwd", "fwd_bwd"))
