@@ -25,7 +25,9 @@ as many epochs as they need, each reshuffled as training reshuffles its epochs; 
 batches held (a shuffle buffer of `buffer_parts` parts packs into whole batches and one shorter one: give large
 batches large buffers).
 tokens/s counts the targets of every process; scaling efficiency = tokens/s on N / (N * tokens/s on 1) at the same
-per-process batch. Each configuration runs in its own processes, started by torch's elastic launcher; peak memory is
+per-process batch. With `launches` > 1 every configuration is launched that many times in turn, each launch's
+efficiency taken against its own 1-process run, and the rows report the medians (`*_each_launch` beside them).
+Each configuration runs in its own processes, started by torch's elastic launcher; peak memory is
 each process's (`torch.cuda.max_memory_allocated`, or its resident set on a CPU). With `row_sharded`, N processes
 also run with the item table split by rows (`train.shard_item_table`).
 
@@ -129,6 +131,10 @@ class Settings:
     warmup_steps: int = 10
     timed_steps: int = 50
     repeats: int = 1  # throughput: this many timed windows (tokens/s of each reported)
+    # throughput: every configuration launched this many times, in turn (1, N replicated, N split, 1, ...), so that
+    # a host's drift falls on each alike; efficiencies are each launch's (N against the same launch's 1) and their
+    # median
+    launches: int = 1
     timed_epochs: int = 0  # > 0: a timed window is this many whole epochs, not timed_steps steps
     # whole epochs run after the warm-up steps, untimed: every batch shape of an epoch (its shorter last batch
     # included) has compiled and planned before the clock starts, whatever the batch
@@ -233,27 +239,52 @@ def _throughput(settings: Settings, scratch: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
     efficiency: dict[str, Any] = {}
     for model in settings.models:
-        # a catalogue of `items` even where the interactions reach fewer of them: the table is sized by it
-        configurations = [_run(settings, data_dir, scratch, model, processes, sharded, settings.items)
-                          for processes, sharded in runs]  # fmt: skip
-        rows = [row for batch in range(len(_batches(settings))) for row in (runs[batch] for runs in configurations)]
+        launches = []
+        for _ in range(settings.launches):
+            # a catalogue of `items` even where the interactions reach fewer of them: the table is sized by it
+            configurations = [_run(settings, data_dir, scratch, model, processes, sharded, settings.items)
+                              for processes, sharded in runs]  # fmt: skip
+            launch = [row for batch in range(len(_batches(settings))) for row in (c[batch] for c in configurations)]
+            _add_efficiency(launch)
+            launches.append(launch)
+        rows = launches[0] if len(launches) == 1 else _over_launches(launches)
         efficiency[model] = {}
         for row in rows:
-            single = next(r for r in rows if r["processes"] == 1 and r["rows_per_process"] == row["rows_per_process"])
             if row["processes"] > 1:
-                row["scaling_efficiency"] = significant(
-                    row["tokens_per_second"] / (row["processes"] * single["tokens_per_second"])
-                )
-                # the same over the steps' time less their reading and packing (what the GPUs and the step's host
-                # work scale as): above, N processes also share the reading and packing one process does alone
-                row["scaling_efficiency_without_reading_and_packing"] = significant(
-                    _without_data(row) / (row["processes"] * _without_data(single))
-                )
                 key = f"{row['processes']} x {row['item_table']}"
                 efficiency[model].setdefault(key, {})[str(row["rows_per_process"])] = row["scaling_efficiency"]
         results[model] = rows
     results["efficiency"] = efficiency  # model -> "N x table" -> rows per process -> scaling efficiency
     return results
+
+
+def _add_efficiency(rows: list[dict[str, Any]]) -> None:
+    """Each N-process row's scaling efficiency against the 1-process row of the same batch (rows of one launch)."""
+    for row in rows:
+        single = next(r for r in rows if r["processes"] == 1 and r["rows_per_process"] == row["rows_per_process"])
+        if row["processes"] > 1:
+            row["scaling_efficiency"] = significant(
+                row["tokens_per_second"] / (row["processes"] * single["tokens_per_second"])
+            )
+            # the same over the steps' time less their reading and packing (what the GPUs and the step's host work
+            # scale as): above, N processes also share the reading and packing one process does alone
+            row["scaling_efficiency_without_reading_and_packing"] = significant(
+                _without_data(row) / (row["processes"] * _without_data(single))
+            )
+
+
+def _over_launches(launches: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per configuration and batch from every launch's: the first launch's row with tokens/s and the
+    efficiencies as their medians over the launches, and each launch's beside them."""
+    rows = []
+    for same in zip(*launches, strict=True):
+        row = dict(same[0])
+        for key in ("tokens_per_second", "scaling_efficiency", "scaling_efficiency_without_reading_and_packing"):
+            if key in row:
+                each = [r[key] for r in same]
+                row[key], row[f"{key}_each_launch"] = significant(statistics.median(each)), each
+        rows.append(row)
+    return rows
 
 
 def _without_data(row: dict[str, Any]) -> float:

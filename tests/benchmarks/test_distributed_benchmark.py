@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,21 @@ def test_the_h100_config_measures_three_batches_over_whole_epochs_and_profiles()
     assert settings.per_process_batches == (128, 512, 2048) and not settings.in_batch_negatives
     assert settings.profile and settings.result_name == "distributed-2gpu-h100" and settings.processes == 2
     assert settings.timed_epochs == 1 and settings.repeats == 3
+
+
+def test_launches_interleave_the_configurations_and_report_each_launch_and_the_median(tmp_path: Path) -> None:
+    overrides = {"data_dir": str(tmp_path / "data"), "users": 300, "per_process_batches": "[8]", "profile": "false",
+                 "row_sharded": "false", "launches": 2, "repeats": 1}  # fmt: skip
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
+    result = json.loads(distributed.main(["--config", SMOKE, "--results-dir", str(tmp_path), *sets]).read_text())
+
+    one, two = result["throughput"]["sasrec"]
+    for row in (one, two):
+        each = row["tokens_per_second_each_launch"]
+        assert len(each) == 2 and all(value > 0 for value in each)
+        assert row["tokens_per_second"] == pytest.approx(statistics.median(each), rel=1e-3)
+    each = two["scaling_efficiency_each_launch"]  # each launch's 2 processes against the same launch's 1
+    pairs = zip(one["tokens_per_second_each_launch"], two["tokens_per_second_each_launch"], strict=True)
+    assert each == pytest.approx([t2 / (2 * t1) for t1, t2 in pairs], rel=1e-3)
+    assert result["throughput"]["efficiency"]["sasrec"]["2 x replicated"]["8"] == two["scaling_efficiency"]
+    assert two["scaling_efficiency"] == pytest.approx(statistics.median(each), rel=1e-3)
