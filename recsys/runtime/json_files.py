@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,21 @@ from pydantic import BaseModel, ValidationError
 
 from recsys.errors import DataError
 from recsys.runtime.validation import problems
+
+CUT_SHORT = "not valid JSON: it ends in the middle of a value (cut short?)"
+# what may be left where the parser stopped when a write was cut short inside a value: the start of true, false or
+# null, or of a number's sign, fraction or exponent (the parser stops before "." in "1.", "e" in "1e", at "-" alone)
+_PARTIAL_VALUE = re.compile(r"t(r(ue?)?)?|f(a(l(se?)?)?)?|n(u(ll?)?)?|-|\.|[eE][-+]?")
+
+
+def _cut_short(err: json.JSONDecodeError) -> bool:
+    """Whether the text ends inside a value, as a write cut short leaves it (not text that is wrong where it stops)."""
+    tail = err.doc[err.pos :].rstrip()
+    if not tail or err.msg.startswith("Unterminated string"):
+        return True
+    if err.msg.startswith("Invalid \\uXXXX escape") or err.msg.startswith("Invalid \\escape"):
+        return len(tail) < 6  # a \uXXXX escape or \ cut inside a string
+    return _PARTIAL_VALUE.fullmatch(tail) is not None
 
 
 def read_json(path: Path, fix: str) -> Any:
@@ -31,13 +47,15 @@ def read_json(path: Path, fix: str) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as err:
+        if err.reason == "unexpected end of data":  # a character's bytes cut short
+            raise DataError(path, CUT_SHORT, fix) from err
         problem = f"not UTF-8 text (byte {err.start} is {data[err.start]:#04x}): not a JSON file"
         raise DataError(path, problem, fix) from err
     except RecursionError as err:
         raise DataError(path, "JSON nested too deeply to read", fix) from err
     except json.JSONDecodeError as err:
-        if err.pos >= len(data.rstrip()) or err.msg.startswith("Unterminated string"):  # a write cut short
-            raise DataError(path, "not valid JSON: it ends in the middle of a value (cut short?)", fix) from err
+        if _cut_short(err):
+            raise DataError(path, CUT_SHORT, fix) from err
         raise DataError(path, f"not valid JSON ({err.msg}, line {err.lineno}, column {err.colno})", fix) from err
     except ValueError as err:  # an integer past Python's limit on digits
         raise DataError(path, f"not JSON this program reads ({err})", fix) from err
