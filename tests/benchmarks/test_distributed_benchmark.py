@@ -88,6 +88,12 @@ def test_the_h100_config_measures_three_batches_over_whole_epochs_and_profiles()
     assert settings.timed_epochs == 1 and settings.repeats == 3
 
 
+def test_the_launches_config_measures_the_users_batch_three_times_in_turn() -> None:
+    settings = distributed.load_settings(REPO / "benchmarks/configs/distributed-2gpu-launches.yaml", {})
+    assert settings.per_process_batches == (2048,) and settings.launches == 3 and settings.warmup_epochs == 1
+    assert not settings.profile and settings.timed_epochs == 1 and settings.row_sharded
+
+
 def test_launches_interleave_the_configurations_and_report_each_launch_and_the_median(tmp_path: Path) -> None:
     overrides = {"data_dir": str(tmp_path / "data"), "users": 300, "per_process_batches": "[8]", "profile": "false",
                  "row_sharded": "false", "launches": 2, "repeats": 1}  # fmt: skip
