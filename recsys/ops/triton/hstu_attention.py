@@ -236,18 +236,14 @@ def _forward_kernel(
         qt = _times(qt_ptr + start, m, m_mask, HAS_TIME)
         acc = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
         before = m0 // BLOCK_N * BLOCK_N  # key blocks that end before the query block begins: no mask
-        for n0 in range(0, before, BLOCK_N):
-            acc = _forward_tile(
-                acc, q, qt, m, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr, time_bias_ptr,
-                stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets, scale,
-                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=False,
-            )  # fmt: skip
-        for n0 in range(before, tl.minimum(m0 + BLOCK_M, length), BLOCK_N):  # up to the diagonal
-            acc = _forward_tile(
-                acc, q, qt, m, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr, time_bias_ptr,
-                stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets, scale,
-                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=True,
-            )  # fmt: skip
+        end = tl.minimum(m0 + BLOCK_M, length)
+        for diagonal in tl.static_range(2):  # [0, before) unmasked, then [before, end) up to the diagonal
+            for n0 in range(before * diagonal, before + diagonal * (end - before), BLOCK_N):
+                acc = _forward_tile(
+                    acc, q, qt, m, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr, time_bias_ptr,
+                    stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets, scale,
+                    HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=diagonal,
+                )  # fmt: skip
         _store_rows(out_ptr, acc, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
 
 
@@ -314,19 +310,15 @@ def _dkdv_kernel(
         ts = _times(ts_ptr + start, n, n_mask, HAS_TIME)
         dk = tl.zeros([BLOCK_N, BLOCK_E], dtype=tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_E], dtype=tl.float32)
-        after = tl.cdiv(n0 + BLOCK_N - 1, BLOCK_M) * BLOCK_M  # query blocks that begin at or after the last key
-        for m0 in range(n0 // BLOCK_M * BLOCK_M, tl.minimum(after, length), BLOCK_M):  # from the diagonal on
-            dk, dv = _dkdv_tile(
-                dk, dv, k, v, ts, n, m0, length, q_ptr, do_ptr, qt_ptr + start, pos_bias_ptr, time_bias_ptr,
-                stride_qn, stride_qe, stride_don, stride_doe, max_len, num_buckets, scale,
-                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, DIAGONAL=True,
-            )  # fmt: skip
-        for m0 in range(after, length, BLOCK_M):
-            dk, dv = _dkdv_tile(
-                dk, dv, k, v, ts, n, m0, length, q_ptr, do_ptr, qt_ptr + start, pos_bias_ptr, time_bias_ptr,
-                stride_qn, stride_qe, stride_don, stride_doe, max_len, num_buckets, scale,
-                HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, DIAGONAL=False,
-            )  # fmt: skip
+        first = n0 // BLOCK_M * BLOCK_M  # the query block holding the diagonal
+        after = tl.minimum(tl.cdiv(n0 + BLOCK_N - 1, BLOCK_M) * BLOCK_M, length)  # blocks from the last key on
+        for later in tl.static_range(2):  # [first, after) masked on the diagonal, then [after, length) unmasked
+            for m0 in range(first + later * (after - first), after + later * (length - after), BLOCK_M):
+                dk, dv = _dkdv_tile(
+                    dk, dv, k, v, ts, n, m0, length, q_ptr, do_ptr, qt_ptr + start, pos_bias_ptr, time_bias_ptr,
+                    stride_qn, stride_qe, stride_don, stride_doe, max_len, num_buckets, scale,
+                    HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, DIAGONAL=1 - later,
+                )  # fmt: skip
         _store_rows(dk_ptr, dk, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
         _store_rows(dv_ptr, dv, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
 
@@ -419,18 +411,15 @@ def _dq_kernel(
         qt = _times(qt_ptr + start, m, m_mask, HAS_TIME)
         dq = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
         before = m0 // BLOCK_N * BLOCK_N  # key blocks that end before the query block begins: no mask
-        for n0 in range(0, before, BLOCK_N):
-            dq = _dq_tile(
-                dq, q, do, qt, m, m_mask, m0, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr,
-                time_bias_ptr, dpos_ptr, dtime_ptr, stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets,
-                scale, HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, BLOCK_N, DIAGS, DIAGONAL=False,
-            )  # fmt: skip
-        for n0 in range(before, tl.minimum(m0 + BLOCK_M, length), BLOCK_N):  # up to the diagonal
-            dq = _dq_tile(
-                dq, q, do, qt, m, m_mask, m0, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr,
-                time_bias_ptr, dpos_ptr, dtime_ptr, stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets,
-                scale, HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, BLOCK_N, DIAGS, DIAGONAL=True,
-            )  # fmt: skip
+        end = tl.minimum(m0 + BLOCK_M, length)
+        for diagonal in tl.static_range(2):  # [0, before) unmasked, then [before, end) up to the diagonal
+            for n0 in range(before * diagonal, before + diagonal * (end - before), BLOCK_N):
+                dq = _dq_tile(
+                    dq, q, do, qt, m, m_mask, m0, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr,
+                    time_bias_ptr, dpos_ptr, dtime_ptr, stride_kn, stride_ke, stride_vn, stride_ve, max_len,
+                    num_buckets, scale, HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, BLOCK_N, DIAGS,
+                    DIAGONAL=diagonal,
+                )  # fmt: skip
         _store_rows(dq_ptr, dq, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
 
 
