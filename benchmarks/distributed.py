@@ -274,17 +274,24 @@ def _add_efficiency(rows: list[dict[str, Any]]) -> None:
 
 
 def _over_launches(launches: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One row per configuration and batch from every launch's: the first launch's row with tokens/s and the
-    efficiencies as their medians over the launches, and each launch's beside them."""
+    """One row per configuration and batch from every launch's: each measured number (tokens/s, seconds per step,
+    the reading's share, ...) the median over the launches; tokens/s and the efficiencies with each launch's beside
+    them."""
     rows = []
     for same in zip(*launches, strict=True):
         row = dict(same[0])
-        for key in ("tokens_per_second", "scaling_efficiency", "scaling_efficiency_without_reading_and_packing"):
-            if key in row:
+        for key, value in same[0].items():
+            if isinstance(value, float):
                 each = [r[key] for r in same]
-                row[key], row[f"{key}_each_launch"] = significant(statistics.median(each)), each
+                row[key] = significant(statistics.median(each))
+                if key in _EACH_LAUNCH:
+                    row[f"{key}_each_launch"] = each
         rows.append(row)
     return rows
+
+
+# the numbers whose every launch a result lists beside their median
+_EACH_LAUNCH = ("tokens_per_second", "scaling_efficiency", "scaling_efficiency_without_reading_and_packing")
 
 
 def _without_data(row: dict[str, Any]) -> float:

@@ -92,6 +92,17 @@ def test_the_launches_config_measures_the_users_batch_three_times_in_turn() -> N
     settings = distributed.load_settings(REPO / "benchmarks/configs/distributed-2gpu-launches.yaml", {})
     assert settings.per_process_batches == (2048,) and settings.launches == 3 and settings.warmup_epochs == 1
     assert not settings.profile and settings.timed_epochs == 1 and settings.row_sharded
+    longer = distributed.load_settings(REPO / "benchmarks/configs/distributed-2gpu-launches-5-epochs.yaml", {})
+    assert longer.timed_epochs == 5 and longer.repeats == 5 and longer.launches == 3
+
+
+def test_a_row_over_launches_takes_every_measured_number_as_its_median() -> None:
+    launches = [[{"processes": 2, "tokens_per_second": t, "seconds_per_step": s, "read_share": r, "timed_steps": 9}]
+                for t, s, r in [(1.0e6, 0.09, 0.34), (3.0e6, 0.05, 0.27), (2.0e6, 0.07, 0.31)]]  # fmt: skip
+    (row,) = distributed._over_launches(launches)
+    assert (row["tokens_per_second"], row["seconds_per_step"], row["read_share"]) == (2.0e6, 0.07, 0.31)
+    assert row["tokens_per_second_each_launch"] == [1.0e6, 3.0e6, 2.0e6] and "read_share_each_launch" not in row
+    assert row["timed_steps"] == 9
 
 
 def test_launches_interleave_the_configurations_and_report_each_launch_and_the_median(tmp_path: Path) -> None:
