@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from pydantic import PositiveInt
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from benchmarks.kernels.embedding_bag import gpu_name
+from benchmarks.pytest_outcomes import read_outcomes
 from recsys.errors import ConfigError
 
 logger = logging.getLogger("benchmarks.gpu_tests")
@@ -51,8 +51,8 @@ logger = logging.getLogger("benchmarks.gpu_tests")
 RAN_TO_THE_END = {0, 1, 5}
 
 
-# how long an interrupted pytest may take to write its report before it is killed
-REPORT_GRACE_S = 60
+# how long an interrupted pytest may take to stop before it is killed (each finished test is already in the log)
+STOP_GRACE_S = 20
 
 
 @dataclass(frozen=True)
@@ -105,9 +105,9 @@ def run_part(settings: Settings) -> tuple[dict[str, Any], str]:
         selection = collect(settings)[part - 1 :: parts]
         logger.info("part %d of %d: %d tests", part, parts, len(selection))
     with tempfile.TemporaryDirectory() as scratch:
-        report = Path(scratch) / "junit.xml"
-        exit_code = run_pytest(settings, selection, report, deadline - time.monotonic()) if selection else 5
-        tests = read_junit(report)
+        log = Path(scratch) / "outcomes.jsonl"
+        exit_code = run_pytest(settings, selection, log, deadline - time.monotonic() - STOP_GRACE_S) if selection else 5
+        tests = read_outcomes(log)
     out = {
         "settings": asdict(settings),
         "device": gpu,
@@ -175,12 +175,12 @@ def collect(settings: Settings) -> list[str]:
     return sorted("/" + line for line in done.stdout.splitlines() if "::" in line and not line.startswith(" "))
 
 
-def run_pytest(settings: Settings, selection: list[str], report: Path, timeout_s: float) -> int:
+def run_pytest(settings: Settings, selection: list[str], log: Path, timeout_s: float) -> int:
     """pytest on `selection` (paths or test ids) in a child process (its own interpreter: the kernels' environment is
-    read at import), its JUnit XML report written to `report`; its exit code, or -1 past `timeout_s`: then pytest is
-    interrupted (SIGINT), which still writes the report of the tests that finished."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", settings.markers,
-               f"--junitxml={report}", "-o", "junit_family=xunit2", *selection]  # fmt: skip
+    read at import), each test's outcome appended to `log` as it finishes (`benchmarks.pytest_outcomes`); its exit
+    code, or -1 past `timeout_s`: then pytest is interrupted (SIGINT), and killed if it does not stop."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "benchmarks.pytest_outcomes",
+               f"--outcomes-log={log}", "-m", settings.markers, *selection]  # fmt: skip
     logger.info("running %s", " ".join(command[:12]) + (" ..." if len(command) > 12 else ""))
     with subprocess.Popen(command, cwd=REPO, env=os.environ.copy()) as child:
         try:
@@ -190,35 +190,10 @@ def run_pytest(settings: Settings, selection: list[str], report: Path, timeout_s
                          "finished", settings.timeout_s)  # fmt: skip
             child.send_signal(signal.SIGINT)
             try:
-                child.wait(timeout=REPORT_GRACE_S)
+                child.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 child.kill()
             return -1
-
-
-def read_junit(report: Path) -> list[dict[str, Any]]:
-    """Every test case of a JUnit XML report: id, outcome, seconds and, unless it passed, pytest's message (none when
-    pytest wrote no report, or was killed while writing it)."""
-    try:
-        root = ET.parse(report).getroot()
-    except (OSError, ET.ParseError) as error:
-        logger.error("no test report to read (%s): the result lists no test", error)
-        return []
-    tests = []
-    for case in root.iter("testcase"):
-        test: dict[str, Any] = {
-            "id": f"{case.get('classname', '')}::{case.get('name', '')}",
-            "outcome": "passed",
-            "seconds": significant(float(case.get("time", 0.0))),
-        }
-        for outcome in ("failure", "error", "skipped"):
-            found = case.find(outcome)
-            if found is not None:
-                test["outcome"] = {"failure": "failed"}.get(outcome, outcome)
-                test["message"] = found.get("message", "") or (found.text or "").strip()[:2000]
-                break
-        tests.append(test)
-    return tests
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ when it decorates the kernels, hence here, at collection time, before any test i
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 import socket
 import subprocess
@@ -42,6 +43,25 @@ TINY_SYNTHETIC = {"num_users": 300, "num_items": 150}
 # Three users with >= 3 items each, plus items.csv with a quoted comma in a title.
 P5_SEQUENCES = "u1 a b c d\nu2 b c e\nu3 a c e f\n"
 P5_ITEMS = 'item_id,title\na,Alpha\nb,"Bravo, the sequel"\nc,Charlie\nd,Delta\ne,Echo\nf,Foxtrot\n'
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_hstu_attention_config() -> Iterator[None]:
+    """On a GPU each HSTU attention kernel autotunes over 9 configs per shape class and dtype (27 compiles a case:
+    minutes a test module). Tests check outputs, not the tuner's pick: they run the 64 x 64 blocks config, and
+    test_every_autotune_config_gives_the_reference runs every one. The interpreter has one config anyway."""
+    if not torch.cuda.is_available() or importlib.util.find_spec("triton") is None:
+        yield
+        return
+    from recsys.ops.triton import hstu_attention as kernels
+
+    tuners = (kernels._forward_kernel, kernels._dkdv_kernel, kernels._dq_kernel)
+    saved = [tuner.configs for tuner in tuners]
+    for tuner in tuners:
+        tuner.configs = [c for c in tuner.configs if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) == (64, 64)]
+    yield
+    for tuner, configs in zip(tuners, saved, strict=True):
+        tuner.configs = configs
 
 
 @pytest.fixture(scope="session")

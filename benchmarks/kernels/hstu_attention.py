@@ -273,6 +273,8 @@ def run_case(c: AttentionCase, s: Settings, device: torch.device, timer: Timer) 
             "bytes": moved,
             "GBps": significant(moved / (ms * 1e6)),
         }
+        if device.type == "cuda":
+            timing["gpu"] = gpu_time(ours[step], ms)
         if theirs is not None:
             torch_ms = timer(theirs[step])
             timing |= {
@@ -299,6 +301,22 @@ def run_case(c: AttentionCase, s: Settings, device: torch.device, timer: Timer) 
                     timing["ours_time_over_sdpa"] = significant(result[step]["ms"] / timing["ms"])
             result[step]["sdpa"] = anchors[step]
     return result
+
+
+def gpu_time(step: Callable[[], Any], ms: float, calls: int = 5) -> dict[str, Any]:
+    """The GPU's busy time per call of `step` by kernel (torch.profiler over `calls` calls) and its share of the
+    timed `ms`: a share well under 1 means the call waits on host work (launches, Python), not on its kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            step()
+        torch.cuda.synchronize()
+    kernels = {e.key: e.self_device_time_total / calls / 1e3 for e in prof.key_averages() if e.self_device_time_total}
+    busy = sum(kernels.values())
+    top = sorted(kernels.items(), key=lambda item: -item[1])[:6]
+    return {"busy_ms": significant(busy), "busy_share": significant(busy / ms),
+            "kernels_ms": {name[:80]: significant(t) for name, t in top}}  # fmt: skip
 
 
 PEER_FILE = "generative_recommenders/ops/triton/triton_hstu_attention.py"
@@ -436,8 +454,10 @@ def print_tables(cases: list[dict[str, Any]], steps: list[dict[str, Any]]) -> No
                 f"{b} {a['ms']:.3f} ms ({a['TFLOPs']:.0f} TF/s)" if "ms" in a else f"{b}: {next(iter(a.values()))}"
                 for b, a in others.items()
             )
+            busy = f"  GPU busy {t['gpu']['busy_share']:.0%}" if "gpu" in t else ""
             print(
-                f"{r['name']:<22} {step:<8} {t['ms']:>9.3f} {t['TFLOPs']:>8.2f} {t['GBps']:>7,.0f} {theirs}  {anchors}"
+                f"{r['name']:<22} {step:<8} {t['ms']:>9.3f} {t['TFLOPs']:>8.2f} {t['GBps']:>7,.0f} {theirs}  "
+                f"{anchors}{busy}"
             )
     for r in steps:
         print(f"training step {r['name']}: torch {r['torch_ms']:.3f} ms, triton {r['triton_ms']:.3f} ms, "

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from benchmarks import gpu_tests
 from benchmarks.common import REPO
+from benchmarks.pytest_outcomes import read_outcomes
 from recsys.errors import ConfigError
 
 CONFIG = REPO / "benchmarks/configs/gpu-tests.yaml"
@@ -64,19 +66,63 @@ def test_every_selected_test_is_listed_with_its_outcome_and_message(tmp_path: Pa
     assert result["reproduce"]["config"] == "benchmarks/configs/gpu-tests.yaml"
 
 
-def test_a_run_past_its_limit_is_interrupted_and_lists_the_tests_that_finished(tmp_path: Path) -> None:
-    folder = _tests_in(
-        tmp_path,
-        "import time\n\nimport pytest\n\n\n@pytest.mark.gpu\ndef test_a_quick():\n    pass\n\n\n"
-        "@pytest.mark.gpu\ndef test_b_slow():\n    time.sleep(300)\n",
-    )
-    path = gpu_tests.main(["--config", str(CONFIG), "--set", f"paths=[{folder}]", "--set", "timeout_s=20",
+SLOW = """
+import signal
+import time
+
+import pytest
+
+
+@pytest.mark.gpu
+def test_a_quick():
+    pass
+
+
+@pytest.mark.gpu
+def test_b_slow():
+    if DEAF:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a test stuck in native code: SIGINT does not stop it
+    time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("deaf", [False, True], ids=["interrupted", "killed"])
+def test_a_run_past_its_limit_is_stopped_and_lists_the_tests_that_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deaf: bool
+) -> None:
+    monkeypatch.setattr(gpu_tests, "STOP_GRACE_S", 3)
+    folder = _tests_in(tmp_path, f"DEAF = {deaf}\n" + SLOW)
+    started = time.monotonic()
+    path = gpu_tests.main(["--config", str(CONFIG), "--set", f"paths=[{folder}]", "--set", "timeout_s=22",
                            "--set", "result_name=stopped", "--results-dir", str(tmp_path)])  # fmt: skip
     result = json.loads(path.read_text())
 
+    assert time.monotonic() - started < 22 + 10  # the grace lies within timeout_s; a deaf pytest is killed
     assert result["pytest_exit_code"] == -1 and not result["ran_to_the_end"]
     finished = {test["id"].rsplit("::", 1)[1]: test["outcome"] for test in result["tests"]}
     assert finished["test_a_quick"] == "passed" and finished.get("test_b_slow") != "passed"
+
+
+def test_outcomes_are_read_per_test_over_its_phases_and_a_line_cut_by_a_kill_is_left_out(tmp_path: Path) -> None:
+    lines = [
+        {"id": "t.py::ok", "when": "setup", "outcome": "passed", "seconds": 0.5, "message": ""},
+        {"id": "t.py::ok", "when": "call", "outcome": "passed", "seconds": 1.0, "message": ""},
+        {"id": "t.py::ok", "when": "teardown", "outcome": "passed", "seconds": 0.25, "message": ""},
+        {"id": "t.py::no_gpu", "when": "setup", "outcome": "skipped", "seconds": 0.0, "message": "needs CUDA"},
+        {"id": "t.py::bad_fixture", "when": "setup", "outcome": "failed", "seconds": 0.0, "message": "OSError: x"},
+        {"id": "t.py::wrong", "when": "setup", "outcome": "passed", "seconds": 0.0, "message": ""},
+        {"id": "t.py::wrong", "when": "call", "outcome": "failed", "seconds": 2.0, "message": "assert 1 == 2"},
+        {"id": "t.py::cut", "when": "setup", "outcome": "passed", "seconds": 0.0, "message": ""},
+    ]
+    log = tmp_path / "outcomes.jsonl"
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"id": "t.py::cut", "wh')
+
+    tests = {test["id"]: test for test in read_outcomes(log)}
+    assert tests["t.py::ok"] == {"id": "t.py::ok", "outcome": "passed", "seconds": 1.75}
+    assert (tests["t.py::no_gpu"]["outcome"], tests["t.py::no_gpu"]["message"]) == ("skipped", "needs CUDA")
+    assert tests["t.py::bad_fixture"]["outcome"] == "error" and tests["t.py::wrong"]["outcome"] == "failed"
+    assert tests["t.py::cut"]["outcome"] == "error"  # its call never reported: stopped during it
+    assert read_outcomes(tmp_path / "absent.jsonl") == []
 
 
 def test_parts_split_the_selected_tests_and_gather_into_one_result(tmp_path: Path) -> None:

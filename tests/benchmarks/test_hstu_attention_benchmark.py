@@ -45,6 +45,14 @@ def test_smoke_run_writes_its_fields(tmp_path: Path, capsys: pytest.CaptureFixtu
             timing = case[step]
             assert TIMING <= timing.keys() and all(positive(timing[key]) for key in TIMING), (case["name"], step)
             assert timing["ratio_vs_torch"] == pytest.approx(timing["torch_ms"] / timing["ms"], rel=1e-2)
+            if torch.cuda.is_available():  # the GPU's busy time per call, by kernel, and its share of the time
+                gpu = timing["gpu"]
+                assert positive(gpu["busy_ms"]) and gpu["busy_ms"] == pytest.approx(
+                    timing["ms"] * gpu["busy_share"], rel=0.05
+                )
+                assert any("kernel" in name for name in gpu["kernels_ms"]), gpu["kernels_ms"]
+            else:
+                assert "gpu" not in timing
         assert case["fwd_bwd"]["flops"] == 3 * case["fwd"]["flops"]
         checked = case["checked_relative_error"]  # the Triton result against torch's, before timing
         assert checked.keys() == {"out", "qkvu", "position_bias", *(["time_bias"] if case["time_buckets"] else [])}

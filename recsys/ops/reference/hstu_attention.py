@@ -34,8 +34,9 @@ def time_buckets(gaps: torch.Tensor, num_buckets: int) -> torch.Tensor:
         >>> time_buckets(torch.tensor([0, 1, 3, 4, 3600, 10**9]), 8).tolist()
         [0, 1, 2, 3, 7, 7]
     """
-    doublings = torch.floor(torch.log2(gaps.clamp(min=1).double())).long() + 1
-    return torch.where(gaps >= 1, doublings, 0).clamp(max=num_buckets - 1)
+    # the count of powers of two <= gap, by comparison: CUDA's log2 of an exact power of two may round below it
+    powers = 2 ** torch.arange(min(num_buckets - 1, 63), device=gaps.device, dtype=torch.int64)
+    return torch.bucketize(gaps.long(), powers, right=True)
 
 
 def hstu_attention(

@@ -248,30 +248,62 @@ def test_triton_op_is_registered_with_fake_and_autograd_for_torch_compile() -> N
         torch.testing.assert_close(g, w)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="real sizes need a CUDA device (the interpreter is slow)")
-@pytest.mark.parametrize(("num_seqs", "seq_len"), [(128, 200), (8, 1024)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_real_sizes_on_cuda(num_seqs: int, seq_len: int, dtype: torch.dtype) -> None:
-    """H=2, E=64, jagged lengths up to seq_len, time buckets on: TRITON against the reference."""
+def real_case(num_seqs: int, seq_len: int, dtype: torch.dtype) -> Case:
+    """H=2, E=64, jagged lengths from seq_len / 2 to seq_len (the first at seq_len), 32 time buckets, on CUDA."""
     gen = torch.Generator().manual_seed(0)
     lengths = torch.randint(seq_len // 2, seq_len + 1, (num_seqs,), generator=gen)
     lengths[0] = seq_len
     n = int(lengths.sum())
     timestamps = torch.randint(0, 2**40, (n,), generator=gen)
-    case = Case(
+    return Case(
         (torch.randn(n, 4 * 2 * 64, generator=gen) * 0.3).to(dtype).cuda(),
         torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]).cuda(), 2, seq_len,
         torch.randn(2, seq_len, generator=gen).cuda(), torch.randn(2, 32, generator=gen).cuda(),
         timestamps.cuda(), (timestamps + torch.randint(0, 2**33, (n,), generator=gen)).cuda(),
     )  # fmt: skip
+
+
+def check_real_case(case: Case, seq_len: int) -> None:
     expected = forward_and_grads(case, None)
     actual = forward_and_grads(case, Kernel.TRITON, max_seq_len=seq_len)
     for name, got, want in zip(["out", "qkvu", "position_bias", "time_bias"], actual, expected, strict=True):
         assert want is not None
         # the bias gradients sum up to ~10^6 terms each, in another order (atomics): fp32 keeps ~1e-5 of them
-        rtol = max(RTOL[dtype], 1e-4) if name.endswith("bias") else RTOL[dtype]
+        rtol = max(RTOL[case.qkvu.dtype], 1e-4) if name.endswith("bias") else RTOL[case.qkvu.dtype]
         assert_close_scaled(got, want, rtol), name
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="real sizes need a CUDA device (the interpreter is slow)")
+@pytest.mark.parametrize(("num_seqs", "seq_len"), [(128, 200), (8, 1024)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_real_sizes_on_cuda(num_seqs: int, seq_len: int, dtype: torch.dtype) -> None:
+    """TRITON against the reference (with the one autotune config tests run: tests/conftest.py)."""
+    check_real_case(real_case(num_seqs, seq_len, dtype), seq_len)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the autotune configs are compiled for a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_autotune_config_gives_the_reference(dtype: torch.dtype) -> None:
+    """Each config the kernels may autotune to, alone: lengths of 150-300 tokens cross every block size's edges."""
+    from recsys.ops.triton import hstu_attention as kernels
+
+    everyone = {
+        kernels._forward_kernel: kernels._configs("BLOCK_M", "BLOCK_N"),
+        kernels._dkdv_kernel: kernels._configs("BLOCK_M", "BLOCK_N"),
+        kernels._dq_kernel: kernels._dq_configs(),
+    }
+    pinned = {tuner: (tuner.configs, tuner.cache) for tuner in everyone}
+    case = real_case(6, 300, dtype)
+    try:
+        for index in range(len(everyone[kernels._forward_kernel])):
+            for tuner, configs in everyone.items():
+                tuner.configs, tuner.cache = [configs[index]], {}
+            check_real_case(case, 300)
+    finally:
+        for tuner, (configs, cache) in pinned.items():
+            tuner.configs, tuner.cache = configs, cache
 
 
 def test_auto_choice_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
