@@ -273,6 +273,10 @@ def _add_efficiency(rows: list[dict[str, Any]]) -> None:
             )
 
 
+# the numbers whose every launch a result lists beside their median
+_EACH_LAUNCH = ("tokens_per_second", "scaling_efficiency", "scaling_efficiency_without_reading_and_packing")
+
+
 def _over_launches(launches: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """One row per configuration and batch from every launch's: each measured number (tokens/s, seconds per step,
     the reading's share, ...) the median over the launches; tokens/s and the efficiencies with each launch's beside
@@ -288,10 +292,6 @@ def _over_launches(launches: list[list[dict[str, Any]]]) -> list[dict[str, Any]]
                     row[f"{key}_each_launch"] = each
         rows.append(row)
     return rows
-
-
-# the numbers whose every launch a result lists beside their median
-_EACH_LAUNCH = ("tokens_per_second", "scaling_efficiency", "scaling_efficiency_without_reading_and_packing")
 
 
 def _without_data(row: dict[str, Any]) -> float:

@@ -36,6 +36,7 @@ from benchmarks.common import (
     write_result,
 )
 from recsys.errors import ConfigError
+from recsys.models.family import Model
 from recsys.models.ranker import TwoStageRanker
 from recsys.models.registry import load_model
 
@@ -103,7 +104,7 @@ def _histories(s: Settings, ranker: TwoStageRanker, batch: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _costs(ranker: TwoStageRanker, baseline: Any, histories: torch.Tensor, repeats: int) -> dict[str, Any]:
+def _costs(ranker: TwoStageRanker, baseline: Model[Any], histories: torch.Tensor, repeats: int) -> dict[str, Any]:
     """Median ms of the ranker's and the first stage's call, the union's width, each source's and the ranking's."""
     found = ranker.candidates(histories)
     rank = median_seconds(lambda: ranker.rank_candidates(histories, found.items, found.retrieval, found.features),

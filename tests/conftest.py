@@ -46,21 +46,21 @@ P5_ITEMS = 'item_id,title\na,Alpha\nb,"Bravo, the sequel"\nc,Charlie\nd,Delta\ne
 
 
 @pytest.fixture(autouse=True, scope="session")
-def one_hstu_attention_config() -> Iterator[None]:
+def one_hstu_attention_config() -> Iterator[dict[Any, list[Any]]]:
     """On a GPU each HSTU attention kernel autotunes over 9 configs per shape class and dtype (27 compiles a case:
     minutes a test module). Tests check outputs, not the tuner's pick: they run the 64 x 64 blocks config, and
-    test_every_autotune_config_gives_the_reference runs every one. The interpreter has one config anyway."""
+    test_every_autotune_config_gives_the_reference runs every one (this fixture's value: each autotuned kernel's
+    whole config list). The interpreter has one config anyway (the value is then empty)."""
     if not torch.cuda.is_available() or importlib.util.find_spec("triton") is None:
-        yield
+        yield {}
         return
-    from recsys.ops.triton import hstu_attention as kernels
+    from recsys.ops.triton.hstu_attention import AUTOTUNED_KERNELS
 
-    tuners = (kernels._forward_kernel, kernels._dkdv_kernel, kernels._dq_kernel)
-    saved = [tuner.configs for tuner in tuners]
-    for tuner in tuners:
-        tuner.configs = [c for c in tuner.configs if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) == (64, 64)]
-    yield
-    for tuner, configs in zip(tuners, saved, strict=True):
+    every = {tuner: tuner.configs for tuner in AUTOTUNED_KERNELS}
+    for tuner, configs in every.items():
+        tuner.configs = [c for c in configs if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) == (64, 64)]
+    yield every
+    for tuner, configs in every.items():
         tuner.configs = configs
 
 

@@ -426,6 +426,10 @@ def _dq_kernel(
 # ------------------------------------------------------------------------------------------- host launchers
 
 
+# every autotuned kernel of the op (the tests pin and vary their configs)
+AUTOTUNED_KERNELS = (_forward_kernel, _dkdv_kernel, _dq_kernel)
+
+
 def _block_e(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))  # tl.dot needs every dim >= 16
 

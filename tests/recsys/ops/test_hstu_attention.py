@@ -285,20 +285,16 @@ def test_real_sizes_on_cuda(num_seqs: int, seq_len: int, dtype: torch.dtype) -> 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the autotune configs are compiled for a CUDA device")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_every_autotune_config_gives_the_reference(dtype: torch.dtype) -> None:
+def test_every_autotune_config_gives_the_reference(
+    dtype: torch.dtype, one_hstu_attention_config: dict[Any, list[Any]]
+) -> None:
     """Each config the kernels may autotune to, alone: lengths of 150-300 tokens cross every block size's edges."""
-    from recsys.ops.triton import hstu_attention as kernels
-
-    everyone = {
-        kernels._forward_kernel: kernels._configs("BLOCK_M", "BLOCK_N"),
-        kernels._dkdv_kernel: kernels._configs("BLOCK_M", "BLOCK_N"),
-        kernels._dq_kernel: kernels._dq_configs(),
-    }
-    pinned = {tuner: (tuner.configs, tuner.cache) for tuner in everyone}
+    every = one_hstu_attention_config  # each autotuned kernel's whole config list (tests/conftest.py)
+    pinned = {tuner: (tuner.configs, tuner.cache) for tuner in every}
     case = real_case(6, 300, dtype)
     try:
-        for index in range(len(everyone[kernels._forward_kernel])):
-            for tuner, configs in everyone.items():
+        for index in range(len(next(iter(every.values())))):
+            for tuner, configs in every.items():
                 tuner.configs, tuner.cache = [configs[index]], {}
             check_real_case(case, 300)
     finally:

@@ -41,7 +41,7 @@ def signature(fn, dtype, constants):
         return "fp32" if name == "scale" else "i32"
     return {name: kind(name) for name in fn.arg_names}
 
-for autotuned in (kernels._forward_kernel, kernels._dkdv_kernel, kernels._dq_kernel):
+for autotuned in kernels.AUTOTUNED_KERNELS:
     for dtype, has_time, blocks in (("bf16", True, (64, 64)), ("fp32", False, (32, 32))):
         config = next(c for c in autotuned.configs if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) == blocks)
         fast = dtype != "fp32"  # as kernels._constants: bf16 takes the tanh.approx sigmoid
