@@ -52,8 +52,9 @@ class PackedBatch:
 
         def move(t: torch.Tensor) -> torch.Tensor:
             # from pinned memory the copy is queued behind the GPU's work; from pageable memory the host would wait
-            # for that work to finish first (the previous step's all-reduce and update, with several processes)
-            return (t.pin_memory() if pin and t.device.type == "cpu" else t).to(device, non_blocking=True)
+            # for that work to finish first (the previous step's all-reduce and update, with several processes);
+            # a view whose elements share memory (an `expand`) cannot be pinned, so it is laid out first
+            return (t.contiguous().pin_memory() if pin and t.device.type == "cpu" else t).to(device, non_blocking=True)
 
         return PackedBatch(
             move(self.inputs),

@@ -141,10 +141,12 @@ def test_a_configured_peer_checkout_must_hold_the_peer_kernel(tmp_path: Path) ->
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_the_peer_runs_in_a_process_of_its_own_and_its_failure_is_recorded(tmp_path: Path) -> None:
-    # a checkout whose kernel file imports nothing usable: on CUDA its process fails, without CUDA it never starts
+    # a checkout whose kernel file imports nothing usable (beside the peer's `common`, imported first): on CUDA its
+    # process fails, without CUDA it never starts
     kernel = tmp_path / "peer" / hstu_attention.PEER_FILE
     kernel.parent.mkdir(parents=True)
     kernel.write_text("raise ImportError('not the peer')\n")
+    (tmp_path / "peer/generative_recommenders/common.py").write_text("")
     case = "{name: peer, num_seqs: 2, seq_len: 20, heads: 2, head_dim: 16, lengths: full, time_buckets: 0}"
     path = hstu_attention.main(["--config", str(REPO / SMOKE), "--set", f"cases=[{case}]", "--set", "steps=[]",
                                 "--set", f"peer_checkout={tmp_path / 'peer'}", "--set", "peer_commit=none",

@@ -68,25 +68,35 @@ MAX_GRID_BLOCKS = 65_535  # programs along grid axis 1 (CUDA's limit); past it a
 _UPCAST_DOTS = tl.constexpr(INTERPRETED)
 
 
+# The autotune set, (BLOCK_M, BLOCK_N, num_warps, num_stages): small blocks for short sequences (a 200-token
+# sequence has 2 blocks of 128), 128-row blocks with deeper pipelines for long ones. A config a GPU's shared memory
+# cannot hold (fp32 128 x 128 tiles on Hopper) is skipped by the autotuner there.
+AUTOTUNE_TILES = (
+    (32, 32, 4, 2),
+    (32, 64, 4, 2),
+    (64, 32, 4, 3),
+    (64, 64, 4, 3),
+    (128, 64, 8, 2),
+    (64, 128, 8, 2),
+    (128, 64, 4, 3),
+    (128, 64, 8, 3),
+    (128, 128, 8, 3),
+)
+
+
 def _configs(block_m: str, block_n: str) -> list[triton.Config]:
-    """The autotune set; `block_m`/`block_n` name the kernel's query and key block parameters. Small blocks for
-    short sequences (a 200-token sequence has 2 blocks of 128), 128-row blocks with deeper pipelines for long ones."""
+    """The autotune set (`AUTOTUNE_TILES`); `block_m`/`block_n` name the kernel's query and key block parameters."""
     if INTERPRETED:
         return [triton.Config({block_m: 16, block_n: 16}, num_warps=1)]
     return [
         triton.Config({block_m: bm, block_n: bn}, num_warps=warps, num_stages=stages)
-        for bm, bn, warps, stages in [
-            (32, 32, 4, 2),
-            (32, 64, 4, 2),
-            (64, 32, 4, 3),
-            (64, 64, 4, 3),
-            (128, 64, 8, 2),
-            (64, 128, 8, 2),
-            (128, 64, 4, 3),
-            (128, 64, 8, 3),
-            (128, 128, 8, 3),
-        ]
+        for bm, bn, warps, stages in AUTOTUNE_TILES
     ]
+
+
+def config_tile(config: triton.Config) -> tuple[int, int, int, int]:
+    """The `AUTOTUNE_TILES` entry of one of the autotuned kernels' configs."""
+    return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_warps, config.num_stages
 
 
 def _dq_configs() -> list[triton.Config]:

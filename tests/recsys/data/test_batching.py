@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 import torch
 
 from recsys.data.batching import HistoryBatch, PackedBatch, history_target_batches, packed_next_item_batches
@@ -116,3 +117,13 @@ def test_a_moved_batch_knows_its_real_targets_flat_positions_and_a_row_slice_fin
     half = moved.take_rows(slice(1, None, 2))
     assert torch.equal(half.targets, batch.targets[1::2]) and half.real_positions is None
     assert torch.equal(half.targets.reshape(-1)[half.flat_real_positions()], half.targets[half.targets != 0])
+
+
+@pytest.mark.gpu
+def test_a_batch_of_broadcast_views_moves_to_cuda_through_pinned_memory() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("pinned host memory needs a CUDA device")
+    rows = torch.tensor([[0, 1, 2, 3]]).expand(2, -1)  # one row's memory seen twice: cannot be pinned as it is
+    batch = PackedBatch(rows + 1, rows + 2, torch.ones(2, 4, dtype=torch.int64), rows)
+    moved = batch.to("cuda")
+    assert moved.positions.is_cuda and torch.equal(moved.positions.cpu(), rows)
