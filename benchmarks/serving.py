@@ -28,7 +28,8 @@ Needs `wrk` (apt-get install -y wrk). Steps, in one run:
    a. wrk, --connections connections for --duration seconds: `POST /v1/recommendations` {user_id, k: 10} for
       users drawn at random from the data; requests/s, latency p50/p95/p99 and every error wrk counts
       (connect/read/write/timeout and non-2xx statuses); with one worker, the server's own count of model calls
-      and requests per call (micro-batching) from its /metrics (each worker has its own);
+      and requests per call (micro-batching) from its /metrics (each worker has its own), and its full garbage
+      collections during the load (how many, their total pause: a full collection stops every request);
    b. freshness (first worker count only): for --freshness-trials new users, the time from sending
       `POST /v1/events` to holding a recommendation that reads the event (history_length 1), p50/p99;
    c. hot swap under load: the same wrk load while a better-scoring copy of the model is registered, promoted
@@ -212,7 +213,11 @@ def main(argv: list[str] | None = None) -> Path:
     for workers in args.workers:
         with serve(name, uri, workers, args.history_store, args.redis_url) as server:
             base = server.base
-            load = wrk(base, RECOMMENDATIONS, users, args.duration, args.connections, seed=0)
+            load = (  # each worker has its own /metrics: with several, two reads may come from two of them
+                _wrk_with_full_collections(base, users, args, seed=0)
+                if workers == 1
+                else wrk(base, RECOMMENDATIONS, users, args.duration, args.connections, seed=0)
+            )
             run: dict[str, Any] = {"workers": workers, **load}
             if workers == 1:  # each worker counts its own model calls: one worker's /metrics is the whole server's
                 run["server_batching"] = _server_batching(base)
@@ -356,9 +361,7 @@ def _against_baseline(
         order = list(served.items())
         for role, registered in order[::-1] if round_ % 2 else order:  # ABBA: neither always runs first
             with serve(registered, uri, 1, args.history_store, args.redis_url) as server:
-                rounds[role].append(
-                    wrk(server.base, RECOMMENDATIONS, users, args.duration, args.connections, seed=round_)
-                )
+                rounds[role].append(_wrk_with_full_collections(server.base, users, args, seed=round_))
     medians = {
         role: {
             "requests_per_second": statistics.median(r["requests_per_second"] for r in runs),
@@ -454,15 +457,37 @@ def _model_call_ms(bundle: Bundle, users: list[str], calls: int) -> dict[str, fl
     return percentiles(times, (50, 99))
 
 
-def _server_batching(base: str) -> dict[str, float]:
-    """Model calls the server made so far (from its /metrics): how many, requests per call, ms per call."""
+def _metric_samples(base: str) -> dict[str, float]:
+    """The server's /metrics now: each sample's value by its name and labels (`name{label=value}`)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    samples = {
-        sample.name: sample.value
+    return {
+        sample.name + "".join(f"{{{key}={value}}}" for key, value in sorted(sample.labels.items())): sample.value
         for family in text_string_to_metric_families(httpx.get(f"{base}/metrics", timeout=10).text)
         for sample in family.samples
     }
+
+
+FULL_COLLECTIONS = "recsys_gc_pause_seconds_{}{{generation=2}}"
+
+
+def _wrk_with_full_collections(base: str, users: list[str], args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """wrk on the recommendations route, and the server's full garbage collections while it ran: how many, and their
+    total pause (from its /metrics)."""
+    before = _metric_samples(base)
+    load = wrk(base, RECOMMENDATIONS, users, args.duration, args.connections, seed=seed)
+    after = _metric_samples(base)
+
+    def grown(part: str) -> float:
+        key = FULL_COLLECTIONS.format(part)
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    return {**load, "full_collections": {"count": int(grown("count")), "pause_ms": significant(grown("sum") * 1e3)}}
+
+
+def _server_batching(base: str) -> dict[str, float]:
+    """Model calls the server made so far (from its /metrics): how many, requests per call, ms per call."""
+    samples = _metric_samples(base)
     calls = samples["recsys_model_batch_size_count"]
     return {
         "model_calls": int(calls),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -51,6 +52,7 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         torch.set_num_threads(settings.torch_threads)
+        stop_watching_collections = state.metrics.watch_collections()
         state.history_store = _started_history_store(settings, state.metrics)
         batcher = state.batcher = MicroBatcher(settings.max_batch, state.metrics)
         batcher.start()
@@ -75,6 +77,8 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
             poller.cancel()
         await batcher.stop()
         state.changes.close()
+        stop_watching_collections()
+        gc.unfreeze()  # what was exempted is the interpreter's to collect again (at exit above all)
 
     # /docs and /redoc load Swagger UI and ReDoc from this server (fastapi-offline's copies), never from a CDN: the
     # pages work where the server's network reaches nothing else

@@ -1,6 +1,7 @@
 """Prometheus metrics of one app: requests by route and status, request latency, model calls and batch sizes,
 each candidate source's time and failures (a ranker with several sources),
-champion reloads and their failures, whether the online history store answers, items added at run time.
+champion reloads and their failures, whether the online history store answers, items added at run time, and the
+garbage collector's pauses by generation (a full collection stops every request at once).
 
 Each app owns its registry (several apps in one process, e.g. tests, do not collide); `GET /metrics`
 serves it in the Prometheus text format. Requests are observed by a plain ASGI middleware (Starlette's
@@ -9,8 +10,10 @@ serves it in the Prometheus text format. Requests are observed by a plain ASGI m
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -64,6 +67,25 @@ class ServingMetrics:
             "recsys_history_store_up", "1 when the online history store answered its last call, else 0",
             registry=self.registry,
         )  # fmt: skip
+
+        self.gc_pauses = Histogram(
+            "recsys_gc_pause_seconds", "garbage collections of this process by generation (2: full), and their pauses",
+            ["generation"], buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+
+    def watch_collections(self) -> Callable[[], None]:
+        """Time every garbage collection of the process from now on; returns what stops it (the callback is the
+        interpreter's, shared by every app of the process)."""
+        started = [0.0]
+
+        def observe(phase: str, info: dict[str, Any]) -> None:
+            if phase == "start":
+                started[0] = time.perf_counter()
+            else:
+                self.gc_pauses.labels(str(info["generation"])).observe(time.perf_counter() - started[0])
+
+        gc.callbacks.append(observe)
+        return lambda: gc.callbacks.remove(observe)
 
     def observe_sources(self, calls: Iterable[SourceCall]) -> None:
         """Each candidate source's part of one model call."""

@@ -49,6 +49,11 @@ class ServingSettings(BaseSettings):
     history_ttl_s: int = Field(
         default=30 * 24 * 3600, ge=1, description="Seconds a user's events live in Redis after the last one."
     )
+    gc_freeze: bool = Field(
+        default=True,
+        description="Exempt what a model load leaves in memory from Python's full garbage collections, which otherwise "
+        "walk it and stop every request while they do (off: the interpreter's default).",
+    )
     reload_interval_s: float = Field(
         default=30.0,
         ge=0,

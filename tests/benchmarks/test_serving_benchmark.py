@@ -58,7 +58,9 @@ def test_short_load_test_writes_the_issue_fields(tmp_path: Path) -> None:
     batching = one["server_batching"]  # every wrk request went through a model call (the mean has 4 digits)
     assert batching["model_calls"] * batching["mean_requests_per_call"] >= one["requests"] * (1 - 5e-4)
     assert batching["mean_requests_per_call"] >= 1 and batching["mean_model_call_ms"] > 0
-    assert "server_batching" not in result["runs"][1]  # each worker counts its own calls
+    assert not {"server_batching", "full_collections"} & set(result["runs"][1])  # each worker counts its own
+    collections = one["full_collections"]  # during the load, read from the server's /metrics before and after it
+    assert collections["count"] >= 0 and (collections["pause_ms"] > 0) == (collections["count"] > 0)
     assert {"concurrency", "machine", "command"} <= set(result)
     assert result["load_test"] == {
         "duration_s": 2, "connections": 2, "model_calls": 20, "freshness_trials": 10, "workers": [1, 2],
@@ -120,6 +122,8 @@ def test_model_dir_run_reports_startup_memory_and_both_routes(tmp_path: Path) ->
     for role in ("model", "baseline"):
         assert len(against["runs"][role]) == 2 and against["medians"][role]["errors"] == 0
         assert all(run["requests"] > 0 for run in against["runs"][role])
+        # the server's full collections during each load, from its /metrics (the loaded model is exempt from them)
+        assert all(set(run["full_collections"]) == {"count", "pause_ms"} for run in against["runs"][role])
     medians = against["medians"]
     assert against["throughput_ratio"] == pytest.approx(
         medians["model"]["requests_per_second"] / medians["baseline"]["requests_per_second"], rel=1e-2

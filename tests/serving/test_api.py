@@ -3,6 +3,7 @@ the in-process and the real Redis history stores."""
 
 from __future__ import annotations
 
+import gc
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,3 +129,24 @@ def test_metrics_count_requests_by_route_and_time_the_model(client: TestClient) 
     assert 'recsys_http_requests_total{route="/v1/similar-items/{item_id}",status="404"}' in text
     count = next(line for line in text.splitlines() if line.startswith("recsys_model_call_seconds_count"))
     assert float(count.split()[-1]) >= 1
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_a_loaded_model_is_exempt_from_full_collections_whose_pauses_are_metered(
+    registry: tuple[str, str, Path], freeze: bool
+) -> None:
+    uri, name, _ = registry
+    gc.unfreeze()
+    callbacks = len(gc.callbacks)
+    try:
+        with TestClient(create_app(ServingSettings(model_name=name, tracking_uri=uri, gc_freeze=freeze))) as client:
+            assert (gc.get_freeze_count() > 0) == freeze  # the loaded model's objects, when asked
+            gc.collect()
+            text = client.get("/metrics").text
+            full = next(
+                line for line in text.splitlines() if line.startswith('recsys_gc_pause_seconds_count{generation="2"}')
+            )
+            assert float(full.split()[-1]) >= 1
+        assert len(gc.callbacks) == callbacks  # the stopped app's timer went with it
+    finally:
+        gc.unfreeze()

@@ -70,7 +70,7 @@ _UPCAST_DOTS = tl.constexpr(INTERPRETED)
 
 # The autotune set, (BLOCK_M, BLOCK_N, num_warps, num_stages): small blocks for short sequences (a 200-token
 # sequence has 2 blocks of 128), 128-row blocks with deeper pipelines for long ones. A config a GPU's shared memory
-# cannot hold (fp32 128 x 128 tiles on Hopper) is skipped by the autotuner there.
+# cannot hold (Triton's OutOfResources) is skipped by the autotuner there.
 AUTOTUNE_TILES = (
     (32, 32, 4, 2),
     (32, 64, 4, 2),
