@@ -31,7 +31,7 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 if HAS_TRITON:
     from triton.runtime.errors import OutOfResources
 
-    from recsys.ops.triton.hstu_attention import AUTOTUNE_TILES
+    from recsys.ops.triton.hstu_attention import AUTOTUNE_TILES, config_tile
 else:
     AUTOTUNE_TILES = ()
 TRITON = pytest.param(Kernel.TRITON, marks=pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed"))
@@ -294,12 +294,10 @@ def test_real_sizes_on_cuda(num_seqs: int, seq_len: int, dtype: torch.dtype) -> 
 def test_every_autotune_config_gives_the_reference(
     dtype: torch.dtype, tile: tuple[int, int, int, int], one_hstu_attention_config: dict[Any, list[Any]]
 ) -> None:
-    """Each config the kernels may autotune to, alone (a test each: an fp32 128 x 128 tile compiles for minutes):
+    """Each config the kernels may autotune to, alone (a test each: a stopped run loses one config, and names it):
     lengths of 150-300 tokens cross every block size's edges."""
     if not torch.cuda.is_available():
         pytest.skip("the autotune configs are compiled for a CUDA device")
-    from recsys.ops.triton.hstu_attention import config_tile
-
     every = one_hstu_attention_config  # each autotuned kernel's whole config list (tests/conftest.py)
     pinned = {tuner: (tuner.configs, tuner.cache) for tuner in every}
     try:
