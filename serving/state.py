@@ -77,7 +77,7 @@ class ServingState:
 
 
 def exempt_loaded_objects_from_collection() -> None:
-    """Python's full collections walk every object the process tracks, a model's hundreds of thousands among them,
+    """Python's full collections walk every object the process tracks, a loaded model's among them,
     and stop every request while they do (`recsys_gc_pause_seconds{generation="2"}`). Frozen, the objects loaded so
     far are skipped by them; after a swap the previous model's leftovers are collected once first."""
     gc.unfreeze()
