@@ -305,18 +305,24 @@ def run_case(c: AttentionCase, s: Settings, device: torch.device, timer: Timer) 
 
 def gpu_time(step: Callable[[], Any], ms: float, calls: int = 5) -> dict[str, Any]:
     """The GPU's busy time per call of `step` by kernel (torch.profiler over `calls` calls) and its share of the
-    timed `ms`: a share well under 1 means the call waits on host work (launches, Python), not on its kernels."""
+    timed `ms`: a share well under 1 means the call waits on host work (launches, Python), not on its kernels; the
+    host's own time per call by operator (`host_ms`, self time: where that host work goes)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             step()
         torch.cuda.synchronize()
-    kernels = {e.key: e.self_device_time_total / calls / 1e3 for e in prof.key_averages() if e.self_device_time_total}
+    events = prof.key_averages()
+    kernels = {e.key: e.self_device_time_total / calls / 1e3 for e in events if e.self_device_time_total}
+    host = {e.key: e.self_cpu_time_total / calls / 1e3 for e in events if e.self_cpu_time_total}
     busy = sum(kernels.values())
-    top = sorted(kernels.items(), key=lambda item: -item[1])[:6]
-    return {"busy_ms": significant(busy), "busy_share": significant(busy / ms),
-            "kernels_ms": {name[:80]: significant(t) for name, t in top}}  # fmt: skip
+    return {"busy_ms": significant(busy), "busy_share": significant(busy / ms), "kernels_ms": _top(kernels),
+            "host_ms": _top(host)}  # fmt: skip
+
+
+def _top(times_ms: dict[str, float], n: int = 6) -> dict[str, float]:
+    return {name[:80]: significant(t) for name, t in sorted(times_ms.items(), key=lambda item: -item[1])[:n]}
 
 
 PEER_FILE = "generative_recommenders/ops/triton/triton_hstu_attention.py"

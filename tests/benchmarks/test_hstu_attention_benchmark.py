@@ -51,6 +51,7 @@ def test_smoke_run_writes_its_fields(tmp_path: Path, capsys: pytest.CaptureFixtu
                     timing["ms"] * gpu["busy_share"], rel=0.05
                 )
                 assert any("kernel" in name for name in gpu["kernels_ms"]), gpu["kernels_ms"]
+                assert gpu["host_ms"] and all(positive(t) for t in gpu["host_ms"].values()), gpu["host_ms"]
             else:
                 assert "gpu" not in timing
         assert case["fwd_bwd"]["flops"] == 3 * case["fwd"]["flops"]
