@@ -49,8 +49,9 @@ catalogue), and for a query-aware model on `POST /v1/search` as in 3d. No model-
 (the steps above that need the pipeline). Writes benchmarks/results/serving-<config name without -sasrec>-<items>
 [-redis].json. With `--baseline-model-dir DIR` (registered as the config it was trained with, its `config.yaml`; the
 model's index settings) the same session then serves the model and the baseline one at a time in `--rounds`
-alternating wrk runs on `POST /v1/recommendations` and records their medians and ratios (`against_baseline`): e.g.
-a distilled student against the SASRec it replaces:
+alternating wrk runs on `POST /v1/recommendations`, each server with `--round-workers` processes (default 1; more
+need `--history-store redis`), and records their medians and ratios (`against_baseline`): e.g. a distilled student
+against the SASRec it replaces:
 
     .venv/bin/python -m benchmarks.serving --config configs/beauty/distill-two-stage.yaml --model-dir STUDENT_DIR \
         --baseline-model-dir .cache/bench/models/beauty-sasrec --duration 20 --rounds 3
@@ -174,10 +175,19 @@ def main(argv: list[str] | None = None) -> Path:
         "session, in wrk rounds alternating with --model-dir's: medians and ratios of throughput and p99",
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the --baseline-model-dir runs")
+    parser.add_argument(
+        "--round-workers",
+        type=int,
+        default=1,
+        help="server processes of each --rounds run (above 1: --history-store redis; full collections are counted "
+        "with 1 only, /metrics being per worker)",
+    )
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
-    if args.history_store == "memory" and max(args.workers) > 1:
+    if args.round_workers < 1:
+        raise SystemExit(f"--round-workers {args.round_workers}: a server has at least 1 worker. Fix: 1 or more")
+    if args.history_store == "memory" and max(*args.workers, args.round_workers) > 1:
         raise SystemExit("--workers above 1 share users' events through Redis: add --history-store redis")
     if args.model_dir is not None and (args.data_dir is not None or args.epochs is not None):
         raise SystemExit(
@@ -341,7 +351,7 @@ def _model_dir_run(args: argparse.Namespace, reproduce: Reproduce, work: Path) -
 def _against_baseline(
     args: argparse.Namespace, name: str, uri: str, users: list[str], work: Path, reproduce: Reproduce
 ) -> dict[str, Any]:
-    """--baseline-model-dir: it and the --model-dir champion `name` served one at a time (one worker), in --rounds
+    """--baseline-model-dir: it and the --model-dir champion `name` served one at a time (--round-workers), in --rounds
     alternating wrk runs on `POST /v1/recommendations` (which goes first alternating too), so both see the same
     machine; medians and the model's ratios to the baseline (throughput > 1 and p99 < 1 favour the model)."""
     baseline_dir = args.baseline_model_dir.resolve()
@@ -360,8 +370,12 @@ def _against_baseline(
     for round_ in range(args.rounds):
         order = list(served.items())
         for role, registered in order[::-1] if round_ % 2 else order:  # ABBA: neither always runs first
-            with serve(registered, uri, 1, args.history_store, args.redis_url) as server:
-                rounds[role].append(_wrk_with_full_collections(server.base, users, args, seed=round_))
+            with serve(registered, uri, args.round_workers, args.history_store, args.redis_url) as server:
+                if args.round_workers == 1:
+                    rounds[role].append(_wrk_with_full_collections(server.base, users, args, seed=round_))
+                else:
+                    rounds[role].append(wrk(server.base, RECOMMENDATIONS, users, args.duration, args.connections,
+                                            seed=round_))  # fmt: skip
     medians = {
         role: {
             "requests_per_second": statistics.median(r["requests_per_second"] for r in runs),
@@ -375,6 +389,7 @@ def _against_baseline(
         "baseline": baseline_config.registered_model_name,
         "baseline_model_dir": str(baseline_dir),
         "rounds": args.rounds,
+        "workers": args.round_workers,
         "medians": medians,
         "throughput_ratio": significant(model["requests_per_second"] / base["requests_per_second"]),
         "p99_ratio": significant(model["p99_ms"] / base["p99_ms"]),

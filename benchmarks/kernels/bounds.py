@@ -211,11 +211,13 @@ def main(argv: list[str] | None = None) -> Path:
             "from_csv: the CSVs do not say which GPU made them. Fix: --set result_name=kernels-bounds-<gpu>"
         )
     else:
-        gpu, slug = "as the kept CSVs' run (result_name)", ""
+        gpu, slug = None, ""  # the kept CSVs' GPU: the one result_name names
     name = s.result_name.format(device=slug)
     keep = args.results_dir / name
-    keep.mkdir(parents=True, exist_ok=True)
-    ncu = ncu_binary() if s.from_csv is None else ""
+    ncu = ""
+    if s.from_csv is None:
+        ncu = ncu_binary()
+        keep.mkdir(parents=True, exist_ok=True)
     probes: dict[str, Any] = {}
     for probe in s.probes:
         if s.from_csv is None:

@@ -118,7 +118,7 @@ def test_model_dir_run_reports_startup_memory_and_both_routes(tmp_path: Path) ->
     compare = [*args, "--work-dir", str(tmp_path / "compare"), "--baseline-model-dir", str(baseline_dir)]
     compared = serving.main([*compare, "--rounds", "2"])
     against = json.loads(compared.read_text())["against_baseline"]
-    assert against["baseline"] == "synthetic-baseline" and against["rounds"] == 2
+    assert against["baseline"] == "synthetic-baseline" and against["rounds"] == 2 and against["workers"] == 1
     for role in ("model", "baseline"):
         assert len(against["runs"][role]) == 2 and against["medians"][role]["errors"] == 0
         assert all(run["requests"] > 0 for run in against["runs"][role])
@@ -130,6 +130,18 @@ def test_model_dir_run_reports_startup_memory_and_both_routes(tmp_path: Path) ->
     )
     with pytest.raises(SystemExit, match="as --model-dir does"):
         serving.main([*args, "--work-dir", str(tmp_path / "same"), "--baseline-model-dir", str(model_dir)])
+
+    # rounds of two-worker servers share users' events through Redis; their /metrics are per worker: no collections
+    two = [*args, "--work-dir", str(tmp_path / "two"), "--baseline-model-dir", str(baseline_dir), "--rounds", "1"]
+    with pytest.raises(SystemExit, match="through Redis"):
+        serving.main([*two, "--round-workers", "2"])
+    two_workers = serving.main([*two, "--round-workers", "2", "--history-store", "redis"])
+    against = json.loads(two_workers.read_text())["against_baseline"]
+    assert (
+        against["workers"] == 2
+        and against["medians"]["model"]["errors"] == against["medians"]["baseline"]["errors"] == 0
+    )
+    assert all("full_collections" not in run for runs in against["runs"].values() for run in runs)
 
     other_model = [*args, "--set", "model.params.dim=16"]  # not what the model directory was trained with
     with pytest.raises(SystemExit, match=r"was trained with another model\.params"):
