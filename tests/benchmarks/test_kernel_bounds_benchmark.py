@@ -84,3 +84,16 @@ def test_ncu_sees_the_backward_kernels_of_a_live_probe(tmp_path: Path) -> None:
     kernels = {k["kernel"] for k in json.loads(path.read_text())["probes"]["smoke"]["kernels"]}
     assert {"_forward_kernel", "_dkdv_kernel", "_dq_kernel"} <= kernels, kernels
     assert (tmp_path / path.stem / "smoke.csv.gz").is_file()
+
+
+@pytest.mark.parametrize("config", ["kernels-bounds.yaml", "kernels-bounds-all.yaml"])
+def test_every_probe_names_a_case_of_its_bench(config: str) -> None:
+    from benchmarks.kernels import embedding_bag, hstu_attention
+
+    settings = bounds.load_settings(REPO / "benchmarks/configs" / config, {})
+    bags = embedding_bag.load_settings(REPO / settings.embedding_bag_config, {})
+    cases = {
+        "embedding_bag": {c.name for c in embedding_bag.all_cases(bags)},
+        "hstu_attention": {c.name for c in hstu_attention.load_settings(REPO / settings.attention_config, {}).cases},
+    }
+    assert settings.probes and all(probe.case in cases[probe.bench] for probe in settings.probes)
