@@ -188,7 +188,9 @@ def main(argv: list[str] | None = None) -> Path:
     if args.round_workers < 1:
         raise SystemExit(f"--round-workers {args.round_workers}: a server has at least 1 worker. Fix: 1 or more")
     if args.history_store == "memory" and max(*args.workers, args.round_workers) > 1:
-        raise SystemExit("--workers above 1 share users' events through Redis: add --history-store redis")
+        raise SystemExit(
+            "--workers or --round-workers above 1 share users' events through Redis: add --history-store redis"
+        )
     if args.model_dir is not None and (args.data_dir is not None or args.epochs is not None):
         raise SystemExit(
             "--model-dir serves a model already trained: --data-dir and --epochs do not apply. Fix: drop them"
