@@ -307,6 +307,7 @@ def gpu_time(step: Callable[[], Any], ms: float, calls: int = 5) -> dict[str, An
     """The GPU's busy time per call of `step` by kernel (torch.profiler over `calls` calls) and its share of the
     timed `ms`: a share well under 1 means the call waits on host work (launches, Python), not on its kernels; the
     host's own time per call by operator (`host_ms`, self time: where that host work goes)."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -314,7 +315,9 @@ def gpu_time(step: Callable[[], Any], ms: float, calls: int = 5) -> dict[str, An
             step()
         torch.cuda.synchronize()
     events = prof.key_averages()
-    kernels = {e.key: e.self_device_time_total / calls / 1e3 for e in events if e.self_device_time_total}
+    # the GPU's own events only: with CPU activity on, the operators that launched them carry the same time again
+    device = [e for e in events if e.device_type == DeviceType.CUDA]
+    kernels = {e.key: e.self_device_time_total / calls / 1e3 for e in device if e.self_device_time_total}
     host = {e.key: e.self_cpu_time_total / calls / 1e3 for e in events if e.self_cpu_time_total}
     busy = sum(kernels.values())
     return {"busy_ms": significant(busy), "busy_share": significant(busy / ms), "kernels_ms": _top(kernels),
