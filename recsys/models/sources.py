@@ -115,7 +115,8 @@ class Candidates:
     """The union of the sources' proposals for a batch of rows.
 
     Args:
-        items: (B, C) item_idx, best position first, 0 = padding (rows proposing fewer than C).
+        items: (B, C) item_idx, best position in any source first (ties: the lower item_idx), 0 = padding (rows
+            proposing fewer than C).
         retrieval: (B, C) the retriever's score of each candidate; an item no first stage was trained on gets the
             score of the retriever's last candidate (its own score is that of an untrained vector: it would sink
             the item whatever the other sources say); padding: the row's lowest real score.
@@ -243,34 +244,27 @@ def propose(
     start = time.perf_counter()
     retriever_scores = score(retriever)  # first, whatever its place: the others need its shape, it cannot fail
     B, V1 = retriever_scores.shape
-    positions: dict[str, torch.Tensor] = {}  # per source: (B, V+1) 1 / (1 + position), 0 where not proposed
-    gaps: dict[str, torch.Tensor] = {}  # model kinds: (B, V+1) the score's gap to the row's best
+    tops: dict[str, Top] = {}
     seconds: dict[str, float] = {}
     failed: set[str] = set()
     for source in sources:
         if source is not retriever:
             start = time.perf_counter()
         try:
-            scores = retriever_scores if source is retriever else score(source)
-            positions[source.name] = _positions(source, scores)
-            if source.kind == "model":
-                gaps[source.name] = _gap(scores, positions[source.name])
+            tops[source.name] = _top(source, retriever_scores if source is retriever else score(source))
         except Exception:
             if source is retriever:
                 raise
             _skip(source, failed)
-            positions[source.name] = torch.zeros(B, V1, device=retriever_scores.device)
+            tops[source.name] = Top.empty(B, retriever_scores.device)
         seconds[source.name] = time.perf_counter() - start
-    best = torch.stack(list(positions.values())).amax(dim=0)  # (B, V+1): the item's best position in any source
-    best[:, 0] = 0.0
-    width = int((best > 0).sum(dim=1).max().clamp(min=1))
-    order = best.topk(width, dim=1)
-    items = torch.where(order.values > 0, order.indices, torch.zeros_like(order.indices))
+    items = _union(list(tops.values()), V1)
+    scratch = torch.zeros(B, V1, device=items.device)  # one (B, V+1) row buffer for every source's lookups
     retrieval = retriever_scores.gather(1, items)
     if untrained is not None:  # the retriever's score of an item it never trained on says nothing about the user
-        proposed = positions[retriever.name] > 0
-        floor = retriever_scores.masked_fill(~proposed, float("inf")).amin(dim=1, keepdim=True)  # its last candidate's
-        retrieval = torch.where(untrained.to(items.device)[items], floor, retrieval)
+        proposed = tops[retriever.name]
+        floor = proposed.values.masked_fill(proposed.weights == 0, float("inf")).amin(dim=1, keepdim=True)
+        retrieval = torch.where(untrained.to(items.device)[items], floor, retrieval)  # its last candidate's score
     lowest = retrieval.masked_fill(items == 0, float("inf")).amin(dim=1, keepdim=True)
     retrieval = torch.where(items == 0, lowest, retrieval)
     extras = []  # per source of two features, its second, (B, C)
@@ -279,8 +273,8 @@ def propose(
             continue
         start = time.perf_counter()
         extra = torch.zeros(items.shape, device=items.device)
-        if source.name in gaps:
-            extra = gaps[source.name].gather(1, items)
+        if source.kind == "model":
+            extra = tops[source.name].gap(items, scratch)
         elif source.reads_content and source.name not in failed:
             try:
                 extra = cosine(source, items)
@@ -291,10 +285,68 @@ def propose(
                 _skip(source, failed)  # its proposals stay in the union, with no cosine
         extras.append(extra)
         seconds[source.name] += time.perf_counter() - start
-    features = torch.stack([positions[source.name].gather(1, items) for source in sources] + extras, dim=-1)
+    positions = [tops[source.name].lookup(tops[source.name].weights, items, scratch) for source in sources]
+    features = torch.stack(positions + extras, dim=-1)
     features = features.masked_fill(~features.isfinite(), 0.0) * (items != 0)[..., None]
     calls = [SourceCall(source.name, seconds[source.name], source.name in failed) for source in sources]
     return Candidates(items, retrieval, features), calls
+
+
+@dataclass(frozen=True)
+class Top:
+    """One source's top-N of a batch: (B, N) items, their scores and weights 1 / (1 + position), 0 where the score is
+    -inf (not proposable: not proposed)."""
+
+    indices: torch.Tensor
+    values: torch.Tensor
+    weights: torch.Tensor
+
+    @staticmethod
+    def empty(rows: int, device: torch.device) -> Top:
+        """What a failed source proposes: nothing."""
+        none = torch.zeros(rows, 0, device=device)
+        return Top(none.long(), none, none)
+
+    def lookup(self, per_item: torch.Tensor, items: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+        """(B, N) values of this top's items -> (B, C) those of `items`, 0 for an item not in it: scattered into the
+        zeroed (B, V+1) `scratch` and read back, which is left zeroed again."""
+        found = scratch.scatter_(1, self.indices, per_item).gather(1, items)
+        scratch.scatter_(1, self.indices, torch.zeros_like(per_item))
+        return found
+
+    def gap(self, items: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+        """A model source's second feature: (B, C) each of `items` it proposed, its score's gap to its row's best
+        (its top-1), 0 elsewhere."""
+        proposed = self.weights > 0
+        gap = torch.where(proposed, self.values - self.values[:, :1], torch.zeros_like(self.values))
+        return self.lookup(gap, items, scratch)
+
+
+def _top(source: CandidateSource, scores: torch.Tensor) -> Top:
+    B, V1 = scores.shape
+    top = scores.topk(min(source.top, V1 - 1), dim=1)
+    weight = 1.0 / (1.0 + torch.arange(top.indices.shape[1], device=scores.device, dtype=torch.float32))
+    return Top(top.indices, top.values, weight.expand(B, -1) * top.values.isfinite())
+
+
+def _union(tops: list[Top], num_columns: int) -> torch.Tensor:
+    """(B, C) the items some source proposed, each once, by their best position in any source (ties: the lower
+    item_idx first), then 0 (rows proposing fewer than C, the widest row's count). Works on the (B, sum N) proposals:
+    no (B, V+1) sort."""
+    proposals = torch.cat([top.indices for top in tops], dim=1)  # (B, M)
+    weights = torch.cat([top.weights for top in tops], dim=1) * (proposals != 0)  # the padding is never proposed
+    best = torch.zeros(proposals.shape[0], num_columns, device=proposals.device)
+    best = best.scatter_reduce_(1, proposals, weights, "amax").gather(1, proposals)  # each proposal's item's best
+    by_item, order = proposals.sort(dim=1, stable=True)
+    best = best.gather(1, order)
+    first = torch.ones_like(by_item, dtype=torch.bool)
+    first[:, 1:] = by_item[:, 1:] != by_item[:, :-1]
+    keep = first & (best > 0)
+    width = int(keep.sum(dim=1).max().clamp(min=1)) if keep.numel() else 1
+    ranked, by_best = best.masked_fill(~keep, -1.0).sort(dim=1, descending=True, stable=True)  # ties: item order
+    items = by_item.gather(1, by_best)[:, :width]
+    items = torch.where(ranked[:, :width] > 0, items, torch.zeros_like(items))
+    return F.pad(items, (0, width - items.shape[1]))  # a row of no proposals at all: one 0
 
 
 def _untrained_unproposed(
@@ -314,19 +366,3 @@ def _untrained_unproposed(
 def _skip(source: CandidateSource, failed: set[str]) -> None:
     logger.exception("candidate source %s failed; ranking without it for this call", source.name)
     failed.add(source.name)
-
-
-def _positions(source: CandidateSource, scores: torch.Tensor) -> torch.Tensor:
-    """(B, V+1) scores -> (B, V+1) 1 / (1 + position) of the source's top-N items, 0 elsewhere (and where its score
-    is -inf: not proposable)."""
-    B, V1 = scores.shape
-    top = scores.topk(min(source.top, V1 - 1), dim=1)
-    weight = 1.0 / (1.0 + torch.arange(top.indices.shape[1], device=scores.device, dtype=torch.float32))
-    position = torch.zeros(B, V1, device=scores.device)
-    return position.scatter_(1, top.indices, weight.expand(B, -1) * top.values.isfinite())
-
-
-def _gap(scores: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-    """A model source's second feature: (B, V+1) each proposed item's score gap to its row's best, 0 elsewhere."""
-    gap = scores - scores.amax(dim=1, keepdim=True)
-    return torch.where(position > 0, gap, torch.zeros_like(gap))

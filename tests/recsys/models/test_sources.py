@@ -117,6 +117,42 @@ def test_a_model_source_adds_its_top_and_its_score_gap() -> None:
     assert row[2] == pytest.approx([0.5, 0.0, 0.0])  # not proposed by the model: no gap
 
 
+def test_the_union_matches_a_whole_catalogue_reference_ties_by_item() -> None:
+    """The union works on the sources' tops alone; here against every item's best position computed over the whole
+    catalogue (a (B, V+1) table per source), on ranks that tie across sources, -inf scores and untrained items."""
+    torch.manual_seed(0)
+    B, V1 = 6, 40
+    retriever, model, cosine = torch.randn(B, V1), torch.randn(B, V1), torch.rand(B, V1)
+    model[:, ::3] = -INF  # a model that cannot reach every item
+    cosine[:2, 20:] = -INF  # content that proposes fewer than its top
+    retriever[:, 0] = model[:, 0] = cosine[:, 0] = -INF
+    untrained = torch.zeros(V1, dtype=torch.bool)
+    untrained[[5, 17, 33]] = True
+    sources = [CandidateSource("retriever", 8), CandidateSource("model", 6, index=0), CandidateSource("content", 25),
+               CandidateSource("new_items", 2)]  # fmt: skip
+    score = scores_of(retriever, cosine, model, untrained)
+    found, _ = propose(sources, score, cosines_of(cosine), untrained)
+
+    def positions(source: CandidateSource) -> torch.Tensor:  # (B, V+1) 1 / (1 + position) in its top, else 0
+        scores = score(source)
+        if source.kind in ("retriever", "model"):
+            scores = scores.masked_fill(untrained, -INF)
+        top = scores.topk(source.top, dim=1)
+        weight = (1.0 / torch.arange(1, source.top + 1)) * top.values.isfinite()
+        return torch.zeros(B, V1).scatter_(1, top.indices, weight)
+
+    table = torch.stack([positions(source) for source in sources], dim=-1)  # (B, V+1, sources)
+    best = table.amax(dim=-1)
+    for row in range(B):
+        proposed = sorted(best[row].nonzero().squeeze(1).tolist(), key=lambda item: (-best[row, item].item(), item))
+        items = found.items[row].tolist()
+        assert items[: len(proposed)] == proposed and not any(items[len(proposed) :]), row  # ties: lower item first
+        features = found.features[row, : len(proposed), : len(sources)]
+        torch.testing.assert_close(features, table[row, proposed])
+    assert found.items.shape[1] == int((best > 0).sum(dim=1).max())
+    assert (best > 0).sum(dim=1).unique().numel() > 1  # rows of different widths: the padding was exercised
+
+
 CORNERS = torch.nn.functional.normalize(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), dim=-1)
 
 
