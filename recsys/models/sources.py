@@ -14,9 +14,10 @@ Kinds (`CandidateSource.kind`), each named by its kind (one source per kind):
   show them, instead of a slot fixed by hand. They enter with the retriever score of its last candidate.
 
 The union is de-duplicated and ordered by each item's best position in any source (a source's first item before
-every source's second, ...), padded with item 0 to the widest row; every candidate carries, per source, 1 / (1 +
-its position) in that source's top-N (0 where the source did not propose it), then for the content kinds its cosine
-to the user's closest recent item and for the model kind its score gap (`Candidates.features`).
+every source's second, ...; equal positions: the lower item_idx first), padded with item 0 to the widest row; every
+candidate carries, per source, 1 / (1 + its position) in that source's top-N (0 where the source did not propose it),
+then for the content kinds its cosine to the user's closest recent item and for the model kind its score gap
+(`Candidates.features`).
 
 What a call costs (a serving request, a training batch): the content kind reads each recent item's N nearest
 items from a table made once per content (`content_neighbours`: V^2 * K multiply-adds, then (V+1) * N entries kept),
@@ -262,8 +263,8 @@ def propose(
     scratch = torch.zeros(B, V1, device=items.device)  # one (B, V+1) row buffer for every source's lookups
     retrieval = retriever_scores.gather(1, items)
     if untrained is not None:  # the retriever's score of an item it never trained on says nothing about the user
-        proposed = tops[retriever.name]
-        floor = proposed.values.masked_fill(proposed.weights == 0, float("inf")).amin(dim=1, keepdim=True)
+        retrieved = tops[retriever.name]
+        floor = retrieved.values.masked_fill(retrieved.weights == 0, float("inf")).amin(dim=1, keepdim=True)
         retrieval = torch.where(untrained.to(items.device)[items], floor, retrieval)  # its last candidate's score
     lowest = retrieval.masked_fill(items == 0, float("inf")).amin(dim=1, keepdim=True)
     retrieval = torch.where(items == 0, lowest, retrieval)
@@ -323,6 +324,7 @@ class Top:
 
 
 def _top(source: CandidateSource, scores: torch.Tensor) -> Top:
+    """The source's top-N of (B, V+1) scores."""
     B, V1 = scores.shape
     top = scores.topk(min(source.top, V1 - 1), dim=1)
     weight = 1.0 / (1.0 + torch.arange(top.indices.shape[1], device=scores.device, dtype=torch.float32))
@@ -335,10 +337,10 @@ def _union(tops: list[Top], num_columns: int) -> torch.Tensor:
     no (B, V+1) sort."""
     proposals = torch.cat([top.indices for top in tops], dim=1)  # (B, M)
     weights = torch.cat([top.weights for top in tops], dim=1) * (proposals != 0)  # the padding is never proposed
-    best = torch.zeros(proposals.shape[0], num_columns, device=proposals.device)
-    best = best.scatter_reduce_(1, proposals, weights, "amax").gather(1, proposals)  # each proposal's item's best
-    by_item, order = proposals.sort(dim=1, stable=True)
-    best = best.gather(1, order)
+    per_item = torch.zeros(proposals.shape[0], num_columns, device=proposals.device)
+    per_item.scatter_reduce_(1, proposals, weights, "amax")  # each item's best weight in any source
+    by_item = proposals.sort(dim=1).values
+    best = per_item.gather(1, by_item)  # (B, M) the best weight of each proposal's item, proposals by item
     first = torch.ones_like(by_item, dtype=torch.bool)
     first[:, 1:] = by_item[:, 1:] != by_item[:, :-1]
     keep = first & (best > 0)
@@ -346,7 +348,7 @@ def _union(tops: list[Top], num_columns: int) -> torch.Tensor:
     ranked, by_best = best.masked_fill(~keep, -1.0).sort(dim=1, descending=True, stable=True)  # ties: item order
     items = by_item.gather(1, by_best)[:, :width]
     items = torch.where(ranked[:, :width] > 0, items, torch.zeros_like(items))
-    return F.pad(items, (0, width - items.shape[1]))  # a row of no proposals at all: one 0
+    return F.pad(items, (0, width - items.shape[1]))  # no proposals at all (every source failed): one 0 a row
 
 
 def _untrained_unproposed(
