@@ -28,7 +28,6 @@ import gzip
 import io
 import json
 import logging
-import os
 import re
 import shutil
 import subprocess
@@ -150,8 +149,16 @@ def summarise(rows: list[dict[str, str]]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ running ncu
 
 
+CUDA_BIN = "/usr/local/cuda/bin"  # where the CUDA toolkit puts ncu when its bin/ is not on PATH
+
+
+def find_ncu() -> str | None:
+    """Nsight Compute's path: on PATH, else in the toolkit's bin/; None without it."""
+    return shutil.which("ncu") or shutil.which("ncu", path=CUDA_BIN)
+
+
 def ncu_binary() -> str:
-    found = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if os.access(p, os.X_OK)), None)
+    found = find_ncu()
     if found is None:
         raise SystemExit("Nsight Compute (`ncu`) not found. Fix: put the CUDA toolkit's bin/ on PATH, or summarise "
                          "kept CSVs with --set from_csv=DIR")  # fmt: skip

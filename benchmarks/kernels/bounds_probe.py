@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,7 @@ def embedding_bag_step(config: Path, case: str, device: torch.device) -> Callabl
 
     settings = eb.load_settings(config, {})
     (c,) = [c for c in eb.all_cases(settings) if c.name == case]
-    p = eb.make_problem(c, settings.zipf_alpha, device)
-    eb.ours_step(replace(c, op="fwd"), p, torch.empty(0))()
-    grad_output = torch.randn(c.batch, c.tables * c.dim, device=device).to(c.dtype)
+    p, grad_output = eb.tuned_problem(c, settings, device)
     return eb.ours_step(c, p, grad_output)
 
 

@@ -474,6 +474,14 @@ def copy_bandwidth(num_bytes: int, device: torch.device, timer: Callable[[Callab
     return 2 * src.numel() * 4 / (ms * 1e6)
 
 
+def tuned_problem(c: Case, settings: Settings, device: torch.device) -> tuple[Problem, torch.Tensor]:
+    """Case `c`'s inputs and output gradient at full size, its forward kernel autotuned on them (the autotune key has
+    no batch size: tuned on a smaller batch, the config would not be this size's)."""
+    p = make_problem(c, settings.zipf_alpha, device)
+    ours_step(replace(c, op="fwd"), p, torch.empty(0))()
+    return p, torch.randn(c.batch, c.tables * c.dim, device=device).to(c.dtype)
+
+
 def run_case(
     c: Case,
     settings: Settings,
@@ -482,12 +490,9 @@ def run_case(
     copy_gbps: float,
     fbgemm_reason: str | None,
 ) -> dict[str, Any]:
-    p = make_problem(c, settings.zipf_alpha, device)
-    # The forward kernel is autotuned on its first call (the key has no batch size): tune it at full size.
-    ours_step(replace(c, op="fwd"), p, torch.empty(0))()
+    p, grad_output = tuned_problem(c, settings, device)
     checked = check(c, p.sliced(settings.check_bags))
     unique_rows = int(torch.unique(p.flat_rows()).numel())
-    grad_output = torch.randn(c.batch, c.tables * c.dim, device=device).to(c.dtype)
     nbytes = case_bytes(c, unique_rows)
     ours = ours_step(c, p, grad_output)
     ours()  # the backward's chunk size is tuned per size class of the batch: tune it at this size, untimed

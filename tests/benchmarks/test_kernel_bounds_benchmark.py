@@ -4,7 +4,6 @@ its command line, and on a GPU with ncu a live probe that sees the backward's ke
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -76,7 +75,7 @@ def test_settings_refuse_what_cannot_run(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_ncu_sees_the_backward_kernels_of_a_live_probe(tmp_path: Path) -> None:
-    if not torch.cuda.is_available() or (shutil.which("ncu") is None and not Path("/usr/local/cuda/bin/ncu").exists()):
+    if not torch.cuda.is_available() or bounds.find_ncu() is None:
         pytest.skip("needs CUDA and Nsight Compute (ncu)")
     probe = {"name": "smoke", "bench": "hstu_attention", "case": "smoke", "step": "fwd_bwd"}
     path = bounds.main(["--results-dir", str(tmp_path), "--set", "probes=[" + json.dumps(probe) + "]",
@@ -97,3 +96,19 @@ def test_every_probe_names_a_case_of_its_bench(config: str) -> None:
         "hstu_attention": {c.name for c in hstu_attention.load_settings(REPO / settings.attention_config, {}).cases},
     }
     assert settings.probes and all(probe.case in cases[probe.bench] for probe in settings.probes)
+
+
+def test_the_probe_steps_run_one_case_of_each_bench() -> None:
+    """What ncu profiles: a case's step from each bench's config (here the smoke configs, on the CPU in Triton's
+    interpreter), runnable again and again."""
+    from benchmarks.kernels import bounds_probe
+
+    cpu = torch.device("cpu")
+    bag = bounds_probe.embedding_bag_step(REPO / "benchmarks/configs/kernels-embedding-bag-smoke.yaml",
+                                          "fwd_bwd_sgd-fp32", cpu)  # fmt: skip
+    attention = bounds_probe.attention_step(REPO / "benchmarks/configs/kernels-hstu-attention-smoke.yaml",
+                                            "smoke-jagged-time", "fwd_bwd", cpu)  # fmt: skip
+    for step in (bag, attention, bag):
+        step()
+    grads = attention()
+    assert grads and all(torch.isfinite(g).all() for g in grads)
