@@ -2,7 +2,8 @@
 (`VectorScorer`, `QueryScorer`, `MultiTaskScorer`, `SourcedScorer`, `DomainScorer`), masking and top-k.
 
 Top-k lists order equal scores by item id, lowest first, wherever they are made (`top_k` on whole rows, `merge_topk`
-over item blocks), so which of several tied items makes a list does not depend on the device or on blocking.
+over item blocks; the order itself: `recsys.ordering`), so which of several tied items makes a list does not depend on
+the device or on blocking.
 
 Dimension letters: B users, L history length, V+1 items (0 = padding), n items of a block, k list length.
 """
@@ -19,6 +20,7 @@ from recsys.data.schema import PADDING_IDX
 from recsys.data.tasks import Task
 from recsys.data.times import HistoryTimes
 from recsys.models.sources import SourceCall
+from recsys.ordering import best_first
 
 
 class Scorer(Protocol):
@@ -216,7 +218,7 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         chosen = above | (tied & (tied.cumsum(dim=1, dtype=torch.int32) <= wanted))
         columns[rows] = chosen.nonzero()[:, 1].view(-1, k)  # k per row, in column order
         values[rows] = tied_rows.gather(1, columns[rows])
-    return _best_first(values, columns, k)
+    return best_first(values, columns, k)
 
 
 def merge_topk(
@@ -242,14 +244,7 @@ def merge_topk(
         [[2, 3]]
     """
     values, columns = top_k(block_scores, k)
-    return _best_first(torch.cat([best_scores, values], dim=1), torch.cat([best_ids, block_ids[columns]], dim=1), k)
-
-
-def _best_first(scores: torch.Tensor, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first k of each row ordered by score, highest first, then by id, lowest first (ids distinct per row)."""
-    ids, by_id = ids.sort(dim=1)
-    scores, by_score = scores.gather(1, by_id).sort(dim=1, descending=True, stable=True)
-    return scores[:, :k], ids.gather(1, by_score)[:, :k]
+    return best_first(torch.cat([best_scores, values], dim=1), torch.cat([best_ids, block_ids[columns]], dim=1), k)
 
 
 @torch.no_grad()

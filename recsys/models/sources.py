@@ -43,6 +43,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import NonNegativeInt, PositiveInt
 
+from recsys.ordering import best_first
+
 logger = logging.getLogger(__name__)
 
 SourceKind = Literal["retriever", "model", "content", "new_items"]
@@ -286,7 +288,7 @@ def propose(
                 _skip(source, failed)  # its proposals stay in the union, with no cosine
         extras.append(extra)
         seconds[source.name] += time.perf_counter() - start
-    positions = [tops[source.name].lookup(tops[source.name].weights, items, scratch) for source in sources]
+    positions = [tops[source.name].position(items, scratch) for source in sources]
     features = torch.stack(positions + extras, dim=-1)
     features = features.masked_fill(~features.isfinite(), 0.0) * (items != 0)[..., None]
     calls = [SourceCall(source.name, seconds[source.name], source.name in failed) for source in sources]
@@ -314,6 +316,10 @@ class Top:
         found = scratch.scatter_(1, self.indices, per_item).gather(1, items)
         scratch.scatter_(1, self.indices, torch.zeros_like(per_item))
         return found
+
+    def position(self, items: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+        """(B, C) 1 / (1 + position) of each of `items` in this top, 0 for an item not in it."""
+        return self.lookup(self.weights, items, scratch)
 
     def gap(self, items: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
         """A model source's second feature: (B, C) each of `items` it proposed, its score's gap to its row's best
@@ -345,10 +351,9 @@ def _union(tops: list[Top], num_columns: int) -> torch.Tensor:
     first[:, 1:] = by_item[:, 1:] != by_item[:, :-1]
     keep = first & (best > 0)
     width = int(keep.sum(dim=1).max().clamp(min=1)) if keep.numel() else 1
-    ranked, by_best = best.masked_fill(~keep, -1.0).sort(dim=1, descending=True, stable=True)  # ties: item order
-    items = by_item.gather(1, by_best)[:, :width]
-    items = torch.where(ranked[:, :width] > 0, items, torch.zeros_like(items))
-    return F.pad(items, (0, width - items.shape[1]))  # no proposals at all (every source failed): one 0 a row
+    ranked, items = best_first(best.masked_fill(~keep, -1.0), by_item, width)
+    items = torch.where(ranked > 0, items, torch.zeros_like(items))
+    return F.pad(items, (0, width - items.shape[1]))  # no proposals at all (an empty catalogue): one 0 a row
 
 
 def _untrained_unproposed(
