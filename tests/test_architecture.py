@@ -26,6 +26,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 # inside recsys, from the ground up: a module may import its own floor and the floors below it
 RECSYS_FLOORS = (
     "errors",
+    "ordering",
     "runtime",
     "data",
     "enrich",
