@@ -133,11 +133,12 @@ def train_experiment(config: ExperimentConfig, work: Path) -> TrainOutputs:
 
 def compiled_recording_graphs(fn: Callable[..., Any]) -> tuple[Callable[..., Any], list[str]]:
     """`fn` under torch.compile with fullgraph=True (a graph break raises), run by aot_eager (through the custom
-    op's fake and autograd registrations, no compiler), and the code of the graphs it captures."""
+    op's fake and autograd registrations, no compiler), and the code of the graphs it captures (each with its
+    subgraphs': an autograd.Function's forward and backward bodies)."""
     graphs: list[str] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
-        graphs.append(gm.code)
+        graphs.append("\n".join(m.code for m in gm.modules() if isinstance(m, torch.fx.GraphModule)))
         return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
 
     return torch.compile(fn, backend=backend, fullgraph=True), graphs

@@ -275,6 +275,7 @@ def run_case(c: AttentionCase, s: Settings, device: torch.device, timer: Timer) 
         }
         if device.type == "cuda":
             timing["gpu"] = gpu_time(ours[step], ms)
+            timing["graphed_ms"] = significant(timer(graphed(ours[step])))
         if theirs is not None:
             torch_ms = timer(theirs[step])
             timing |= {
@@ -301,6 +302,22 @@ def run_case(c: AttentionCase, s: Settings, device: torch.device, timer: Timer) 
                     timing["ours_time_over_sdpa"] = significant(result[step]["ms"] / timing["ms"])
             result[step]["sdpa"] = anchors[step]
     return result
+
+
+def graphed(step: Callable[[], Any]) -> Callable[[], None]:
+    """`step` captured in a CUDA graph (after warm-up calls on a side stream, as torch's capture rules ask), as the
+    graph's replay: the call's time without the host's work (launches, Python), what a training step replaying CUDA
+    graphs (torch.compile's reduce-overhead mode) pays for it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
 
 
 def gpu_time(step: Callable[[], Any], ms: float, calls: int = 5) -> dict[str, Any]:
@@ -401,7 +418,8 @@ def sdpa_anchors(c: AttentionCase, s: Settings, device: torch.device, timer: Tim
                 continue
             ms = timer(fn)
             work = 2 * c.head_dim * c.heads * pairs * (2 if step == "fwd" else 6)
-            out[step][backend] = {"ms": significant(ms), "flops": work, "TFLOPs": significant(work / (ms * 1e9))}
+            out[step][backend] = {"ms": significant(ms), "flops": work, "TFLOPs": significant(work / (ms * 1e9)),
+                                  "graphed_ms": significant(timer(graphed(fn)))}  # fmt: skip
     return out
 
 
@@ -502,6 +520,8 @@ def main(argv: list[str] | None = None) -> Path:
             "peer": "Meta generative-recommenders' triton_hstu_mha at peer_commit on the same jagged q, k, v (no "
             "position or time bias: its kernel has none), in a process of its own; ours_time_over_peer = ours ms / "
             "its ms",
+            "graphed_ms": "the same step captured in a CUDA graph and replayed (`graphed`): its time without the "
+            "host's work per call; ms - graphed_ms is about what the host adds",
             "checked_relative_error": "max |triton - torch| / max |torch| per tensor, before timing",
             "step": "HSTU NextItemRecipe loss + backward + Adam step; bf16 autocast on CUDA",
         },

@@ -21,8 +21,9 @@ packed rows, the padding at the end): no data-dependent shapes, no device sync.
 
 Backends (`Kernel`, shared with the other ops): TORCH (the sequences padded to M with the jagged ops, one dense
 masked computation; any device, and what `torch.compile` is measured on), TRITON (CUDA, or CPU under
-TRITON_INTERPRET=1; registered as the custom op `recsys::hstu_attention_triton` with a fake implementation and
-its autograd, so `torch.compile` traces through it without a graph break), FBGEMM (none: requesting it raises).
+TRITON_INTERPRET=1; the custom ops `recsys::hstu_attention_triton` and `..._backward`, each with a fake
+implementation, as an autograd.Function's forward and backward, so `torch.compile` traces through it without a
+graph break), FBGEMM (none: requesting it raises).
 `kernel=None` picks TRITON on CUDA when Triton is installed, else TORCH; the choice is logged once per (kernel,
 device); an explicit request that cannot run raises `KernelUnavailableError` saying what to do.
 
@@ -192,12 +193,13 @@ def _torch_attention(
     return padded_dense_to_jagged(out, rows, total_length=num_tokens, kernel=Kernel.TORCH).view(q.shape)
 
 
-# -------------------------------------------------------------------------- TRITON backend as a custom op
-# Tensors that are absent (no time buckets) cross the op boundary as None inputs and an empty output.
+# -------------------------------------------------------------------------- TRITON backend as custom ops
+# Each step is a plain function (what eager mode calls) and a custom op of it (what torch.compile traces, through its
+# fake implementation). Tensors that are absent (no time buckets) cross the op boundary as None inputs and an empty
+# output.
 
 
-@torch.library.custom_op("recsys::hstu_attention_triton", mutates_args=())
-def _triton_op(
+def _triton_forward(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -216,13 +218,15 @@ def _triton_op(
     return out
 
 
+_triton_op = torch.library.custom_op("recsys::hstu_attention_triton", _triton_forward, mutates_args=())
+
+
 @_triton_op.register_fake
 def _triton_op_fake(q: torch.Tensor, *args: Any) -> torch.Tensor:
     return q.new_empty(q.shape)
 
 
-@torch.library.custom_op("recsys::hstu_attention_triton_backward", mutates_args=())
-def _triton_backward_op(
+def _triton_backward(
     grad_out: torch.Tensor,
     q: torch.Tensor,
     k: torch.Tensor,
@@ -243,6 +247,11 @@ def _triton_backward_op(
     return dq, dk, dv, dpos, position_bias.new_empty(0) if dtime is None else dtime
 
 
+_triton_backward_op = torch.library.custom_op(
+    "recsys::hstu_attention_triton_backward", _triton_backward, mutates_args=()
+)
+
+
 @_triton_backward_op.register_fake
 def _triton_backward_fake(
     grad_out: torch.Tensor,
@@ -259,20 +268,41 @@ def _triton_backward_fake(
     return dq, dk, dv, position_bias.new_empty(position_bias.shape), dtime
 
 
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    *tensors, max_len, max_seq_len = inputs
-    ctx.save_for_backward(*tensors)
-    ctx.max_len, ctx.max_seq_len = max_len, max_seq_len
+class _TritonAttention(torch.autograd.Function):
+    """The TRITON backend's autograd: the forward and backward steps, as custom ops while torch.compile traces and as
+    plain calls in eager mode. Not the op's `register_autograd`, nor the ops in eager mode: at the model's short
+    shapes the host's time per call is the call's time, and torch.library's generated autograd wrapper alone took
+    0.44 ms of it on an H100 (the kernel 0.02; docs/kernels.md, "Host time")."""
 
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        offsets: torch.Tensor,
+        position_bias: torch.Tensor,
+        time_bias: torch.Tensor | None,
+        timestamps: torch.Tensor | None,
+        query_times: torch.Tensor | None,
+        max_len: int,
+        max_seq_len: int,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(q, k, v, offsets, position_bias, time_bias, timestamps, query_times)
+        ctx.max_len, ctx.max_seq_len = max_len, max_seq_len
+        step = _triton_op if torch.compiler.is_compiling() else _triton_forward
+        out: torch.Tensor = step(
+            q, k, v, offsets, position_bias, time_bias, timestamps, query_times, max_len, max_seq_len
+        )
+        return out
 
-def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-    tensors = ctx.saved_tensors
-    dq, dk, dv, dpos, dtime = _triton_backward_op(grad_out, *tensors, ctx.max_len, ctx.max_seq_len)
-    has_time = tensors[5] is not None
-    return dq, dk, dv, None, dpos, dtime if has_time else None, None, None, None, None
-
-
-_triton_op.register_autograd(_backward, setup_context=_setup_context)
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        tensors = ctx.saved_tensors
+        step = _triton_backward_op if torch.compiler.is_compiling() else _triton_backward
+        dq, dk, dv, dpos, dtime = step(grad_out, *tensors, ctx.max_len, ctx.max_seq_len)
+        has_time = tensors[5] is not None
+        return dq, dk, dv, None, dpos, dtime if has_time else None, None, None, None, None
 
 
 # -------------------------------------------------------------------------------------------------- the API
@@ -333,5 +363,5 @@ def hstu_attention(
             "heads, or kernel=Kernel.TORCH"
         )
     tables = position_bias.contiguous(), None if time_bias is None else time_bias.contiguous()
-    out: torch.Tensor = _triton_op(q, k, v, offsets, *tables, timestamps, query_times, max_len, max_seq_len)
+    out: torch.Tensor = _TritonAttention.apply(q, k, v, offsets, *tables, timestamps, query_times, max_len, max_seq_len)
     return out

@@ -58,8 +58,10 @@ def test_smoke_run_writes_its_fields(tmp_path: Path, capsys: pytest.CaptureFixtu
                 )
                 assert gpu["busy_share"] <= 1.2, gpu
                 assert gpu["host_ms"] and all(positive(t) for t in gpu["host_ms"].values()), gpu["host_ms"]
+                # the replayed graph does the call's GPU work without its host work: never much slower
+                assert positive(timing["graphed_ms"]) and timing["graphed_ms"] <= 1.2 * timing["ms"], timing
             else:
-                assert "gpu" not in timing
+                assert "gpu" not in timing and "graphed_ms" not in timing
         assert case["fwd_bwd"]["flops"] == 3 * case["fwd"]["flops"]
         checked = case["checked_relative_error"]  # the Triton result against torch's, before timing
         assert checked.keys() == {"out", "qkvu", "position_bias", *(["time_bias"] if case["time_buckets"] else [])}
@@ -130,6 +132,7 @@ def test_a_case_without_torch_is_checked_on_two_sequences_and_the_sdpa_anchors_s
                                             for b in ("cudnn", "flash")}  # fmt: skip
         else:
             assert all("ms" in a or "error" in a for a in result[step]["sdpa"].values())
+            assert all(positive(a["graphed_ms"]) for a in result[step]["sdpa"].values() if "ms" in a)
 
 
 def test_the_long_config_holds_the_issue_shapes_with_their_anchors() -> None:
