@@ -36,6 +36,7 @@ only: on CUDA a check would synchronise the device.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -275,7 +276,7 @@ class _TritonAttention(torch.autograd.Function):
     0.44 ms of it on an H100 (the kernel 0.02; docs/kernels.md, "Host time")."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -297,9 +298,11 @@ class _TritonAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         tensors = ctx.saved_tensors
-        step = _triton_backward_op if torch.compiler.is_compiling() else _triton_backward
+        step: Callable[..., tuple[torch.Tensor, ...]] = (
+            _triton_backward_op if torch.compiler.is_compiling() else _triton_backward
+        )
         dq, dk, dv, dpos, dtime = step(grad_out, *tensors, ctx.max_len, ctx.max_seq_len)
         has_time = tensors[5] is not None
         return dq, dk, dv, None, dpos, dtime if has_time else None, None, None, None, None
