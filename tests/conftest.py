@@ -133,8 +133,8 @@ def train_experiment(config: ExperimentConfig, work: Path) -> TrainOutputs:
 
 def compiled_recording_graphs(fn: Callable[..., Any]) -> tuple[Callable[..., Any], list[str]]:
     """`fn` under torch.compile with fullgraph=True (a graph break raises), run by aot_eager (through the custom
-    op's fake and autograd registrations, no compiler), and the code of the graphs it captures (each with its
-    subgraphs': an autograd.Function's forward and backward bodies)."""
+    ops' fake implementations and the autograd.Functions around them, no compiler), and the code of the graphs it
+    captures (each with its subgraphs: an autograd.Function's forward and backward bodies)."""
     graphs: list[str] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:

@@ -273,7 +273,8 @@ class _TritonAttention(torch.autograd.Function):
     """The TRITON backend's autograd: the forward and backward steps, as custom ops while torch.compile traces and as
     plain calls in eager mode. Not the op's `register_autograd`, nor the ops in eager mode: at the model's short
     shapes the host's time per call is the call's time, and torch.library's generated autograd wrapper alone took
-    0.44 ms of it on an H100 (the kernel 0.02; docs/kernels.md, "Host time")."""
+    0.44 ms of it on an H100 (the kernel 0.02; docs/kernels.md, "The host path without torch.library's autograd
+    wrapper")."""
 
     @staticmethod
     def forward(

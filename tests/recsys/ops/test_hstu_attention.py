@@ -256,6 +256,24 @@ def test_triton_ops_are_registered_with_fakes_and_traced_by_torch_compile() -> N
         torch.testing.assert_close(g, w)
 
 
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+def test_eager_calls_launch_the_kernels_without_the_dispatcher() -> None:
+    """In eager mode the Function calls the Triton launchers itself: no custom op (nor torch.library's autograd
+    wrapper) on the host's path of a call, which at short shapes is the call's time."""
+    n, heads, head_dim = 12, 2, 8
+    qkvu = torch.randn(n, 3 * heads * head_dim, device=DEVICE, requires_grad=True)
+    q, k, v = (t.view(n, heads, head_dim) for t in qkvu.chunk(3, dim=-1))
+    position_bias = torch.randn(heads, 5, device=DEVICE, requires_grad=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiled:
+        out = hstu_attention(q, k, v, torch.tensor([0, 5, 12], device=DEVICE), max_len=5,
+                             position_bias=position_bias, max_seq_len=7, kernel=Kernel.TRITON)  # fmt: skip
+        out.sum().backward()
+    names = {event.key for event in profiled.key_averages()}
+    assert "_TritonAttention" in names and "_TritonAttentionBackward" in names, sorted(names)
+    assert not [name for name in names if name.startswith("recsys::") or "GeneratedBackwardFor" in name]
+    assert qkvu.grad is not None and position_bias.grad is not None
+
+
 def real_case(num_seqs: int, seq_len: int, dtype: torch.dtype) -> Case:
     """H=2, E=64, jagged lengths from seq_len / 2 to seq_len (the first at seq_len), 32 time buckets, on CUDA."""
     gen = torch.Generator().manual_seed(0)
