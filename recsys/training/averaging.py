@@ -32,7 +32,7 @@ class WeightAverage:
     @torch.no_grad()
     def update(self) -> None:
         decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
-        torch._foreach_lerp_(self.averages, [p.detach() for p in self.params], 1.0 - decay)
+        torch._foreach_lerp_(self.averages, self.params, 1.0 - decay)  # no_grad: the parameters read as they are
         self.updates += 1
 
     @contextmanager
