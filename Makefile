@@ -32,7 +32,7 @@ serve: setup
 	$(VENV)/bin/recsys serve --model-name synthetic-sasrec --tracking-uri sqlite:///$(abspath $(DEMO_DIR))/mlflow.db
 
 test: setup
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)  # the slowest tests listed: what to trim when CI runs long
 
 lint: setup
 	$(VENV)/bin/ruff check recsys features pipelines serving cli dags benchmarks tests
