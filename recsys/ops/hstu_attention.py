@@ -277,25 +277,13 @@ class _TritonAttention(torch.autograd.Function):
     wrapper")."""
 
     @staticmethod
-    def forward(
-        ctx: Any,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        offsets: torch.Tensor,
-        position_bias: torch.Tensor,
-        time_bias: torch.Tensor | None,
-        timestamps: torch.Tensor | None,
-        query_times: torch.Tensor | None,
-        max_len: int,
-        max_seq_len: int,
-    ) -> torch.Tensor:
-        ctx.save_for_backward(q, k, v, offsets, position_bias, time_bias, timestamps, query_times)
+    def forward(ctx: Any, *inputs: Any) -> torch.Tensor:
+        """`inputs`: `_triton_forward`'s arguments (its tensors, then max_len and max_seq_len)."""
+        *tensors, max_len, max_seq_len = inputs
+        ctx.save_for_backward(*tensors)
         ctx.max_len, ctx.max_seq_len = max_len, max_seq_len
         step = _triton_op if torch.compiler.is_compiling() else _triton_forward
-        out: torch.Tensor = step(
-            q, k, v, offsets, position_bias, time_bias, timestamps, query_times, max_len, max_seq_len
-        )
+        out: torch.Tensor = step(*inputs)
         return out
 
     @staticmethod
