@@ -15,7 +15,7 @@ sequence of length L ("full") or of lengths uniform in [L/2, L] ("jagged", seede
 q, k, v are strided chunks of one (N, 4*H*E) tensor, as the model's linear output gives them. Ours =
 `hstu_attention(kernel=TRITON)`; torch = `torch.compile` of `hstu_attention(kernel=TORCH)` (sequences padded to L,
 one dense masked computation). Before timing, each case checks the Triton result (output and gradients) against
-torch's on the case itself.
+torch's on the case itself, and `tuned` records the config each Triton kernel's autotuner chose for it.
 
 With `peer_checkout` (a checkout of Meta generative-recommenders at `peer_commit`), its Triton HSTU attention
 (`triton_hstu_mha`: no relative biases) is timed on every case too, each in a process of its own
@@ -284,6 +284,7 @@ def run_case(c: AttentionCase, s: Settings, device: torch.device, timer: Timer) 
                 "torch_TFLOPs": significant(work / (torch_ms * 1e9)),
             }
         result[step] = timing
+    result["tuned"] = tuned_configs()
     result["checked_relative_error"] = checked
     result["checked_on"] = "this case" if c.compare_torch else "2 sequences of this shape, eager torch"
     del p, ours, theirs
@@ -302,6 +303,19 @@ def run_case(c: AttentionCase, s: Settings, device: torch.device, timer: Timer) 
                     timing["ours_time_over_sdpa"] = significant(result[step]["ms"] / timing["ms"])
             result[step]["sdpa"] = anchors[step]
     return result
+
+
+def tuned_configs() -> dict[str, dict[str, Any]]:
+    """Each autotuned Triton kernel's config of its last call (the case just timed): blocks, TMA (the forward's
+    loads through tensor descriptors), warps and stages."""
+    from recsys.ops.triton.hstu_attention import AUTOTUNED_KERNELS
+
+    return {
+        tuner.fn.__name__: {**tuner.best_config.kwargs, "num_warps": tuner.best_config.num_warps,
+                            "num_stages": tuner.best_config.num_stages}
+        for tuner in AUTOTUNED_KERNELS
+        if getattr(tuner, "best_config", None) is not None  # a kernel this case never launched
+    }  # fmt: skip
 
 
 def graphed(step: Callable[[], Any]) -> Callable[[], None]:

@@ -41,6 +41,9 @@ def test_smoke_run_writes_its_fields(tmp_path: Path, capsys: pytest.CaptureFixtu
     ]
     for case in result["cases"]:
         assert case["tokens"] >= case["seq_len"] and case["causal_pairs"] > 0
+        # every kernel's chosen config (the interpreter's one; a GPU's autotuned pick, TMA or not, for the forward)
+        assert set(case["tuned"]) == {"_forward_kernel", "_dkdv_kernel", "_dq_kernel"}, case["tuned"]
+        assert case["tuned"]["_forward_kernel"]["TMA"] in (False, True) and case["tuned"]["_dq_kernel"]["BLOCK_M"] > 0
         for step in ("fwd", "fwd_bwd"):
             timing = case[step]
             assert TIMING <= timing.keys() and all(positive(timing[key]) for key in TIMING), (case["name"], step)

@@ -53,6 +53,7 @@ config (blocks of 16), so that tiny test shapes still cover several blocks, the 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -92,6 +93,24 @@ def _configs(block_m: str, block_n: str) -> list[triton.Config]:
         triton.Config({block_m: bm, block_n: bn}, num_warps=warps, num_stages=stages)
         for bm, bn, warps, stages in AUTOTUNE_TILES
     ]
+
+
+def _forward_configs() -> list[triton.Config]:
+    """`_configs` with TMA off, and on for the tiles of 64 rows and more: the forward may read q, k and v through
+    tensor descriptors (the TMA unit computes the addresses and zero-fills past the tensor's end, instead of a
+    register-held address and mask per element); pruned where the layout does not allow it (`_tma_or_not`)."""
+    plain = [triton.Config({**c.kwargs, "TMA": False}, num_warps=c.num_warps, num_stages=c.num_stages)
+             for c in _configs("BLOCK_M", "BLOCK_N")]  # fmt: skip
+    return plain + [
+        triton.Config({**c.kwargs, "TMA": True}, num_warps=c.num_warps, num_stages=c.num_stages)
+        for c in plain
+        if c.kwargs["BLOCK_M"] >= 64 and not INTERPRETED  # the interpreter's tests pin a TMA config themselves
+    ]
+
+
+def _tma_or_not(configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
+    """The autotuner's early prune: TMA configs only where the call's layout allows tensor descriptors."""
+    return [c for c in configs if named_args["TMA_OK"] or not c.kwargs.get("TMA", False)]
 
 
 def config_tile(config: triton.Config) -> tuple[int, int, int, int]:
@@ -178,6 +197,15 @@ def _load_rows(ptr, rows, row_mask, stride_n, stride_e, HEAD_DIM: tl.constexpr, 
 
 
 @triton.jit
+def _head_rows(ptr, rows_left, stride_n, HEAD_DIM: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_E: tl.constexpr):
+    """A tensor descriptor of one head's `rows_left` rows from `ptr` on: blocks of (BLOCK_ROWS, BLOCK_E), zero past
+    the rows and past E."""
+    return tl.make_tensor_descriptor(
+        ptr, shape=[rows_left, HEAD_DIM], strides=[stride_n, 1], block_shape=[BLOCK_ROWS, BLOCK_E]
+    )
+
+
+@triton.jit
 def _store_rows(ptr, tile, rows, row_mask, row_stride, HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr):
     """Store a fp32 tile into one head's rows of a contiguous (N, H, E) output, in the output's dtype."""
     e = tl.arange(0, BLOCK_E)
@@ -197,19 +225,25 @@ def _times(ptr, rows, row_mask, HAS_TIME: tl.constexpr):
 @triton.jit
 def _forward_tile(
     acc, q, qt, m, n0, length,
-    k_ptr, v_ptr, ts_ptr, pos_bias_ptr, time_bias_ptr,
+    k_ptr, v_ptr, k_rows, v_rows, ts_ptr, pos_bias_ptr, time_bias_ptr,
     stride_kn, stride_ke, stride_vn, stride_ve,
     max_len, num_buckets, scale,
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
-    FAST: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr,
+    FAST: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """acc + silu(q k^T + bias) / L @ v over the key block at n0 (queries at rows m). Only a DIAGONAL block (one that
     reaches the query block's first row) masks its later keys: a block wholly before it has none. Keys past the
-    sequence's end are later than every real query, and a query row past it (q = 0) is never stored."""
+    sequence's end are later than every real query, and a query row past it is never stored. TMA: k and v through
+    their descriptors `k_rows` / `v_rows`, whose rows past the sequence's end are the next sequence's (finite, and
+    masked here like any later key)."""
     n = n0 + tl.arange(0, BLOCK_N)
     n_mask = n < length
-    k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
-    v = _load_rows(v_ptr, n, n_mask, stride_vn, stride_ve, HEAD_DIM, BLOCK_E)
+    if TMA:
+        k = k_rows.load([n0, 0])  # (BLOCK_N, E)
+        v = v_rows.load([n0, 0])
+    else:
+        k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)
+        v = _load_rows(v_ptr, n, n_mask, stride_vn, stride_ve, HEAD_DIM, BLOCK_E)
     distance = m[:, None] - n[None, :]  # (BLOCK_M, BLOCK_N)
     gap = qt[:, None] - _times(ts_ptr, n, n_mask, HAS_TIME)[None, :]
     s = _dot(q, tl.trans(k), PRECISION)
@@ -220,15 +254,17 @@ def _forward_tile(
     return acc + _dot(a.to(v.dtype), v, PRECISION)
 
 
-@triton.autotune(configs=_configs("BLOCK_M", "BLOCK_N"), key=AUTOTUNE_KEY)
+@triton.autotune(
+    configs=_forward_configs(), key=[*AUTOTUNE_KEY, "TMA_OK"], prune_configs_by={"early_config_prune": _tma_or_not}
+)
 @triton.jit
 def _forward_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr,  # out: (N, H, E) contiguous
     offsets_ptr, pos_bias_ptr, time_bias_ptr, ts_ptr, qt_ptr,
     stride_qn, stride_qh, stride_qe, stride_kn, stride_kh, stride_ke, stride_vn, stride_vh, stride_ve,
-    max_len, num_buckets, scale, length_class,
+    max_len, num_buckets, scale, length_class, num_tokens,
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
-    FAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    FAST: tl.constexpr, TMA_OK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
     start = tl.load(offsets_ptr + seq)
@@ -239,10 +275,18 @@ def _forward_kernel(
     out_ptr += (start * num_heads + h) * HEAD_DIM
     pos_bias_ptr += h * max_len
     time_bias_ptr += h * num_buckets
+    if TMA:
+        q_rows = _head_rows(q_ptr, num_tokens - start, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_E)
+        k_rows = _head_rows(k_ptr, num_tokens - start, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_E)
+        v_rows = _head_rows(v_ptr, num_tokens - start, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_E)
+    else:  # stand-ins, never read
+        q_rows = q_ptr
+        k_rows = k_ptr
+        v_rows = v_ptr
     for m0 in range(tl.program_id(1) * BLOCK_M, length, tl.num_programs(1) * BLOCK_M):
         m = m0 + tl.arange(0, BLOCK_M)  # query positions in the sequence
         m_mask = m < length
-        q = _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)  # (BLOCK_M, E)
+        q = q_rows.load([m0, 0]) if TMA else _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)
         qt = _times(qt_ptr + start, m, m_mask, HAS_TIME)
         acc = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
         before = m0 // BLOCK_N * BLOCK_N  # key blocks that end before the query block begins: no mask
@@ -250,9 +294,9 @@ def _forward_kernel(
         for diagonal in tl.static_range(2):  # [0, before) unmasked, then [before, end) up to the diagonal
             for n0 in range(before * diagonal, before + diagonal * (end - before), BLOCK_N):
                 acc = _forward_tile(
-                    acc, q, qt, m, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr, time_bias_ptr,
-                    stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets, scale,
-                    HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=diagonal,
+                    acc, q, qt, m, n0, length, k_ptr, v_ptr, k_rows, v_rows, ts_ptr + start, pos_bias_ptr,
+                    time_bias_ptr, stride_kn, stride_ke, stride_vn, stride_ve, max_len, num_buckets, scale,
+                    HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=diagonal, TMA=TMA,
                 )  # fmt: skip
         _store_rows(out_ptr, acc, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
 
@@ -485,6 +529,33 @@ def _constants(q: torch.Tensor, time_bias: torch.Tensor | None) -> dict[str, Any
     }
 
 
+TMA_ALIGN = 16  # bytes: a tensor descriptor's base address and row stride are multiples of it
+
+
+def _tma_fits(*tensors: torch.Tensor) -> bool:
+    """Whether the forward may read these (N, H, E) views through tensor descriptors: a GPU with a TMA unit
+    (Hopper on; the interpreter emulates it), rows of E contiguous elements, and every head's rows starting on
+    `TMA_ALIGN` bytes."""
+    if not INTERPRETED and not (tensors[0].is_cuda and _capability(tensors[0].device) >= (9, 0)):
+        return False
+    return all(
+        t.stride(2) == 1
+        and (t.data_ptr() | t.stride(0) * t.element_size() | t.stride(1) * t.element_size()) % TMA_ALIGN == 0
+        for t in tensors
+    )
+
+
+@functools.cache
+def _capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
+
+
+@functools.cache
+def _scratch_on(device: torch.device) -> Callable[[int, int, int | None], torch.Tensor]:
+    """Triton's allocator for the scratch of descriptors made in a kernel: bytes from torch's caching allocator."""
+    return lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device)
+
+
 def forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -505,9 +576,12 @@ def forward(
     num_seqs = offsets.numel() - 1
     if num_tokens == 0 or num_seqs == 0 or max_seq_len == 0:
         return out
+    tma_ok = _tma_fits(q, k, v)
+    if tma_ok and not INTERPRETED:  # device-side descriptors take their scratch from this allocator
+        triton.set_allocator(_scratch_on(q.device))
     _forward_kernel[_grid(num_seqs, max_seq_len, num_heads, "BLOCK_M")](
         q, k, v, out, *_common_args(q, k, v, offsets, position_bias, time_bias, timestamps, query_times),
-        *_scalars(max_len, time_bias, max_seq_len), **_constants(q, time_bias),
+        *_scalars(max_len, time_bias, max_seq_len), num_tokens, **_constants(q, time_bias), TMA_OK=tma_ok,
     )  # fmt: skip
     return out
 

@@ -29,9 +29,10 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 pytestmark = pytest.mark.kernels
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 if HAS_TRITON:
+    import triton
     from triton.runtime.errors import OutOfResources
 
-    from recsys.ops.triton.hstu_attention import AUTOTUNE_TILES, config_tile
+    from recsys.ops.triton.hstu_attention import AUTOTUNE_TILES, _forward_kernel, config_tile
 else:
     AUTOTUNE_TILES = ()
 TRITON = pytest.param(Kernel.TRITON, marks=pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed"))
@@ -169,6 +170,36 @@ def test_triton_programs_stride_over_blocks_past_the_grid(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(triton_backend, "MAX_GRID_BLOCKS", 1)
     check_against_reference(Kernel.TRITON, long_case(), max_seq_len=None)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+def test_the_forward_through_tensor_descriptors_gives_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forward's TMA config (q, k and v read through tensor descriptors, which read the next sequence's rows past
+    a sequence's end and zeros past the tensor's) against the reference; in the interpreter here, on a GPU in
+    test_every_autotune_config_gives_the_reference."""
+    from recsys.ops.triton import hstu_attention as triton_backend
+
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("tensor descriptors (TMA) need a Hopper GPU or later")
+    tma = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "TMA": True}, num_warps=1)
+    monkeypatch.setattr(triton_backend._forward_kernel, "configs", [tma])
+    monkeypatch.setattr(triton_backend._forward_kernel, "cache", {})
+    check_against_reference(Kernel.TRITON, long_case())
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+def test_tma_configs_are_pruned_where_the_layout_cannot_take_descriptors() -> None:
+    from recsys.ops.triton import hstu_attention as triton_backend
+
+    qkv = torch.zeros(8, 3 * 2 * 16, dtype=torch.bfloat16).view(8, 3, 2, 16)
+    assert triton_backend._tma_fits(qkv[:, 0], qkv[:, 1], qkv[:, 2]) == triton_backend.INTERPRETED  # 32-byte rows
+    narrow = torch.zeros(8, 2, 12, dtype=torch.bfloat16)  # heads of 24 bytes: the second head's rows misaligned
+    assert not triton_backend._tma_fits(narrow, narrow, narrow)
+    strided = torch.zeros(8, 2, 32, dtype=torch.bfloat16)[..., ::2]  # elements of a row not contiguous
+    assert not triton_backend._tma_fits(strided, strided, strided)
+    plain, tma = (triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "TMA": t}) for t in (False, True))
+    assert triton_backend._tma_or_not([plain, tma], {"TMA_OK": False}) == [plain]
+    assert triton_backend._tma_or_not([plain, tma], {"TMA_OK": True}) == [plain, tma]
 
 
 def _bucket_oracle(gap: int, num_buckets: int) -> int:
@@ -310,19 +341,26 @@ def test_real_sizes_on_cuda(num_seqs: int, seq_len: int, dtype: torch.dtype) -> 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile", AUTOTUNE_TILES, ids=lambda tile: "x".join(map(str, tile)))
+@pytest.mark.parametrize("tma", [False, True], ids=["loads", "tma"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_every_autotune_config_gives_the_reference(
-    dtype: torch.dtype, tile: tuple[int, int, int, int], one_hstu_attention_config: dict[Any, list[Any]]
+    dtype: torch.dtype, tma: bool, tile: tuple[int, int, int, int], one_hstu_attention_config: dict[Any, list[Any]]
 ) -> None:
     """Each config the kernels may autotune to, alone (a test each: a stopped run loses one config, and names it):
-    lengths of 150-300 tokens cross every block size's edges."""
+    lengths of 150-300 tokens cross every block size's edges; `tma`: the forward's config that reads through tensor
+    descriptors (the backward kernels have one config per tile)."""
     if not torch.cuda.is_available():
         pytest.skip("the autotune configs are compiled for a CUDA device")
+    if tma and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("tensor descriptors (TMA) need a Hopper GPU or later")
     every = one_hstu_attention_config  # each autotuned kernel's whole config list (tests/conftest.py)
+    if tma and not any(config_tile(c) == tile and c.kwargs.get("TMA") for c in every[_forward_kernel]):
+        pytest.skip(f"the forward has no TMA config of tile {tile} (only tiles of 64 query rows and more)")
     pinned = {tuner: (tuner.configs, tuner.cache) for tuner in every}
     try:
         for tuner, configs in every.items():
-            tuner.configs, tuner.cache = [c for c in configs if config_tile(c) == tile], {}
+            tuner.configs = [c for c in configs if config_tile(c) == tile and c.kwargs.get("TMA", tma) == tma]
+            tuner.cache = {}
         try:
             check_real_case(real_case(6, 300, dtype), 300)
         except OutOfResources as error:  # what the autotuner does with it too: times it as never finishing

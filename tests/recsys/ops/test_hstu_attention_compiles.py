@@ -3,7 +3,7 @@
 Triton's interpreter (the CPU tests) runs the kernels as Python and never sees Triton's code generator; this test
 takes them through it (AST -> TTIR -> TTGIR -> LLVM -> PTX -> cubin, with the ptxas of the triton wheel) in a
 fresh process without TRITON_INTERPRET, for two variants of each kernel (bf16 with the tanh.approx sigmoid in its
-PTX, fp32 without).
+PTX, fp32 without), and the forward's config that reads through tensor descriptors (TMA's bulk copies in its PTX).
 """
 
 from __future__ import annotations
@@ -42,19 +42,26 @@ def signature(fn, dtype, constants):
     return {name: kind(name) for name in fn.arg_names}
 
 for autotuned in kernels.AUTOTUNED_KERNELS:
-    for dtype, has_time, blocks in (("bf16", True, (64, 64)), ("fp32", False, (32, 32))):
-        config = next(c for c in autotuned.configs if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) == blocks)
+    variants = [("bf16", True, (64, 64), False), ("fp32", False, (32, 32), False)]
+    if "TMA" in autotuned.fn.arg_names:  # the forward: its config reading through tensor descriptors too
+        variants.append(("bf16", True, (64, 64), True))
+    for dtype, has_time, blocks, tma in variants:
+        config = next(c for c in autotuned.configs
+                      if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) == blocks and c.kwargs.get("TMA", False) == tma)
         fast = dtype != "fp32"  # as kernels._constants: bf16 takes the tanh.approx sigmoid
         constants = {"HEAD_DIM": 64, "BLOCK_E": 64, "HAS_TIME": has_time, **config.kwargs,
                      "PRECISION": "ieee" if dtype == "fp32" else "tf32", "FAST": fast}
         if "COPIES" in autotuned.fn.arg_names:
             constants["COPIES"] = kernels.BIAS_COPIES
+        if "TMA_OK" in autotuned.fn.arg_names:
+            constants["TMA_OK"] = tma
         source = ASTSource(autotuned.fn, signature(autotuned.fn, dtype, constants), constants)
         options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
         assert compiled.asm["cubin"], autotuned.fn.__name__
         assert ("tanh.approx.f32" in compiled.asm["ptx"]) == fast, autotuned.fn.__name__
-        print(autotuned.fn.__name__, dtype, has_time, "ok")
+        assert ("cp.async.bulk.tensor" in compiled.asm["ptx"]) == tma, autotuned.fn.__name__  # TMA loads, or none
+        print(autotuned.fn.__name__, dtype, has_time, tma, "ok")
 """
 
 
@@ -66,4 +73,4 @@ def test_kernels_compile_for_sm90() -> None:
         [sys.executable, "-c", COMPILE], env=env, cwd=root, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count(" ok") == 6, done.stdout
+    assert done.stdout.count(" ok") == 7, done.stdout
