@@ -46,9 +46,10 @@ autotuned per head dim, time buckets and class of the longest sequence (`length_
 Time buckets are computed in-kernel exactly as `time_buckets` does in float64: e = floor(log2(fp32(gap))) is
 corrected by integer shifts (fp32 rounds 2**k - 1 up to 2**k above 2**24), so every int64 gap gets its bucket.
 
-Works with Triton 3.6 and 3.9 (long-standing `tl` APIs, and `tl.gather` of Triton 3.2 on). Under
-`TRITON_INTERPRET=1` (set before `triton` is first imported) the kernels run on CPU in the interpreter with one small
-config (blocks of 16), so that tiny test shapes still cover several blocks, the diagonal and the masks.
+Works with Triton 3.6 and 3.9 (long-standing `tl` APIs, `tl.gather` of Triton 3.2 on, and the forward's TMA
+configs `tl.make_tensor_descriptor` of 3.4 on). Under `TRITON_INTERPRET=1` (set before `triton` is first imported) the
+kernels run on CPU in the interpreter with one small config (blocks of 16), so that tiny test shapes still cover
+several blocks, the diagonal and the masks.
 """
 
 from __future__ import annotations
