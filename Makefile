@@ -8,6 +8,9 @@ HW := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 
 STAMP := $(VENV)/.installed-$(HW)
 DEMO_DIR ?= .demo
 PYTEST_ARGS ?=
+# Test processes: one per core up to 4 (each builds the session fixtures once). A test file stays on one process, so its
+# module fixtures are built once and its tests share them as they do in one process; TEST_WORKERS=0 runs in-process.
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 
 .PHONY: setup demo serve test lint serve-only bench-beauty gpu-test-kit clean
 
@@ -32,7 +35,7 @@ serve: setup
 	$(VENV)/bin/recsys serve --model-name synthetic-sasrec --tracking-uri sqlite:///$(abspath $(DEMO_DIR))/mlflow.db
 
 test: setup
-	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)  # the slowest tests listed: what to trim when CI runs long
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)  # the slowest: what to trim when CI runs long
 
 lint: setup
 	$(VENV)/bin/ruff check recsys features pipelines serving cli dags benchmarks tests

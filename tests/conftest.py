@@ -38,6 +38,20 @@ if TYPE_CHECKING:
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+
+def _share_the_cores_among_test_processes() -> None:
+    """Under pytest-xdist each test process takes its share of the cores (torch's pool here, and through
+    OMP_NUM_THREADS the processes a test starts), as the launcher does for training processes: N processes each
+    spinning one thread per core slow each other down many times over. A count the user set is kept."""
+    processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if processes > 1 and "OMP_NUM_THREADS" not in os.environ:
+        threads = max(1, (os.cpu_count() or 1) // processes)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+
+
+_share_the_cores_among_test_processes()
+
 TINY_SYNTHETIC = {"num_users": 300, "num_items": 150}
 
 # Three users with >= 3 items each, plus items.csv with a quoted comma in a title.
