@@ -96,17 +96,18 @@ def _configs(block_m: str, block_n: str) -> list[triton.Config]:
     ]
 
 
+def _with(config: triton.Config, **params: Any) -> triton.Config:
+    """`config` with more (or other) constexpr parameters."""
+    return triton.Config({**config.kwargs, **params}, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
 def _forward_configs() -> list[triton.Config]:
     """`_configs` with TMA off, and on for the tiles of 64 rows and more: the forward may read q, k and v through
     tensor descriptors (the TMA unit computes the addresses and zero-fills past the tensor's end, instead of a
     register-held address and mask per element); pruned where the layout does not allow it (`_tma_or_not`)."""
-    plain = [triton.Config({**c.kwargs, "TMA": False}, num_warps=c.num_warps, num_stages=c.num_stages)
-             for c in _configs("BLOCK_M", "BLOCK_N")]  # fmt: skip
-    return plain + [
-        triton.Config({**c.kwargs, "TMA": True}, num_warps=c.num_warps, num_stages=c.num_stages)
-        for c in plain
-        if c.kwargs["BLOCK_M"] >= 64 and not INTERPRETED  # the interpreter's tests pin a TMA config themselves
-    ]
+    plain = _configs("BLOCK_M", "BLOCK_N")
+    tma = [c for c in plain if c.kwargs["BLOCK_M"] >= 64 and not INTERPRETED]  # the interpreter's tests pin their own
+    return [_with(c, TMA=False) for c in plain] + [_with(c, TMA=True) for c in tma]
 
 
 def _tma_or_not(configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
@@ -122,11 +123,7 @@ def config_tile(config: triton.Config) -> tuple[int, int, int, int]:
 def _dq_configs() -> list[triton.Config]:
     """`_configs` with DIAGS, the power of two that holds a tile's BLOCK_M + BLOCK_N - 1 diagonals."""
     return [
-        triton.Config(
-            {**c.kwargs, "DIAGS": triton.next_power_of_2(c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"] - 1)},
-            num_warps=c.num_warps,
-            num_stages=c.num_stages,
-        )
+        _with(c, DIAGS=triton.next_power_of_2(c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"] - 1))
         for c in _configs("BLOCK_M", "BLOCK_N")
     ]
 
@@ -134,6 +131,9 @@ def _dq_configs() -> list[triton.Config]:
 # autotuned per head dim, time buckets and class of the longest sequence: short sequences want small blocks (more
 # programs), long ones large blocks (fewer re-reads); one config for every length would serve one of them
 AUTOTUNE_KEY = ["HEAD_DIM", "HAS_TIME", "length_class"]
+# Integer arguments Triton must not compile variants for (it would for a value of 1 and for multiples of 16):
+# length_class is read by the autotuner alone; the forward's num_tokens changes with every batch
+NOT_SPECIALIZED = ["length_class"]
 
 
 def length_class(max_seq_len: int) -> int:
@@ -258,7 +258,7 @@ def _forward_tile(
 @triton.autotune(
     configs=_forward_configs(), key=[*AUTOTUNE_KEY, "TMA_OK"], prune_configs_by={"early_config_prune": _tma_or_not}
 )
-@triton.jit
+@triton.jit(do_not_specialize=[*NOT_SPECIALIZED, "num_tokens"])
 def _forward_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr,  # out: (N, H, E) contiguous
     offsets_ptr, pos_bias_ptr, time_bias_ptr, ts_ptr, qt_ptr,
@@ -335,7 +335,7 @@ def _dkdv_tile(
 
 
 @triton.autotune(configs=_configs("BLOCK_M", "BLOCK_N"), key=AUTOTUNE_KEY)
-@triton.jit
+@triton.jit(do_not_specialize=NOT_SPECIALIZED)
 def _dkdv_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr,  # do: (N, H, E) output gradient, any strides
     dk_ptr, dv_ptr,  # (N, H, E) contiguous
@@ -432,7 +432,7 @@ def _dq_tile(
 
 
 @triton.autotune(configs=_dq_configs(), key=AUTOTUNE_KEY, reset_to_zero=["dpos_ptr", "dtime_ptr"])
-@triton.jit
+@triton.jit(do_not_specialize=NOT_SPECIALIZED)
 def _dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr,
     dq_ptr,  # (N, H, E) contiguous
@@ -578,7 +578,9 @@ def forward(
     if num_tokens == 0 or num_seqs == 0 or max_seq_len == 0:
         return out
     tma_ok = _tma_fits(q, k, v)
-    if tma_ok and not INTERPRETED:  # device-side descriptors take their scratch from this allocator
+    if tma_ok and not INTERPRETED:
+        # device-side descriptors take their scratch from this allocator; Triton keeps it in a context variable (one
+        # per thread, copied into each asyncio task and to_thread call), hence set on every call, where the kernel runs
         triton.set_allocator(_scratch_on(q.device))
     _forward_kernel[_grid(num_seqs, max_seq_len, num_heads, "BLOCK_M")](
         q, k, v, out, *_common_args(q, k, v, offsets, position_bias, time_bias, timestamps, query_times),
