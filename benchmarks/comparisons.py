@@ -7,6 +7,8 @@ Usage:
     .venv/bin/python -m benchmarks.comparisons --only-seed 2    # one seed's runs, beside others in parallel; then the
                                                                # command without it gathers them (nothing retrained)
     .venv/bin/python -m benchmarks.comparisons --only-seed 2 --only-model SASRec   # one run: one process per run
+    .venv/bin/python -m benchmarks.comparisons --side-by-side 4   # every (model, seed) in a process of its own, 4 at
+                                                                 # a time (logs in the work dir), then gathered
 
 The config (benchmarks/configs/beauty-comparisons.yaml) names the models (a label and an experiment config each; a
 ranker names the models it is built on, `retriever` and `holdout_retriever` (and `extra_retrievers` /
@@ -35,12 +37,15 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
 from benchmarks.quality import seeded, train_seeds, work_overrides
+from benchmarks.side_by_side import Unit, run_side_by_side
 from pipelines.config import ExperimentConfig, load_config
 from recsys.artifacts.comparison import compare_evaluation_dirs, compare_search_dirs
 from recsys.artifacts.evaluation_dir import EVALUATION_FILE
@@ -143,14 +148,33 @@ def main(argv: list[str] | None = None) -> Path:
         help="side-by-side runs share the models they are built on: queue this long behind another process "
         "training one of them, then fail naming it (default: %(default)s; 0: fail at once)",
     )
+    parser.add_argument(
+        "--side-by-side",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train the runs in N processes at once, one (model, seed) each with its share of the cores and its log "
+        "under WORK_DIR/logs (what --only-model L --only-seed I in N shells does), then gather them (default: "
+        "%(default)s, in this process). Stopped, the same command resumes",
+    )
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     work = (REPO / settings.work_dir).resolve()
+    seeds = range(settings.seeds) if args.only_seed is None else [args.only_seed]
+    if args.only_seed is not None and not 0 <= args.only_seed < settings.seeds:
+        raise SystemExit(f"--only-seed {args.only_seed}: the config has seeds 0..{settings.seeds - 1}")
+    chosen = settings.models if args.only_model is None else built_on(settings.models, args.only_model)
+    if args.side_by_side != 1:
+        labels = [model.label for model in settings.models] if args.only_model is None else [args.only_model]
+        own = _without(sys.argv[1:] if argv is None else argv, ("--side-by-side", "--only-seed", "--only-model"))
+        units = [
+            Unit(f"{label} seed {offset}",
+                 [sys.executable, "-m", reproduce.benchmark, *own, "--only-model", label, "--only-seed", str(offset)],
+                 work / "logs" / f"{_slug(label)}-seed{offset}.log")
+            for offset in seeds for label in labels
+        ]  # fmt: skip
+        run_side_by_side(units, args.side_by_side)
     if args.only_seed is not None or args.only_model is not None:
-        seeds = range(settings.seeds) if args.only_seed is None else [args.only_seed]
-        if args.only_seed is not None and not 0 <= args.only_seed < settings.seeds:
-            raise SystemExit(f"--only-seed {args.only_seed}: the config has seeds 0..{settings.seeds - 1}")
-        chosen = settings.models if args.only_model is None else built_on(settings.models, args.only_model)
         for offset, model in itertools.product(seeds, chosen):  # a retriever's run of a seed before its ranker's
             train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [], args.wait)
         print(f"runs {list(seeds)} of {[model.label for model in chosen]} trained and evaluated in {work}")
@@ -195,6 +219,24 @@ def main(argv: list[str] | None = None) -> Path:
               f"beyond the interval: {better} of {pooled['seeds']} seeds")  # fmt: skip
     print(f"-> {path}")
     return path
+
+
+def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """`argv` less these options and their values (`--option VALUE` or `--option=VALUE`)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        elif not arg.startswith(tuple(f"{option}=" for option in options)):
+            kept.append(arg)
+    return kept
+
+
+def _slug(label: str) -> str:
+    """A label as a file name: `SASRec small` -> `sasrec-small`."""
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "model"
 
 
 def built_on(models: list[Model], label: str) -> list[Model]:

@@ -1,7 +1,7 @@
-"""The comparisons benchmark end to end on its smoke config: one seed run on its own first (--only-seed), then every
-model and seed trained and evaluated, each pair's paired difference per seed and pooled (overall and on a slice's
-users); a second run reuses what the work dir holds; Beauty's ranker runs over the
-SASRec of its own seed, a student learns from the ranker of its own seed."""
+"""The comparisons benchmark end to end on its smoke config: one seed run on its own first (--only-seed, its models
+side by side in processes of their own), then every model and seed trained and evaluated, each pair's paired
+difference per seed and pooled (overall and on a slice's users); a second run reuses what the work dir holds;
+Beauty's ranker runs over the SASRec of its own seed, a student learns from the ranker of its own seed."""
 
 from __future__ import annotations
 
@@ -24,8 +24,11 @@ SMOKE = "benchmarks/configs/comparisons-smoke.yaml"
 
 def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: Path) -> None:
     argv = ["--config", SMOKE, "--set", f"work_dir={tmp_path / 'work'}", "--results-dir", str(tmp_path)]
-    assert comparisons.main([*argv, "--only-seed", "1"]) == tmp_path / "work"  # a seed on its own: no result yet
+    # a seed on its own, its two models side by side in processes of their own: no result yet
+    assert comparisons.main([*argv, "--only-seed", "1", "--side-by-side", "2"]) == tmp_path / "work"
     assert not (tmp_path / "comparisons-smoke.json").exists()
+    logs = sorted(path.name for path in (tmp_path / "work" / "logs").iterdir())
+    assert logs == ["sasrec-seed1.log", "sasrec-small-seed1.log"]
     models = tmp_path / "work" / "models"
     comparisons.main([*argv, "--only-seed", "0", "--only-model", "SASRec small"])  # one run: one process per run
     trained = {path.parent.name for path in models.glob("*/model.pt")}

@@ -1,0 +1,110 @@
+"""A benchmark's independent runs as processes of their own, several at a time: what `--only-seed I` typed in several
+shells does, from one command. Each process gets its share of the cores (`pipelines.launcher.cores_shared`: N
+processes each spinning one thread per core would slow each other down many times over) and writes its output to a
+log file of its own; a line says when each starts and ends."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from pipelines.launcher import cores_shared
+
+STOP_GRACE_S = 30.0  # what a stopped process gets to exit before it is killed
+LOG_TAIL_LINES = 5  # of a failed process's log, shown in the error
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One process to run: its name in the progress lines, its command, its log file."""
+
+    name: str
+    command: list[str]
+    log: Path
+
+
+@dataclass
+class _Running:
+    unit: Unit
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+    started: float
+
+
+def run_side_by_side(units: Sequence[Unit], processes: int, poll_s: float = 0.5) -> None:
+    """Run every unit, `processes` at a time, in the order given; once all have ended, SystemExit naming each one that
+    failed with its exit code and the end of its log. A SIGTERM or Ctrl-C stops the running ones and exits (the
+    benchmarks' runs resume where they stopped)."""
+    if processes < 1:
+        raise SystemExit(f"--side-by-side {processes}: give 1 or more processes")
+    pending, running, failed = list(units), list[_Running](), list[str]()  # failed: each one's description
+    with cores_shared(min(processes, len(units)) or 1), _stopped_on_sigterm():
+        try:
+            while pending or running:
+                while pending and len(running) < processes:
+                    running.append(_start(pending.pop(0)))
+                time.sleep(poll_s)
+                for run in [run for run in running if run.process.poll() is not None]:
+                    running.remove(run)
+                    run.log.close()
+                    failed += _report(run, finished=len(units) - len(pending) - len(running), of=len(units))
+        except KeyboardInterrupt as stop:
+            raise SystemExit(f"stopped ({stop or 'Ctrl-C'}) with {len(running)} runs going and {len(pending)} not "
+                             "started: the same command resumes them") from None  # fmt: skip
+        finally:
+            for run in running:
+                _stop(run)
+    if failed:
+        raise SystemExit(f"{len(failed)} of {len(units)} runs failed:\n" + "\n".join(failed))
+
+
+def _start(unit: Unit) -> _Running:
+    unit.log.parent.mkdir(parents=True, exist_ok=True)
+    log = unit.log.open("wb")
+    process = subprocess.Popen(unit.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    print(f"started {unit.name} (pid {process.pid}, log {unit.log})", flush=True)
+    return _Running(unit, process, log, time.monotonic())
+
+
+def _report(run: _Running, finished: int, of: int) -> list[str]:
+    """Print the end of one run; the failure's description (a list of one) if it failed."""
+    seconds, code = time.monotonic() - run.started, run.process.returncode
+    print(f"[{finished}/{of}] {run.unit.name} {'done' if code == 0 else f'FAILED (exit code {code})'} "
+          f"after {seconds:.0f} s", flush=True)  # fmt: skip
+    if code == 0:
+        return []
+    tail = "\n".join(f"    {line}" for line in run.unit.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+    return [f"- {run.unit.name}: exit code {code}, log {run.unit.log}; it ends:\n{tail}"]
+
+
+def _stop(run: _Running) -> None:
+    run.process.terminate()
+    try:
+        run.process.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        run.process.kill()
+        run.process.wait()
+    run.log.close()
+    print(f"stopped {run.unit.name} (pid {run.process.pid})", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _stopped_on_sigterm() -> Iterator[None]:
+    """A SIGTERM (a scheduler's or `timeout`'s) ends this process as Ctrl-C does, through the cleanup that stops the
+    processes it started, instead of leaving them running."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

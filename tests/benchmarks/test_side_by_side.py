@@ -1,0 +1,77 @@
+"""Runs side by side: real processes, N at a time, each with its log and its share of the cores; a failure is named
+with the end of its log once the others have ended; a SIGTERM stops the processes it started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.side_by_side import Unit, run_side_by_side
+
+# each unit: marks itself running, notes how many are, reports its thread share, ends (or fails)
+UNIT = """
+import os, sys, time
+from pathlib import Path
+here = Path(sys.argv[1])
+(here / f"running-{sys.argv[2]}").touch()
+print("running at once:", len(list(here.glob("running-*"))), "polars threads:", os.environ.get("POLARS_MAX_THREADS"))
+time.sleep(0.5)
+(here / f"running-{sys.argv[2]}").unlink()
+if sys.argv[2] == "bad":
+    sys.exit("the input was bad")
+"""
+
+
+def test_every_unit_runs_n_at_a_time_and_a_failure_is_named_with_its_log(tmp_path: Path) -> None:
+    script = tmp_path / "unit.py"
+    script.write_text(UNIT)
+    names = ["a", "bad", "c", "d"]
+    units = [Unit(f"unit {n}", [sys.executable, str(script), str(tmp_path), n], tmp_path / "logs" / f"{n}.log")
+             for n in names]  # fmt: skip
+    with pytest.raises(SystemExit, match=r"1 of 4 runs failed:\n- unit bad: exit code 1, log \S*bad\.log; it ends:\n"
+                                         r"    running at once: .*\n    the input was bad$"):  # fmt: skip
+        run_side_by_side(units, processes=2, poll_s=0.05)
+    share = os.environ.get("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // 2)))
+    for name in names:  # every unit ran, the failed one did not stop the others
+        first = (tmp_path / "logs" / f"{name}.log").read_text().splitlines()[0]
+        at_once = int(first.split()[3])
+        assert 1 <= at_once <= 2 and first.endswith(f"polars threads: {share}"), first
+    assert not list(tmp_path.glob("running-*"))
+
+
+def test_no_processes_is_refused() -> None:
+    with pytest.raises(SystemExit, match=r"--side-by-side 0: give 1 or more processes"):
+        run_side_by_side([], processes=0)
+
+
+RUNNER = """
+import sys
+from pathlib import Path
+from benchmarks.side_by_side import Unit, run_side_by_side
+here = Path(sys.argv[1])
+sleeper = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
+run_side_by_side([Unit("sleeper", [sys.executable, "-c", sleeper, str(here / "pid")], here / "sleeper.log")], 1, 0.05)
+"""
+
+
+def test_a_sigterm_stops_the_processes_it_started(tmp_path: Path) -> None:
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path)], stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path.cwd())})  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+        assert runner.poll() is None and time.monotonic() < deadline, "the sleeper never started"
+        time.sleep(0.05)
+    sleeper = int((tmp_path / "pid").read_text())
+    runner.send_signal(signal.SIGTERM)
+    _, stderr = runner.communicate(timeout=60)
+    assert runner.returncode == 1 and f"stopped sleeper (pid {sleeper})" in stderr, stderr
+    assert "stopped (signal 15) with 1 runs going and 0 not started: the same command resumes" in stderr
+    assert "Traceback" not in stderr
+    with pytest.raises(ProcessLookupError):  # reaped by the runner: gone, not a zombie
+        os.kill(sleeper, 0)
