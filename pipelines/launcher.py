@@ -29,11 +29,16 @@ LAUNCHED_BY_US = "RECSYS_LAUNCHED_BY"  # set in the processes `launch` starts: t
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "POLARS_MAX_THREADS")
 
 
+def threads_each(processes: int) -> int:
+    """Each of `processes` processes' share of this host's cores: `cores // processes`, at least 1."""
+    return max(1, (os.cpu_count() or 1) // processes)
+
+
 @contextmanager
 def cores_shared(processes: int) -> Iterator[None]:
-    """While the processes start, give each `cores // processes` threads through `THREAD_VARIABLES` (the processes
-    inherit the environment); a variable the user set is kept."""
-    threads = str(max(1, (os.cpu_count() or 1) // processes))
+    """While the processes start, give each `threads_each(processes)` threads through `THREAD_VARIABLES` (the
+    processes inherit the environment); a variable the user set is kept."""
+    threads = str(threads_each(processes))
     chosen = {name: threads for name in THREAD_VARIABLES if name not in os.environ}
     if chosen:
         logger.info("%d processes on %d cores: %s thread(s) each (%s)", processes, os.cpu_count() or 1, threads,

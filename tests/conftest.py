@@ -25,6 +25,7 @@ import yaml
 
 from features.prepare import prepare
 from features.sources import load_source
+from pipelines.launcher import THREAD_VARIABLES, threads_each
 from recsys.data.prepared import SequenceData
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.popularity import Popularity, PopularityConfig
@@ -41,12 +42,12 @@ if not torch.cuda.is_available():
 
 def _share_the_cores_among_test_processes() -> None:
     """Under pytest-xdist each test process takes its share of the cores (torch's pool here, and through
-    OMP_NUM_THREADS the processes a test starts), as the launcher does for training processes: N processes each
-    spinning one thread per core slow each other down many times over. A count the user set is kept."""
+    `THREAD_VARIABLES` the processes a test starts), as the launcher gives training processes theirs: N processes
+    each spinning one thread per core slow each other down many times over. A count the user set is kept."""
     processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if processes > 1 and "OMP_NUM_THREADS" not in os.environ:
-        threads = max(1, (os.cpu_count() or 1) // processes)
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+        threads = threads_each(processes)
+        os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
         torch.set_num_threads(threads)
 
 
