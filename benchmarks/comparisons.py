@@ -39,6 +39,7 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,13 +168,8 @@ def main(argv: list[str] | None = None) -> Path:
     if args.side_by_side != 1:
         labels = [model.label for model in settings.models] if args.only_model is None else [args.only_model]
         own = _without(sys.argv[1:] if argv is None else argv, ("--side-by-side", "--only-seed", "--only-model"))
-        units = [
-            Unit(f"{label} seed {offset}",
-                 [sys.executable, "-m", reproduce.benchmark, *own, "--only-model", label, "--only-seed", str(offset)],
-                 work / "logs" / f"{_slug(label)}-seed{offset}.log")
-            for offset in seeds for label in labels
-        ]  # fmt: skip
-        run_side_by_side(units, args.side_by_side)
+        run_side_by_side(side_by_side_units(settings, seeds, labels, [sys.executable, "-m", reproduce.benchmark, *own],
+                                            work), args.side_by_side)  # fmt: skip
     if args.only_seed is not None or args.only_model is not None:
         for offset, model in itertools.product(seeds, chosen):  # a retriever's run of a seed before its ranker's
             train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [], args.wait)
@@ -219,6 +215,20 @@ def main(argv: list[str] | None = None) -> Path:
               f"beyond the interval: {better} of {pooled['seeds']} seeds")  # fmt: skip
     print(f"-> {path}")
     return path
+
+
+def side_by_side_units(
+    settings: Settings, seeds: Sequence[int], labels: list[str], command: list[str], work: Path
+) -> list[Unit]:
+    """One process per (seed, model label): `command` (this benchmark's, without --only-*) with
+    `--only-model LABEL --only-seed I`. The models others are built on come first (theirs before them), each seed in
+    turn: a ranker's process does not hold a place waiting for a retriever that no process is training yet."""
+    runs = sorted(itertools.product(seeds, labels), key=lambda run: len(built_on(settings.models, run[1])))
+    return [
+        Unit(f"{label} seed {offset}", [*command, "--only-model", label, "--only-seed", str(offset)],
+             work / "logs" / f"{_slug(label)}-seed{offset}.log")
+        for offset, label in runs
+    ]  # fmt: skip
 
 
 def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
