@@ -19,7 +19,9 @@ result says it stopped), `part` ([K, N]: the K-th of N disjoint parts of the sel
 sorted ids), `gather` (N: run nothing, merge the N parts' results into one).
 Writes benchmarks/results/<result_name>.json ({device}: the GPU's short name, or cpu; a part's name ends in
 -part-K-of-N): every selected test's id, outcome (passed, failed, error, skipped), seconds and, where it did not
-pass, pytest's message; the counts per outcome; pytest's exit code.
+pass, pytest's message; the counts per outcome; `seconds`, the tests' own (setup, call and teardown) summed;
+`wall_seconds`, the run's from start to end (gathered: from the first part's start to the last part's end, which is
+less than their sum when parts ran side by side; null when a part's result does not say); pytest's exit code.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ def run_part(settings: Settings) -> tuple[dict[str, Any], str]:
     """The selected tests (or settings.part of them) run in one pytest child process, each with its result; and the
     device's short name."""
     gpu, slug = gpu_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    started = time.time()  # the wall clock: parts run in other processes, or calls, are gathered on it
     deadline = time.monotonic() + settings.timeout_s  # the collection of a part counts too
     selection = list(settings.paths)
     if settings.part is not None:
@@ -114,6 +117,8 @@ def run_part(settings: Settings) -> tuple[dict[str, Any], str]:
         "pytest_exit_code": exit_code,
         "ran_to_the_end": exit_code in RAN_TO_THE_END,
         **_summary(tests),
+        "started_unix_s": round(started, 3),
+        "wall_seconds": significant(time.time() - started),
         **provenance("triton", "pytest", "hypothesis"),
     }
     return out, slug
@@ -149,9 +154,18 @@ def gathered(settings: Settings, results_dir: Path) -> dict[str, Any]:
         ],
         "ran_to_the_end": all(part["ran_to_the_end"] for part in parts),
         **_summary(tests),
+        "wall_seconds": _wall_seconds(parts),
         "versions": parts[0]["versions"],
         "machine": parts[0]["machine"],
     }
+
+
+def _wall_seconds(parts: list[dict[str, Any]]) -> float | None:
+    """From the first part's start to the last part's end; None when a part's result does not say (older ones)."""
+    if not all("started_unix_s" in part for part in parts):
+        return None
+    ends = [part["started_unix_s"] + part["wall_seconds"] for part in parts]
+    return significant(max(ends) - min(part["started_unix_s"] for part in parts))
 
 
 def _summary(tests: list[dict[str, Any]]) -> dict[str, Any]:

@@ -139,6 +139,11 @@ def test_parts_split_the_selected_tests_and_gather_into_one_result(tmp_path: Pat
     assert {test["id"].rsplit("::", 1)[1] for test in whole["tests"]} == {"test_passes", "test_skips", "test_fails"}
     assert whole["counts"] == {"failed": 1, "passed": 1, "skipped": 1} and whole["ran_to_the_end"]
     assert [part["name"] for part in whole["parts"]] == ["parted-part-1-of-2", "parted-part-2-of-2"]
+    walls = [part["wall_seconds"] for part in parts]  # one after the other here: the whole spans both and the gap
+    assert min(walls) > 0 and whole["wall_seconds"] >= sum(walls) - 0.01
+    older = tmp_path / "parted-part-1-of-2.json"  # a part written before parts said when they started
+    older.write_text(json.dumps({key: value for key, value in parts[0].items() if key != "started_unix_s"}))
+    assert json.loads(gpu_tests.main([*common, "--set", "gather=2"]).read_text())["wall_seconds"] is None
     with pytest.raises(ConfigError, match="K > N"):
         gpu_tests.main([*common, "--set", "part=[3, 2]"])
 
