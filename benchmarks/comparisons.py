@@ -46,7 +46,7 @@ from typing import Any
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
 from benchmarks.quality import seeded, train_seeds, work_overrides
-from benchmarks.side_by_side import Unit, run_side_by_side
+from benchmarks.side_by_side import Unit, run_side_by_side, visible_gpus
 from pipelines.config import ExperimentConfig, load_config
 from recsys.artifacts.comparison import compare_evaluation_dirs, compare_search_dirs
 from recsys.artifacts.evaluation_dir import EVALUATION_FILE
@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> Path:
         metavar="N",
         help="train the runs in N processes at once, one (model, seed) each with its share of the cores and its log "
         "under WORK_DIR/logs (what --only-model L --only-seed I in N shells does), then gather them (default: "
-        "%(default)s, in this process). Stopped, the same command resumes",
+        "%(default)s, in this process). With device cuda on several GPUs, each process runs on the one running the "
+        "fewest. Stopped, the same command resumes",
     )
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     logging.getLogger("mlflow").setLevel(logging.ERROR)
@@ -168,8 +169,9 @@ def main(argv: list[str] | None = None) -> Path:
     if args.side_by_side != 1:
         labels = [model.label for model in settings.models] if args.only_model is None else [args.only_model]
         own = _without(sys.argv[1:] if argv is None else argv, ("--side-by-side", "--only-seed", "--only-model"))
+        gpus = visible_gpus() if settings.device == "cuda" else []  # several: each process on the least busy one
         run_side_by_side(side_by_side_units(settings, seeds, labels, [sys.executable, "-m", reproduce.benchmark, *own],
-                                            work), args.side_by_side)  # fmt: skip
+                                            work), args.side_by_side, gpus if len(gpus) > 1 else ())  # fmt: skip
     if args.only_seed is not None or args.only_model is not None:
         for offset, model in itertools.product(seeds, chosen):  # a retriever's run of a seed before its ranker's
             train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [], args.wait)

@@ -1,10 +1,12 @@
 """A benchmark's independent runs as processes of their own, several at a time: what `--only-seed I` typed in several
 shells does, from one command. Each process gets its share of the cores (`pipelines.launcher.cores_shared`: N
-processes each spinning one thread per core would slow each other down many times over) and writes its output to a
-log file of its own; a line says when each starts and ends."""
+processes each spinning one thread per core would slow each other down many times over), on a host of several GPUs
+the one running the fewest of them (`CUDA_VISIBLE_DEVICES`), and writes its output to a log file of its own; a line
+says when each starts and ends."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+import torch
 
 from pipelines.launcher import cores_shared
 
@@ -36,12 +40,14 @@ class _Running:
     process: subprocess.Popen[bytes]
     log: IO[bytes]
     started: float
+    gpu: str | None
 
 
-def run_side_by_side(units: Sequence[Unit], processes: int, poll_s: float = 0.5) -> None:
-    """Run every unit, `processes` at a time, in the order given; once all have ended, SystemExit naming each one that
-    failed with its exit code and the end of its log. A SIGTERM or Ctrl-C stops the running ones and exits (the
-    benchmarks' runs resume where they stopped)."""
+def run_side_by_side(units: Sequence[Unit], processes: int, gpus: Sequence[str] = (), poll_s: float = 0.5) -> None:
+    """Run every unit, `processes` at a time, in the order given, each on the GPU of `gpus` (CUDA device ids) that
+    runs the fewest (none given: the processes see what this one sees); once all have ended, SystemExit naming each
+    one that failed with its exit code and the end of its log. A SIGTERM or Ctrl-C stops the running ones and exits
+    (the benchmarks' runs resume where they stopped)."""
     if processes < 1:
         raise SystemExit(f"--side-by-side {processes}: give 1 or more processes")
     pending, running, failed = list(units), list[_Running](), list[str]()  # failed: each one's description
@@ -49,7 +55,8 @@ def run_side_by_side(units: Sequence[Unit], processes: int, poll_s: float = 0.5)
         try:
             while pending or running:
                 while pending and len(running) < processes:
-                    running.append(_start(pending.pop(0)))
+                    gpu = min(gpus, key=lambda g: sum(run.gpu == g for run in running)) if gpus else None
+                    running.append(_start(pending.pop(0), gpu))
                 time.sleep(poll_s)
                 for run in [run for run in running if run.process.poll() is not None]:
                     running.remove(run)
@@ -65,12 +72,22 @@ def run_side_by_side(units: Sequence[Unit], processes: int, poll_s: float = 0.5)
         raise SystemExit(f"{len(failed)} of {len(units)} runs failed:\n" + "\n".join(failed))
 
 
-def _start(unit: Unit) -> _Running:
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process may use, as `CUDA_VISIBLE_DEVICES` entries: its own list when set, else every
+    device's index."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return [entry.strip() for entry in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if entry.strip()]
+    return [str(index) for index in range(torch.cuda.device_count())]
+
+
+def _start(unit: Unit, gpu: str | None) -> _Running:
     unit.log.parent.mkdir(parents=True, exist_ok=True)
     log = unit.log.open("wb")
-    process = subprocess.Popen(unit.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    print(f"started {unit.name} (pid {process.pid}, log {unit.log})", flush=True)
-    return _Running(unit, process, log, time.monotonic())
+    env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
+    process = subprocess.Popen(unit.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    where = "" if gpu is None else f" on GPU {gpu}"
+    print(f"started {unit.name}{where} (pid {process.pid}, log {unit.log})", flush=True)
+    return _Running(unit, process, log, time.monotonic(), gpu)
 
 
 def _report(run: _Running, finished: int, of: int) -> list[str]:

@@ -45,6 +45,14 @@ def test_every_unit_runs_n_at_a_time_and_a_failure_is_named_with_its_log(tmp_pat
     assert not list(tmp_path.glob("running-*"))
 
 
+def test_each_process_runs_on_the_gpu_running_the_fewest(tmp_path: Path) -> None:
+    seen = "import os, time; print(os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(0.5)"
+    units = [Unit(f"unit {n}", [sys.executable, "-c", seen], tmp_path / f"{n}.log") for n in "abcd"]
+    run_side_by_side(units, processes=3, gpus=["3", "5"], poll_s=0.05)
+    gpus = [(tmp_path / f"{n}.log").read_text().strip() for n in "abcd"]
+    assert gpus[:3] == ["3", "5", "3"] and gpus[3] in ("3", "5")  # the fourth: on the GPU the first to end freed
+
+
 def test_no_processes_is_refused() -> None:
     with pytest.raises(SystemExit, match=r"--side-by-side 0: give 1 or more processes"):
         run_side_by_side([], processes=0)
@@ -56,7 +64,8 @@ from pathlib import Path
 from benchmarks.side_by_side import Unit, run_side_by_side
 here = Path(sys.argv[1])
 sleeper = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
-run_side_by_side([Unit("sleeper", [sys.executable, "-c", sleeper, str(here / "pid")], here / "sleeper.log")], 1, 0.05)
+unit = Unit("sleeper", [sys.executable, "-c", sleeper, str(here / "pid")], here / "sleeper.log")
+run_side_by_side([unit], 1, poll_s=0.05)
 """
 
 
