@@ -223,11 +223,13 @@ def side_by_side_units(
     settings: Settings, seeds: Sequence[int], labels: list[str], command: list[str], work: Path
 ) -> list[Unit]:
     """One process per (seed, model label): `command` (this benchmark's, without --only-*) with
-    `--only-model LABEL --only-seed I`. The models others are built on come first (theirs before them), each seed in
-    turn: a ranker's process does not hold a place waiting for a retriever that no process is training yet."""
+    `--only-model LABEL --only-seed I --side-by-side 1` (last, so that they win over any abbreviation argparse took:
+    a process never starts more). The models others are built on come first (theirs before them), each seed in turn:
+    a ranker's process does not hold a place waiting for a retriever that no process is training yet."""
     runs = sorted(itertools.product(seeds, labels), key=lambda run: len(built_on(settings.models, run[1])))
     return [
-        Unit(f"{label} seed {offset}", [*command, "--only-model", label, "--only-seed", str(offset)],
+        Unit(f"{label} seed {offset}",
+             [*command, "--only-model", label, "--only-seed", str(offset), "--side-by-side", "1"],
              work / "logs" / f"{_slug(label)}-seed{offset}.log")
         for offset, label in runs
     ]  # fmt: skip

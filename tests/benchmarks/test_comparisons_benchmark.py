@@ -118,7 +118,7 @@ def test_side_by_side_runs_start_with_the_models_others_are_built_on() -> None:
     settings = comparisons.load_settings(REPO / "benchmarks/configs/beauty-comparisons.yaml", {})
     units = comparisons.side_by_side_units(settings, range(2), ["two-stage", "SASRec"], ["cmd"], Path("/w"))
     assert [unit.name for unit in units] == ["SASRec seed 0", "SASRec seed 1", "two-stage seed 0", "two-stage seed 1"]
-    assert units[2].command == ["cmd", "--only-model", "two-stage", "--only-seed", "0"]
+    assert units[2].command == ["cmd", "--only-model", "two-stage", "--only-seed", "0", "--side-by-side", "1"]
     assert units[2].log == Path("/w/logs/two-stage-seed0.log")
 
 
