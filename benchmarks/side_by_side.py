@@ -66,8 +66,7 @@ def run_side_by_side(units: Sequence[Unit], processes: int, gpus: Sequence[str] 
             raise SystemExit(f"stopped ({stop or 'Ctrl-C'}) with {len(running)} runs going and {len(pending)} not "
                              "started: the same command resumes them") from None  # fmt: skip
         finally:
-            for run in running:
-                _stop(run)
+            _stop(running)
     if failed:
         raise SystemExit(f"{len(failed)} of {len(units)} runs failed:\n" + "\n".join(failed))
 
@@ -101,15 +100,19 @@ def _report(run: _Running, finished: int, of: int) -> list[str]:
     return [f"- {run.unit.name}: exit code {code}, log {run.unit.log}; it ends:\n{tail}"]
 
 
-def _stop(run: _Running) -> None:
-    run.process.terminate()
-    try:
-        run.process.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        run.process.kill()
-        run.process.wait()
-    run.log.close()
-    print(f"stopped {run.unit.name} (pid {run.process.pid})", file=sys.stderr, flush=True)
+def _stop(running: list[_Running]) -> None:
+    """Stop the running processes: all asked at once, each given up to `STOP_GRACE_S` in all, then killed."""
+    for run in running:
+        run.process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for run in running:
+        try:
+            run.process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            run.process.kill()
+            run.process.wait()
+        run.log.close()
+        print(f"stopped {run.unit.name} (pid {run.process.pid})", file=sys.stderr, flush=True)
 
 
 @contextmanager
