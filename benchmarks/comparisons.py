@@ -227,10 +227,11 @@ def side_by_side_units(
     a process never starts more). The models others are built on come first (theirs before them), each seed in turn:
     a ranker's process does not hold a place waiting for a retriever that no process is training yet."""
     runs = sorted(itertools.product(seeds, labels), key=lambda run: len(built_on(settings.models, run[1])))
+    logs = _log_names(labels)
     return [
         Unit(f"{label} seed {offset}",
              [*command, "--only-model", label, "--only-seed", str(offset), "--side-by-side", "1"],
-             work / "logs" / f"{_slug(label)}-seed{offset}.log")
+             work / "logs" / f"{logs[label]}-seed{offset}.log")
         for offset, label in runs
     ]  # fmt: skip
 
@@ -248,9 +249,17 @@ def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
     return kept
 
 
-def _slug(label: str) -> str:
-    """A label as a file name: `SASRec small` -> `sasrec-small`."""
-    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "model"
+def _log_names(labels: list[str]) -> dict[str, str]:
+    """Each label as a file name (`SASRec small` -> `sasrec-small`), labels that read the same numbered apart."""
+    names: dict[str, str] = {}
+    for label in labels:
+        slug = name = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "model"
+        repeat = 1
+        while name in names.values():
+            repeat += 1
+            name = f"{slug}-{repeat}"
+        names[label] = name
+    return names
 
 
 def built_on(models: list[Model], label: str) -> list[Model]:

@@ -120,6 +120,11 @@ def test_side_by_side_runs_start_with_the_models_others_are_built_on() -> None:
     assert [unit.name for unit in units] == ["SASRec seed 0", "SASRec seed 1", "two-stage seed 0", "two-stage seed 1"]
     assert units[2].command == ["cmd", "--only-model", "two-stage", "--only-seed", "0", "--side-by-side", "1"]
     assert units[2].log == Path("/w/logs/two-stage-seed0.log")
+    alike = comparisons.side_by_side_units(settings, [0], ["SASRec", "SASRec + SID features"], ["cmd"], Path("/w"))
+    assert [unit.log.name for unit in alike] == ["sasrec-seed0.log", "sasrec-sid-features-seed0.log"]
+    assert comparisons._log_names(["SASRec small", "sasrec-small", "SASRec  small"]) == {
+        "SASRec small": "sasrec-small", "sasrec-small": "sasrec-small-2", "SASRec  small": "sasrec-small-3"
+    }  # fmt: skip
 
 
 def test_the_beauty_ranker_reads_the_sasrec_of_its_seed() -> None:

@@ -85,10 +85,16 @@ FAST_SCAN = {
 }  # fmt: skip
 
 
-def test_model_dir_run_reports_startup_memory_and_both_routes(tmp_path: Path) -> None:
-    need_wrk()
+@pytest.fixture(scope="module")
+def tiny_sasrec_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny SASRec's model directory (read-only for the tests: served, or a ranker's retriever)."""
     config = load_config(Path(CONFIG), {**TINY, "tracking.enabled": False, "train.progress": False})
-    model_dir = train_experiment(config, tmp_path / "train").model_dir
+    return train_experiment(config, tmp_path_factory.mktemp("sasrec")).model_dir
+
+
+def test_model_dir_run_reports_startup_memory_and_both_routes(tmp_path: Path, tiny_sasrec_dir: Path) -> None:
+    need_wrk()
+    model_dir = tiny_sasrec_dir
     overrides = {**TINY, **FAST_SCAN}
     sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={str(value).lower()}")]
     args = ["--config", CONFIG, *sets, "--model-dir", str(model_dir), "--work-dir", str(tmp_path / "work"),
@@ -148,10 +154,9 @@ def test_model_dir_run_reports_startup_memory_and_both_routes(tmp_path: Path) ->
         serving.main(other_model)
 
 
-def test_a_model_dir_without_item_vectors_is_served_without_an_index(tmp_path: Path) -> None:
+def test_a_model_dir_without_item_vectors_is_served_without_an_index(tmp_path: Path, tiny_sasrec_dir: Path) -> None:
     need_wrk()
-    retriever = load_config(Path(CONFIG), {**TINY, "tracking.enabled": False, "train.progress": False})
-    retriever_dir = train_experiment(retriever, tmp_path / "retriever").model_dir
+    retriever_dir = tiny_sasrec_dir
     ranking = "configs/synthetic/ranker-residual.yaml"
     shape = {key: value for key, value in TINY.items() if key != "model.params.ffn_dim"}  # a SASRec's alone
     overrides = {**shape, "model.params.num_candidates": 50, "model.params.use_content": False,
