@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> Path:
     chosen = settings.models if args.only_model is None else built_on(settings.models, args.only_model)
     if args.side_by_side != 1:
         labels = [model.label for model in settings.models] if args.only_model is None else [args.only_model]
-        own = _without(sys.argv[1:] if argv is None else argv, ("--side-by-side", "--only-seed", "--only-model"))
+        own = sys.argv[1:] if argv is None else argv  # each process's own options come after, and win
         gpus = visible_gpus() if settings.device == "cuda" else []  # several: each process on the least busy one
         run_side_by_side(side_by_side_units(settings, seeds, labels, [sys.executable, "-m", reproduce.benchmark, *own],
                                             work), args.side_by_side, gpus if len(gpus) > 1 else ())  # fmt: skip
@@ -222,10 +222,10 @@ def main(argv: list[str] | None = None) -> Path:
 def side_by_side_units(
     settings: Settings, seeds: Sequence[int], labels: list[str], command: list[str], work: Path
 ) -> list[Unit]:
-    """One process per (seed, model label): `command` (this benchmark's, without --only-*) with
-    `--only-model LABEL --only-seed I --side-by-side 1` (last, so that they win over any abbreviation argparse took:
-    a process never starts more). The models others are built on come first (theirs before them), each seed in turn:
-    a ranker's process does not hold a place waiting for a retriever that no process is training yet."""
+    """One process per (seed, model label): `command` (this benchmark's, as given) with `--only-model LABEL
+    --only-seed I --side-by-side 1` last, so that they win over the same options (or argparse's abbreviations of them)
+    in `command`: a process never starts more. The models others are built on come first (theirs before them), each
+    seed in turn: a ranker's process does not hold a place waiting for a retriever that no process is training yet."""
     runs = sorted(itertools.product(seeds, labels), key=lambda run: len(built_on(settings.models, run[1])))
     logs = _log_names(labels)
     return [
@@ -234,19 +234,6 @@ def side_by_side_units(
              work / "logs" / f"{logs[label]}-seed{offset}.log")
         for offset, label in runs
     ]  # fmt: skip
-
-
-def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
-    """`argv` less these options and their values (`--option VALUE` or `--option=VALUE`)."""
-    kept, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in options:
-            skip = True
-        elif not arg.startswith(tuple(f"{option}=" for option in options)):
-            kept.append(arg)
-    return kept
 
 
 def _log_names(labels: list[str]) -> dict[str, str]:

@@ -45,10 +45,10 @@ def _share_the_cores_among_test_processes() -> None:
     `THREAD_VARIABLES` the processes a test starts), as the launcher gives training processes theirs: N processes
     each spinning one thread per core slow each other down many times over. A count the user set is kept."""
     processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if processes > 1 and "OMP_NUM_THREADS" not in os.environ:
-        threads = threads_each(processes)
-        os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
-        torch.set_num_threads(threads)
+    if processes > 1:
+        for name in THREAD_VARIABLES:
+            os.environ.setdefault(name, str(threads_each(processes)))
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 _share_the_cores_among_test_processes()
