@@ -111,8 +111,10 @@ def _forward_configs() -> list[triton.Config]:
 
 
 def _tma_or_not(configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
-    """The autotuner's early prune: TMA configs only where the call's layout allows tensor descriptors."""
-    return [c for c in configs if named_args["TMA_OK"] or not c.kwargs.get("TMA", False)]
+    """The autotuner's early prune: TMA configs only where the call's layout allows tensor descriptors. The autotuner
+    passes the call's positional arguments as `named_args` and its keyword arguments (TMA_OK among them) apart."""
+    tma_ok = {**named_args, **kwargs}["TMA_OK"]
+    return [c for c in configs if tma_ok or not c.kwargs.get("TMA", False)]
 
 
 def config_tile(config: triton.Config) -> tuple[int, int, int, int]:

@@ -188,7 +188,7 @@ def test_the_forward_through_tensor_descriptors_gives_the_reference(monkeypatch:
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
-def test_tma_configs_are_pruned_where_the_layout_cannot_take_descriptors() -> None:
+def test_tma_configs_are_pruned_where_the_layout_cannot_take_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
     from recsys.ops.triton import hstu_attention as triton_backend
 
     qkv = torch.zeros(8, 3 * 2 * 16, dtype=torch.bfloat16).view(8, 3, 2, 16)
@@ -197,9 +197,13 @@ def test_tma_configs_are_pruned_where_the_layout_cannot_take_descriptors() -> No
     assert not triton_backend._tma_fits(narrow, narrow, narrow)
     strided = torch.zeros(8, 2, 32, dtype=torch.bfloat16)[..., ::2]  # elements of a row not contiguous
     assert not triton_backend._tma_fits(strided, strided, strided)
+    # through the autotuner's own prune, as a launch calls it: the positional arguments apart from TMA_OK=...
     plain, tma = (triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "TMA": t}) for t in (False, True))
-    assert triton_backend._tma_or_not([plain, tma], {"TMA_OK": False}) == [plain]
-    assert triton_backend._tma_or_not([plain, tma], {"TMA_OK": True}) == [plain, tma]
+    autotuner = triton_backend._forward_kernel
+    monkeypatch.setattr(autotuner, "configs", [plain, tma])
+    monkeypatch.setattr(autotuner, "nargs", {"q": qkv[:, 0]}, raising=False)  # set by each launch
+    assert autotuner.prune_configs({"TMA_OK": False}) == [plain]
+    assert autotuner.prune_configs({"TMA_OK": True}) == [plain, tma]
 
 
 def _bucket_oracle(gap: int, num_buckets: int) -> int:
