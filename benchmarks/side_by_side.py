@@ -118,10 +118,15 @@ def _stop(running: list[_Running]) -> None:
 @contextmanager
 def _stopped_on_sigterm() -> Iterator[None]:
     """A SIGTERM (a scheduler's or `timeout`'s) ends this process as Ctrl-C does, through the cleanup that stops the
-    processes it started, instead of leaving them running."""
+    processes it started, instead of leaving them running. Later ones only say so: `timeout` signals its command and
+    then the command's process group, and a second interrupt would cut the cleanup short."""
 
     def interrupt(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, already_stopping)
         raise KeyboardInterrupt(f"signal {signum}")
+
+    def already_stopping(signum: int, frame: Any) -> None:
+        print(f"signal {signum} again: already stopping the runs", file=sys.stderr, flush=True)
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:

@@ -63,24 +63,50 @@ import sys
 from pathlib import Path
 from benchmarks.side_by_side import Unit, run_side_by_side
 here = Path(sys.argv[1])
-sleeper = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
-unit = Unit("sleeper", [sys.executable, "-c", sleeper, str(here / "pid")], here / "sleeper.log")
+unit = Unit("sleeper", [sys.executable, "-c", sys.argv[2], str(here)], here / "sleeper.log")
 run_side_by_side([unit], 1, poll_s=0.05)
 """
 
 
-def test_a_sigterm_stops_the_processes_it_started(tmp_path: Path) -> None:
-    runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path)], stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(Path.cwd())})  # fmt: skip
+# a run that takes a second to stop once asked (as a trainer finishing its checkpoint), saying when it was asked
+SLEEPER = """
+import os, signal, sys, time
+from pathlib import Path
+here = Path(sys.argv[1])
+def stop(signum, frame):
+    (here / "asked").write_text("asked")
+    time.sleep(1)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+(here / "pid").write_text(str(os.getpid()))
+time.sleep(120)
+"""
+
+
+def _wait_for(path: Path, runner: subprocess.Popen[str]) -> None:
+    """Until `path` holds something, the runner running all the while."""
     deadline = time.monotonic() + 60
-    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
-        assert runner.poll() is None and time.monotonic() < deadline, "the sleeper never started"
+    while not (path.exists() and path.read_text()):
+        assert runner.poll() is None and time.monotonic() < deadline, f"{path.name} never came"
         time.sleep(0.05)
+
+
+# `timeout` signals its command and then the command's whole process group: the runner gets SIGTERM twice, the second
+# while it waits for its processes to stop
+@pytest.mark.parametrize("signals", [1, 2])
+def test_a_sigterm_stops_the_processes_it_started(tmp_path: Path, signals: int) -> None:
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path), SLEEPER], stderr=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(Path.cwd())})  # fmt: skip
+    _wait_for(tmp_path / "pid", runner)
     sleeper = int((tmp_path / "pid").read_text())
     runner.send_signal(signal.SIGTERM)
+    if signals == 2:
+        _wait_for(tmp_path / "asked", runner)
+        runner.send_signal(signal.SIGTERM)
     _, stderr = runner.communicate(timeout=60)
     assert runner.returncode == 1 and f"stopped sleeper (pid {sleeper})" in stderr, stderr
     assert "stopped (signal 15) with 1 runs going and 0 not started: the same command resumes" in stderr
-    assert "Traceback" not in stderr
+    assert ("signal 15 again: already stopping" in stderr) == (signals == 2), stderr
+    assert "Traceback" not in stderr and (tmp_path / "asked").exists()
     with pytest.raises(ProcessLookupError):  # reaped by the runner: gone, not a zombie
         os.kill(sleeper, 0)
