@@ -21,7 +21,7 @@ benchmark resumes where it stopped. benchmarks/results/<result_name>.json then g
 
     models   per model and metric of `model_metrics` (test N@10 and R@10 by default; `cold.recall@10` is test R@10
              on the users of slice "cold", `valid_cold.recall@10` the same on validation, from the model directory's
-             metrics.json): each seed's value (test ones with their bootstrap interval) and mean ± std over the seeds
+             metrics.json, as its timings: `train.seconds_per_epoch`, `train.time_to_first_step_s`): each seed's value (test ones with their bootstrap interval) and mean ± std over the seeds
     pairs    per pair of models (a minus b; with `pairs_with`, each model minus that one), per metric of
              `pair_metrics` (N@10 by default, slices as above) and per seed: the paired difference on the same test
              users, its interval and p-value (`recsys.evaluation.uncertainty`); pooled: the mean difference over the
@@ -55,6 +55,7 @@ from recsys.evaluation.uncertainty import Uncertainty, seed_summary
 
 logger = logging.getLogger(__name__)
 VALIDATION = "valid"  # a model metric "valid[_slice].metric" is read from the model directory's metrics.json
+TRAINING = "train"  # and "train.<timing>" (seconds_per_epoch, time_to_first_step_s, ...): how its training went
 SEARCH_METRIC = "ndcg@10"  # per search level and setting, of a model that reads queries
 
 
@@ -291,8 +292,15 @@ def tasks_over_seeds(per_seed: list[dict[str, dict[str, float]]]) -> dict[str, d
 
 def _model_value(report: dict[str, Any], trained: dict[str, Any], metric: str) -> dict[str, Any]:
     """{"value"[, "interval"]} of `metric` in one seed's evaluation `report` (test, overall or "slice.metric") or its
-    model directory's `trained` metrics ("valid.metric", "valid_cold.metric": what validation saw)."""
+    model directory's `trained` metrics ("valid.metric", "valid_cold.metric": what validation saw; "train.timing":
+    its training's timings, of the attempt that finished it when a run was resumed)."""
     name, _, measure = metric.rpartition(".")
+    if name == TRAINING:
+        timings = sorted(key for key, value in trained.items() if isinstance(value, int | float))
+        if measure not in timings:
+            raise SystemExit(f"model metric {metric!r}: the model directory has no timing {measure!r}. Fix: one of "
+                             f"{[f'{TRAINING}.{key}' for key in timings]}")  # fmt: skip
+        return {"value": trained[measure]}
     if name.startswith(VALIDATION):
         if measure not in trained.get(name, {}):
             known = sorted(key for key in trained if key.startswith(VALIDATION))

@@ -67,17 +67,22 @@ def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: P
     with pytest.raises(ConfigError, match=r"no slice \['frozen'\] in the evaluations. Fix: one of \[.*'warm'"):
         comparisons.main([*argv, "--set", "pair_metrics=[frozen.ndcg@10]"])
 
-    metrics = "model_metrics=[ndcg@10, warm.recall@10, valid.ndcg@10]"
+    metrics = "model_metrics=[ndcg@10, warm.recall@10, valid.ndcg@10, train.seconds_per_epoch]"
     referenced = json.loads(comparisons.main([*argv, "--set", metrics, "--set", "pairs_with=SASRec"]).read_text())
     (reversed_pair,) = referenced["pairs"]  # each model minus the reference
     assert (reversed_pair["a"], reversed_pair["b"]) == ("SASRec small", "SASRec")
     record = referenced["models"]["SASRec"]
     trained = json.loads((models / "metrics.json").read_text())
     assert record["valid.ndcg@10"]["per_seed"][0] == {"value": trained["valid"]["ndcg@10"]}
+    assert record["train.seconds_per_epoch"]["per_seed"][0] == {"value": trained["seconds_per_epoch"]} and (
+        trained["seconds_per_epoch"] > 0
+    )
     low, high = record["warm.recall@10"]["per_seed"][0]["interval"]
     assert low <= record["warm.recall@10"]["per_seed"][0]["value"] <= high
     with pytest.raises(SystemExit, match=r"no 'valid_cold' 'ndcg@10'.*cold-start split"):
         comparisons.main([*argv, "--set", "model_metrics=[valid_cold.ndcg@10]"])
+    with pytest.raises(SystemExit, match=r"no timing 'seconds'\. Fix: one of \[.*'train\.time_to_first_step_s'"):
+        comparisons.main([*argv, "--set", "model_metrics=[train.seconds]"])
 
 
 def test_a_side_by_side_run_queues_behind_another_process_training_the_same_model(tmp_path: Path) -> None:
