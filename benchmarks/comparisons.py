@@ -21,7 +21,8 @@ benchmark resumes where it stopped. benchmarks/results/<result_name>.json then g
 
     models   per model and metric of `model_metrics` (test N@10 and R@10 by default; `cold.recall@10` is test R@10
              on the users of slice "cold", `valid_cold.recall@10` the same on validation, from the model directory's
-             metrics.json, as its timings: `train.seconds_per_epoch`, `train.time_to_first_step_s`): each seed's value (test ones with their bootstrap interval) and mean ± std over the seeds
+             metrics.json, as its timings: `train.seconds_per_epoch`, `train.time_to_first_step_s`): each seed's
+             value (test ones with their bootstrap interval) and mean ± std over the seeds
     pairs    per pair of models (a minus b; with `pairs_with`, each model minus that one), per metric of
              `pair_metrics` (N@10 by default, slices as above) and per seed: the paired difference on the same test
              users, its interval and p-value (`recsys.evaluation.uncertainty`); pooled: the mean difference over the
