@@ -308,8 +308,9 @@ def _model_value(report: dict[str, Any], trained: dict[str, Any], metric: str) -
             raise SystemExit(f"model metric {metric!r}: the model directory has no {name!r} {measure!r}. Fix: one of "
                              f"{known} (the cold slices need a cold-start split)")  # fmt: skip
         return {"value": trained[name][measure]}
-    if not name:
-        return {"value": report["overall"][measure], "interval": report["intervals"][measure]}
+    if not name:  # a list's measure (coverage@k) has no per-user values, so no interval
+        interval = report["intervals"].get(measure)
+        return {"value": report["overall"][measure], **({} if interval is None else {"interval": interval})}
     found = [entry for family in report["slices"].values() for entry in family if entry["name"] == name]
     if not found or measure not in found[0]:
         slices = sorted(entry["name"] for family in report["slices"].values() for entry in family)

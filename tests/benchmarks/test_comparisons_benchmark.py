@@ -67,7 +67,7 @@ def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: P
     with pytest.raises(ConfigError, match=r"no slice \['frozen'\] in the evaluations. Fix: one of \[.*'warm'"):
         comparisons.main([*argv, "--set", "pair_metrics=[frozen.ndcg@10]"])
 
-    metrics = "model_metrics=[ndcg@10, warm.recall@10, valid.ndcg@10, train.seconds_per_epoch]"
+    metrics = "model_metrics=[ndcg@10, warm.recall@10, valid.ndcg@10, train.seconds_per_epoch, coverage@10]"
     referenced = json.loads(comparisons.main([*argv, "--set", metrics, "--set", "pairs_with=SASRec"]).read_text())
     (reversed_pair,) = referenced["pairs"]  # each model minus the reference
     assert (reversed_pair["a"], reversed_pair["b"]) == ("SASRec small", "SASRec")
@@ -77,6 +77,7 @@ def test_the_smoke_comparisons_give_every_pair_its_interval_per_seed(tmp_path: P
     assert record["train.seconds_per_epoch"]["per_seed"][0] == {"value": trained["seconds_per_epoch"]} and (
         trained["seconds_per_epoch"] > 0
     )
+    assert record["coverage@10"]["per_seed"][0] == {"value": trained["test"]["coverage@10"]}  # a list's: no interval
     low, high = record["warm.recall@10"]["per_seed"][0]["interval"]
     assert low <= record["warm.recall@10"]["per_seed"][0]["value"] <= high
     with pytest.raises(SystemExit, match=r"no 'valid_cold' 'ndcg@10'.*cold-start split"):
