@@ -1,5 +1,5 @@
-"""How popular the validation and the test targets were in training: the share of each split's targets in each
-popularity decile of the items' training counts (`recsys.evaluation.slices.popularity_deciles`, decile 1 the least
+"""How popular in training the training, the validation and the test targets were: the share of each one's targets in
+each popularity decile of the items' training counts (`recsys.evaluation.slices.popularity_deciles`, decile 1 the least
 popular), their median and mean training count and the share never trained on. Under leave-one-out the test target
 comes one interaction later than the validation one; where it was less popular in training, a model that leans on
 what was popular there gains more on validation than on test (docs/semantic_ids.md).
@@ -9,8 +9,8 @@ Usage:
 
 The config lists data sets (`data`: a label, an experiment config whose data section is read, the raw data's path);
 each is prepared by the pipeline's prepare step in `work_dir` (kept when up to date). Writes
-benchmarks/results/<result_name>.json: per data set and split (valid, test) the decile shares, the training counts
-of the targets and the number of users; per data set the shift of each decile's share from validation to test.
+benchmarks/results/<result_name>.json: per data set and split (training, valid, test) the decile shares, the training
+counts of the targets and their number; per data set the shift of each decile's share from validation to test.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
 from benchmarks.quality import work_overrides
@@ -51,14 +53,16 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
     return settings_from(Settings, config, overrides)
 
 
-def split_popularity(data: SequenceData, split: str) -> dict[str, Any]:
-    """The training popularity of `split`'s targets: decile shares, median and mean count, the share never trained."""
-    counts = data.item_counts()  # (V+1,)
-    targets = data.eval_split(split).targets  # (U,)
+TRAINING = "training"  # the targets training predicts: every training item but each user's first
+
+
+def target_popularity(targets: torch.Tensor, counts: torch.Tensor) -> dict[str, Any]:
+    """How popular in training `targets` (item_idx) were: decile shares, median and mean training count, the share
+    never trained on, and how many there are."""
     deciles = popularity_deciles(counts)[targets]
     target_counts = counts[targets].double()
     return {
-        "users": len(targets),
+        "targets": len(targets),
         "decile_shares": {str(d): float((deciles == d).double().mean()) for d in range(1, NUM_DECILES + 1)},
         "median_training_count": float(target_counts.median()),
         "mean_training_count": float(target_counts.mean()),
@@ -66,11 +70,25 @@ def split_popularity(data: SequenceData, split: str) -> dict[str, Any]:
     }
 
 
+def training_targets(data: SequenceData) -> torch.Tensor:
+    """(N,) the items training predicts: every row's items but its first."""
+    items = data.training_rows().items
+    first = torch.zeros(len(items.values), dtype=torch.bool)
+    first[items.offsets[:-1][items.lengths() > 0]] = True
+    return items.values[~first]
+
+
 def data_set_drift(data: SequenceData) -> dict[str, Any]:
-    """Both splits' target popularity and each decile's share on test minus on validation."""
-    splits = {split: split_popularity(data, split) for split in (VALID, TEST)}
+    """The target popularity of training, validation and test, and each decile's share on test minus on validation.
+    A training target's count includes itself; validation's and test's are never counted."""
+    counts = data.item_counts()  # (V+1,)
+    splits = {split: target_popularity(data.eval_split(split).targets, counts) for split in (VALID, TEST)}
     valid, test = splits[VALID]["decile_shares"], splits[TEST]["decile_shares"]
-    return {**splits, "test_minus_valid_shares": {d: test[d] - valid[d] for d in valid}}
+    return {
+        TRAINING: target_popularity(training_targets(data), counts),
+        **splits,
+        "test_minus_valid_shares": {d: test[d] - valid[d] for d in valid},
+    }
 
 
 def main(argv: list[str] | None = None) -> Path:

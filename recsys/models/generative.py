@@ -58,6 +58,11 @@ class GenerativeConfig:
     # under bf16 autocast, the beams' log-probabilities still summed in fp32; "fp32" (the default) as trained to
     # compare. benchmarks.generative_speed measures each one's validation time and metrics on one trained model.
     beam_precision: Literal["fp32", "bf16"] = "fp32"
+    # Popularity correction of the decoding, alpha: every code's log-probability less alpha x the log of the share
+    # of training interactions it holds among its prefix's (counts + 1), so an item scores log p(item) - alpha x
+    # log q(item), q its share of the training counts. Full cross-entropy reproduces training's popularity, and
+    # later targets are less popular (benchmarks.target_drift); choose alpha on validation. 0 = off.
+    popularity_correction: NonNegativeFloat = 0.0
 
     def __post_init__(self) -> None:
         check_heads(self.num_heads, self.dim)
@@ -79,6 +84,7 @@ class GenerativeRetriever(Model[GenerativeConfig]):
     codes: torch.Tensor  # (V+1, T) buffer
     offsets: torch.Tensor  # (T,) buffer: first token id of every level
     new_items: torch.Tensor  # (V+1,) bool buffer: items added after training (cold start)
+    item_weights: torch.Tensor  # (V+1,) buffer with `popularity_correction`: training count + 1 of every item
 
     def __init__(self, config: GenerativeConfig, codes: torch.Tensor) -> None:
         super().__init__(config)
@@ -89,6 +95,8 @@ class GenerativeRetriever(Model[GenerativeConfig]):
             )
         self.register_buffer("codes", codes.long().clone())
         self.register_buffer("new_items", torch.zeros(config.num_items + 1, dtype=torch.bool))
+        if config.popularity_correction:
+            self.register_buffer("item_weights", torch.ones(config.num_items + 1))
         sizes = torch.tensor(config.codebook_sizes)
         self.register_buffer("offsets", FIRST_CODE_TOKEN + torch.cumsum(sizes, 0) - sizes)  # (T,) first token per level
         vocab = FIRST_CODE_TOKEN + int(sizes.sum())
@@ -104,6 +112,7 @@ class GenerativeRetriever(Model[GenerativeConfig]):
             config.dropout,
         )  # fmt: skip
         self._tries: dict[str, SemanticIdTrie] = {}
+        self._shares: dict[str, tuple[torch.Tensor, ...]] = {}  # per trie: its conditional_log_shares
 
     @property
     def max_history(self) -> int:
@@ -130,6 +139,28 @@ class GenerativeRetriever(Model[GenerativeConfig]):
         self.new_items.copy_(new.to(self.new_items.device).bool())
         self.new_items[PADDING_IDX] = False
         self._tries.clear()
+        self._shares.clear()
+
+    def set_item_counts(self, counts: torch.Tensor) -> None:
+        """(V+1,) training count of every item, which `popularity_correction` divides by (+ 1: a never-trained item
+        has weight 1)."""
+        if not self.config.popularity_correction:
+            raise ValueError("set_item_counts: popularity_correction is 0, so the model keeps no counts")
+        if counts.shape != self.item_weights.shape or bool((counts < 0).any()):
+            raise ValueError(f"item counts must be (V+1,) = {tuple(self.item_weights.shape)} and >= 0, got "
+                             f"{tuple(counts.shape)}")  # fmt: skip
+        self.item_weights.copy_(counts.to(self.item_weights) + 1)
+        self._shares.clear()
+
+    def _log_shares(self, subset: Literal["all", "old", "new"]) -> tuple[torch.Tensor, ...] | None:
+        """The item weights' `conditional_log_shares` in the trie of `subset`; None without popularity_correction."""
+        if not self.config.popularity_correction:
+            return None
+        trie = self.trie(subset)
+        cached = self._shares.get(subset)
+        if cached is None or cached[0].device != trie.radix.device:
+            cached = self._shares[subset] = trie.conditional_log_shares(self.item_weights.to(trie.radix.device))
+        return cached
 
     def trie(self, subset: Literal["all", "old", "new"] = "all") -> SemanticIdTrie:
         """The trie of the semantic IDs of all items, of the items not marked new, or of the new ones.
@@ -257,10 +288,10 @@ class GenerativeRetriever(Model[GenerativeConfig]):
             memory, pad = self.encode(histories, users)
             slots = min(self.config.new_item_slots, W)
             if not slots or not bool(self.new_items.any()):
-                items, scores = self._beam_search(memory, pad, self.trie(), W)
+                items, scores = self._beam_search(memory, pad, "all", W)
             else:
-                old, _ = self._beam_search(memory, pad, self.trie("old"), W - slots)
-                new, _ = self._beam_search(memory, pad, self.trie("new"), slots)
+                old, _ = self._beam_search(memory, pad, "old", W - slots)
+                new, _ = self._beam_search(memory, pad, "new", slots)
                 items = torch.cat([old, new], dim=1)  # (B, W)
                 scores = self.sequence_log_probs(memory, pad, items)
             if self.dense:
@@ -269,11 +300,14 @@ class GenerativeRetriever(Model[GenerativeConfig]):
         return items.gather(1, order), scores
 
     def _beam_search(
-        self, memory: torch.Tensor, pad: torch.Tensor, trie: SemanticIdTrie, W: int
+        self, memory: torch.Tensor, pad: torch.Tensor, subset: Literal["all", "old", "new"], W: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Beam search of width W over `trie` -> items (B, W) best first (0 = none), log-probs (B, W).
+        """Beam search of width W over the trie of `subset` -> items (B, W) best first (0 = none), log-probs (B, W)
+        (less the popularity correction).
 
         The first level decodes one beam per user (the only live one), the later ones W."""
+        trie, shares = self.trie(subset), self._log_shares(subset)
+        alpha = self.config.popularity_correction
         B = memory.shape[0]
         scores = torch.zeros(B, 1, device=memory.device)  # (B, live beams)
         keys = torch.zeros(B, 1, dtype=torch.long, device=memory.device)
@@ -282,8 +316,11 @@ class GenerativeRetriever(Model[GenerativeConfig]):
             live = scores.shape[1]
             states = self.decode(memory, pad, prefix.reshape(B * live, t))[:, -1]  # (B * live, D)
             logits = self.level_logits(states, t).float().view(B, live, -1)  # (B, live, K_t)
-            logits = logits.masked_fill(~trie.allowed_next(t, keys), float("-inf"))
+            rows = trie.rows(t, keys)  # (B, live)
+            logits = logits.masked_fill(~trie.allowed[t][rows], float("-inf"))
             total = scores[..., None] + F.log_softmax(logits, dim=-1)  # (B, live, K_t)
+            if shares is not None:
+                total = total - alpha * shares[t][rows]
             K = total.shape[-1]
             scores, flat = total.view(B, -1).topk(min(W, live * K), dim=1)  # (B, W) once K_0 >= W
             beam, code = flat // K, flat % K
@@ -302,7 +339,7 @@ class GenerativeRetriever(Model[GenerativeConfig]):
             items: (B, M) item_idx; 0 (no item) scores -inf.
 
         Returns:
-            (B, M), the scores beam search over `trie()` gives these items.
+            (B, M), the scores beam search over `trie()` gives these items (less the popularity correction).
         """
         B, M = items.shape
         trie, codes = self.trie(), self.codes[items].reshape(B * M, self.levels)  # (B*M, T)
@@ -316,7 +353,11 @@ class GenerativeRetriever(Model[GenerativeConfig]):
             logits = logits.masked_fill(~trie.allowed_next(t, keys), float("-inf"))
             total += F.log_softmax(logits, dim=-1)[rows, code]
             keys = keys * self.config.codebook_sizes[t] + code
-        return total.view(B, M).masked_fill(items == PADDING_IDX, float("-inf"))
+        total = total.view(B, M)
+        if self.config.popularity_correction:  # the sum of the levels' corrections: alpha x log q(item)
+            weights = self.item_weights.to(total.device)
+            total = total - self.config.popularity_correction * (weights[items] / weights[1:].sum()).log()
+        return total.masked_fill(items == PADDING_IDX, float("-inf"))
 
     def score(
         self, histories: torch.Tensor, users: torch.Tensor | None = None, times: HistoryTimes | None = None
@@ -338,6 +379,10 @@ def _build(fields: dict[str, Any], inputs: ModelInputs) -> GenerativeRetriever:
     model = GenerativeRetriever(FAMILY.validate({**fields, "codebook_sizes": sids.codebook_sizes}), sids.codes)
     if inputs.new_items is not None:
         model.mark_new_items(inputs.new_items)
+    if model.config.popularity_correction:
+        if inputs.item_counts is None:
+            raise ValueError("popularity_correction needs the training counts of the items (Input.ITEM_COUNTS)")
+        model.set_item_counts(inputs.item_counts)
     return model
 
 
@@ -348,6 +393,9 @@ def _shape(config: GenerativeConfig, rebuild: Rebuild) -> GenerativeRetriever:
 
 FAMILY = ModelFamily(
     "generative", GenerativeConfig, GenerativeRetriever, _build, training="generative",
-    reads=lambda config: frozenset({Input.SEMANTIC_IDS, Input.NEW_ITEMS}), shape=_shape,
+    reads=lambda config: frozenset(
+        {Input.SEMANTIC_IDS, Input.NEW_ITEMS, *([Input.ITEM_COUNTS] if config.popularity_correction else [])}
+    ),
+    shape=_shape,
     filled={"num_items": 1, "codebook_sizes": (1,)},
 )  # fmt: skip

@@ -73,14 +73,42 @@ class SemanticIdTrie:
             self.radix.to(device),
         )
 
-    def allowed_next(self, level: int, keys: torch.Tensor) -> torch.Tensor:
-        """keys (...,) of valid length-`level` prefixes -> (..., K_level) bool of the codes that may follow.
+    def rows(self, level: int, keys: torch.Tensor) -> torch.Tensor:
+        """keys (...,) of valid length-`level` prefixes -> (...,) their rows in the level's tables.
 
         A key that is no valid prefix (a dead beam's, when fewer prefixes than beams exist) gets some valid prefix's
         row, in bounds: what follows a dead beam does not matter, its score stays -inf."""
         keys_t = self.prefix_keys[level]
-        rows = torch.searchsorted(keys_t, keys).clamp(max=len(keys_t) - 1)
-        return self.allowed[level][rows]
+        return torch.searchsorted(keys_t, keys).clamp(max=len(keys_t) - 1)
+
+    def allowed_next(self, level: int, keys: torch.Tensor) -> torch.Tensor:
+        """keys (...,) of valid length-`level` prefixes -> (..., K_level) bool of the codes that may follow."""
+        return self.allowed[level][self.rows(level, keys)]
+
+    def conditional_log_shares(self, weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Per level t, (len(prefix_keys[t]), K_t): log of the share of a prefix's weight that each code after it
+        holds, log(w(prefix + c) / w(prefix)), where an ID's weight is the sum of its items' (0 where c may not follow).
+        Summed over an item's levels they give log(w_item / w_all).
+
+        Args:
+            weights: (V+1,) positive weight of every item_idx (e.g. its training count + 1), on the trie's device.
+
+        Example:
+            >>> trie = SemanticIdTrie.build(torch.tensor([[0, 1], [0, 2], [1, 0]]), torch.tensor([1, 2, 3]), [2, 3])
+            >>> [t.exp().tolist() for t in trie.conditional_log_shares(torch.tensor([0.0, 1.0, 3.0, 4.0]))]
+            [[[0.5, 0.5]], [[1.0, 0.25, 0.75], [1.0, 1.0, 1.0]]]
+        """
+        w = weights[self.item_of_key].double()  # (V,) aligned with item_keys
+        below = torch.ones(self.levels + 1, dtype=torch.int64, device=self.radix.device)  # IDs under one prefix
+        below[:-1] = torch.flip(torch.cumprod(torch.flip(self.radix, [0]), 0), [0])
+        shares = []
+        for t in range(self.levels):
+            prefix, code = self.item_keys // below[t], (self.item_keys // below[t + 1]) % self.radix[t]
+            mass = torch.zeros(self.allowed[t].shape, dtype=torch.float64, device=w.device)
+            mass.index_put_((self.rows(t, prefix), code), w, accumulate=True)
+            share = mass / mass.sum(dim=1, keepdim=True)
+            shares.append(torch.where(mass > 0, share, 1.0).log().float())
+        return tuple(shares)
 
     def items(self, keys: torch.Tensor) -> torch.Tensor:
         """keys (...,) of complete tuples -> item_idx (...,); a key of no item (a dead beam's) gets some item."""

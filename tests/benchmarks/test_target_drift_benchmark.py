@@ -27,10 +27,12 @@ def test_each_split_reports_its_targets_training_popularity(tmp_path: Path) -> N
     sequences = by_user["item_idx"].to_list()
     # leave-one-out: the last item is test's target, the one before validation's, the rest trains
     counts = np.bincount([i for s in sequences for i in s[:-2]], minlength=max(map(max, sequences)) + 1)
-    for split, back in (("valid", 2), ("test", 1)):
-        targets = counts[[s[-back] for s in sequences]]
+    predicted = {"training": [i for s in sequences for i in s[1:-2]], "valid": [s[-2] for s in sequences],
+                 "test": [s[-1] for s in sequences]}  # fmt: skip
+    for split, items in predicted.items():
+        targets = counts[items]
         report = drift[split]
-        assert report["users"] == len(sequences)
+        assert report["targets"] == len(items)
         assert report["median_training_count"] == pytest.approx(np.quantile(targets, 0.5, method="lower"))
         assert report["mean_training_count"] == pytest.approx(targets.mean())
         assert report["never_trained_share"] == pytest.approx((targets == 0).mean())

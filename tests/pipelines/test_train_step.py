@@ -81,14 +81,16 @@ def test_prepare_step_skips_unchanged_inputs_and_redoes_changed_ones(
     assert (out / "interactions.parquet").stat().st_mtime_ns != first
 
 
+# with the popularity correction, the model is built on the data's training counts and keeps them
+@pytest.mark.parametrize("popularity_correction", [0.0, 0.5])
 def test_generative_experiment_builds_ids_trains_saves_and_reloads(
-    tmp_path: Path, tiny_config: Callable[..., Path]
+    tmp_path: Path, tiny_config: Callable[..., Path], popularity_correction: float
 ) -> None:
     sid = {"method": "rqkmeans", "rqkmeans": {"levels": 2, "codebook_size": 8}}
     model = {
         "name": "generative",
         "params": {"dim": 16, "num_heads": 2, "ffn_dim": 32, "num_encoder_layers": 1, "num_decoder_layers": 1,
-                   "beam_size": 10},
+                   "beam_size": 10, "popularity_correction": popularity_correction},
     }  # fmt: skip
     config = load_config(
         tiny_config(
@@ -102,6 +104,12 @@ def test_generative_experiment_builds_ids_trains_saves_and_reloads(
     histories = torch.tensor([[0, 1, 2], [3, 4, 5]])
     items, _ = loaded.model.generate(histories)  # type: ignore[union-attr]
     assert items.shape == (2, 10) and bool((items > 0).all())
+    if popularity_correction:
+        (data_dir,) = (tmp_path / "data").iterdir()
+        counts = load_prepared(data_dir).item_counts().float()
+        assert torch.equal(loaded.model.item_weights, counts + 1)  # type: ignore[union-attr]
+    else:
+        assert not hasattr(loaded.model, "item_weights")
 
 
 @pytest.mark.parametrize("vectors", ["collaborative", "content_and_collaborative"])

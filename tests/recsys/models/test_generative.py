@@ -32,6 +32,7 @@ def model(
     new_item_slots: int = 0,
     dense_weight: float = 0.0,
     beam_precision: Literal["fp32", "bf16"] = "fp32",
+    popularity_correction: float = 0.0,
 ) -> GenerativeRetriever:
     torch.manual_seed(0)
     config = GenerativeConfig(
@@ -47,6 +48,7 @@ def model(
         new_item_slots=new_item_slots,
         dense_weight=dense_weight,
         beam_precision=beam_precision,
+        popularity_correction=popularity_correction,
     )
     return GenerativeRetriever(config, codes).eval()
 
@@ -354,3 +356,69 @@ def test_a_held_out_twin_never_trains_on_each_users_last_items() -> None:
 
     assert targets(GenerativeRecipe(max_history=3, batch_size=2)) == [2, 3, 4, 6, 7, 9]
     assert targets(GenerativeRecipe(max_history=3, batch_size=2, holdout_last=1)) == [2, 3, 6]
+
+
+COUNTS = torch.tensor([0, 500, 0, 3, 40, 7, 0, 1, 90, 2, 12, 5, 0, 30, 8])  # (V+1,) skewed training counts
+
+
+def test_the_popularity_correction_takes_alpha_times_each_items_log_share_of_the_counts() -> None:
+    histories, users = torch.tensor([[0, 0, 3, 4], [0, 0, 0, 0], [1, 2, 3, 4]]), torch.tensor([3, 0, 9])
+    exact = exact_log_probs(model(catalog(), beam=14), histories, users)  # alpha 0: the same weights (seeded)
+    log_share = ((COUNTS + 1) / (COUNTS[1:] + 1).sum()).log()
+    for alpha in (0.5, 1.0):
+        m = model(catalog(), beam=14, popularity_correction=alpha)
+        m.set_item_counts(COUNTS)
+        items, scores = m.generate(histories, users)  # a full beam: every item, its score exact
+        memory, pad = m.encode(histories, users)
+        for b in range(len(histories)):
+            assert sorted(items[b].tolist()) == list(range(1, 15))
+            want = exact[b, items[b]] - alpha * log_share[items[b]]
+            torch.testing.assert_close(scores[b], want, rtol=1e-4, atol=1e-4)
+            assert (scores[b][:-1] >= scores[b][1:]).all()
+        torch.testing.assert_close(m.sequence_log_probs(memory, pad, items), scores, rtol=1e-4, atol=1e-4)
+    # the most trained item (1: 500 of 716) loses the most: it falls in a user's list, or was last already
+    plain, _ = model(catalog(), beam=14).generate(histories, users)
+    before, after = (plain == 1).float().argmax(dim=1), (items == 1).float().argmax(dim=1)
+    assert bool(((after > before) | (before == 13)).all()) and bool((after > before).any()), (before, after)
+
+
+def test_the_popularity_correction_keeps_the_new_items_slots_comparable() -> None:
+    new = torch.zeros(15, dtype=torch.bool)
+    new[[2, 6, 12]] = True  # never trained: count 0, weight 1
+    histories, users = torch.tensor([[0, 3, 4], [1, 1, 2]]), torch.tensor([3, 4])
+    m = model(catalog(), beam=6, new_item_slots=2, popularity_correction=1.0)
+    m.set_item_counts(COUNTS)
+    m.mark_new_items(new)
+    items, scores = m.generate(histories, users)
+    memory, pad = m.encode(histories, users)
+    for b in range(2):
+        assert len(set(items[b].tolist())) == 6 and sum(bool(new[i]) for i in items[b]) == 2
+    torch.testing.assert_close(scores, m.sequence_log_probs(memory, pad, items), rtol=1e-4, atol=1e-4)
+
+
+def test_the_popularity_correction_reads_the_training_counts_and_keeps_them_with_the_model() -> None:
+    from recsys.models.family import Input, ModelInputs
+    from recsys.models.generative import FAMILY
+    from recsys.semantic_ids.codes import SemanticIds
+
+    fields = {"num_items": 14, "dim": 16, "num_heads": 2, "ffn_dim": 32, "num_encoder_layers": 1,
+              "num_decoder_layers": 1, "beam_size": 4, "popularity_correction": 0.5}  # fmt: skip
+    sids = SemanticIds(torch.cat([torch.full((1, 3), -1), catalog()[1:]]), SIZES)
+    assert Input.ITEM_COUNTS in FAMILY.reads(FAMILY.validate({**fields, "codebook_sizes": SIZES}))
+    off = FAMILY.validate({**fields, "codebook_sizes": SIZES, "popularity_correction": 0.0})
+    assert Input.ITEM_COUNTS not in FAMILY.reads(off)
+    with pytest.raises(ValueError, match=r"popularity_correction needs the training counts .*Input.ITEM_COUNTS"):
+        FAMILY.build(fields, ModelInputs(semantic_ids=sids))
+    built = FAMILY.build(fields, ModelInputs(semantic_ids=sids, item_counts=COUNTS))
+    assert isinstance(built, GenerativeRetriever) and torch.equal(built.item_weights, COUNTS + 1.0)
+    with pytest.raises(ValueError, match="popularity_correction is 0"):
+        model(catalog(), beam=4).set_item_counts(COUNTS)
+    with pytest.raises(ValueError, match=r"item counts must be \(V\+1,\) = \(15,\)"):
+        model(catalog(), beam=4, popularity_correction=0.5).set_item_counts(COUNTS[:-1])
+    trained = model(catalog(), beam=4, popularity_correction=0.5)
+    trained.set_item_counts(COUNTS)
+    loaded = GenerativeRetriever(trained.config, torch.zeros_like(catalog())).eval()  # as a model dir's is shaped
+    loaded.load_state_dict(trained.state_dict())
+    histories = torch.tensor([[0, 3, 4], [5, 6, 7]])
+    assert torch.equal(loaded.generate(histories)[0], trained.generate(histories)[0])
+    assert torch.equal(loaded.item_weights, COUNTS + 1.0)
