@@ -12,7 +12,7 @@ Dimension letters: B users, H history items, T code levels, S = 1 + H * T encode
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
@@ -151,6 +151,21 @@ class GenerativeRetriever(Model[GenerativeConfig]):
                              f"{tuple(counts.shape)}")  # fmt: skip
         self.item_weights.copy_(counts.to(self.item_weights) + 1)
         self._shares.clear()
+
+    def with_popularity_correction(self, alpha: float, counts: torch.Tensor) -> GenerativeRetriever:
+        """This trained model decoding with `popularity_correction` alpha over the training `counts` (V+1,): the same
+        weights (shared), so alpha can be chosen on validation without training again."""
+        corrected = GenerativeRetriever(replace(self.config, popularity_correction=alpha), self.codes)
+        weights = self.state_dict(keep_vars=True)
+        weights.pop("item_weights", None)  # the counts are set below
+        missing, unexpected = corrected.load_state_dict(weights, strict=False, assign=True)
+        if unexpected or set(missing) - {"item_weights"}:
+            raise ValueError(f"with_popularity_correction: the weights differ (missing {missing}, unexpected "
+                             f"{unexpected})")  # fmt: skip
+        corrected.to(self.codes.device)
+        if alpha:
+            corrected.set_item_counts(counts)
+        return corrected.train(self.training)
 
     def _log_shares(self, subset: Literal["all", "old", "new"]) -> tuple[torch.Tensor, ...] | None:
         """The item weights' `conditional_log_shares` in the trie of `subset`; None without popularity_correction."""

@@ -422,3 +422,17 @@ def test_the_popularity_correction_reads_the_training_counts_and_keeps_them_with
     histories = torch.tensor([[0, 3, 4], [5, 6, 7]])
     assert torch.equal(loaded.generate(histories)[0], trained.generate(histories)[0])
     assert torch.equal(loaded.item_weights, COUNTS + 1.0)
+
+
+def test_a_trained_model_decodes_with_a_popularity_correction_chosen_afterwards() -> None:
+    histories, users = torch.tensor([[0, 0, 3, 4], [1, 2, 3, 4]]), torch.tensor([3, 9])
+    trained = model(catalog(), beam=14)  # alpha 0
+    built = model(catalog(), beam=14, popularity_correction=0.5)  # the same weights (seeded), built with alpha
+    built.set_item_counts(COUNTS)
+    corrected = trained.with_popularity_correction(0.5, COUNTS)
+    assert not corrected.training and corrected.token_emb.weight is trained.token_emb.weight  # shared, not copied
+    for got, want in zip(corrected.generate(histories, users), built.generate(histories, users), strict=True):
+        torch.testing.assert_close(got, want)
+    back = corrected.with_popularity_correction(0.0, COUNTS)
+    for got, want in zip(back.generate(histories, users), trained.generate(histories, users), strict=True):
+        torch.testing.assert_close(got, want)
