@@ -49,6 +49,7 @@ from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, set
 from benchmarks.quality import seeded, train_seeds, work_overrides
 from benchmarks.side_by_side import Unit, run_side_by_side, visible_gpus
 from pipelines.config import ExperimentConfig, load_config
+from pipelines.steps import PipelineOutputs
 from recsys.artifacts.comparison import compare_evaluation_dirs, compare_search_dirs
 from recsys.artifacts.evaluation_dir import EVALUATION_FILE
 from recsys.artifacts.model_dir import METRICS_FILE
@@ -124,6 +125,33 @@ def model_config(settings: Settings, model: Model, offset: int, work: Path) -> E
         if labels:
             overrides[key] = [str(_model_dir(settings, label, offset, work)) for label in labels]
     return seeded(load_config(REPO / model.config, overrides), offset)
+
+
+def analysed_comparisons(
+    path: str, device: str, overrides: dict[str, Any], labels: Sequence[str]
+) -> Settings:  # fmt: skip
+    """The comparisons config at `path` (a file in the repo) that another benchmark analyses, on `device` with
+    `overrides`; SystemExit saying the fix when it is not in the repo or lacks a model of `labels`."""
+    config = (REPO / path).resolve()
+    if not config.is_relative_to(REPO) or not config.is_file():
+        raise SystemExit(f"comparisons {path} is not a file in the repo. Fix: a comparisons config under "
+                         "benchmarks/configs/")  # fmt: skip
+    settings = load_settings(config, {"device": device, **overrides})
+    known = [m.label for m in settings.models]
+    for label in labels:
+        if label not in known:
+            raise SystemExit(f"{label!r} is not a model of {path}. Fix: one of {known}")
+    return settings
+
+
+def evaluated_runs(settings: Settings, label: str) -> list[PipelineOutputs]:
+    """Every seed's run of the model `label`, trained and evaluated as the comparisons do (reused where up to date)."""
+    work = (REPO / settings.work_dir).resolve()
+    model = next(m for m in settings.models if m.label == label)
+    return [
+        train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [])[0]
+        for offset in range(settings.seeds)
+    ]
 
 
 def _model_dir(settings: Settings, label: str, offset: int, work: Path) -> Path:

@@ -24,11 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
+from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, write_result
 from benchmarks.comparisons import Settings as ComparisonSettings
-from benchmarks.comparisons import load_settings as load_comparison_settings
-from benchmarks.comparisons import metric_difference, model_config, pooled_over_seeds
-from benchmarks.quality import train_seeds
+from benchmarks.comparisons import analysed_comparisons, evaluated_runs, metric_difference, pooled_over_seeds
 from recsys.artifacts.comparison import compare_ranks
 from recsys.artifacts.model_dir import load_model_dir
 from recsys.artifacts.per_user import PER_USER_FILE, PerUserRanks
@@ -60,36 +58,26 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
     settings = settings_from(Settings, config, overrides)
     if 0.0 not in settings.alphas or min(settings.alphas) < 0:
         raise SystemExit(f"alphas {settings.alphas}: give values >= 0, 0 (the model as trained) among them")
-    labels = [m.label for m in _comparisons(settings).models]
-    for label in (settings.model, settings.reference):
-        if label not in labels:
-            raise SystemExit(f"{label!r} is not a model of {settings.comparisons}. Fix: one of {labels}")
+    _comparisons(settings)
     return settings
 
 
 def _comparisons(settings: Settings) -> ComparisonSettings:
-    return load_comparison_settings(
-        REPO / settings.comparisons, {"device": settings.device, **settings.comparisons_overrides}
-    )
+    labels = [settings.model, settings.reference]
+    return analysed_comparisons(settings.comparisons, settings.device, settings.comparisons_overrides, labels)
 
 
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "benchmarks/configs/beauty-generative-popularity.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     comparisons = _comparisons(settings)
-    work = (REPO / comparisons.work_dir).resolve()
-
-    def runs(label: str) -> list[Any]:
-        model = next(m for m in comparisons.models if m.label == label)
-        return [
-            train_seeds(model_config(comparisons, model, offset, work), work, 1, "evaluate", [])[0]
-            for offset in range(comparisons.seeds)
-        ]
-
-    references = [PerUserRanks.read(o.evaluation.evaluation_dir / PER_USER_FILE) for o in runs(settings.reference)]
+    references = [
+        PerUserRanks.read(outputs.evaluation.evaluation_dir / PER_USER_FILE)
+        for outputs in evaluated_runs(comparisons, settings.reference)
+    ]
     seeds = [
         _swept(outputs.model.model_dir, reference, settings, comparisons)
-        for outputs, reference in zip(runs(settings.model), references, strict=True)
+        for outputs, reference in zip(evaluated_runs(comparisons, settings.model), references, strict=True)
     ]
     summary = {
         "alpha": seed_summary([s["alpha"] for s in seeds]),
@@ -131,9 +119,10 @@ def _swept(
     chosen = max(curve, key=lambda point: point["ndcg@10"])["alpha"]
     families = slice_families(data, test)
     record: dict[str, Any] = {"model_dir": str(model_dir), "valid": curve, "alpha": chosen, "test": {}, "pairs": {}}
+    tested = {alpha: evaluate(model.with_popularity_correction(alpha, counts), test, data.num_items, config,
+                              what=f"test at alpha {alpha}") for alpha in {chosen, 0.0}}  # fmt: skip
     for at, alpha in zip(AT, (chosen, 0.0), strict=True):
-        result = evaluate(model.with_popularity_correction(alpha, counts), test, data.num_items, config,
-                          what=f"test at alpha {alpha}")  # fmt: skip
+        result = tested[alpha]
         record["test"][at] = {m: result.metrics[m] for m in CURVE_METRICS}
         comparison = compare_ranks(PerUserRanks.of(result.ranks, test, families), reference,
                                    (model_dir.name, "reference"), KS, comparisons.uncertainty)  # fmt: skip

@@ -28,11 +28,9 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, write_result
+from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, write_result
 from benchmarks.comparisons import Settings as ComparisonSettings
-from benchmarks.comparisons import load_settings as load_comparison_settings
-from benchmarks.comparisons import metric_difference, model_config, pooled_over_seeds
-from benchmarks.quality import train_seeds
+from benchmarks.comparisons import analysed_comparisons, evaluated_runs, metric_difference, pooled_over_seeds
 from recsys.artifacts.comparison import compare_ranks
 from recsys.artifacts.model_dir import load_model_dir, read_metrics
 from recsys.artifacts.per_user import PER_USER_FILE, PerUserRanks
@@ -68,47 +66,30 @@ class Settings:
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
     settings = settings_from(Settings, config, overrides)
-    comparisons = (REPO / settings.comparisons).resolve()
-    if not comparisons.is_relative_to(REPO) or not comparisons.is_file():
-        raise SystemExit(f"comparisons {settings.comparisons} is not a file in the repo. Fix: a comparisons config "
-                         "under benchmarks/configs/")  # fmt: skip
     if 0.0 not in settings.priors:
         raise SystemExit(f"priors {settings.priors} lack 0, the model's own scores. Fix: add 0.0")
-    labels = [m.label for m in _comparisons(settings).models]
-    for label in (*settings.models, settings.reference):
-        if label not in labels:
-            raise SystemExit(f"{label!r} is not a model of {settings.comparisons}. Fix: one of {labels}")
+    _comparisons(settings)
     return settings
 
 
 def _comparisons(settings: Settings) -> ComparisonSettings:
-    return load_comparison_settings(
-        REPO / settings.comparisons, {"device": settings.device, **settings.comparisons_overrides}
-    )
+    labels = [*settings.models, settings.reference]
+    return analysed_comparisons(settings.comparisons, settings.device, settings.comparisons_overrides, labels)
 
 
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "benchmarks/configs/beauty-new-item-prior.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     comparisons = _comparisons(settings)
-    work = (REPO / comparisons.work_dir).resolve()
-
-    def runs(label: str) -> list[Any]:
-        model = next(m for m in comparisons.models if m.label == label)
-        return [
-            train_seeds(model_config(comparisons, model, offset, work), work, 1, "evaluate", [])[0]
-            for offset in range(comparisons.seeds)
-        ]
-
     references = [
         (PerUserRanks.read(outputs.evaluation.evaluation_dir / PER_USER_FILE), _warm_valid(outputs.model.model_dir))
-        for outputs in runs(settings.reference)
+        for outputs in evaluated_runs(comparisons, settings.reference)
     ]
     models = {}
     for label in settings.models:
         seeds = [
             _analysed(outputs.model.model_dir, *reference, settings, comparisons)
-            for outputs, reference in zip(runs(label), references, strict=True)
+            for outputs, reference in zip(evaluated_runs(comparisons, label), references, strict=True)
         ]
         models[label] = {"per_seed": seeds, **_summaries(seeds, settings)}
     result = {"settings": {**settings.__dict__, "seeds": comparisons.seeds, "work_dir": comparisons.work_dir},
