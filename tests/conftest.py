@@ -62,9 +62,9 @@ P5_ITEMS = 'item_id,title\na,Alpha\nb,"Bravo, the sequel"\nc,Charlie\nd,Delta\ne
 
 @pytest.fixture(autouse=True, scope="session")
 def one_hstu_attention_config() -> Iterator[dict[Any, list[Any]]]:
-    """On a GPU each HSTU attention kernel autotunes over 9 configs per shape class and dtype (27 compiles a case:
-    minutes a test module). Tests check outputs, not the tuner's pick: they run the 64 x 64 blocks config (the
-    forward's plain loads), and
+    """On a GPU each HSTU attention kernel autotunes over 16 configs per shape class and dtype (48 compiles a case:
+    minutes a test module). Tests check outputs, not the tuner's pick: they run the 64 x 64 blocks config (plain
+    loads), and
     test_every_autotune_config_gives_the_reference runs every one (this fixture's value: each autotuned kernel's
     whole config list). The interpreter has one config anyway (the value is then empty)."""
     if not torch.cuda.is_available() or importlib.util.find_spec("triton") is None:

@@ -46,8 +46,8 @@ autotuned per head dim, time buckets and class of the longest sequence (`length_
 Time buckets are computed in-kernel exactly as `time_buckets` does in float64: e = floor(log2(fp32(gap))) is
 corrected by integer shifts (fp32 rounds 2**k - 1 up to 2**k above 2**24), so every int64 gap gets its bucket.
 
-Works with Triton 3.6 and 3.9 (long-standing `tl` APIs, `tl.gather` of Triton 3.2 on, and the forward's TMA
-configs `tl.make_tensor_descriptor` of 3.4 on). Under `TRITON_INTERPRET=1` (set before `triton` is first imported) the
+Works with Triton 3.6 and 3.9 (long-standing `tl` APIs, `tl.gather` of Triton 3.2 on, and the TMA configs'
+`tl.make_tensor_descriptor` of 3.4 on). Under `TRITON_INTERPRET=1` (set before `triton` is first imported) the
 kernels run on CPU in the interpreter with one small config (blocks of 16), so that tiny test shapes still cover
 several blocks, the diagonal and the masks.
 """
@@ -101,11 +101,11 @@ def _with(config: triton.Config, **params: Any) -> triton.Config:
     return triton.Config({**config.kwargs, **params}, num_warps=config.num_warps, num_stages=config.num_stages)
 
 
-def _forward_configs() -> list[triton.Config]:
-    """`_configs` with TMA off, and on for the tiles of 64 rows and more: the forward may read q, k and v through
-    tensor descriptors (the TMA unit computes the addresses and zero-fills past the tensor's end, instead of a
-    register-held address and mask per element); pruned where the layout does not allow it (`_tma_or_not`)."""
-    plain = _configs("BLOCK_M", "BLOCK_N")
+def _with_tma(plain: list[triton.Config]) -> list[triton.Config]:
+    """`plain` with TMA off, and on for the tiles of 64 query rows and more: a kernel may read the rows of its inner
+    loop through tensor descriptors (the TMA unit computes the addresses and zero-fills past the tensor's end,
+    instead of a register-held address and mask per element); pruned where the layout does not allow it
+    (`_tma_or_not`)."""
     tma = [c for c in plain if c.kwargs["BLOCK_M"] >= 64 and not INTERPRETED]  # the interpreter's tests pin their own
     return [_with(c, TMA=False) for c in plain] + [_with(c, TMA=True) for c in tma]
 
@@ -123,19 +123,24 @@ def config_tile(config: triton.Config) -> tuple[int, int, int, int]:
 
 
 def _dq_configs() -> list[triton.Config]:
-    """`_configs` with DIAGS, the power of two that holds a tile's BLOCK_M + BLOCK_N - 1 diagonals."""
-    return [
-        _with(c, DIAGS=triton.next_power_of_2(c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"] - 1))
-        for c in _configs("BLOCK_M", "BLOCK_N")
-    ]
+    """`_configs` with DIAGS, the power of two that holds a tile's BLOCK_M + BLOCK_N - 1 diagonals, and TMA."""
+    return _with_tma(
+        [
+            _with(c, DIAGS=triton.next_power_of_2(c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"] - 1))
+            for c in _configs("BLOCK_M", "BLOCK_N")
+        ]
+    )
 
 
 # autotuned per head dim, time buckets and class of the longest sequence: short sequences want small blocks (more
 # programs), long ones large blocks (fewer re-reads); one config for every length would serve one of them
 AUTOTUNE_KEY = ["HEAD_DIM", "HAS_TIME", "length_class"]
 # Integer arguments Triton must not compile variants for (it would for a value of 1 and for multiples of 16):
-# length_class is read by the autotuner alone; the forward's num_tokens changes with every batch
-NOT_SPECIALIZED = ["length_class"]
+# length_class is read by the autotuner alone; num_tokens changes with every batch
+NOT_SPECIALIZED = ["length_class", "num_tokens"]
+# each kernel's autotune: per AUTOTUNE_KEY and whether the call's layout takes tensor descriptors, TMA configs
+# pruned where it does not
+TUNED_WITH_TMA = {"key": [*AUTOTUNE_KEY, "TMA_OK"], "prune_configs_by": {"early_config_prune": _tma_or_not}}
 
 
 def length_class(max_seq_len: int) -> int:
@@ -257,10 +262,8 @@ def _forward_tile(
     return acc + _dot(a.to(v.dtype), v, PRECISION)
 
 
-@triton.autotune(
-    configs=_forward_configs(), key=[*AUTOTUNE_KEY, "TMA_OK"], prune_configs_by={"early_config_prune": _tma_or_not}
-)
-@triton.jit(do_not_specialize=[*NOT_SPECIALIZED, "num_tokens"])
+@triton.autotune(configs=_with_tma(_configs("BLOCK_M", "BLOCK_N")), **TUNED_WITH_TMA)
+@triton.jit(do_not_specialize=NOT_SPECIALIZED)
 def _forward_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr,  # out: (N, H, E) contiguous
     offsets_ptr, pos_bias_ptr, time_bias_ptr, ts_ptr, qt_ptr,
@@ -307,19 +310,25 @@ def _forward_kernel(
 @triton.jit
 def _dkdv_tile(
     dk, dv, k, v, ts, n, m0, length,
-    q_ptr, do_ptr, qt_ptr, pos_bias_ptr, time_bias_ptr,
+    q_ptr, do_ptr, q_rows, do_rows, qt_ptr, pos_bias_ptr, time_bias_ptr,
     stride_qn, stride_qe, stride_don, stride_doe,
     max_len, num_buckets, scale,
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
-    FAST: tl.constexpr, BLOCK_M: tl.constexpr, DIAGONAL: tl.constexpr,
+    FAST: tl.constexpr, BLOCK_M: tl.constexpr, DIAGONAL: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """(dk, dv) of the key rows n plus the query block at m0's part (tiles transposed: keys x queries). Only a
-    DIAGONAL block (one whose first query precedes the last key) masks; query rows past the end load q = dO = 0 and
-    add nothing."""
+    DIAGONAL block (one whose first query precedes the last key) masks; query rows past the end have dO = 0 and add
+    nothing. TMA: q and dO through their descriptors `q_rows` / `do_rows`, whose rows past the sequence's end are the
+    next sequence's: dO's are zeroed here (q's then meet zero scores' gradients)."""
     m = m0 + tl.arange(0, BLOCK_M)
     m_mask = m < length
-    q = _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)  # (BLOCK_M, E)
-    do = _load_rows(do_ptr, m, m_mask, stride_don, stride_doe, HEAD_DIM, BLOCK_E)
+    if TMA:
+        q = q_rows.load([m0, 0])  # (BLOCK_M, E)
+        do = do_rows.load([m0, 0])
+        do = tl.where(m_mask[:, None], do, tl.zeros_like(do))
+    else:
+        q = _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)  # (BLOCK_M, E)
+        do = _load_rows(do_ptr, m, m_mask, stride_don, stride_doe, HEAD_DIM, BLOCK_E)
     distance = m[None, :] - n[:, None]  # (BLOCK_N, BLOCK_M)
     gap = _times(qt_ptr, m, m_mask, HAS_TIME)[None, :] - ts[:, None]
     s_t = _dot(k, tl.trans(q), PRECISION)
@@ -336,7 +345,7 @@ def _dkdv_tile(
     return dk, dv
 
 
-@triton.autotune(configs=_configs("BLOCK_M", "BLOCK_N"), key=AUTOTUNE_KEY)
+@triton.autotune(configs=_with_tma(_configs("BLOCK_M", "BLOCK_N")), **TUNED_WITH_TMA)
 @triton.jit(do_not_specialize=NOT_SPECIALIZED)
 def _dkdv_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr,  # do: (N, H, E) output gradient, any strides
@@ -344,9 +353,9 @@ def _dkdv_kernel(
     offsets_ptr, pos_bias_ptr, time_bias_ptr, ts_ptr, qt_ptr,
     stride_qn, stride_qh, stride_qe, stride_kn, stride_kh, stride_ke, stride_vn, stride_vh, stride_ve,
     stride_don, stride_doh, stride_doe,
-    max_len, num_buckets, scale, length_class,
+    max_len, num_buckets, scale, length_class, num_tokens,
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
-    FAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    FAST: tl.constexpr, TMA_OK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
     start = tl.load(offsets_ptr + seq)
@@ -359,6 +368,12 @@ def _dkdv_kernel(
     dv_ptr += (start * num_heads + h) * HEAD_DIM
     pos_bias_ptr += h * max_len
     time_bias_ptr += h * num_buckets
+    if TMA:
+        q_rows = _head_rows(q_ptr, num_tokens - start, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_E)
+        do_rows = _head_rows(do_ptr, num_tokens - start, stride_don, HEAD_DIM, BLOCK_M, BLOCK_E)
+    else:  # stand-ins, never read
+        q_rows = q_ptr
+        do_rows = do_ptr
     for n0 in range(tl.program_id(1) * BLOCK_N, length, tl.num_programs(1) * BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)  # key positions in the sequence
         n_mask = n < length
@@ -372,9 +387,9 @@ def _dkdv_kernel(
         for later in tl.static_range(2):  # [first, after) masked on the diagonal, then [after, length) unmasked
             for m0 in range(first + later * (after - first), after + later * (length - after), BLOCK_M):
                 dk, dv = _dkdv_tile(
-                    dk, dv, k, v, ts, n, m0, length, q_ptr, do_ptr, qt_ptr + start, pos_bias_ptr, time_bias_ptr,
-                    stride_qn, stride_qe, stride_don, stride_doe, max_len, num_buckets, scale,
-                    HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, DIAGONAL=1 - later,
+                    dk, dv, k, v, ts, n, m0, length, q_ptr, do_ptr, q_rows, do_rows, qt_ptr + start, pos_bias_ptr,
+                    time_bias_ptr, stride_qn, stride_qe, stride_don, stride_doe, max_len, num_buckets, scale,
+                    HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, DIAGONAL=1 - later, TMA=TMA,
                 )  # fmt: skip
         _store_rows(dk_ptr, dk, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
         _store_rows(dv_ptr, dv, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
@@ -397,19 +412,25 @@ def _diagonal_sums(ds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGS: tl.c
 @triton.jit
 def _dq_tile(
     dq, q, do, qt, m, m_mask, m0, n0, length,
-    k_ptr, v_ptr, ts_ptr, pos_bias_ptr, time_bias_ptr, dpos_ptr, dtime_ptr,
+    k_ptr, v_ptr, k_rows, v_rows, ts_ptr, pos_bias_ptr, time_bias_ptr, dpos_ptr, dtime_ptr,
     stride_kn, stride_ke, stride_vn, stride_ve,
     max_len, num_buckets, scale,
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
     FAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGS: tl.constexpr, DIAGONAL: tl.constexpr,
+    TMA: tl.constexpr,
 ):  # fmt: skip
     """dq of the query rows m (from m0) plus the key block at n0's part; ds added into the bias gradients' private
     copy (the position bias's by the tile's diagonals). A block before the DIAGONAL needs no causal mask; query rows
-    past the end (dO = 0) add nothing."""
+    past the end (dO = 0) add nothing. TMA: k and v through their descriptors `k_rows` / `v_rows`, whose rows past the
+    sequence's end are the next sequence's: later than every real query, so masked like any later key."""
     n = n0 + tl.arange(0, BLOCK_N)
     n_mask = n < length
-    k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
-    v = _load_rows(v_ptr, n, n_mask, stride_vn, stride_ve, HEAD_DIM, BLOCK_E)
+    if TMA:
+        k = k_rows.load([n0, 0])  # (BLOCK_N, E)
+        v = v_rows.load([n0, 0])
+    else:
+        k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
+        v = _load_rows(v_ptr, n, n_mask, stride_vn, stride_ve, HEAD_DIM, BLOCK_E)
     distance = m[:, None] - n[None, :]  # (BLOCK_M, BLOCK_N)
     gap = qt[:, None] - _times(ts_ptr, n, n_mask, HAS_TIME)[None, :]
     s = _dot(q, tl.trans(k), PRECISION)
@@ -433,7 +454,7 @@ def _dq_tile(
     return dq + _dot(ds.to(k.dtype), k, PRECISION)
 
 
-@triton.autotune(configs=_dq_configs(), key=AUTOTUNE_KEY, reset_to_zero=["dpos_ptr", "dtime_ptr"])
+@triton.autotune(configs=_dq_configs(), reset_to_zero=["dpos_ptr", "dtime_ptr"], **TUNED_WITH_TMA)
 @triton.jit(do_not_specialize=NOT_SPECIALIZED)
 def _dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr,
@@ -443,9 +464,10 @@ def _dq_kernel(
     offsets_ptr, pos_bias_ptr, time_bias_ptr, ts_ptr, qt_ptr,
     stride_qn, stride_qh, stride_qe, stride_kn, stride_kh, stride_ke, stride_vn, stride_vh, stride_ve,
     stride_don, stride_doh, stride_doe,
-    max_len, num_buckets, scale, length_class,
+    max_len, num_buckets, scale, length_class, num_tokens,
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
-    FAST: tl.constexpr, COPIES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGS: tl.constexpr,
+    FAST: tl.constexpr, COPIES: tl.constexpr, TMA_OK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    DIAGS: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
     start = tl.load(offsets_ptr + seq)
@@ -460,6 +482,12 @@ def _dq_kernel(
     dtime_ptr += (copy * num_heads + h) * num_buckets
     pos_bias_ptr += h * max_len
     time_bias_ptr += h * num_buckets
+    if TMA:
+        k_rows = _head_rows(k_ptr, num_tokens - start, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_E)
+        v_rows = _head_rows(v_ptr, num_tokens - start, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_E)
+    else:  # stand-ins, never read
+        k_rows = k_ptr
+        v_rows = v_ptr
     for m0 in range(tl.program_id(1) * BLOCK_M, length, tl.num_programs(1) * BLOCK_M):
         m = m0 + tl.arange(0, BLOCK_M)
         m_mask = m < length
@@ -472,10 +500,10 @@ def _dq_kernel(
         for diagonal in tl.static_range(2):  # [0, before) unmasked, then [before, end) up to the diagonal
             for n0 in range(before * diagonal, before + diagonal * (end - before), BLOCK_N):
                 dq = _dq_tile(
-                    dq, q, do, qt, m, m_mask, m0, n0, length, k_ptr, v_ptr, ts_ptr + start, pos_bias_ptr,
-                    time_bias_ptr, dpos_ptr, dtime_ptr, stride_kn, stride_ke, stride_vn, stride_ve, max_len,
-                    num_buckets, scale, HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, BLOCK_N, DIAGS,
-                    DIAGONAL=diagonal,
+                    dq, q, do, qt, m, m_mask, m0, n0, length, k_ptr, v_ptr, k_rows, v_rows, ts_ptr + start,
+                    pos_bias_ptr, time_bias_ptr, dpos_ptr, dtime_ptr, stride_kn, stride_ke, stride_vn, stride_ve,
+                    max_len, num_buckets, scale, HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_M, BLOCK_N,
+                    DIAGS, DIAGONAL=diagonal, TMA=TMA,
                 )  # fmt: skip
         _store_rows(dq_ptr, dq, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
 
@@ -536,16 +564,27 @@ TMA_ALIGN = 16  # bytes: a tensor descriptor's base address and row stride are m
 
 
 def _tma_fits(*tensors: torch.Tensor) -> bool:
-    """Whether the forward may read these (N, H, E) views through tensor descriptors: a GPU with a TMA unit
-    (Hopper on; the interpreter emulates it), rows of E contiguous elements, and every head's rows starting on
-    `TMA_ALIGN` bytes."""
+    """Whether a kernel may read these (N, H, E) views through tensor descriptors: a GPU with a TMA unit (Hopper on;
+    the interpreter emulates it), rows of E contiguous elements, distinct rows (no stride 0, as a broadcast gradient
+    has), and every head's rows starting on `TMA_ALIGN` bytes."""
     if not INTERPRETED and not (tensors[0].is_cuda and _capability(tensors[0].device) >= (9, 0)):
         return False
     return all(
         t.stride(2) == 1
+        and t.stride(0) > 0
         and (t.data_ptr() | t.stride(0) * t.element_size() | t.stride(1) * t.element_size()) % TMA_ALIGN == 0
         for t in tensors
     )
+
+
+def _tma_allowed(*tensors: torch.Tensor) -> bool:
+    """`_tma_fits`, and where it does, Triton's allocator set for the descriptors' scratch: device-side descriptors
+    take it from there, and Triton keeps the allocator in a context variable (one per thread, copied into each
+    asyncio task and to_thread call), hence set on every call, where the kernel runs."""
+    fits = _tma_fits(*tensors)
+    if fits and not INTERPRETED:
+        triton.set_allocator(_scratch_on(tensors[0].device))
+    return fits
 
 
 @functools.cache
@@ -579,11 +618,7 @@ def forward(
     num_seqs = offsets.numel() - 1
     if num_tokens == 0 or num_seqs == 0 or max_seq_len == 0:
         return out
-    tma_ok = _tma_fits(q, k, v)
-    if tma_ok and not INTERPRETED:
-        # device-side descriptors take their scratch from this allocator; Triton keeps it in a context variable (one
-        # per thread, copied into each asyncio task and to_thread call), hence set on every call, where the kernel runs
-        triton.set_allocator(_scratch_on(q.device))
+    tma_ok = _tma_allowed(q, k, v)
     _forward_kernel[_grid(num_seqs, max_seq_len, num_heads, "BLOCK_M")](
         q, k, v, out, *_common_args(q, k, v, offsets, position_bias, time_bias, timestamps, query_times),
         *_scalars(max_len, time_bias, max_seq_len), num_tokens, **_constants(q, time_bias), TMA_OK=tma_ok,
@@ -616,12 +651,13 @@ def backward(
     num_seqs = offsets.numel() - 1
     if num_tokens > 0 and num_seqs > 0 and max_seq_len > 0:
         common = _common_args(q, k, v, offsets, position_bias, time_bias, timestamps, query_times)
-        scalars = (*grad_out.stride(), *_scalars(max_len, time_bias, max_seq_len))
+        scalars = (*grad_out.stride(), *_scalars(max_len, time_bias, max_seq_len), num_tokens)
+        constants = {**_constants(q, time_bias), "TMA_OK": _tma_allowed(q, k, v, grad_out)}
         _dkdv_kernel[_grid(num_seqs, max_seq_len, num_heads, "BLOCK_N")](
-            q, k, v, grad_out, dk, dv, *common, *scalars, **_constants(q, time_bias)
+            q, k, v, grad_out, dk, dv, *common, *scalars, **constants
         )
         _dq_kernel[_grid(num_seqs, max_seq_len, num_heads, "BLOCK_M")](
-            q, k, v, grad_out, dq, dpos, dtime, *common, *scalars, **_constants(q, time_bias), COPIES=BIAS_COPIES
+            q, k, v, grad_out, dq, dpos, dtime, *common, *scalars, **constants, COPIES=BIAS_COPIES
         )
     dtime_sum = None if time_bias is None else dtime.sum(0).to(time_bias.dtype)
     return dq, dk, dv, dpos.sum(0).to(position_bias.dtype), dtime_sum

@@ -173,17 +173,21 @@ def test_triton_programs_stride_over_blocks_past_the_grid(monkeypatch: pytest.Mo
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
-def test_the_forward_through_tensor_descriptors_gives_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The forward's TMA config (q, k and v read through tensor descriptors, which read the next sequence's rows past
-    a sequence's end and zeros past the tensor's) against the reference; in the interpreter here, on a GPU in
+def test_the_kernels_through_tensor_descriptors_give_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kernel's TMA config (the rows of its inner loop read through tensor descriptors, which read the next
+    sequence's rows past a sequence's end and zeros past the tensor's: the forward's q, k and v, dk/dv's q and dO,
+    dq's k and v) against the reference, outputs and gradients; in the interpreter here, on a GPU in
     test_every_autotune_config_gives_the_reference."""
     from recsys.ops.triton import hstu_attention as triton_backend
 
     if torch.cuda.is_available() and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("tensor descriptors (TMA) need a Hopper GPU or later")
-    tma = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "TMA": True}, num_warps=1)
-    monkeypatch.setattr(triton_backend._forward_kernel, "configs", [tma])
-    monkeypatch.setattr(triton_backend._forward_kernel, "cache", {})
+    for kernel in triton_backend.AUTOTUNED_KERNELS:
+        blocks = {"BLOCK_M": 16, "BLOCK_N": 16, "TMA": True}
+        if "DIAGS" in kernel.fn.arg_names:
+            blocks["DIAGS"] = 32
+        monkeypatch.setattr(kernel, "configs", [triton.Config(blocks, num_warps=1)])
+        monkeypatch.setattr(kernel, "cache", {})
     check_against_reference(Kernel.TRITON, long_case())
 
 
@@ -197,13 +201,15 @@ def test_tma_configs_are_pruned_where_the_layout_cannot_take_descriptors(monkeyp
     assert not triton_backend._tma_fits(narrow, narrow, narrow)
     strided = torch.zeros(8, 2, 32, dtype=torch.bfloat16)[..., ::2]  # elements of a row not contiguous
     assert not triton_backend._tma_fits(strided, strided, strided)
-    # through the autotuner's own prune, as a launch calls it: the positional arguments apart from TMA_OK=...
+    broadcast = torch.zeros(1, 2, 16, dtype=torch.bfloat16).expand(8, 2, 16)  # one row for all: a sum's gradient
+    assert not triton_backend._tma_fits(qkv[:, 0], qkv[:, 1], qkv[:, 2], broadcast)
+    # through each kernel's autotuner's own prune, as a launch calls it: the positional arguments apart from TMA_OK
     plain, tma = (triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "TMA": t}) for t in (False, True))
-    autotuner = triton_backend._forward_kernel
-    monkeypatch.setattr(autotuner, "configs", [plain, tma])
-    monkeypatch.setattr(autotuner, "nargs", {"q": qkv[:, 0]}, raising=False)  # set by each launch
-    assert autotuner.prune_configs({"TMA_OK": False}) == [plain]
-    assert autotuner.prune_configs({"TMA_OK": True}) == [plain, tma]
+    for autotuner in triton_backend.AUTOTUNED_KERNELS:
+        monkeypatch.setattr(autotuner, "configs", [plain, tma])
+        monkeypatch.setattr(autotuner, "nargs", {"q": qkv[:, 0]}, raising=False)  # set by each launch
+        assert autotuner.prune_configs({"TMA_OK": False}) == [plain], autotuner.fn.__name__
+        assert autotuner.prune_configs({"TMA_OK": True}) == [plain, tma], autotuner.fn.__name__
 
 
 def _bucket_oracle(gap: int, num_buckets: int) -> int:
@@ -351,15 +357,15 @@ def test_every_autotune_config_gives_the_reference(
     dtype: torch.dtype, tma: bool, tile: tuple[int, int, int, int], one_hstu_attention_config: dict[Any, list[Any]]
 ) -> None:
     """Each config the kernels may autotune to, alone (a test each: a stopped run loses one config, and names it):
-    lengths of 150-300 tokens cross every block size's edges; `tma`: the forward's config that reads through tensor
-    descriptors (the backward kernels have one config per tile)."""
+    lengths of 150-300 tokens cross every block size's edges; `tma`: each kernel's config of the tile that reads
+    through tensor descriptors."""
     if not torch.cuda.is_available():
         pytest.skip("the autotune configs are compiled for a CUDA device")
     if tma and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("tensor descriptors (TMA) need a Hopper GPU or later")
     every = one_hstu_attention_config  # each autotuned kernel's whole config list (tests/conftest.py)
     if tma and not any(config_tile(c) == tile and c.kwargs.get("TMA") for c in every[_forward_kernel]):
-        pytest.skip(f"the forward has no TMA config of tile {tile} (only tiles of 64 query rows and more)")
+        pytest.skip(f"the kernels have no TMA config of tile {tile} (only tiles of 64 query rows and more)")
     pinned = {tuner: (tuner.configs, tuner.cache) for tuner in every}
     try:
         for tuner, configs in every.items():
