@@ -12,6 +12,8 @@ Usage:
     # a suite longer than one device call (600 s there): its parts, one call each, then gathered into one result
     #   there: python3 -m benchmarks.gpu_tests --set "part=[K, 3]" --results-dir $OUT     (K = 1, 2, 3)
     #   here:  .venv/bin/python -m benchmarks.gpu_tests --set gather=3 --set "result_name=gpu-tests-h100"
+    # or, on a host of N GPUs, the N parts at once (one process each, on its own GPU), gathered by the same command:
+    #   there: python3 -m benchmarks.gpu_tests --side-by-side 4 --results-dir $OUT
 
 Settings: benchmarks/configs/gpu-tests.yaml (`--config`, `--set KEY=VALUE`): `markers` (a pytest -m expression),
 `paths`, `timeout_s` (the run's limit: past it pytest is interrupted, the tests that finished are listed and the
@@ -35,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,7 @@ from pydantic import PositiveInt
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from benchmarks.kernels.embedding_bag import gpu_name
 from benchmarks.pytest_outcomes import read_outcomes
+from benchmarks.side_by_side import Unit, run_side_by_side, visible_gpus
 from recsys.errors import ConfigError
 
 logger = logging.getLogger("benchmarks.gpu_tests")
@@ -79,8 +82,26 @@ def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
 
 def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "benchmarks/configs/gpu-tests.yaml")
+    parser.add_argument(
+        "--side-by-side",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the tests as N parts in N processes at once (on a host of several GPUs each on the one running the "
+        "fewest), each part's result written as `part` writes it, then gather them into one result (default: "
+        "%(default)s, all in one process)",
+    )
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
-    if settings.gather is not None:
+    if args.side_by_side < 1:
+        raise ConfigError(f"--side-by-side {args.side_by_side}: give 1 or more processes")
+    if args.side_by_side > 1:
+        if settings.part is not None or settings.gather is not None:
+            raise ConfigError("--side-by-side N runs and gathers N parts of its own. Fix: drop part and gather")
+        own = sys.argv[1:] if argv is None else argv  # each part's own options come after, and win
+        command = [sys.executable, "-m", reproduce.benchmark, *own]
+        name = run_parts_side_by_side(settings, args.side_by_side, command, args.results_dir)
+        out = gathered(replace(settings, gather=args.side_by_side, result_name=name), args.results_dir)
+    elif settings.gather is not None:
         out = gathered(settings, args.results_dir)
         name = settings.result_name
     else:
@@ -122,6 +143,22 @@ def run_part(settings: Settings) -> tuple[dict[str, Any], str]:
         **provenance("triton", "pytest", "hypothesis"),
     }
     return out, slug
+
+
+def run_parts_side_by_side(settings: Settings, parts: int, command: list[str], results_dir: Path) -> str:
+    """`command` (this benchmark's, as given) for each of `parts` parts at once, its result in `results_dir`, its log
+    in a folder of its own under the system's temporary one (named when a part fails); the parts' result name."""
+    logs = Path(tempfile.mkdtemp(prefix="gpu-tests-"))
+    units = [
+        Unit(f"part {part} of {parts}",
+             [*command, "--set", f"part=[{part}, {parts}]", "--side-by-side", "1", "--results-dir", str(results_dir)],
+             logs / f"part-{part}-of-{parts}.log")
+        for part in range(1, parts + 1)
+    ]  # fmt: skip
+    gpus = visible_gpus() if torch.cuda.is_available() else []
+    run_side_by_side(units, parts, gpus if len(gpus) > 1 else ())
+    # the device's name once the parts are done: this process holds no GPU while they run
+    return settings.result_name.format(device=gpu_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))[1])
 
 
 def gathered(settings: Settings, results_dir: Path) -> dict[str, Any]:

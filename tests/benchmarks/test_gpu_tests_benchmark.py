@@ -153,3 +153,20 @@ def test_the_default_paths_hold_every_gpu_and_kernels_test() -> None:
     everywhere = gpu_tests.collect(dataclasses.replace(settings, paths=("tests",)))
 
     assert everywhere and gpu_tests.collect(settings) == everywhere
+
+
+def test_side_by_side_runs_the_parts_at_once_and_gathers_them(tmp_path: Path) -> None:
+    folder = _tests_in(tmp_path, TESTS)
+    common = ["--config", str(CONFIG), "--set", f"paths=[{folder}]", "--set", "result_name=together",
+              "--results-dir", str(tmp_path)]  # fmt: skip
+    whole = json.loads(gpu_tests.main([*common, "--side-by-side", "2"]).read_text())
+
+    parts = [json.loads((tmp_path / f"together-part-{k}-of-2.json").read_text()) for k in (1, 2)]
+    assert [part["name"] for part in whole["parts"]] == ["together-part-1-of-2", "together-part-2-of-2"]
+    assert {test["id"].rsplit("::", 1)[1] for test in whole["tests"]} == {"test_passes", "test_skips", "test_fails"}
+    assert whole["counts"] == {"failed": 1, "passed": 1, "skipped": 1} and whole["ran_to_the_end"]
+    starts = [part["started_unix_s"] for part in parts]
+    ends = [part["started_unix_s"] + part["wall_seconds"] for part in parts]
+    assert max(starts) < min(ends)  # the two ran at once
+    with pytest.raises(ConfigError, match="drop part and gather"):
+        gpu_tests.main([*common, "--side-by-side", "2", "--set", "part=[1, 2]"])
