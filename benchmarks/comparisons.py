@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> Path:
         own = sys.argv[1:] if argv is None else argv  # each process's own options come after, and win
         gpus = visible_gpus() if settings.device == "cuda" else []  # several: each process on the least busy one
         run_side_by_side(side_by_side_units(settings, seeds, labels, [sys.executable, "-m", reproduce.benchmark, *own],
-                                            work), args.side_by_side, gpus if len(gpus) > 1 else ())  # fmt: skip
+                                            work), args.side_by_side, gpus)  # fmt: skip
     if args.only_seed is not None or args.only_model is not None:
         for offset, model in itertools.product(seeds, chosen):  # a retriever's run of a seed before its ranker's
             train_seeds(model_config(settings, model, offset, work), work, 1, "evaluate", [], args.wait)

@@ -155,8 +155,7 @@ def run_parts_side_by_side(settings: Settings, parts: int, command: list[str], r
              logs / f"part-{part}-of-{parts}.log")
         for part in range(1, parts + 1)
     ]  # fmt: skip
-    gpus = visible_gpus() if torch.cuda.is_available() else []
-    run_side_by_side(units, parts, gpus if len(gpus) > 1 else ())
+    run_side_by_side(units, parts, visible_gpus() if torch.cuda.is_available() else ())
     # the device's name once the parts are done: this process holds no GPU while they run
     return settings.result_name.format(device=gpu_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))[1])
 

@@ -45,11 +45,12 @@ class _Running:
 
 def run_side_by_side(units: Sequence[Unit], processes: int, gpus: Sequence[str] = (), poll_s: float = 0.5) -> None:
     """Run every unit, `processes` at a time, in the order given, each on the GPU of `gpus` (CUDA device ids) that
-    runs the fewest (none given: the processes see what this one sees); once all have ended, SystemExit naming each
-    one that failed with its exit code and the end of its log. A SIGTERM or Ctrl-C stops the running ones and exits
-    (the benchmarks' runs resume where they stopped)."""
+    runs the fewest (one or none given: the processes see what this one sees); once all have ended, SystemExit naming
+    each one that failed with its exit code and the end of its log. A SIGTERM or Ctrl-C stops the running ones and
+    exits (the benchmarks' runs resume where they stopped)."""
     if processes < 1:
         raise SystemExit(f"--side-by-side {processes}: give 1 or more processes")
+    gpus = gpus if len(gpus) > 1 else ()
     pending, running, failed = list(units), list[_Running](), list[str]()  # failed: each one's description
     with cores_shared(min(processes, len(units)) or 1), _stopped_on_sigterm():
         try:

@@ -214,6 +214,17 @@ def _head_rows(ptr, rows_left, stride_n, HEAD_DIM: tl.constexpr, BLOCK_ROWS: tl.
 
 
 @triton.jit
+def _rows_from(ptr, rows_left, stride_n, HEAD_DIM: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_E: tl.constexpr,
+               TMA: tl.constexpr):  # fmt: skip
+    """What a kernel reads one head's rows through: with TMA their descriptor (`_head_rows`), else `ptr` itself, a
+    stand-in the kernel never reads as one (it loads through `_load_rows`)."""
+    if TMA:
+        return _head_rows(ptr, rows_left, stride_n, HEAD_DIM, BLOCK_ROWS, BLOCK_E)
+    else:
+        return ptr
+
+
+@triton.jit
 def _store_rows(ptr, tile, rows, row_mask, row_stride, HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr):
     """Store a fp32 tile into one head's rows of a contiguous (N, H, E) output, in the output's dtype."""
     e = tl.arange(0, BLOCK_E)
@@ -281,14 +292,9 @@ def _forward_kernel(
     out_ptr += (start * num_heads + h) * HEAD_DIM
     pos_bias_ptr += h * max_len
     time_bias_ptr += h * num_buckets
-    if TMA:
-        q_rows = _head_rows(q_ptr, num_tokens - start, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_E)
-        k_rows = _head_rows(k_ptr, num_tokens - start, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_E)
-        v_rows = _head_rows(v_ptr, num_tokens - start, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_E)
-    else:  # stand-ins, never read
-        q_rows = q_ptr
-        k_rows = k_ptr
-        v_rows = v_ptr
+    q_rows = _rows_from(q_ptr, num_tokens - start, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_E, TMA)
+    k_rows = _rows_from(k_ptr, num_tokens - start, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_E, TMA)
+    v_rows = _rows_from(v_ptr, num_tokens - start, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_E, TMA)
     for m0 in range(tl.program_id(1) * BLOCK_M, length, tl.num_programs(1) * BLOCK_M):
         m = m0 + tl.arange(0, BLOCK_M)  # query positions in the sequence
         m_mask = m < length
@@ -368,12 +374,8 @@ def _dkdv_kernel(
     dv_ptr += (start * num_heads + h) * HEAD_DIM
     pos_bias_ptr += h * max_len
     time_bias_ptr += h * num_buckets
-    if TMA:
-        q_rows = _head_rows(q_ptr, num_tokens - start, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_E)
-        do_rows = _head_rows(do_ptr, num_tokens - start, stride_don, HEAD_DIM, BLOCK_M, BLOCK_E)
-    else:  # stand-ins, never read
-        q_rows = q_ptr
-        do_rows = do_ptr
+    q_rows = _rows_from(q_ptr, num_tokens - start, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_E, TMA)
+    do_rows = _rows_from(do_ptr, num_tokens - start, stride_don, HEAD_DIM, BLOCK_M, BLOCK_E, TMA)
     for n0 in range(tl.program_id(1) * BLOCK_N, length, tl.num_programs(1) * BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)  # key positions in the sequence
         n_mask = n < length
@@ -482,12 +484,8 @@ def _dq_kernel(
     dtime_ptr += (copy * num_heads + h) * num_buckets
     pos_bias_ptr += h * max_len
     time_bias_ptr += h * num_buckets
-    if TMA:
-        k_rows = _head_rows(k_ptr, num_tokens - start, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_E)
-        v_rows = _head_rows(v_ptr, num_tokens - start, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_E)
-    else:  # stand-ins, never read
-        k_rows = k_ptr
-        v_rows = v_ptr
+    k_rows = _rows_from(k_ptr, num_tokens - start, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_E, TMA)
+    v_rows = _rows_from(v_ptr, num_tokens - start, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_E, TMA)
     for m0 in range(tl.program_id(1) * BLOCK_M, length, tl.num_programs(1) * BLOCK_M):
         m = m0 + tl.arange(0, BLOCK_M)
         m_mask = m < length
