@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -36,6 +37,7 @@ from recsys.runtime.atomic import atomic_file
 from recsys.runtime.validation import config_from
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 REPO = RESULTS_DIR.parents[1]
 T = TypeVar("T")
 
@@ -209,8 +211,36 @@ def provenance(*packages: str) -> dict[str, Any]:
     return {"machine": machine(), "versions": versions(*packages), "command": command()}
 
 
+def result_name_for(template: str, device: str) -> str:
+    """A result's name from a `result_name` setting: `{device}` (where it stands) replaced by the device's short name
+    (`gpu_name`'s: h100, cpu). SystemExit, before anything runs, for any other field in braces or a name that is not a
+    plain file name."""
+    try:
+        name = template.format(device=device)
+    except (KeyError, IndexError, ValueError) as err:
+        raise SystemExit(f"result_name {template!r}: only {{device}} may stand in braces ({err!r}). Fix: e.g. "
+                         "--set result_name=kernels-hstu-attention-{device}-long") from None  # fmt: skip
+    check_result_name(name)
+    return name
+
+
+def check_result_template(template: str) -> None:
+    """SystemExit now for a `result_name` setting that could not name a result (`result_name_for`'s rules): a
+    benchmark that learns its device's name late checks it before its run, not after."""
+    result_name_for(template, "gpu")
+
+
+def check_result_name(name: str) -> None:
+    """SystemExit unless `name` is a plain file name (letters, digits, `.`, `_`, `-`): it names a file of the results
+    folder, never a path."""
+    if not RESULT_NAME.fullmatch(name):
+        raise SystemExit(f"result name {name!r}: use letters, digits, '.', '_' and '-' only, starting with a letter or "
+                         "digit (it names benchmarks/results/<name>.json; --results-dir says where)")  # fmt: skip
+
+
 def write_result(name: str, result: dict[str, Any], results_dir: Path, reproduce: Reproduce) -> Path:
     """Write `results_dir/<name>.json` atomically, headed by its name and date, with how to reproduce it."""
+    check_result_name(name)
     path = results_dir / f"{name}.json"
     head = {"name": name, "date": datetime.now(UTC).isoformat(timespec="seconds")}
     with atomic_file(path) as tmp:

@@ -79,6 +79,7 @@ from benchmarks.common import (
     benchmark_parser,
     parse_run,
     provenance,
+    result_name_for,
     settings_from,
     significant,
     synchronize,
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "benchmarks/configs/distributed.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     device = resolve_device(settings.device)
+    name = result_name_for(settings.result_name, device.type)
     if device.type == "cuda" and torch.cuda.device_count() < settings.processes:
         raise SystemExit(f"{settings.processes} processes on CUDA need as many GPUs; this host has "
                          f"{torch.cuda.device_count()}. Fix: --set processes=N, or --set device=cpu")  # fmt: skip
@@ -183,7 +185,7 @@ def main(argv: list[str] | None = None) -> Path:
         if "beauty" in settings.sections:
             out["beauty"] = _beauty(settings, Path(scratch))
     out.update(provenance())
-    path = write_result(settings.result_name.format(device=device.type), out, args.results_dir, reproduce)
+    path = write_result(name, out, args.results_dir, reproduce)
     print(_table(out), f"-> {path}", sep="\n")
     return path
 

@@ -44,7 +44,17 @@ from typing import Any
 import torch
 from pydantic import PositiveInt
 
-from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.common import (
+    REPO,
+    benchmark_parser,
+    check_result_template,
+    parse_run,
+    provenance,
+    result_name_for,
+    settings_from,
+    significant,
+    write_result,
+)
 from benchmarks.kernels.embedding_bag import gpu_name
 from benchmarks.pytest_outcomes import read_outcomes
 from benchmarks.side_by_side import Unit, run_side_by_side, visible_gpus
@@ -92,6 +102,7 @@ def main(argv: list[str] | None = None) -> Path:
         "%(default)s, all in one process)",
     )
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
+    check_result_template(settings.result_name)
     if args.side_by_side < 1:
         raise ConfigError(f"--side-by-side {args.side_by_side}: give 1 or more processes")
     if args.side_by_side > 1:
@@ -106,7 +117,7 @@ def main(argv: list[str] | None = None) -> Path:
         name = settings.result_name
     else:
         out, slug = run_part(settings)
-        name = settings.result_name.format(device=slug)
+        name = result_name_for(settings.result_name, slug)
         if settings.part is not None:
             name += "-part-{}-of-{}".format(*settings.part)
     path = write_result(name, out, args.results_dir, reproduce)
@@ -157,7 +168,8 @@ def run_parts_side_by_side(settings: Settings, parts: int, command: list[str], r
     ]  # fmt: skip
     run_side_by_side(units, parts, visible_gpus() if torch.cuda.is_available() else ())
     # the device's name once the parts are done: this process holds no GPU while they run
-    return settings.result_name.format(device=gpu_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))[1])
+    slug = gpu_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))[1]
+    return result_name_for(settings.result_name, slug)
 
 
 def gathered(settings: Settings, results_dir: Path) -> dict[str, Any]:

@@ -13,6 +13,7 @@ path was renamed is read under today's names (`benchmarks.moved`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 from collections.abc import Iterator
@@ -26,6 +27,12 @@ from benchmarks.moved import current_record
 def jsonable(tree: Any) -> Any:
     """`tree` as a result's JSON holds it (tuples as lists), to compare settings with what a result recorded."""
     return json.loads(json.dumps(tree))
+
+
+def field_defaults(cls: type) -> dict[str, Any]:
+    """The fields of a settings dataclass that have a default, each as a result records it: what a result written
+    before the field existed is read as having (for a benchmark's `recorded_mismatches`)."""
+    return {f.name: jsonable(f.default) for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
 
 
 def mismatches(recorded: dict[str, Any], expected: dict[str, Any]) -> Iterator[str]:

@@ -40,7 +40,16 @@ from typing import Any, Literal
 import torch
 from pydantic import PositiveInt
 
-from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
+from benchmarks.common import (
+    REPO,
+    benchmark_parser,
+    parse_run,
+    provenance,
+    result_name_for,
+    settings_from,
+    significant,
+    write_result,
+)
 from benchmarks.kernels.embedding_bag import gpu_name
 from recsys.errors import ConfigError
 from recsys.runtime.atomic import atomic_file
@@ -219,7 +228,7 @@ def main(argv: list[str] | None = None) -> Path:
         )
     else:
         gpu, slug = None, ""  # the kept CSVs' GPU: the one result_name names
-    name = s.result_name.format(device=slug)
+    name = result_name_for(s.result_name, slug)
     keep = args.results_dir / name
     ncu = ""
     if s.from_csv is None:

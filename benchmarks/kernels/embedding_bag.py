@@ -19,10 +19,11 @@ the sparse gradient. Before timing, each case checks its Triton result on a slic
 Times are `triton.testing.do_bench` medians (L2 flushed between runs) on CUDA, perf_counter medians on
 CPU. GB/s = the bytes the op must move (counted per op below, the same count for every implementation)
 / time; `copy_GBps` is a device-to-device copy measured in the same run (bytes read + written).
-Writes benchmarks/results/kernels-embedding-bag-<gpu>.json (`-smoke` appended for a `smoke: true` config), with the
-settings and how to reproduce it. A case that runs out of GPU memory is recorded with the error and the device's
-memory at that moment (`failed` lists them) and the run goes on; `memory_at_start` says how much of the GPU was held
-outside this process's torch before the first case (another process, or JAX in this one: JAX_PLATFORMS=cpu).
+Writes benchmarks/results/<result_name>.json (default kernels-embedding-bag-{device}, `{device}` the GPU's short
+name; `-smoke` appended for a `smoke: true` config), with the settings and how to reproduce it. A case that runs
+out of GPU memory is recorded with the error and the device's memory at that moment (`failed` lists them) and the
+run goes on; `memory_at_start` says how much of the GPU was held outside this process's torch before the first case
+(another process, or JAX in this one: JAX_PLATFORMS=cpu).
 """
 
 from __future__ import annotations
@@ -39,8 +40,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import benchmark_parser, parse_run, provenance, settings_from, significant, write_result
-from benchmarks.reproduce import jsonable
+from benchmarks.common import (
+    benchmark_parser,
+    parse_run,
+    provenance,
+    result_name_for,
+    settings_from,
+    significant,
+    write_result,
+)
+from benchmarks.reproduce import field_defaults, jsonable
 from recsys.ops.embedding_bag import Kernel, OptimType, RowwiseOptimizer, embedding_bag, fused_backward_update
 from recsys.ops.reference import embedding_bag as reference
 
@@ -80,6 +89,7 @@ class Settings:
     check_bags: int  # bags (per table) of the slice each case checks against torch before timing
     copy_bytes: int  # size of the buffer copied for copy_GBps
     cpu_repeats: int  # on CPU, timed runs per step (median, after one warm-up); on CUDA do_bench decides
+    result_name: str = "kernels-embedding-bag-{device}"  # benchmarks/results/<this>.json, `{device}` the GPU's
 
     def __post_init__(self) -> None:
         known = [c.name for c in all_cases(self)]
@@ -580,12 +590,13 @@ def gpu_name(device: torch.device) -> tuple[str, str]:
     return name, re.sub(r"[^a-z0-9]+", "-", slug.lower()).strip("-")
 
 
-def result_head(device: torch.device, benchmark: str, smoke: bool) -> tuple[str, dict[str, Any]]:
-    """A kernel result's name (`<benchmark>-<gpu>`, `-smoke` for a smoke run) and the fields it starts with."""
+def result_head(device: torch.device, result_name: str, smoke: bool) -> tuple[str, dict[str, Any]]:
+    """A kernel result's name (its `result_name` setting for this GPU, `-smoke` for a smoke run) and the fields it
+    starts with. Taken before the run: a result name it cannot write fails at once."""
     import triton
 
     gpu, slug = gpu_name(device)
-    name = f"{benchmark}-{slug}" + ("-smoke" if smoke else "")
+    name = result_name_for(result_name, slug) + ("-smoke" if smoke else "")
     return name, {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__, "smoke": smoke}
 
 
@@ -613,6 +624,7 @@ def main(argv: list[str] | None = None) -> Path:
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
 
     device = kernel_device(settings.smoke, "benchmarks/configs/kernels-embedding-bag-smoke.yaml")
+    name, head = result_head(device, settings.result_name, settings.smoke)
 
     cases = [c for c in all_cases(settings) if not settings.cases or c.name in settings.cases]
     timer, timer_note = make_timer(device, settings.cpu_repeats)
@@ -629,7 +641,6 @@ def main(argv: list[str] | None = None) -> Path:
             print(f"  {c.name}: out of memory", flush=True)
             continue
         print(f"  {c.name}: {results[-1]['ms']:.3f} ms, {results[-1]['GBps']:,.0f} GB/s", flush=True)
-    name, head = result_head(device, "kernels-embedding-bag", settings.smoke)
     result = {
         **head,
         "copy_GBps": significant(copy_gbps),
@@ -662,8 +673,9 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
     case's shape) that differs from `settings`."""
     recorded = result.get("settings")
     if recorded is not None:
+        defaults = field_defaults(Settings)
         for key, value in jsonable(asdict(settings)).items():
-            if recorded.get(key, "<absent>") != value:
+            if recorded.get(key, defaults.get(key, "<absent>")) != value:  # older results lack newer keys
                 yield f"settings.{key}: the result has {recorded.get(key, '<absent>')!r}, the config {value!r}"
     if result.get("smoke") != settings.smoke:
         yield f"smoke: the result has {result.get('smoke')!r}, the config {settings.smoke!r}"

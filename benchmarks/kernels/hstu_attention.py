@@ -32,8 +32,10 @@ configs/beauty/hstu.yaml, the same model and batch with `attention_kernel: torch
 Times are `triton.testing.do_bench` medians (L2 flushed between runs) on CUDA, perf_counter medians on CPU.
 TFLOP/s = the matmul flops of the causal pairs (the same count for both; torch's padding and masked work is not
 counted) / time; GB/s = the bytes of q, k, v, the output and their gradients / time. Writes
-benchmarks/results/kernels-hstu-attention-<gpu>.json (`-smoke` appended for a `smoke: true` config), with the
-settings and how to reproduce it.
+benchmarks/results/<result_name>.json (default kernels-hstu-attention-{device}: `{device}` the GPU's short name;
+`-smoke` appended for a `smoke: true` config), with the settings and how to reproduce it. A run of one case (a long
+one may need a device call of its own) names its result after it:
+    --set "cases=[<the case>]" --set "result_name=kernels-hstu-attention-{device}-<case>"
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ import torch.nn.functional as F
 from benchmarks.common import REPO, benchmark_parser, parse_run, provenance, settings_from, significant, write_result
 from benchmarks.kernels.embedding_bag import cpu_timer_mismatch, kernel_device, make_timer, result_head
 from benchmarks.kernels.training_step import make_batch
-from benchmarks.reproduce import jsonable
+from benchmarks.reproduce import field_defaults, jsonable
 from recsys.errors import ConfigError
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.ops.hstu_attention import Kernel, hstu_attention
@@ -110,6 +112,8 @@ class Settings:
     # to make one), timed on every case in a process of its own (`benchmarks.kernels.hstu_attention_peer`)
     peer_checkout: str | None = None
     peer_commit: str | None = None
+    # benchmarks/results/<this>.json, `{device}` the GPU's short name (a run of one case: name it after the case)
+    result_name: str = "kernels-hstu-attention-{device}"
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
@@ -509,6 +513,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "benchmarks/configs/kernels-hstu-attention.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     device = kernel_device(settings.smoke, "benchmarks/configs/kernels-hstu-attention-smoke.yaml")
+    name, head = result_head(device, settings.result_name, settings.smoke)
     check_peer(settings)
 
     timer, timer_note = make_timer(device, settings.cpu_repeats)
@@ -517,7 +522,6 @@ def main(argv: list[str] | None = None) -> Path:
         cases.append(run_case(c, settings, device, timer))
         print(f"  {c.name}: fwd+bwd {cases[-1]['fwd_bwd']['ms']:.3f} ms ({cases[-1]['fwd_bwd']['TFLOPs']} TFLOP/s)")
     steps = [run_step(c, settings, device, timer) for c in settings.steps]
-    name, head = result_head(device, "kernels-hstu-attention", settings.smoke)
     torch_impl = "torch.compile(hstu_attention(kernel=TORCH))" if settings.compile_torch else "eager TORCH backend"
     result = {
         **head,
@@ -554,7 +558,7 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
     """What the result records of its settings (all of them, its smoke flag and CPU timer, every case's and step's
     shape) that differs from `settings`."""
     recorded = result.get("settings", {})
-    defaults = _defaults(Settings)
+    defaults = field_defaults(Settings)
     for key, value in jsonable(asdict(settings)).items():
         if key in ("cases", "steps"):  # entry by entry below
             continue
@@ -569,15 +573,10 @@ def recorded_mismatches(result: dict[str, Any], settings: Settings) -> Iterator[
         if names != [c.name for c in expected]:
             yield f"{section}: the result has {names}, the config {[c.name for c in expected]}"
         for entry, c in zip(result.get(section, []), expected, strict=False):
-            defaults = _defaults(type(c))
+            defaults = field_defaults(type(c))
             for key, value in asdict(c).items():
                 if entry.get(key, defaults.get(key, "<absent>")) != value:  # a key older results lack, at its default
                     yield f"{section}[{c.name}].{key}: the result has {entry.get(key)!r}, the config {value!r}"
-
-
-def _defaults(cls: type) -> dict[str, Any]:
-    """The fields of a settings dataclass that have a default, with it as a result records it."""
-    return {f.name: jsonable(f.default) for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
 
 
 if __name__ == "__main__":

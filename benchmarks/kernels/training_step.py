@@ -14,8 +14,8 @@ attention). One training step = the NextItemRecipe loss on a packed batch, backw
 (benchmarks/configs/kernels-training-step.yaml; `--config`, `--set KEY=VALUE`): SASRec at the Beauty shape of
 configs/beauty/sasrec-sid.yaml (12,101 items, D=64, full softmax) and on a 1M-item catalog (sampled softmax with
 1,024 negatives), HSTU on a 1M-item catalog with the attention benchmark's shape (128 rows of 200, 2 heads of 64).
-Writes benchmarks/results/kernels-training-step-<gpu>.json (`-smoke` appended for a `smoke: true` config), with
-the settings and how to reproduce it.
+Writes benchmarks/results/<result_name>.json (default kernels-training-step-{device}, `{device}` the GPU's short
+name; `-smoke` appended for a `smoke: true` config), with the settings and how to reproduce it.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class Settings:
     smoke: bool
     cpu_repeats: int  # on CPU, timed steps per kernel (median, after one warm-up); on CUDA do_bench decides
     cases: tuple[StepCase, ...]
+    result_name: str = "kernels-training-step-{device}"  # benchmarks/results/<this>.json, `{device}` the GPU's
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
@@ -136,6 +137,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser = benchmark_parser(__doc__, "benchmarks/configs/kernels-training-step.yaml")
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     device = kernel_device(settings.smoke, "benchmarks/configs/kernels-training-step-smoke.yaml")
+    name, head = result_head(device, settings.result_name, settings.smoke)
 
     timer, timer_note = make_timer(device, settings.cpu_repeats)
     cases = []
@@ -143,7 +145,6 @@ def main(argv: list[str] | None = None) -> Path:
         cases.append(run_case(c, device, timer))
         r = cases[-1]
         print(f"{c.name}: torch {r['torch_ms']:.3f} ms, triton {r['triton_ms']:.3f} ms, x{r['ratio_vs_torch']:.2f}")
-    name, head = result_head(device, "kernels-training-step", settings.smoke)
     result = {
         **head,
         "timer": timer_note,
