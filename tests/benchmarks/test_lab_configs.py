@@ -3,11 +3,13 @@ keep their names; every benchmark's settings are headed by their purpose, date a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from benchmarks.common import REPO
+from pipelines.config import load_config
 from tests.conftest import check_frozen_config
 
 LAB_CONFIGS = REPO / "benchmarks" / "configs"
@@ -25,3 +27,18 @@ def test_benchmark_settings_state_their_purpose_date_and_command(path: Path) -> 
     header = path.read_text().splitlines()[:8]
     for field in ("# Purpose:", "# Date:", "# Command"):  # "# Command (after ...):" where it has steps before it
         assert any(line.startswith(field) for line in header), f"{path.name} lacks '{field}'"
+
+
+def test_the_products_multi_source_ranker_is_the_one_measured() -> None:
+    """configs/beauty/ranker-multi-source.yaml states the figure of beauty-multi-source.json's `ranker sources + HSTU
+    new 0.1` run (the lab's config with new_item_rate 0.1, its first stages given by the benchmark): the two differ
+    in nothing but the paths of those first stages."""
+    product = load_config(REPO / "configs" / "beauty" / "ranker-multi-source.yaml")
+    measured = load_config(LAB_CONFIGS / "beauty" / "ranker-residual-sources-hstu.yaml",
+                           {"model.training.new_item_rate": 0.1})  # fmt: skip
+    assert product.model.upstream["extra_retrievers"] and product.model.upstream["extra_holdout_retrievers"]
+    without_paths = {"name": True, "model": {"upstream"}}
+    assert product.model_dump(exclude=without_paths) == measured.model_dump(exclude=without_paths)
+    assert "0.0591" in (REPO / "configs" / "beauty" / "ranker-multi-source.yaml").read_text()
+    labels = json.loads((REPO / "benchmarks" / "results" / "beauty-multi-source.json").read_text())["models"]
+    assert f"{labels['ranker sources + HSTU new 0.1']['ndcg@10']['mean']:.4f}" == "0.0591"
