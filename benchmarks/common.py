@@ -213,8 +213,8 @@ def provenance(*packages: str) -> dict[str, Any]:
 
 def result_name_for(template: str, device: str) -> str:
     """A result's name from a `result_name` setting: `{device}` (where it stands) replaced by the device's short name
-    (`gpu_name`'s: h100, cpu). SystemExit, before anything runs, for any other field in braces or a name that is not a
-    plain file name."""
+    (`gpu_name`'s: h100, cpu). SystemExit for any other field in braces or a name that is not a plain file name (a
+    benchmark calls it, or `check_result_template`, before its run)."""
     try:
         name = template.format(device=device)
     except (KeyError, IndexError, ValueError) as err:
