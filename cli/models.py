@@ -40,9 +40,10 @@ def train_command(
     until its train step: what is up to date is skipped). With --nproc-per-node N, N processes train data parallel."""
     with handle_errors():
         cfg, prepared = load_experiment(config, epochs, sets, data_dir)
-        from pipelines.runner import run_pipeline  # after the config's errors
+        from pipelines.runner import check_run, run_pipeline  # after the config's errors
         from pipelines.steps import STEP_BEFORE_TRAINING, TRAIN_STEP
 
+        check_run(cfg, until=TRAIN_STEP)  # a model it is built on that is missing fails before the data's prep
         nproc = nproc_per_node or cfg.train.distributed.nproc_per_node
         if needs_launch(nproc):
             run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=prepared)  # once, not in every process
@@ -92,10 +93,6 @@ def distill_command(
                 f"{config} has no distill section: no teacher to learn from. Fix: pass --teacher-dir DIR (a model "
                 "directory written by `recsys train`), or add `distill: {teacher_dir: DIR}` to the config"
             )
-        from pipelines.distill import TEACHER_KEY
-        from recsys.artifacts.model_dir import model_sha256
-
-        model_sha256(cfg.distill.teacher_dir, TEACHER_KEY)  # a missing teacher fails now, not after the data's prep
     train_command(config, work_dir, data_dir, epochs, sets, nproc_per_node, max_restarts)
 
 

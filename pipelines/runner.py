@@ -88,6 +88,7 @@ def run_pipeline(
     config = config.model_copy(update={"tracking": config.tracking.under(work_dir)})  # the store: WORK's by default
     paths = ExperimentPaths.under(work_dir, config)
     steps = STEPS[: STEP_NAMES.index(last) + 1] if last else STEPS
+    check_run(config, only=only, until=until)
     workers = join(resolve_device(config.train.hardware.device))
     if not workers.is_main:
         return _follow(steps, config, paths, data_dir, rerun)
@@ -102,6 +103,15 @@ def run_pipeline(
                 end_runs_of_killed_attempts(config, work_dir, lock)
             done, reports = _run_steps(steps, config, paths, tracker, only, data_dir, rerun)
     return done, reports
+
+
+def check_run(config: ExperimentConfig, *, only: str | None = None, until: str | None = None) -> None:
+    """RecsysError naming what a run with these `only` / `until` options needs that is not there and no step of it
+    makes (`Step.check`: a trained model the config's model is built on), before anything is written: such a run
+    would otherwise prepare the data for minutes, then fail at its train step."""
+    for step in STEPS:
+        if runs_step(step.name, only, until):
+            step.check(config)
 
 
 def runs_step(name: str, only: str | None, until: str | None) -> bool:

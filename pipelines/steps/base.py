@@ -94,6 +94,11 @@ class Step(ABC, Generic[T]):
     def produces(self, outputs: T) -> list[Path]:
         """What must still exist for the step to be skipped when its inputs did not change."""
 
+    def check(self, config: ExperimentConfig) -> None:
+        """RecsysError naming what the step will need that is not there and cannot be made by the steps before it
+        (a trained model it is built on): checked for every step a run will run, before the first one, so that a run
+        does not prepare data for minutes to fail at its last step. Nothing by default."""
+
     def given(self, directory: Path) -> T | None:
         """The outputs a directory the caller gives (`run_pipeline(data_dir=)`) stands for, instead of running the
         step; None: the step's outputs cannot be given."""

@@ -12,7 +12,7 @@ from pipelines.distill import TEACHER_KEY
 from pipelines.steps.base import HOW_IT_RUNS, ExperimentPaths, Step, as_json
 from pipelines.steps.outputs import PipelineOutputs
 from pipelines.train import TrainOutputs, train_step, training_state_path
-from recsys.artifacts.model_dir import MODEL_FILE, model_sha256
+from recsys.artifacts.model_dir import MODEL_FILE, check_model_dir, model_sha256
 
 
 class TrainRetrieverStep(Step[TrainOutputs]):
@@ -36,6 +36,12 @@ class TrainRetrieverStep(Step[TrainOutputs]):
         features = {"sids": as_json(done.semantic_ids), "content": as_json(done.content)}
         data = {"domain": config.data.domain, "data": as_json(done.data)}
         return {**sections, **data, **features, "upstream": upstream}
+
+    def check(self, config: ExperimentConfig) -> None:
+        for entry, path in config.model.upstream_dirs().items():
+            check_model_dir(path, config.model.upstream_key(entry))
+        if config.distill is not None:
+            check_model_dir(config.distill.teacher_dir, TEACHER_KEY)
 
     def run(self, config: ExperimentConfig, paths: ExperimentPaths, done: PipelineOutputs) -> TrainOutputs:
         assert done.data is not None

@@ -104,7 +104,7 @@ def trained_text_fields(model_dir: Path) -> tuple[str, ...]:
 def model_sha256(model_dir: Path, key: str | None = None) -> str:
     """SHA-256 of a model directory's weights file: what downstream steps fingerprint (`key`: the config key naming
     the directory, for the error when it is not one)."""
-    _check_is_model_dir(model_dir, key)
+    check_model_dir(model_dir, key)
     return file_sha256(model_dir / MODEL_FILE)
 
 
@@ -123,7 +123,7 @@ def trained_data(model_dir: Path, data_dir: Path | None = None) -> SequenceData:
 
 def load_model_dir(model_dir: Path, data_dir: Path | None = None) -> TrainedModel:
     """Load a model directory and its data (`trained_data`)."""
-    _check_is_model_dir(model_dir)
+    check_model_dir(model_dir)
     data = trained_data(model_dir, data_dir)
     name, model = load_model(model_dir / MODEL_FILE)
     if data.num_items != model.config.num_items:
@@ -152,13 +152,14 @@ def read_metrics(model_dir: Path) -> dict[str, Any]:
 def load_trained_model(model_dir: Path, key: str) -> tuple[str, Model[Any]]:
     """(its family's name, the trained model) of `model_dir`, which another model is built on (`key` names the config
     key that names it), frozen."""
-    _check_is_model_dir(model_dir, key)
+    check_model_dir(model_dir, key)
     name, model = load_model(model_dir / MODEL_FILE)
     return name, model.requires_grad_(False)
 
 
-def _check_is_model_dir(model_dir: Path, key: str | None = None) -> None:
-    """`key`: the config key that names the directory (an upstream model), None for one given on the command line."""
+def check_model_dir(model_dir: Path, key: str | None = None) -> None:
+    """RecsysError unless `model_dir` holds a trained model (`key`: the config key that names the directory, an
+    upstream model's; None for one given on the command line)."""
     if (model_dir / MODEL_FILE).is_file():
         return
     fix = (

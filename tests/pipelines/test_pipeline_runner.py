@@ -4,6 +4,7 @@ step (the champion gate: test_champion_gate.py; the lock and crash recovery: tes
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from pipelines.config import load_config
 from recsys.artifacts.bundle import Bundle
 from recsys.artifacts.registry import CHAMPION
 from recsys.enrich.columns import with_item_metadata
-from recsys.errors import ConfigError
+from recsys.errors import ConfigError, RecsysError
 from recsys.models.registry import load_model
 from recsys.semantic_ids.content import item_texts
 from tests.chat_server import ChatServer
@@ -113,6 +114,23 @@ def test_a_source_without_its_path_names_the_config_key_and_leaves_no_lock(
     assert not (tmp_path / "pipelines" / "tiny-sasrec" / "lock").exists()
 
 
+def test_a_model_built_on_one_not_trained_yet_fails_before_anything_is_written(
+    tmp_path: Path, tiny_config: Callable[..., Path]
+) -> None:
+    """A ranker whose retriever is not trained fails at once, naming the key and the fix, with nothing under the work
+    dir (not after preparing its data); a run that stops before training does not need the retriever."""
+    missing = tmp_path / "models" / "not-trained"
+    model = {"name": "ranker", "upstream": {"retriever": str(missing)}, "params": {"dim": 8, "hidden": 8}}
+    config = load_config(tiny_config(tmp_path, name="tiny-ranker", model=model, tracking={"enabled": False}))
+    work = tmp_path / "work"
+    named = rf"model.upstream.retriever: {re.escape(str(missing))} is not a model directory .*Fix: train that model"
+    for options in ({}, {"only": "train_retriever"}, {"until": "evaluate"}):
+        with pytest.raises(RecsysError, match=named):
+            runner.run_pipeline(config, work, **options)
+        assert not work.exists()
+    assert statuses(runner.run_pipeline(config, work, until="prepare_data")) == {"prepare_data": "ran"}
+
+
 def test_cli_prints_the_steps(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
     path = tiny_config(tmp_path, tracking={"enabled": False})
     result = CliRunner().invoke(app, ["pipeline", "run", "--config", str(path), "--work-dir", str(tmp_path)])
@@ -123,8 +141,6 @@ def test_cli_prints_the_steps(tmp_path: Path, tiny_config: Callable[..., Path]) 
 
 
 def test_single_step_needs_its_upstream_steps(tmp_path: Path, tiny_config: Callable[..., Path]) -> None:
-    from recsys.errors import RecsysError
-
     config = load_config(tiny_config(tmp_path, tracking={"enabled": False}, pipeline={"index": {"kind": "flat"}}))
     with pytest.raises(RecsysError, match="unknown pipeline step 'deploy'"):
         runner.run_pipeline(config, tmp_path, only="deploy")
