@@ -43,9 +43,10 @@ def train_command(
         from pipelines.runner import check_run, run_pipeline  # after the config's errors
         from pipelines.steps import STEP_BEFORE_TRAINING, TRAIN_STEP
 
-        check_run(cfg, until=TRAIN_STEP)  # a model it is built on that is missing fails before the data's prep
         nproc = nproc_per_node or cfg.train.distributed.nproc_per_node
         if needs_launch(nproc):
+            # the data is prepared here, the train step in the processes: a missing upstream model fails before both
+            check_run(cfg, until=TRAIN_STEP)
             run_pipeline(cfg, work_dir, until=STEP_BEFORE_TRAINING, data_dir=prepared)  # once, not in every process
             launch(nproc, ["train", *same_experiment(config, work_dir, data_dir, epochs, sets)], max_restarts)
         outputs, _ = run_pipeline(cfg, work_dir, until=TRAIN_STEP, data_dir=prepared)
