@@ -239,7 +239,7 @@ def _train_per_domain(
 ) -> FitResult:
     """One adapter per domain (or the one of `data.domain`), each trained and early-stopped on its domain's users
     with the base frozen; the result sums the domains' times, keeps the largest best epoch and every domain's best
-    validation metrics (keys prefixed with the domain)."""
+    validation metrics (keys prefixed with the domain) and the latest epoch at which one diverged."""
     assert isinstance(model, TrainsPerDomain)
     settings = config.model.training_settings()
     full_softmax = isinstance(settings, NextItemTraining) and settings.resolved_loss(data.num_items) == "full_softmax"
@@ -262,6 +262,7 @@ def _train_per_domain(
         train_seconds=sum(r.train_seconds for r in results),
         epoch_seconds=[s for r in results for s in r.epoch_seconds],
         valid_seconds=[s for r in results for s in r.valid_seconds],
+        diverged_epoch=max((r.diverged_epoch for r in results if r.diverged_epoch is not None), default=None),
     )
 
 
@@ -280,6 +281,8 @@ def _timings(fitted: FitResult | None, seconds: float) -> dict[str, float]:
               "time_to_first_validation_s": fitted.first_validation_seconds}  # fmt: skip
     # none when this attempt trained no epoch (a finished run re-entered)
     timings.update({key: seconds for key, seconds in firsts.items() if seconds is not None})
+    if fitted.diverged_epoch is not None:  # the run ended there, with the best validated weights
+        timings["diverged_epoch"] = fitted.diverged_epoch
     return timings
 
 

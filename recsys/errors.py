@@ -52,6 +52,10 @@ class BudgetExceeded(RecsysError):
         super().__init__(f"{step}: {problem}. Fix: {fix}")
 
 
+class TrainingDiverged(RecsysError):
+    """Training's loss became NaN or infinite before any validated epoch improved: no weights are worth keeping."""
+
+
 class MissingExtra(RecsysError):
     """A feature needs an optional part of the install (an extra) that is not installed.
 

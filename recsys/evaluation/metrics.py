@@ -1,7 +1,8 @@
 """Full-ranking metrics from the rank of each user's held-out item, and the metrics of the other tasks' predictions.
 
 Ranks are 0-based and pessimistic about ties: an item scored equal to the target counts as ranked
-above it, so a model that scores everything the same gets no credit. With one relevant item per user
+above it, so a model that scores everything the same gets no credit; a NaN score (a diverged model) counts as
+above the target too, so a NaN target ranks last, not first. With one relevant item per user
 (leave-one-out), Recall@k equals HitRate@k and NDCG@k = 1 / log2(rank + 2) when rank < k.
 
 Dimension letters: B users in a batch, V+1 items (column 0 = padding, never ranked).
@@ -34,16 +35,21 @@ def target_ranks(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def scored_at_or_above(scores: torch.Tensor, target_scores: torch.Tensor) -> torch.Tensor:
-    """(B,) how many columns of `scores` (B, n) score at least each row's target score (B,): the tie rule of
-    `target_ranks`, which sums it over the whole catalogue, as ranking in item blocks sums it over the blocks.
+    """(B,) how many columns of `scores` (B, n) score at least each row's target score (B,), a NaN on either side
+    counted as at least: the tie rule of `target_ranks`, which sums it over the whole catalogue, as ranking in item
+    blocks sums it over the blocks.
 
     Example:
         >>> scored_at_or_above(torch.tensor([[0.9, 0.5, 0.5, 0.1]]), torch.tensor([0.5])).tolist()
         [3]
+        >>> scored_at_or_above(torch.tensor([[0.9, 0.5]]), torch.tensor([float("nan")])).tolist()
+        [2]
     """
-    # One comparison pass over (B, n): a 1-byte mask, summed as int32 because a CUDA sum first converts the whole mask
-    # to the sum's type (int64 by default: 8 bytes a score)
-    return (scores >= target_scores[:, None]).sum(dim=1, dtype=torch.int32).long()
+    # The complement of "scored below", which is false for every NaN comparison. One comparison pass over (B, n): a
+    # 1-byte mask, summed as int32 because a CUDA sum first converts the whole mask to the sum's type (int64 by
+    # default: 8 bytes a score)
+    below = (scores < target_scores[:, None]).sum(dim=1, dtype=torch.int32).long()
+    return scores.shape[1] - below
 
 
 def ranking_metrics(ranks: torch.Tensor, ks: tuple[int, ...]) -> dict[str, float]:

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ import torch
 from torch import nn
 
 from recsys.data.prepared import EvalSplit, TrainingData
-from recsys.errors import ConfigError
+from recsys.errors import ConfigError, TrainingDiverged
 from recsys.evaluation import EvalConfig, UserSample, evaluate
 from recsys.models.family import Model
 from recsys.modules.moe import expert_load
@@ -85,6 +86,8 @@ class FitResult:
     # validation after training began: what compiling (and loading a compile cache) costs before any progress
     first_step_seconds: float | None = None
     first_validation_seconds: float | None = None
+    # the epoch whose mean loss was NaN or infinite, which ended the run with the best validated weights; None: none
+    diverged_epoch: int | None = None
 
     @property
     def seconds_per_epoch(self) -> float:
@@ -145,6 +148,11 @@ def fit(
         validated(0, None)  # no training loss yet
     for epoch in run.epochs_left():
         loss = run.train_epoch(epoch)
+        if not math.isfinite(loss):
+            run.diverged(epoch, loss)
+            if state_path is not None:
+                run.save(state_path)  # final, as an early stop: a re-run keeps the best weights and trains nothing
+            break
         if epoch % config.schedule.eval_every and epoch != config.schedule.epochs:
             continue
         validated(epoch, loss)
@@ -286,6 +294,23 @@ class _TrainingRun:
     def _averaged_weights(self) -> contextlib.AbstractContextManager[None]:
         """A block in which the model holds the weights validation ranks and keeps: the EMA's, with it on."""
         return contextlib.nullcontext() if self.average is None else self.average.applied()
+
+    def diverged(self, epoch: int, loss: float) -> None:
+        """`epoch`'s mean loss is NaN or infinite: the run ends with the best validated weights (as an early stop
+        would), or fails when no validated epoch improved on the start."""
+        lr = self.config.optimization.lr
+        fix = f"lower train.optimization.lr (now {lr:g}) or raise train.optimization.warmup_steps"
+        if self.best_weights is None or self.result.best_epoch == 0:
+            raise TrainingDiverged(
+                f"training diverged: epoch {epoch}'s mean loss is {loss}, before any validated epoch improved on the "
+                f"untrained model, so there are no weights to keep. Fix: {fix}"
+            )
+        logger.error(
+            "training diverged: epoch %d's mean loss is %s; stopping with epoch %d's weights (valid %s %.4f). To train "
+            "further, %s",
+            epoch, loss, self.result.best_epoch, self.monitor, self.best_score, fix,
+        )  # fmt: skip
+        self.early_stopped, self.result.diverged_epoch = True, epoch
 
     def should_stop(self, epoch: int) -> bool:
         """After a validated epoch: stop early (patience spent) or at the time budget (a larger one resumes)."""

@@ -28,6 +28,22 @@ def test_padding_column_never_outranks_a_target() -> None:
     assert target_ranks(scores, torch.tensor([2])).tolist() == [1]
 
 
+def test_nan_scores_rank_the_target_below_them_and_a_nan_target_last() -> None:
+    nan = float("nan")
+    scores = torch.tensor(
+        [
+            [NEG_INF, nan, 0.5, 0.9, 0.1],  # target 2: 0.9 and the NaN above it: rank 2
+            [NEG_INF, 0.1, nan, 0.3, 0.4],  # target 2 is NaN (a diverged model): behind every column, rank 4
+            [NEG_INF, nan, nan, nan, nan],  # everything NaN: rank 4, never a hit
+            [NEG_INF, 0.1, NEG_INF, 0.3, 0.4],  # a target no row may rank (masked -inf) ranks the same: 4
+        ]
+    )
+    ranks = target_ranks(scores, torch.tensor([2, 2, 3, 2]))
+    assert ranks.tolist() == [2, 4, 4, 4]
+    metrics = ranking_metrics(ranks, ks=(1,))
+    assert metrics["ndcg@1"] == 0.0 and metrics["mrr"] == pytest.approx((1 / 3 + 3 / 5) / 4)
+
+
 def test_hand_computed_recall_ndcg_mrr() -> None:
     ranks = torch.tensor([0, 1, 4, 9, 10])
     m = ranking_metrics(ranks, ks=(1, 5, 10))

@@ -13,7 +13,7 @@ from features.settings import PrepareSettings
 from features.sources import load_source
 from recsys.data.jagged import Jagged
 from recsys.data.prepared import PreparedParts, load_prepared
-from recsys.errors import BudgetExceeded, ConfigError
+from recsys.errors import BudgetExceeded, ConfigError, TrainingDiverged
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.runtime.distributed import Workers
@@ -77,6 +77,55 @@ def test_early_stopping_after_patience(tiny_data_dir: Path) -> None:
     assert result.best_epoch == 1
     assert len(result.epoch_seconds) == 3
     assert result.seconds_per_epoch > 0
+
+
+def poisoned(model: SASRec) -> None:
+    """What a blow-up leaves: NaN item vectors, so every later loss is NaN."""
+    assert model.item_emb is not None
+    with torch.no_grad():
+        model.item_emb.weight[1:] = float("nan")
+
+
+def test_a_diverged_epoch_ends_the_run_with_the_best_validated_weights(
+    tiny_data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = load_prepared(tiny_data_dir)
+    config = TrainConfig(
+        schedule=ScheduleConfig(epochs=6), optimization=OptimizationConfig(batch_size=8, lr=3e-3), progress=False
+    )
+    model, state = small_sasrec(data.num_items), tmp_path / "state.dcp"
+
+    def poison_after_epoch_2(epoch: int, _: dict[str, float]) -> None:
+        if epoch == 2:
+            poisoned(model)
+
+    with caplog.at_level("ERROR", logger="recsys.training.trainer"):
+        result = fit(model, data, config, EVAL, on_epoch_end=poison_after_epoch_2, state_path=state)
+    assert result.diverged_epoch == 3 and len(result.epoch_seconds) == 3, "training went on after a NaN loss"
+    assert result.best_epoch in (1, 2)
+    assert all(torch.isfinite(t).all() for t in model.state_dict().values()), "the diverged weights were kept"
+    valid = evaluate(model, data.eval_split("valid"), data.num_items, EVAL).metrics["ndcg@10"]
+    assert valid == pytest.approx(result.best_valid["ndcg@10"]) and valid > 0
+    assert "epoch 3's mean loss is nan" in caplog.text and "train.optimization.lr (now 0.003)" in caplog.text
+
+    seen: list[int] = []
+    again = small_sasrec(data.num_items)
+    rerun = fit(again, data, config, EVAL, on_epoch_end=lambda epoch, _: seen.append(epoch), state_path=state)
+    assert seen == [] and rerun.diverged_epoch == 3, "a re-run of a diverged run trained again"
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(again.state_dict()[name], tensor, msg=f"{name} differs in the re-run")
+
+
+def test_a_run_that_diverges_before_any_validated_improvement_fails_with_the_fix(tiny_data_dir: Path) -> None:
+    data = load_prepared(tiny_data_dir)
+    model = small_sasrec(data.num_items)
+    poisoned(model)
+    config = TrainConfig(
+        schedule=ScheduleConfig(epochs=3, validate_initial=True), optimization=OptimizationConfig(batch_size=8),
+        progress=False,
+    )  # fmt: skip
+    with pytest.raises(TrainingDiverged, match=r"epoch 1's mean loss is nan.*Fix: lower train.optimization.lr"):
+        fit(model, data, config, EVAL)
 
 
 def test_unknown_monitor_fails_before_training(tiny_data_dir: Path) -> None:
