@@ -185,9 +185,9 @@ def main(argv: list[str] | None = None) -> Path:
         default=1,
         metavar="N",
         help="train the runs in N processes at once, one (model, seed) each with its share of the cores and its log "
-        "under WORK_DIR/logs (what --only-model L --only-seed I in N shells does), then gather them (default: "
-        "%(default)s, in this process). With device cuda on several GPUs, each process runs on the one running the "
-        "fewest. Stopped, the same command resumes",
+        "under WORK_DIR/logs, appended to by a resumed run (what --only-model L --only-seed I in N shells does), then "
+        "gather them (default: %(default)s, in this process). With device cuda on several GPUs, each process runs on "
+        "the one running the fewest. Stopped, the same command resumes",
     )
     args, reproduce, settings = parse_run(parser, argv, __name__, load_settings)
     logging.getLogger("mlflow").setLevel(logging.ERROR)

@@ -1,8 +1,9 @@
 """A benchmark's independent runs as processes of their own, several at a time: what `--only-seed I` typed in several
 shells does, from one command. Each process gets its share of the cores (`pipelines.launcher.cores_shared`: N
 processes each spinning one thread per core would slow each other down many times over), on a host of several GPUs
-the one running the fewest of them (`CUDA_VISIBLE_DEVICES`), and writes its output to a log file of its own; a line
-says when each starts and ends."""
+the one running the fewest of them (`CUDA_VISIBLE_DEVICES`), and appends its output to a log file of its own (a
+resumed run's log keeps its earlier attempts, each opened by a line saying when it started); a line says when each
+starts and ends."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class _Running:
     log: IO[bytes]
     started: float
     gpu: str | None
+    log_from: int  # where this attempt's output begins in the log
 
 
 def run_side_by_side(units: Sequence[Unit], processes: int, gpus: Sequence[str] = (), poll_s: float = 0.5) -> None:
@@ -82,12 +84,14 @@ def visible_gpus() -> list[str]:
 
 def _start(unit: Unit, gpu: str | None) -> _Running:
     unit.log.parent.mkdir(parents=True, exist_ok=True)
-    log = unit.log.open("wb")
+    where = "" if gpu is None else f" on GPU {gpu}"
+    log = unit.log.open("ab")  # after the attempts before (a stopped run resumes): what led up to a stop is kept
+    log.write(f"==== {unit.name}{where}, started {time.strftime('%Y-%m-%d %H:%M:%S %Z')} ====\n".encode())
+    log.flush()
     env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
     process = subprocess.Popen(unit.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    where = "" if gpu is None else f" on GPU {gpu}"
     print(f"started {unit.name}{where} (pid {process.pid}, log {unit.log})", flush=True)
-    return _Running(unit, process, log, time.monotonic(), gpu)
+    return _Running(unit, process, log, time.monotonic(), gpu, log_from=log.tell())
 
 
 def _report(run: _Running, finished: int, of: int) -> list[str]:
@@ -97,7 +101,8 @@ def _report(run: _Running, finished: int, of: int) -> list[str]:
           f"after {seconds:.0f} s", flush=True)  # fmt: skip
     if code == 0:
         return []
-    tail = "\n".join(f"    {line}" for line in run.unit.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+    output = run.unit.log.read_bytes()[run.log_from :].decode(errors="replace")  # this attempt's
+    tail = "\n".join(f"    {line}" for line in output.splitlines()[-LOG_TAIL_LINES:])
     return [f"- {run.unit.name}: exit code {code}, log {run.unit.log}; it ends:\n{tail}"]
 
 

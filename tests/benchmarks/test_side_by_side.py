@@ -39,17 +39,32 @@ def test_every_unit_runs_n_at_a_time_and_a_failure_is_named_with_its_log(tmp_pat
         run_side_by_side(units, processes=2, poll_s=0.05)
     share = os.environ.get("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // 2)))
     for name in names:  # every unit ran, the failed one did not stop the others
-        first = (tmp_path / "logs" / f"{name}.log").read_text().splitlines()[0]
+        started, first = (tmp_path / "logs" / f"{name}.log").read_text().splitlines()[:2]
+        assert started.startswith(f"==== unit {name}, started 20"), started
         at_once = int(first.split()[3])
         assert 1 <= at_once <= 2 and first.endswith(f"polars threads: {share}"), first
     assert not list(tmp_path.glob("running-*"))
+
+
+def test_a_rerun_appends_to_the_log_of_the_attempt_before(tmp_path: Path) -> None:
+    attempt = (
+        "import pathlib, sys; n = pathlib.Path(sys.argv[1]); n.write_text(n.read_text() + 'x'); print(n.read_text())"
+    )
+    counter = tmp_path / "attempts"
+    counter.write_text("")
+    unit = Unit("resumed", [sys.executable, "-c", attempt, str(counter)], tmp_path / "resumed.log")
+    for _ in range(2):
+        run_side_by_side([unit], processes=1, poll_s=0.05)
+    lines = unit.log.read_text().splitlines()
+    assert [line.startswith("==== resumed, started ") for line in lines] == [True, False, True, False], lines
+    assert lines[1::2] == ["x", "xx"], "the first attempt's output was lost"
 
 
 def test_each_process_runs_on_the_gpu_running_the_fewest(tmp_path: Path) -> None:
     seen = "import os, time; print(os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(0.5)"
     units = [Unit(f"unit {n}", [sys.executable, "-c", seen], tmp_path / f"{n}.log") for n in "abcd"]
     run_side_by_side(units, processes=3, gpus=["3", "5"], poll_s=0.05)
-    gpus = [(tmp_path / f"{n}.log").read_text().strip() for n in "abcd"]
+    gpus = [(tmp_path / f"{n}.log").read_text().splitlines()[-1] for n in "abcd"]
     assert gpus[:3] == ["3", "5", "3"] and gpus[3] in ("3", "5")  # the fourth: on the GPU the first to end freed
 
 
