@@ -5,7 +5,8 @@ family reads is its `model.training` (`recsys.training.recipes`).
       seed: 0
       schedule:      {epochs, patience, monitor, eval_every, valid_users, max_seconds,  when it stops, how it validates
                       validate_initial}
-      optimization:  {batch_size, accumulate_batches, lr, lr_schedule, warmup_steps, weight_decay, ema_decay}
+      optimization:  {batch_size, accumulate_batches, lr, lr_schedule, warmup_steps, weight_decay, ema_decay,
+                      max_grad_norm}
       hardware:      {device, precision, threads, compile, compile_mode, max_memory_gb}  where and how fast it runs
       distributed:   {nproc_per_node, shard_item_table}                                   several processes
       stream_parts:  null                                                                 how the rows are read
@@ -63,6 +64,9 @@ class OptimizationConfig:
     # > 0: validate, checkpoint and save an exponential moving average of the weights (decay per step, e.g.
     # 0.999 averages over ~1,000 steps) instead of the last step's weights; 0 = off
     ema_decay: Fraction = 0.0
+    # the dense parameters' gradients scaled to this total L2 norm at most before each step (e.g. 1.0, against a run
+    # that diverges); None = not clipped. Item tables updated outside Adam (row-sparse, sharded) are not clipped
+    max_grad_norm: PositiveFloat | None = None
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,14 @@
 Dense parameters go to Adam. An embedding table whose gradient is row-sparse (`nn.Embedding(sparse=True)`, e.g. an
 item table under `sparse_item_gradients`) goes to SparseAdam, which updates only the rows a step read: dense Adam
 would touch every row of a 10^6-item table on every step. Both follow one schedule (linear warm-up, then constant
-or cosine decay).
+or cosine decay). With a `max_grad_norm`, the dense parameters' gradients are scaled to that total L2 norm at most
+before each step (the item tables updated elsewhere: row-sparse, sharded or updated in the backward pass, are not).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,13 +26,18 @@ from recsys.training.model_parallel import fused_table_parameters
 class Optimization:
     optimizers: list[torch.optim.Optimizer]
     schedulers: list[torch.optim.lr_scheduler.LRScheduler]
+    max_grad_norm: float | None = None  # None: gradients as they are
+    clipped: list[nn.Parameter] = field(default_factory=list)  # the parameters whose gradients it bounds
 
     def zero_grad(self) -> None:
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
 
     def step(self) -> None:
-        """One optimizer step and one schedule step."""
+        """One optimizer step and one schedule step (the gradients clipped first, with a `max_grad_norm`)."""
+        if self.max_grad_norm is not None:
+            # on the device, no host sync (no error_if_nonfinite): a NaN norm shows as the epoch's NaN loss
+            nn.utils.clip_grad_norm_(self.clipped, self.max_grad_norm, foreach=True)
         for optimizer in self.optimizers:
             optimizer.step()
         for scheduler in self.schedulers:
@@ -77,8 +83,10 @@ def build_optimization(
     warmup_steps: int,
     total_steps: int,
     fused: bool,
+    max_grad_norm: float | None = None,
 ) -> Optimization:
-    """Adam over the dense parameters, SparseAdam over tables with row-sparse gradients, one schedule for both."""
+    """Adam over the dense parameters, SparseAdam over tables with row-sparse gradients, one schedule for both; with
+    `max_grad_norm`, the dense parameters' gradients clipped to it."""
     sparse = [m.weight for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse]
     in_backward = fused_table_parameters(model)  # tables torchrec's DMP updates inside the backward pass
     dense = [p for p in model.parameters() if all(p is not s for s in sparse + in_backward)]
@@ -106,4 +114,7 @@ def build_optimization(
         progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
-    return Optimization(optimizers, [torch.optim.lr_scheduler.LambdaLR(o, factor) for o in optimizers])
+    schedulers: list[torch.optim.lr_scheduler.LRScheduler] = [
+        torch.optim.lr_scheduler.LambdaLR(o, factor) for o in optimizers
+    ]
+    return Optimization(optimizers, schedulers, max_grad_norm, clipped=dense)

@@ -299,7 +299,10 @@ class _TrainingRun:
         """`epoch`'s mean loss is NaN or infinite: the run ends with the best validated weights (as an early stop
         would), or fails when no validated epoch improved on the start."""
         lr = self.config.optimization.lr
-        fix = f"lower train.optimization.lr (now {lr:g}) or raise train.optimization.warmup_steps"
+        fix = (
+            f"lower train.optimization.lr (now {lr:g}), raise train.optimization.warmup_steps, or bound the steps with "
+            "train.optimization.max_grad_norm (e.g. 1.0)"
+        )
         if self.best_weights is None or self.result.best_epoch == 0:
             raise TrainingDiverged(
                 f"training diverged: epoch {epoch}'s mean loss is {loss}, before any validated epoch improved on the "
@@ -555,6 +558,7 @@ def _optimization(
         model, lr=optimization.lr, weight_decay=optimization.weight_decay, schedule=optimization.lr_schedule,
         warmup_steps=optimization.warmup_steps, total_steps=config.schedule.epochs * steps_per_epoch,
         fused=device.type == "cuda",  # one kernel for the whole update instead of several per parameter
+        max_grad_norm=optimization.max_grad_norm,
     )  # fmt: skip
 
 

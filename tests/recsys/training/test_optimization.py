@@ -69,3 +69,33 @@ def test_weight_decay_is_refused_with_a_sparse_table() -> None:
     use_sparse_item_gradients(model)
     with pytest.raises(ConfigError, match=r"train\.optimization\.weight_decay"):
         _optimization(model, weight_decay=0.1)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_max_grad_norm_bounds_the_dense_gradients_and_leaves_a_sparse_table_as_it_is(sparse: bool) -> None:
+    torch.manual_seed(0)
+    config = SASRecConfig(num_items=20, max_history=4, dim=8, num_heads=1, ffn_dim=16, num_layers=1, dropout=0,
+                          attn_dropout=0)  # fmt: skip
+    model = SASRec(config)
+    if sparse:
+        use_sparse_item_gradients(model)
+    optimization = _optimization(model, max_grad_norm=0.5)
+    recipe = NextItemRecipe(max_history=4, rows_per_batch=1, sampling_probs=torch.full((21,), 1 / 20))
+    table = model.item_emb.weight  # type: ignore[union-attr]
+    dense = [p for p in model.parameters() if p is not table or not sparse]
+
+    def grad_norm(params: list[torch.nn.Parameter]) -> float:
+        return float(torch.linalg.vector_norm(torch.stack([p.grad.to_dense().norm() for p in params])))  # type: ignore[union-attr]
+
+    hidden = model(torch.tensor([[3, 4, 5]]), torch.ones(1, 3, dtype=torch.long), torch.arange(3)[None])[0]
+    vectors = model.item_rows(torch.tensor([3, 4, 5, 1, 2]))
+    loss = 1e3 * sampled_softmax_loss(hidden, vectors[:3], vectors[3:], torch.tensor([3, 4, 5]),
+                                      torch.tensor([1, 2]), recipe.sampling_probs)  # fmt: skip
+    optimization.zero_grad()  # type: ignore[attr-defined]
+    loss.backward()
+    assert grad_norm(dense) > 0.5
+    table_grad = table.grad.to_dense().clone()  # type: ignore[union-attr]
+    optimization.step()  # type: ignore[attr-defined]
+    assert grad_norm(dense) == pytest.approx(0.5, rel=1e-4)
+    if sparse:
+        torch.testing.assert_close(table.grad.to_dense(), table_grad)  # type: ignore[union-attr]
