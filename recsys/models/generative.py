@@ -54,6 +54,14 @@ class GenerativeConfig:
     # head (TIGER's model).
     dense_weight: NonNegativeFloat = 0.0
     dense_temperature: PositiveFloat = 0.05
+    # Dense retrieval beside the beam (LIGER, Yang et al. 2024, "Unifying Generative and Dense Retrieval for
+    # Sequential Recommendation"): the decoder's start state, before any code, is also a query against a learned
+    # vector per item (dot products, a softmax over the catalogue: one more head beside the levels'); its
+    # `retrieval_candidates` best items join the beam's W, and every candidate scores its sequence log-probability
+    # + retrieval_weight x its retrieval log-probability, so items the beam misses can still rank. Item vectors are
+    # IDs: keep it off where new items must rank (cold start). 0 = off.
+    retrieval_candidates: NonNegativeInt = 0
+    retrieval_weight: NonNegativeFloat = 1.0
     # the encoder's and decoder's matmuls in beam search (`generate`: validation, test, serving): "bf16" runs them
     # under bf16 autocast, the beams' log-probabilities still summed in fp32; "fp32" (the default) as trained to
     # compare. benchmarks.generative_speed measures each one's validation time and metrics on one trained model.
@@ -107,6 +115,9 @@ class GenerativeRetriever(Model[GenerativeConfig]):
         if config.dense_weight:
             self.item_emb = nn.Embedding(config.num_items + 1, config.dim)  # the dense head's vector per item
             self.dense_query = nn.Linear(config.dim, config.dim)
+        if config.retrieval_candidates:
+            self.retrieval_item_emb = nn.Embedding(config.num_items + 1, config.dim)  # the retrieval head's
+            self.retrieval_query = nn.Linear(config.dim, config.dim)
         self.transformer = EncoderDecoder(
             config.dim, config.num_heads, config.num_encoder_layers, config.num_decoder_layers, config.ffn_dim,
             config.dropout,
@@ -127,12 +138,17 @@ class GenerativeRetriever(Model[GenerativeConfig]):
         """Whether the model has the dense head (`dense_weight` > 0)."""
         return self.config.dense_weight > 0
 
+    @property
+    def retrieves(self) -> bool:
+        """Whether the model has the dense retrieval head (`retrieval_candidates` > 0)."""
+        return self.config.retrieval_candidates > 0
+
     def head_targets(self, items: torch.Tensor) -> torch.Tensor:
-        """(B,) item_idx -> (B, T [+ 1]) what each training head predicts: the items' semantic IDs, then (dense head)
-        the items themselves (`recsys.training.recipes.GenerativeModel`)."""
+        """(B,) item_idx -> (B, T [+ 1] [+ 1]) what each training head predicts: the items' semantic IDs, then the
+        items themselves once per item head (dense, retrieval) (`recsys.training.recipes.GenerativeModel`)."""
         items = items.to(self.codes.device)
-        codes = self.codes[items]
-        return torch.cat([codes, items[:, None]], dim=1) if self.dense else codes
+        item_heads = int(self.dense) + int(self.retrieves)
+        return torch.cat([self.codes[items], items[:, None].expand(-1, item_heads)], dim=1)
 
     def mark_new_items(self, new: torch.Tensor) -> None:
         """(V+1,) bool: items to serve through the `new_item_slots` reserved slots (e.g. the cold-start items)."""
@@ -250,13 +266,35 @@ class GenerativeRetriever(Model[GenerativeConfig]):
 
         Returns:
             T tensors of logits, (B, K_t) each, for the target's code at every level; with the dense head, then the
-            (B, V+1) item logits of the query that follows the target's codes.
+            (B, V+1) item logits of the query that follows the target's codes; with the retrieval head, then the
+            (B, V+1) item logits of the start state's query.
         """
         memory, pad = self.encode(histories, users)
         codes = self.codes[targets.to(self.codes.device)]  # (B, T)
         states = self.decode(memory, pad, codes if self.dense else codes[:, :-1])  # (B, T [+ 1], D)
-        levels = [self.level_logits(states[:, t], t) for t in range(self.levels)]
-        return [*levels, self.dense_logits(states[:, self.levels])] if self.dense else levels
+        logits = [self.level_logits(states[:, t], t) for t in range(self.levels)]
+        if self.dense:
+            logits.append(self.dense_logits(states[:, self.levels]))
+        if self.retrieves:
+            logits.append(self.retrieval_logits(states[:, 0]))
+        return logits
+
+    def retrieval_logits(self, start_states: torch.Tensor) -> torch.Tensor:
+        """(N, D) decoder start states -> (N, V+1) dot products of their retrieval query with every item's vector."""
+        return self.retrieval_query(start_states) @ self.retrieval_item_emb.weight.T
+
+    @torch.no_grad()
+    def retrieved(
+        self, memory: torch.Tensor, pad: torch.Tensor, beam_items: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The retrieval head's `retrieval_candidates` best items the beam did not return, and every item's retrieval
+        log-probability: (B, K) item_idx (0 where it repeats a beam item), (B, V+1) log-probs (padding -inf)."""
+        start = self.decode(memory, pad, beam_items.new_zeros(len(beam_items), 0))[:, 0]  # (B, D)
+        log_probs = F.log_softmax(self.retrieval_logits(start).float(), dim=-1)
+        log_probs[:, PADDING_IDX] = float("-inf")
+        top = log_probs.topk(min(self.config.retrieval_candidates, self.config.num_items), dim=1).indices
+        repeats = (top[:, :, None] == beam_items[:, None, :]).any(dim=2)
+        return top.masked_fill(repeats, PADDING_IDX), log_probs
 
     def dense_logits(self, states: torch.Tensor) -> torch.Tensor:
         """(N, D) decoder states after T codes -> (N, V+1) cosine / dense_temperature against every item's vector."""
@@ -282,8 +320,10 @@ class GenerativeRetriever(Model[GenerativeConfig]):
 
         With `new_item_slots` = s > 0 and items marked new, the W results are the best W - s items that are
         not new plus the best s new items (each found by a beam search over its own trie), all ranked by
-        their log-probability under the whole catalog's trie. With the dense head, the W items are ranked by
-        that log-probability + `dense_weight` x their dense log-probability (`dense_log_probs`).
+        their log-probability under the whole catalog's trie. With the retrieval head, its best items join them
+        (`retrieved`), each scored by that log-probability + `retrieval_weight` x its retrieval log-probability,
+        and the best W of them all are kept. With the dense head, the items are ranked by their score +
+        `dense_weight` x their dense log-probability (`dense_log_probs`).
 
         Args:
             histories: (B, L) left-padded item_idx.
@@ -309,10 +349,15 @@ class GenerativeRetriever(Model[GenerativeConfig]):
                 new, _ = self._beam_search(memory, pad, "new", slots)
                 items = torch.cat([old, new], dim=1)  # (B, W)
                 scores = self.sequence_log_probs(memory, pad, items)
+            if self.retrieves:
+                more, retrieval = self.retrieved(memory, pad, items)  # (B, K), (B, V+1)
+                scores = torch.cat([scores, self.sequence_log_probs(memory, pad, more)], dim=1)
+                items = torch.cat([items, more], dim=1)  # (B, W + K), no item twice
+                scores = scores + self.config.retrieval_weight * retrieval.gather(1, items)
             if self.dense:
                 scores = scores + self.config.dense_weight * self.dense_log_probs(memory, pad, items)
         scores, order = scores.float().sort(dim=1, descending=True)
-        return items.gather(1, order), scores
+        return items.gather(1, order[:, :W]), scores[:, :W]
 
     def _beam_search(
         self, memory: torch.Tensor, pad: torch.Tensor, subset: Literal["all", "old", "new"], W: int

@@ -81,16 +81,18 @@ def test_prepare_step_skips_unchanged_inputs_and_redoes_changed_ones(
     assert (out / "interactions.parquet").stat().st_mtime_ns != first
 
 
-# with the popularity correction, the model is built on the data's training counts and keeps them
-@pytest.mark.parametrize("popularity_correction", [0.0, 0.5])
+# with the popularity correction, the model is built on the data's training counts and keeps them; with the retrieval
+# head, its item vectors are saved and reloaded with the rest
+@pytest.mark.parametrize(("popularity_correction", "retrieval_candidates"), [(0.0, 0), (0.5, 0), (0.0, 5)])
 def test_generative_experiment_builds_ids_trains_saves_and_reloads(
-    tmp_path: Path, tiny_config: Callable[..., Path], popularity_correction: float
+    tmp_path: Path, tiny_config: Callable[..., Path], popularity_correction: float, retrieval_candidates: int
 ) -> None:
     sid = {"method": "rqkmeans", "rqkmeans": {"levels": 2, "codebook_size": 8}}
     model = {
         "name": "generative",
         "params": {"dim": 16, "num_heads": 2, "ffn_dim": 32, "num_encoder_layers": 1, "num_decoder_layers": 1,
-                   "beam_size": 10, "popularity_correction": popularity_correction},
+                   "beam_size": 10, "popularity_correction": popularity_correction,
+                   "retrieval_candidates": retrieval_candidates},
     }  # fmt: skip
     config = load_config(
         tiny_config(
@@ -110,6 +112,7 @@ def test_generative_experiment_builds_ids_trains_saves_and_reloads(
         assert torch.equal(loaded.model.item_weights, counts + 1)  # type: ignore[union-attr]
     else:
         assert not hasattr(loaded.model, "item_weights")
+    assert hasattr(loaded.model, "retrieval_item_emb") == bool(retrieval_candidates)
 
 
 @pytest.mark.parametrize("vectors", ["collaborative", "content_and_collaborative"])

@@ -33,6 +33,8 @@ def model(
     dense_weight: float = 0.0,
     beam_precision: Literal["fp32", "bf16"] = "fp32",
     popularity_correction: float = 0.0,
+    retrieval_candidates: int = 0,
+    retrieval_weight: float = 1.0,
 ) -> GenerativeRetriever:
     torch.manual_seed(0)
     config = GenerativeConfig(
@@ -49,6 +51,8 @@ def model(
         dense_weight=dense_weight,
         beam_precision=beam_precision,
         popularity_correction=popularity_correction,
+        retrieval_candidates=retrieval_candidates,
+        retrieval_weight=retrieval_weight,
     )
     return GenerativeRetriever(config, codes).eval()
 
@@ -291,9 +295,15 @@ def test_the_training_pass_compiles_to_one_graph() -> None:
     decoder is told its mask is causal instead of comparing it on the host."""
     from tests.conftest import compiled_recording_graphs
 
-    for dense_weight, heads in ((0.0, [(2, 4), (2, 3), (2, 2)]), (1.0, [(2, 4), (2, 3), (2, 2), (2, 15)])):
+    levels = [(2, 4), (2, 3), (2, 2)]
+    both = {"dense_weight": 1.0, "retrieval_candidates": 3}
+    for item_heads, heads in (
+        ({}, levels),
+        ({"dense_weight": 1.0}, [*levels, (2, 15)]),
+        (both, [*levels, *[(2, 15)] * 2]),
+    ):
         torch._dynamo.reset()  # the other model's compiled forward is no graph of this one
-        m = model(catalog(), beam=4, dense_weight=dense_weight).train()
+        m = model(catalog(), beam=4, **item_heads).train()  # type: ignore[arg-type]
         compiled, graphs = compiled_recording_graphs(m)
         logits = compiled(torch.tensor([[1, 2, 3], [0, 4, 5]]), torch.tensor([6, 7]), torch.tensor([1, 2]))
         assert len(graphs) == 1 and [tuple(x.shape) for x in logits] == heads
@@ -339,6 +349,63 @@ def test_the_dense_head_learns_its_targets() -> None:
         loss.backward()
         optimizer.step()
     assert n == 2 and dense_loss() < 0.5 * before
+
+
+def test_the_retrieval_head_adds_items_the_beam_missed_scored_by_both_heads() -> None:
+    """Training: after the levels' (and the dense head's) logits, the item logits of the decoder's start state, and the
+    item as its target. Generation: the beam's W items and the retrieval head's best K, no item twice, each scored
+    by its exact log-probability + retrieval_weight x its retrieval log-probability; the best W kept."""
+    assert not hasattr(model(catalog(), beam=4), "retrieval_item_emb")  # 0 candidates: no retrieval head
+    m = model(catalog(), beam=3, dense_weight=0.5, retrieval_candidates=5, retrieval_weight=0.7)
+    histories, users, targets = torch.tensor([[0, 3, 4], [1, 1, 2]]), torch.tensor([3, 4]), torch.tensor([6, 7])
+    logits = m.train()(histories, targets, users)
+    assert [tuple(x.shape) for x in logits] == [(2, 4), (2, 3), (2, 2), (2, 15), (2, 15)]
+    assert m.head_targets(targets).tolist() == [[*m.codes[6].tolist(), 6, 6], [*m.codes[7].tolist(), 7, 7]]
+    m.eval()
+    items, scores = m.generate(histories, users)
+    assert items.shape == (2, 3) and all(len(set(row)) == 3 for row in items.tolist())
+    memory, pad = m.encode(histories, users)
+    beam = m._beam_search(memory, pad, "all", 3)[0]
+    more, retrieval = m.retrieved(memory, pad, beam)
+    top5 = retrieval.topk(5, dim=1).indices
+    assert not torch.isin(items, beam).all(), "no item from the retrieval head ranked: the case tests nothing"
+    for b in range(2):  # the candidates: the beam's items and the retrieval head's best 5, once each
+        candidates = sorted(set(beam[b].tolist()) | set(top5[b].tolist()))
+        assert sorted({*beam[b].tolist(), *more[b].tolist()} - {0}) == candidates
+        pool = torch.tensor([candidates])
+        expected = (
+            exact_log_probs(m, histories[b : b + 1], users[b : b + 1]).gather(1, pool)
+            + 0.7 * retrieval[b : b + 1].gather(1, pool)
+            + 0.5 * m.dense_log_probs(memory[b : b + 1], pad[b : b + 1], pool)
+        )
+        best, order = expected.sort(dim=1, descending=True)
+        assert items[b].tolist() == pool[0, order[0, :3]].tolist()
+        torch.testing.assert_close(scores[b], best[0, :3], rtol=1e-4, atol=1e-4)
+    assert retrieval[:, 0].eq(float("-inf")).all()
+
+
+def test_the_retrieval_head_learns_its_targets() -> None:
+    from recsys.data.batching import HistoryBatch
+    from recsys.training.recipes import GenerativeRecipe
+
+    m = model(catalog(), beam=6, retrieval_candidates=4).train()
+    batch = HistoryBatch(torch.tensor([[0, 3, 4], [1, 1, 2]]), torch.tensor([6, 7]), torch.tensor([3, 4]))
+    optimizer = torch.optim.Adam(m.parameters(), lr=1e-2)
+
+    def retrieval_loss() -> float:
+        return float(F.cross_entropy(m(batch.histories, batch.targets, batch.users)[-1], batch.targets))
+
+    before = retrieval_loss()
+    for _ in range(30):
+        loss, _ = GenerativeRecipe(max_history=3, batch_size=2).loss(m, batch, torch.Generator())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert retrieval_loss() < 0.5 * before
+    m.eval()
+    memory, pad = m.encode(batch.histories, batch.users)
+    _, retrieval = m.retrieved(memory, pad, torch.zeros(2, 1, dtype=torch.long))
+    assert retrieval.argmax(dim=1).tolist() == [6, 7]  # each user's target is the head's best item
 
 
 def test_a_held_out_twin_never_trains_on_each_users_last_items() -> None:
