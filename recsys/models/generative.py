@@ -54,12 +54,13 @@ class GenerativeConfig:
     # head (TIGER's model).
     dense_weight: NonNegativeFloat = 0.0
     dense_temperature: PositiveFloat = 0.05
-    # Dense retrieval beside the beam (LIGER, Yang et al. 2024, "Unifying Generative and Dense Retrieval for
-    # Sequential Recommendation"): the decoder's start state, before any code, is also a query against a learned
-    # vector per item (dot products, a softmax over the catalogue: one more head beside the levels'); its
-    # `retrieval_candidates` best items join the beam's W, and every candidate scores its sequence log-probability
-    # + retrieval_weight x its retrieval log-probability, so items the beam misses can still rank. Item vectors are
-    # IDs: keep it off where new items must rank (cold start). 0 = off.
+    # Dense retrieval beside the beam (after LIGER, Yang et al. 2024, "Unifying Generative and Dense Retrieval for
+    # Sequential Recommendation", which re-ranks the beam by a dense head; this one also proposes items): the
+    # decoder's start state, before any code, is also a query against a learned vector per item (dot products, a
+    # softmax over the catalogue: one more head beside the levels'); its `retrieval_candidates` best items join the
+    # beam's W, and every candidate scores its sequence log-probability + retrieval_weight x its retrieval
+    # log-probability, so items the beam misses can still rank. Item vectors are IDs: keep it off where new items
+    # must rank (cold start). 0 = off.
     retrieval_candidates: NonNegativeInt = 0
     retrieval_weight: NonNegativeFloat = 1.0
     # the encoder's and decoder's matmuls in beam search (`generate`: validation, test, serving): "bf16" runs them
