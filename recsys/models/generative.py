@@ -80,6 +80,11 @@ class GenerativeConfig:
                 f"new_item_slots: {self.new_item_slots} is more than beam_size ({self.beam_size}); reserve fewer "
                 "slots or widen the beam"
             )
+        if self.new_item_slots and self.retrieval_candidates:
+            raise ValueError(
+                "retrieval_candidates with new_item_slots: the retrieval head's item vectors are IDs, never trained "
+                "for new items, so it would rank them at random; set one of the two to 0"
+            )
 
 
 class GenerativeRetriever(Model[GenerativeConfig]):

@@ -384,6 +384,11 @@ def test_the_retrieval_head_adds_items_the_beam_missed_scored_by_both_heads() ->
     assert retrieval[:, 0].eq(float("-inf")).all()
 
 
+def test_the_retrieval_head_is_refused_beside_new_item_slots() -> None:
+    with pytest.raises(ValueError, match=r"retrieval_candidates with new_item_slots.*set one of the two to 0"):
+        model(catalog(), beam=4, new_item_slots=1, retrieval_candidates=3)
+
+
 def test_the_retrieval_head_learns_its_targets() -> None:
     from recsys.data.batching import HistoryBatch
     from recsys.training.recipes import GenerativeRecipe
