@@ -14,6 +14,10 @@ from pipelines.steps.outputs import PipelineOutputs
 from pipelines.train import TrainOutputs, train_step, training_state_path
 from recsys.artifacts.model_dir import MODEL_FILE, check_model_dir, model_sha256
 
+# training options added after work dirs were first fingerprinted, left out of the inputs at the value that trains as
+# before they came: a work dir trained then stays current until one is set
+ADDED_WITH_NEUTRAL_DEFAULT = {("optimization", "max_grad_norm"): None}
+
 
 class TrainRetrieverStep(Step[TrainOutputs]):
     name = "train_retriever"
@@ -27,6 +31,9 @@ class TrainRetrieverStep(Step[TrainOutputs]):
         # the intervals are the evaluate step's: they do not change what training makes
         exclude = {**HOW_IT_RUNS, "eval": HOW_IT_RUNS["eval"] | {"uncertainty"}}
         sections = config.model_dump(mode="json", include={"model", "train", "eval", *student}, exclude=exclude)
+        for (group, key), neutral in ADDED_WITH_NEUTRAL_DEFAULT.items():
+            if sections["train"][group][key] == neutral:
+                del sections["train"][group][key]
         model = config.model
         upstream = {
             entry: model_sha256(path, model.upstream_key(entry)) for entry, path in model.upstream_dirs().items()

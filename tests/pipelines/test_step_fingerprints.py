@@ -122,3 +122,14 @@ def test_every_step_keeps_its_recorded_fingerprint(
     config = load_config(write_tiny_config(tmp_path, **sections))
     found = step_fingerprints(config)
     assert found == RECORDED[request.node.callspec.id], json.dumps(found, indent=2)
+
+
+def test_an_option_added_since_leaves_the_fingerprint_at_its_default_and_changes_it_when_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    clipped = {**SASREC_OFFLINE, "train": {"optimization": {"max_grad_norm": 1.0}}}
+    found = step_fingerprints(load_config(write_tiny_config(tmp_path, **clipped)))
+    recorded = RECORDED["sasrec"]
+    assert found["prepare_data"] == recorded["prepare_data"]
+    assert found["train_retriever"] != recorded["train_retriever"], "a set max_grad_norm left the trained model current"
