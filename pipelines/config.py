@@ -14,6 +14,7 @@ dotted key and the file.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +40,8 @@ from recsys.semantic_ids.rqkmeans import RQKMeansConfig
 from recsys.semantic_ids.rqvae import RQVAEConfig
 from recsys.training.config import TrainConfig
 from recsys.training.recipes import DistillConfig, QueryTraining, training_named
+
+logger = logging.getLogger(__name__)
 
 BASE_KEY = "base"
 CONFIGS_DIR = "configs"
@@ -371,4 +374,11 @@ def set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
                 f"{dotted}: {above} is {shown}, not a mapping, so it has no key {below!r}. Fix: set {above} itself, "
                 "or a key of a section (e.g. model.params.dim)"
             )
+    replaced = tree.get(leaf)
+    if isinstance(value, dict) and isinstance(replaced, dict) and (dropped := sorted(replaced.keys() - value.keys())):
+        logger.warning(
+            "%s: the override replaces the whole mapping, so %s, set by the config, fall back to their defaults; to "
+            "change some keys and keep the others, set each one (e.g. %s.%s)",
+            dotted, ", ".join(dropped), dotted, next(iter(value), "<key>"),
+        )  # fmt: skip
     tree[leaf] = value

@@ -152,6 +152,22 @@ def test_overrides_apply_dotted_keys(tmp_path: Path) -> None:
     assert config.name == "x"
 
 
+def test_a_mapping_override_that_drops_the_configs_keys_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("model:\n  name: sasrec\n  params: {dim: 16, num_layers: 1, num_heads: 1}\n")
+    with caplog.at_level("WARNING", logger="pipelines.config"):
+        config = load_config(path, {"model.params": {"dim": 32}})
+    assert config.model.params == {"dim": 32}  # replaced, as written: the others take the family's defaults
+    assert "model.params: the override replaces the whole mapping, so num_heads, num_layers" in caplog.text
+    assert "set each one (e.g. model.params.dim)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pipelines.config"):
+        load_config(path, {"model.params.dim": 32, "model.params": {"dim": 8, "num_layers": 1, "num_heads": 1}})
+    assert not caplog.text  # a dotted key, or a mapping that keeps every key, drops nothing
+
+
 def test_a_config_extends_its_base_and_overrides_a_few_keys(tmp_path: Path) -> None:
     (tmp_path / "base.yaml").write_text(
         "name: base\nmodel:\n  name: sasrec\n  params: {dim: 32, num_heads: 2}\n"
