@@ -297,16 +297,20 @@ class _TrainingRun:
 
     def diverged(self, epoch: int, loss: float) -> None:
         """`epoch`'s mean loss is NaN or infinite: the run ends with the best validated weights (as an early stop
-        would), or fails when no validated epoch improved on the start."""
+        would; with `validate_initial`, the start's may be those), or fails when no validated epoch left finite
+        weights to keep."""
         lr = self.config.optimization.lr
         fix = (
             f"lower train.optimization.lr (now {lr:g}), raise train.optimization.warmup_steps, or bound the steps with "
             "train.optimization.max_grad_norm (e.g. 1.0)"
         )
-        if self.best_weights is None or self.result.best_epoch == 0:
+        finite = self.best_weights is not None and all(
+            bool(torch.isfinite(t).all()) for t in self.best_weights.values() if t.is_floating_point()
+        )
+        if not finite:
             raise TrainingDiverged(
-                f"training diverged: epoch {epoch}'s mean loss is {loss}, before any validated epoch improved on the "
-                f"untrained model, so there are no weights to keep. Fix: {fix}"
+                f"training diverged: epoch {epoch}'s mean loss is {loss}, and no validated epoch left finite weights "
+                f"to keep. Fix: {fix}"
             )
         logger.error(
             "training diverged: epoch %d's mean loss is %s; stopping with epoch %d's weights (valid %s %.4f). To train "

@@ -116,16 +116,40 @@ def test_a_diverged_epoch_ends_the_run_with_the_best_validated_weights(
         torch.testing.assert_close(again.state_dict()[name], tensor, msg=f"{name} differs in the re-run")
 
 
-def test_a_run_that_diverges_before_any_validated_improvement_fails_with_the_fix(tiny_data_dir: Path) -> None:
+# without a validated start, or with one whose weights are NaN already: nothing finite to keep
+@pytest.mark.parametrize("validate_initial", [False, True])
+def test_a_run_with_no_finite_validated_weights_to_keep_fails_with_the_fix(
+    tiny_data_dir: Path, validate_initial: bool
+) -> None:
     data = load_prepared(tiny_data_dir)
     model = small_sasrec(data.num_items)
     poisoned(model)
     config = TrainConfig(
-        schedule=ScheduleConfig(epochs=3, validate_initial=True), optimization=OptimizationConfig(batch_size=8),
-        progress=False,
+        schedule=ScheduleConfig(epochs=3, validate_initial=validate_initial),
+        optimization=OptimizationConfig(batch_size=8), progress=False,
     )  # fmt: skip
     with pytest.raises(TrainingDiverged, match=r"epoch 1's mean loss is nan.*Fix: lower train.optimization.lr"):
         fit(model, data, config, EVAL)
+
+
+def test_a_validated_start_is_kept_when_the_first_epoch_diverges(tiny_data_dir: Path) -> None:
+    """validate_initial: the start is a model the run keeps unless an epoch beats it (a residual ranker's retriever
+    order), so a first epoch that diverges leaves it, as trained nothing."""
+    data = load_prepared(tiny_data_dir)
+    model, start = small_sasrec(data.num_items), small_sasrec(data.num_items).state_dict()
+    config = TrainConfig(
+        schedule=ScheduleConfig(epochs=3, validate_initial=True),
+        optimization=OptimizationConfig(batch_size=8, lr=3e-3), progress=False,
+    )  # fmt: skip
+
+    def poison_after_the_start(epoch: int, _: dict[str, float]) -> None:
+        if epoch == 0:
+            poisoned(model)
+
+    result = fit(model, data, config, EVAL, on_epoch_end=poison_after_the_start)
+    assert result.best_epoch == 0 and result.diverged_epoch == 1
+    for name, tensor in start.items():
+        torch.testing.assert_close(model.state_dict()[name], tensor, msg=f"{name} is not the start's")
 
 
 def test_unknown_monitor_fails_before_training(tiny_data_dir: Path) -> None:
