@@ -45,14 +45,20 @@ def _sampled_step(model: SASRec, recipe: NextItemRecipe, optimization: object, i
     optimization.step()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("sparse", [False, True])
-def test_a_sparse_item_table_moves_only_the_rows_a_step_read(sparse: bool) -> None:
+def _tiny_sasrec(sparse: bool) -> SASRec:
+    """A one-layer SASRec over 20 items without dropout; `sparse`: its item table with row-sparse gradients."""
     torch.manual_seed(0)
     config = SASRecConfig(num_items=20, max_history=4, dim=8, num_heads=1, ffn_dim=16, num_layers=1, dropout=0,
                           attn_dropout=0)  # fmt: skip
     model = SASRec(config)
     if sparse:
         use_sparse_item_gradients(model)
+    return model
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_sparse_item_table_moves_only_the_rows_a_step_read(sparse: bool) -> None:
+    model = _tiny_sasrec(sparse)
     optimization = _optimization(model)
     assert [type(o).__name__ for o in optimization.optimizers] == (["Adam", "SparseAdam"] if sparse else ["Adam"])  # type: ignore[attr-defined]
     recipe = NextItemRecipe(max_history=4, rows_per_batch=1, sampling_probs=torch.full((21,), 1 / 20))
@@ -73,12 +79,7 @@ def test_weight_decay_is_refused_with_a_sparse_table() -> None:
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_max_grad_norm_bounds_the_dense_gradients_and_leaves_a_sparse_table_as_it_is(sparse: bool) -> None:
-    torch.manual_seed(0)
-    config = SASRecConfig(num_items=20, max_history=4, dim=8, num_heads=1, ffn_dim=16, num_layers=1, dropout=0,
-                          attn_dropout=0)  # fmt: skip
-    model = SASRec(config)
-    if sparse:
-        use_sparse_item_gradients(model)
+    model = _tiny_sasrec(sparse)
     optimization = _optimization(model, max_grad_norm=0.5)
     recipe = NextItemRecipe(max_history=4, rows_per_batch=1, sampling_probs=torch.full((21,), 1 / 20))
     table = model.item_emb.weight  # type: ignore[union-attr]
