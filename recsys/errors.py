@@ -53,7 +53,7 @@ class BudgetExceeded(RecsysError):
 
 
 class TrainingDiverged(RecsysError):
-    """Training's loss became NaN or infinite before any validated epoch improved: no weights are worth keeping."""
+    """Training's loss became NaN or infinite and no validated epoch left finite weights: none are worth keeping."""
 
 
 class MissingExtra(RecsysError):
