@@ -17,8 +17,10 @@ Usage:
 
 Settings: benchmarks/configs/gpu-tests.yaml (`--config`, `--set KEY=VALUE`): `markers` (a pytest -m expression),
 `paths`, `timeout_s` (the run's limit: past it pytest is interrupted, the tests that finished are listed and the
-result says it stopped), `part` ([K, N]: the K-th of N disjoint parts of the selected tests, every N-th of their
-sorted ids), `gather` (N: run nothing, merge the N parts' results into one).
+result says it stopped), `part` ([K, N]: the K-th of N disjoint parts of the selected tests), `balance_from` (a result
+of this benchmark: its tests' seconds balance the parts, longest first into the part with the least so far, a test it
+lacks counted at their median; none: every N-th of the sorted ids), `gather` (N: run nothing, merge the N parts'
+results into one).
 Writes benchmarks/results/<result_name>.json ({device}: the GPU's short name, or cpu; a part's name ends in
 -part-K-of-N): every selected test's id, outcome (passed, failed, error, skipped), seconds and, where it did not
 pass, pytest's message; the counts per outcome; `seconds`, the tests' own (setup, call and teardown) summed;
@@ -76,6 +78,7 @@ class Settings:
     paths: tuple[str, ...] = ("tests/recsys", "tests/benchmarks")
     timeout_s: PositiveInt = 540
     part: tuple[PositiveInt, PositiveInt] | None = None
+    balance_from: str | None = None  # a result of this benchmark (a path in the repo) whose seconds balance the parts
     gather: PositiveInt | None = None
     result_name: str = "gpu-tests-{device}"
 
@@ -87,7 +90,39 @@ class Settings:
 
 
 def load_settings(config: Path, overrides: dict[str, Any]) -> Settings:
-    return settings_from(Settings, config, overrides)
+    settings = settings_from(Settings, config, overrides)
+    if settings.balance_from is not None:
+        recorded_seconds(settings.balance_from)  # a missing or unreadable result fails here, before any test runs
+    return settings
+
+
+def recorded_seconds(result: str) -> dict[str, float]:
+    """Each test's seconds in `result` (a path in the repo, a result of this benchmark), by its id from the repo."""
+    path = REPO / result
+    try:
+        tests = json.loads(path.read_text())["tests"]
+        return {test["id"]: float(test["seconds"]) for test in tests}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(
+            f"balance_from: {result} is not a result of this benchmark with its tests' seconds ({err!r}). "
+            "Fix: name one in benchmarks/results (e.g. gpu-tests-h200.json), or drop balance_from"
+        ) from err
+
+
+def balanced_part(ids: list[str], part: int, parts: int, seconds: dict[str, float]) -> list[str]:
+    """The `part`-th (1-based) of `parts` disjoint parts of `ids` (collected ids, each with its file's absolute path)
+    of near-equal recorded `seconds` (ids from the repo): longest first into the part with the least so far, ties
+    to the lower part; a test without a record counts as their median. The same on every call, sorted."""
+    known = sorted(seconds.values())
+    typical = known[len(known) // 2] if known else 1.0
+    root = str(REPO.resolve()) + "/"
+    cost = {test: seconds.get(test.removeprefix(root), typical) for test in ids}
+    loads, members = [0.0] * parts, [[] for _ in range(parts)]
+    for test in sorted(ids, key=lambda test: (-cost[test], test)):
+        lightest = loads.index(min(loads))
+        loads[lightest] += cost[test]
+        members[lightest].append(test)
+    return sorted(members[part - 1])
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -137,7 +172,11 @@ def run_part(settings: Settings) -> tuple[dict[str, Any], str]:
     selection = list(settings.paths)
     if settings.part is not None:
         part, parts = settings.part
-        selection = collect(settings)[part - 1 :: parts]
+        collected = collect(settings)
+        if settings.balance_from is None:
+            selection = collected[part - 1 :: parts]
+        else:
+            selection = balanced_part(collected, part, parts, recorded_seconds(settings.balance_from))
         logger.info("part %d of %d: %d tests", part, parts, len(selection))
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "outcomes.jsonl"

@@ -32,6 +32,9 @@ RENAMED_CONFIGS: dict[str, str] = {
     "benchmarks/configs/beauty-ranking-sources.yaml": "benchmarks/configs/beauty-multi-source-cold.yaml",
 }
 
+# benchmark modules renamed, old -> new (a result names the module of its day)
+RENAMED_BENCHMARKS: dict[str, str] = {"benchmarks.generative_popularity": "benchmarks.generative_decoding"}
+
 # config keys that moved, old dotted name -> new
 RENAMED_KEYS: dict[str, str] = {
     **{
@@ -100,10 +103,15 @@ def renamed_keys(tree: dict[str, Any]) -> dict[str, Any]:
 
 
 def current_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A result's `reproduce` record {benchmark, config, overrides} in today's names: its config's path, its overrides'
-    keys, and those of the experiment overrides a benchmark's settings hold (e.g. `variants: {LABEL: {train.lr: ..}}`),
-    and the config paths they name."""
-    return {**record, "config": config_path(record["config"]), "overrides": _renamed_overrides(record["overrides"])}
+    """A result's `reproduce` record {benchmark, config, overrides} in today's names: its benchmark module, its config's
+    path, its overrides' keys, and those of the experiment overrides a benchmark's settings hold (e.g. `variants:
+    {LABEL: {train.lr: ..}}`), and the config paths they name."""
+    return {
+        **record,
+        "benchmark": RENAMED_BENCHMARKS.get(record["benchmark"], record["benchmark"]),
+        "config": config_path(record["config"]),
+        "overrides": _renamed_overrides(record["overrides"]),
+    }
 
 
 def _renamed_overrides(value: Any) -> Any:

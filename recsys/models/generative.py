@@ -174,20 +174,36 @@ class GenerativeRetriever(Model[GenerativeConfig]):
         self.item_weights.copy_(counts.to(self.item_weights) + 1)
         self._shares.clear()
 
-    def with_popularity_correction(self, alpha: float, counts: torch.Tensor) -> GenerativeRetriever:
-        """This trained model decoding with `popularity_correction` alpha over the training `counts` (V+1,): the same
-        weights (shared), so alpha can be chosen on validation without training again."""
-        corrected = GenerativeRetriever(replace(self.config, popularity_correction=alpha), self.codes)
+    def with_decoding(
+        self,
+        counts: torch.Tensor,
+        *,
+        popularity_correction: float,
+        retrieval_weight: float,
+        retrieval_candidates: int,
+    ) -> GenerativeRetriever:
+        """This trained model decoding with other decoding settings (`popularity_correction` alpha over the training
+        `counts` (V+1,); with the retrieval head, its `retrieval_weight` and `retrieval_candidates` K >= 1): the same
+        weights (shared), so they can be chosen on validation without training again."""
+        retrieval = (retrieval_weight, retrieval_candidates)
+        if not self.retrieves and retrieval != (self.config.retrieval_weight, 0):
+            raise ValueError("with_decoding: retrieval_weight and retrieval_candidates need the retrieval head "
+                             "(retrieval_candidates > 0), which this model was trained without")  # fmt: skip
+        if self.retrieves and retrieval_candidates < 1:
+            raise ValueError(f"with_decoding: retrieval_candidates {retrieval_candidates} with the retrieval head: "
+                             "give 1 or more (its weights are there to use)")  # fmt: skip
+        changed = replace(self.config, popularity_correction=popularity_correction, retrieval_weight=retrieval_weight,
+                          retrieval_candidates=retrieval_candidates)  # fmt: skip
+        decoding = GenerativeRetriever(changed, self.codes)
         weights = self.state_dict(keep_vars=True)
         weights.pop("item_weights", None)  # the counts are set below
-        missing, unexpected = corrected.load_state_dict(weights, strict=False, assign=True)
+        missing, unexpected = decoding.load_state_dict(weights, strict=False, assign=True)
         if unexpected or set(missing) - {"item_weights"}:
-            raise ValueError(f"with_popularity_correction: the weights differ (missing {missing}, unexpected "
-                             f"{unexpected})")  # fmt: skip
-        corrected.to(self.codes.device)
-        if alpha:
-            corrected.set_item_counts(counts)
-        return corrected.train(self.training)
+            raise ValueError(f"with_decoding: the weights differ (missing {missing}, unexpected {unexpected})")
+        decoding.to(self.codes.device)
+        if popularity_correction:
+            decoding.set_item_counts(counts)
+        return decoding.train(self.training)
 
     def _log_shares(self, subset: Literal["all", "old", "new"]) -> tuple[torch.Tensor, ...] | None:
         """The item weights' `conditional_log_shares` in the trie of `subset`; None without popularity_correction."""
@@ -359,7 +375,8 @@ class GenerativeRetriever(Model[GenerativeConfig]):
                 more, retrieval = self.retrieved(memory, pad, items)  # (B, K), (B, V+1)
                 scores = torch.cat([scores, self.sequence_log_probs(memory, pad, more)], dim=1)
                 items = torch.cat([items, more], dim=1)  # (B, W + K), no item twice
-                scores = scores + self.config.retrieval_weight * retrieval.gather(1, items)
+                if self.config.retrieval_weight:  # at 0 the term is skipped: 0 x -inf (no item) would be NaN
+                    scores = scores + self.config.retrieval_weight * retrieval.gather(1, items)
             if self.dense:
                 scores = scores + self.config.dense_weight * self.dense_log_probs(memory, pad, items)
         scores, order = scores.float().sort(dim=1, descending=True)

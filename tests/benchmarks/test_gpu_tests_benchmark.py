@@ -148,6 +148,26 @@ def test_parts_split_the_selected_tests_and_gather_into_one_result(tmp_path: Pat
         gpu_tests.main([*common, "--set", "part=[3, 2]"])
 
 
+def test_recorded_seconds_balance_the_parts_and_a_test_without_a_record_counts_as_their_median(
+    tmp_path: Path,
+) -> None:
+    root = str(REPO.resolve())
+    seconds = {"tests/a.py::long": 300.0, "tests/a.py::short": 5.0, "tests/b.py::long": 280.0,
+               "tests/b.py::short": 5.0, "tests/c.py::mid": 100.0}  # fmt: skip
+    ids = sorted(f"{root}/{test}" for test in [*seconds, "tests/c.py::new"])  # new: no record, the median 100
+    parts = [gpu_tests.balanced_part(ids, k, 2, seconds) for k in (1, 2)]
+    assert sorted(parts[0] + parts[1]) == ids and not set(parts[0]) & set(parts[1])  # disjoint, covering
+    loads = [sum(seconds.get(test.removeprefix(root + "/"), 100.0) for test in part) for part in parts]
+    assert loads == [400.0, 390.0]  # every N-th of the sorted ids: 680 against 110
+    assert parts == [gpu_tests.balanced_part(ids, k, 2, seconds) for k in (1, 2)]  # every process splits alike
+    result = tmp_path / "no-seconds.json"
+    result.write_text(json.dumps({"tests": [{"id": "t.py::a"}]}))
+    with pytest.raises(ConfigError, match=r"is not a result of this benchmark with its tests' seconds.*Fix: name one"):
+        gpu_tests.load_settings(CONFIG, {"balance_from": str(result)})
+    settings = gpu_tests.load_settings(CONFIG, {"balance_from": "benchmarks/results/gpu-tests-h200.json"})
+    assert len(gpu_tests.recorded_seconds(settings.balance_from)) > 100
+
+
 def test_the_default_paths_hold_every_gpu_and_kernels_test() -> None:
     settings = gpu_tests.load_settings(CONFIG, {})
     everywhere = gpu_tests.collect(dataclasses.replace(settings, paths=("tests",)))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from benchmarks.moved import RENAMED_KEYS, config_path, current_record, renamed_key, renamed_keys
+import importlib
+import importlib.util
+
+from benchmarks.moved import RENAMED_BENCHMARKS, RENAMED_KEYS, config_path, current_record, renamed_key, renamed_keys
 from pipelines.config import ExperimentConfig
 from recsys.models.family import UPSTREAM_KEY
 from recsys.models.registry import family_names, model_family
@@ -63,3 +66,11 @@ def test_a_recorded_config_path_is_read_where_the_config_is_today() -> None:
         "config": "benchmarks/configs/x.yaml",
         "overrides": {"models": [{"config": "benchmarks/configs/sports/hstu.yaml"}]},
     }
+
+
+def test_a_recorded_benchmark_module_is_read_under_its_name_of_today() -> None:
+    record = {"benchmark": "benchmarks.generative_popularity", "config": "benchmarks/configs/x.yaml", "overrides": {}}
+    assert current_record(record)["benchmark"] == "benchmarks.generative_decoding"
+    for old, new in RENAMED_BENCHMARKS.items():  # the new module is there to run, the old one is gone
+        assert callable(importlib.import_module(new).main)
+        assert importlib.util.find_spec(old) is None

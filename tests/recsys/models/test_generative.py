@@ -492,10 +492,36 @@ def test_a_trained_model_decodes_with_a_popularity_correction_chosen_afterwards(
     trained = model(catalog(), beam=14)  # alpha 0
     built = model(catalog(), beam=14, popularity_correction=0.5)  # the same weights (seeded), built with alpha
     built.set_item_counts(COUNTS)
-    corrected = trained.with_popularity_correction(0.5, COUNTS)
+    corrected = trained.with_decoding(COUNTS, popularity_correction=0.5, retrieval_weight=1.0, retrieval_candidates=0)
     assert not corrected.training and corrected.token_emb.weight is trained.token_emb.weight  # shared, not copied
     for got, want in zip(corrected.generate(histories, users), built.generate(histories, users), strict=True):
         torch.testing.assert_close(got, want)
-    back = corrected.with_popularity_correction(0.0, COUNTS)
+    back = corrected.with_decoding(COUNTS, popularity_correction=0.0, retrieval_weight=1.0, retrieval_candidates=0)
     for got, want in zip(back.generate(histories, users), trained.generate(histories, users), strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_a_trained_model_decodes_with_a_retrieval_weight_and_candidates_chosen_afterwards() -> None:
+    histories, users = torch.tensor([[0, 0, 3, 4], [1, 2, 3, 4]]), torch.tensor([3, 9])
+    trained = model(catalog(), beam=4, retrieval_candidates=6)  # weight 1
+    for weight, candidates in ((3.0, 6), (1.0, 2), (0.5, 10)):
+        built = model(catalog(), beam=4, retrieval_candidates=candidates, retrieval_weight=weight)  # seeded alike
+        changed = trained.with_decoding(COUNTS, popularity_correction=0.0, retrieval_weight=weight,
+                                        retrieval_candidates=candidates)  # fmt: skip
+        assert changed.retrieval_item_emb.weight is trained.retrieval_item_emb.weight  # shared, not copied
+        got, want = changed.generate(histories, users), built.generate(histories, users)
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b)
+        if weight != 1.0:
+            assert not torch.equal(got[1], trained.generate(histories, users)[1])  # the weight changes the scores
+    beam_order = trained.with_decoding(COUNTS, popularity_correction=0.0, retrieval_weight=0.0,
+                                       retrieval_candidates=13)  # fmt: skip
+    items, scores = beam_order.generate(histories, users)  # every item a candidate, most of them repeats
+    memory, pad = trained.encode(histories, users)
+    torch.testing.assert_close(scores, trained.sequence_log_probs(memory, pad, items))  # ranked by the beam alone
+    assert bool((items != 0).all()) and not bool(scores.isnan().any())
+    with pytest.raises(ValueError, match=r"need the retrieval head \(retrieval_candidates > 0\)"):
+        model(catalog(), beam=4).with_decoding(COUNTS, popularity_correction=0.0, retrieval_weight=3.0,
+                                               retrieval_candidates=0)  # fmt: skip
+    with pytest.raises(ValueError, match=r"retrieval_candidates 0 with the retrieval head: give 1 or more"):
+        trained.with_decoding(COUNTS, popularity_correction=0.0, retrieval_weight=1.0, retrieval_candidates=0)
