@@ -23,6 +23,7 @@ pooled paired differences.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,16 +128,11 @@ def _swept(
         raise SystemExit(f"{model_dir}: retrieval_weights and retrieval_candidates need a model trained with the "
                          "retrieval head (model.params.retrieval_candidates > 0); drop them to sweep alpha "
                          "alone")  # fmt: skip
-    trained_config = model.config
-    as_trained = {"popularity_correction": 0.0, "retrieval_weight": trained_config.retrieval_weight,
-                  "retrieval_candidates": trained_config.retrieval_candidates}  # fmt: skip
-    weights = sorted({*settings.retrieval_weights, trained_config.retrieval_weight})
-    candidates = sorted({*settings.retrieval_candidates, trained_config.retrieval_candidates})
+    as_trained = {name: getattr(model.config, name) for name in SETTINGS}  # its popularity_correction: 0
+    weights = sorted({*settings.retrieval_weights, as_trained["retrieval_weight"]})
+    candidates = sorted({*settings.retrieval_candidates, as_trained["retrieval_candidates"]})
     grid = [
-        {"popularity_correction": alpha, "retrieval_weight": weight, "retrieval_candidates": k}
-        for alpha in settings.alphas
-        for weight in weights
-        for k in candidates
+        dict(zip(SETTINGS, values, strict=True)) for values in itertools.product(settings.alphas, weights, candidates)
     ]
     counts, config = data.item_counts(), EvalConfig(ks=KS)
     valid, test = data.eval_split(VALID), data.eval_split(TEST)
@@ -150,7 +146,7 @@ def _swept(
     families = slice_families(data, test)
     record: dict[str, Any] = {"model_dir": str(model_dir), "valid": curve, "chosen": chosen, "as_trained": as_trained,
                               "test": {}, "pairs": {}}  # fmt: skip
-    tested = {
+    tested = {  # the chosen setting may be the trained one: tested once
         _named(setting): evaluate(
             model.with_decoding(counts, **setting), test, data.num_items, config, what=f"test at {_named(setting)}"
         )
