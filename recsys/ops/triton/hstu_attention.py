@@ -84,6 +84,8 @@ AUTOTUNE_TILES = (
     (128, 64, 8, 3),
     (128, 128, 8, 3),
 )
+TMA_MIN_BLOCK_M = 64  # a tensor-descriptor read pays its setup off over 64 query rows and more
+TMA_TILES = tuple(tile for tile in AUTOTUNE_TILES if tile[0] >= TMA_MIN_BLOCK_M)  # tiles that also come with TMA on
 
 
 def _configs(block_m: str, block_n: str) -> list[triton.Config]:
@@ -106,7 +108,8 @@ def _with_tma(plain: list[triton.Config]) -> list[triton.Config]:
     loop through tensor descriptors (the TMA unit computes the addresses and zero-fills past the tensor's end,
     instead of a register-held address and mask per element); pruned where the layout does not allow it
     (`_tma_or_not`)."""
-    tma = [c for c in plain if c.kwargs["BLOCK_M"] >= 64 and not INTERPRETED]  # the interpreter's tests pin their own
+    # the interpreter's tests pin their own
+    tma = [c for c in plain if c.kwargs["BLOCK_M"] >= TMA_MIN_BLOCK_M and not INTERPRETED]
     return [_with(c, TMA=False) for c in plain] + [_with(c, TMA=True) for c in tma]
 
 

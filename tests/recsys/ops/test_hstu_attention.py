@@ -32,9 +32,9 @@ if HAS_TRITON:
     import triton
     from triton.runtime.errors import OutOfResources
 
-    from recsys.ops.triton.hstu_attention import AUTOTUNE_TILES, _forward_kernel, config_tile
+    from recsys.ops.triton.hstu_attention import AUTOTUNE_TILES, TMA_TILES, config_tile
 else:
-    AUTOTUNE_TILES = ()
+    AUTOTUNE_TILES = TMA_TILES = ()
 TRITON = pytest.param(Kernel.TRITON, marks=pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed"))
 KERNELS = [Kernel.TORCH, TRITON]
 RTOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
@@ -350,8 +350,11 @@ def test_real_sizes_on_cuda(num_seqs: int, seq_len: int, dtype: torch.dtype) -> 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", AUTOTUNE_TILES, ids=lambda tile: "x".join(map(str, tile)))
-@pytest.mark.parametrize("tma", [False, True], ids=["loads", "tma"])
+@pytest.mark.parametrize(
+    ("tma", "tile"),
+    [(False, tile) for tile in AUTOTUNE_TILES] + [(True, tile) for tile in TMA_TILES],
+    ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else ("tma" if value else "loads"),
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_every_autotune_config_gives_the_reference(
     dtype: torch.dtype, tma: bool, tile: tuple[int, int, int, int], one_hstu_attention_config: dict[Any, list[Any]]
@@ -364,8 +367,6 @@ def test_every_autotune_config_gives_the_reference(
     if tma and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("tensor descriptors (TMA) need a Hopper GPU or later")
     every = one_hstu_attention_config  # each autotuned kernel's whole config list (tests/conftest.py)
-    if tma and not any(config_tile(c) == tile and c.kwargs.get("TMA") for c in every[_forward_kernel]):
-        pytest.skip(f"the kernels have no TMA config of tile {tile} (only tiles of 64 query rows and more)")
     pinned = {tuner: (tuner.configs, tuner.cache) for tuner in every}
     try:
         for tuner, configs in every.items():
