@@ -30,6 +30,8 @@ from pipelines.config import set_dotted
 # configs renamed in place, old path -> new (the result they wrote keeps its name)
 RENAMED_CONFIGS: dict[str, str] = {
     "benchmarks/configs/beauty-ranking-sources.yaml": "benchmarks/configs/beauty-multi-source-cold.yaml",
+    # the product's best generative config until configs/beauty/generative.yaml measured better
+    "configs/beauty/tiger-ema-wide.yaml": "benchmarks/configs/beauty/tiger-ema-wide.yaml",
 }
 
 # benchmark modules renamed, old -> new (a result names the module of its day)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from benchmarks.common import REPO
 from pipelines.config import load_config
@@ -42,3 +43,19 @@ def test_the_products_multi_source_ranker_is_the_one_measured() -> None:
     assert "0.0591" in (REPO / "configs" / "beauty" / "ranker-multi-source.yaml").read_text()
     labels = json.loads((REPO / "benchmarks" / "results" / "beauty-multi-source.json").read_text())["models"]
     assert f"{labels['ranker sources + HSTU new 0.1']['ndcg@10']['mean']:.4f}" == "0.0591"
+
+
+def test_the_products_generative_config_is_the_one_measured() -> None:
+    """configs/beauty/generative.yaml states the figures of beauty-generative.json's `generative` runs (the lab's
+    category-path experiment with the comparison's overrides and its data attribute): the two differ in nothing but
+    the name."""
+    product = load_config(REPO / "configs" / "beauty" / "generative.yaml")
+    comparison = yaml.safe_load((LAB_CONFIGS / "beauty-generative-retrieval.yaml").read_text())
+    unit = next(model for model in comparison["models"] if model["label"] == "generative")
+    measured = load_config(REPO / unit["config"], {**comparison["experiment"], **unit["overrides"]})
+    assert product.model.params["retrieval_candidates"] == 20 and product.data.attributes
+    assert product.model_dump(exclude={"name": True}) == measured.model_dump(exclude={"name": True})
+    text = (REPO / "configs" / "beauty" / "generative.yaml").read_text()
+    models = json.loads((REPO / "benchmarks" / "results" / "beauty-generative.json").read_text())["models"]
+    for label in ("generative", "SASRec"):
+        assert f"{models[label]['ndcg@10']['mean']:.4f}" in text, label

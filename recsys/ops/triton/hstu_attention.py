@@ -31,9 +31,11 @@ Grids (sequences on axis 0, which allows 2**31 - 1 programs; axes 1 and 2 allow 
                 addresses), summed on the host: the position bias's one add per diagonal of a tile (its
                 scores summed along the diagonal first, `_diagonal_sums`), the time bias's one per score.
 
-Kernel arguments: q, k, v (and the output gradient) are read through their strides; outputs are contiguous
-(N, H, E); the tables are contiguous; times are int64; tensors a kernel does not read without HAS_TIME are
-stand-ins. Programs index the tables' rows by head, and the sequence's tokens from `offsets[s]`.
+Kernel arguments: q, k, v (and the output gradient) are read through their strides; outputs are contiguous (N, H,
+E), allocated unfilled and written whole (the last sequence's first programs zero the rows past offsets[-1],
+`_zero_tail`: filling out, dq, dk and dv took 0.30 ms of fwd + bwd's 12.36 at 64 x 4096 on an H200); the tables are
+contiguous; times are int64; tensors a kernel does not read without HAS_TIME are stand-ins. Programs index the
+tables' rows by head, and the sequence's tokens from `offsets[s]`.
 
 Determinism: the forward, dq, dk and dv are (one program owns each output row, a fixed loop order); the bias
 gradients are not on a GPU (fp32 atomic adds in arrival order). Dot inputs are the tensors' dtype (bf16 under
@@ -236,6 +238,20 @@ def _store_rows(ptr, tile, rows, row_mask, row_stride, HEAD_DIM: tl.constexpr, B
 
 
 @triton.jit
+def _zero_tail(ptr, seq, length, rows_left, row_stride, HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr,
+               BLOCK_ROWS: tl.constexpr):  # fmt: skip
+    """Zeroes one head's rows past the last sequence's end (rows `length` to `rows_left` from its start: the tokens
+    past offsets[-1]), in the last sequence's first program of that head: every output row is written by a kernel,
+    so the host allocates outputs without filling them."""
+    if (seq == tl.num_programs(0) - 1) & (tl.program_id(1) == 0):
+        zeros = tl.zeros([BLOCK_ROWS, BLOCK_E], dtype=tl.float32)
+        end = rows_left.to(tl.int32)  # the loop's bounds of one type (`length` is int32)
+        for r0 in range(length, end, BLOCK_ROWS):
+            rows = r0 + tl.arange(0, BLOCK_ROWS)
+            _store_rows(ptr, zeros, rows, rows < end, row_stride, HEAD_DIM, BLOCK_E)
+
+
+@triton.jit
 def _times(ptr, rows, row_mask, HAS_TIME: tl.constexpr):
     """(len(rows),) int64 times of the rows, or the row numbers as a stand-in without time buckets."""
     times = rows.to(tl.int64)
@@ -314,6 +330,7 @@ def _forward_kernel(
                     HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=diagonal, TMA=TMA,
                 )  # fmt: skip
         _store_rows(out_ptr, acc, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
+    _zero_tail(out_ptr, seq, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_M)
 
 
 @triton.jit
@@ -398,6 +415,8 @@ def _dkdv_kernel(
                 )  # fmt: skip
         _store_rows(dk_ptr, dk, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
         _store_rows(dv_ptr, dv, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
+    _zero_tail(dk_ptr, seq, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_N)
+    _zero_tail(dv_ptr, seq, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_N)
 
 
 @triton.jit
@@ -507,6 +526,7 @@ def _dq_kernel(
                     DIAGS, DIAGONAL=diagonal, TMA=TMA,
                 )  # fmt: skip
         _store_rows(dq_ptr, dq, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
+    _zero_tail(dq_ptr, seq, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_M)
 
 
 # ------------------------------------------------------------------------------------------- host launchers
@@ -615,10 +635,10 @@ def forward(
     """(N, H, E) in the inputs' dtype; arguments as in `recsys.ops.hstu_attention.hstu_attention` (validated;
     tables contiguous)."""
     num_tokens, num_heads, _ = q.shape
-    out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)  # zeros: tokens past offsets[-1] stay 0
     num_seqs = offsets.numel() - 1
     if num_tokens == 0 or num_seqs == 0 or max_seq_len == 0:
-        return out
+        return torch.zeros(q.shape, dtype=q.dtype, device=q.device)  # no sequence: every token's output is 0
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # every row written (`_zero_tail`): no fill pass
     tma_ok = _tma_allowed(q, k, v)
     _forward_kernel[_grid(num_seqs, max_seq_len, num_heads, "BLOCK_M")](
         q, k, v, out, *_common_args(q, k, v, offsets, position_bias, time_bias, timestamps, query_times),
@@ -644,13 +664,15 @@ def backward(
     """Gradients (dq, dk, dv (N, H, E) in the inputs' dtype, d position_bias (H, L), d time_bias (H, K) or None,
     in the tables' dtypes) from `grad_out` (N, H, E), any strides."""
     num_tokens, num_heads, _ = q.shape
-    dq, dk, dv = (torch.zeros(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
+    num_seqs = offsets.numel() - 1
+    launched = num_tokens > 0 and num_seqs > 0 and max_seq_len > 0
+    # the kernels write every row (`_zero_tail`): no fill pass unless none runs
+    dq, dk, dv = ((torch.empty if launched else torch.zeros)(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
     dpos = torch.zeros(BIAS_COPIES, *position_bias.shape, dtype=torch.float32, device=q.device)  # (P, H, L)
     # (P, H, K); without time buckets a one-element stand-in of its own (autotune zeroes it between trial runs)
     time_shape = (1,) if time_bias is None else (BIAS_COPIES, *time_bias.shape)
     dtime = torch.zeros(time_shape, dtype=torch.float32, device=q.device)
-    num_seqs = offsets.numel() - 1
-    if num_tokens > 0 and num_seqs > 0 and max_seq_len > 0:
+    if launched:
         common = _common_args(q, k, v, offsets, position_bias, time_bias, timestamps, query_times)
         scalars = (*grad_out.stride(), *_scalars(max_len, time_bias, max_seq_len), num_tokens)
         constants = {**_constants(q, time_bias), "TMA_OK": _tma_allowed(q, k, v, grad_out)}

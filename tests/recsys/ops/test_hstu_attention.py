@@ -163,6 +163,29 @@ def test_triton_matches_the_reference(case: Case) -> None:
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+def test_triton_writes_every_row_of_its_unfilled_outputs() -> None:
+    """The output and dq, dk, dv are allocated unfilled: the kernels write every row, and the last sequence's
+    programs zero the tokens past offsets[-1] (here 37 of them: more than two blocks). Deterministic mode fills
+    unfilled memory with NaN, so a row no kernel wrote fails the comparison with the reference."""
+    case, extra = long_case(), 37
+    gen = torch.Generator().manual_seed(3)
+    trailing_rows = (torch.randn(extra, case.qkvu.shape[1], generator=gen) * 0.5).to(case.qkvu.dtype).to(DEVICE)
+    assert case.timestamps is not None and case.query_times is not None
+    times = torch.randint(0, 2**40, (extra,), generator=gen).to(DEVICE)
+    case = replace(
+        case, qkvu=torch.cat([case.qkvu, trailing_rows]), timestamps=torch.cat([case.timestamps, times]),
+        query_times=torch.cat([case.query_times, times]),
+    )  # fmt: skip
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert torch.empty(2, dtype=case.qkvu.dtype, device=DEVICE).isnan().all()  # what a missed row would hold
+        check_against_reference(Kernel.TRITON, case)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
 def test_triton_programs_stride_over_blocks_past_the_grid(monkeypatch: pytest.MonkeyPatch) -> None:
     """With one program per (sequence, head) along the blocks (CUDA caps that axis at 65,535 programs), each program
     takes all its sequence's blocks; `max_seq_len` None reads the longest sequence from offsets."""
