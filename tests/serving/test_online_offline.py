@@ -1,7 +1,8 @@
 """Online = offline: the server's top-10 for a history is the offline evaluation's, item for item, ties included.
 
-A SASRec and a popularity model (whose scores are counts: ties everywhere) are trained by the pipeline on 1,200
-synthetic users of 3,000 items and served from their bundles by a real `recsys serve` process; 1,000 test users'
+A SASRec, a popularity model (whose scores are counts: ties everywhere) and a generative retriever (beam search over
+semantic IDs with the retrieval head's candidates beside the beam's) are trained by the pipeline on 1,200 synthetic
+users of 3,000 items and served from their bundles by a real `recsys serve` process; 1,000 test users'
 histories are sent one at a time and compared with the top-10 lists `recsys.evaluation.evaluate` made for the same
 users. Scored alone (evaluation batch 1, one request at a time), both sides compute the same scores bit for bit; batched
 with other users, a score may differ in its last float bit (the order of a matrix product's sums follows the batch),
@@ -29,14 +30,29 @@ K = 10
 
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., Path]) -> dict[str, Bundle]:
-    """The registered bundles of a SASRec and of the popularity baseline on the same 1,200 users."""
+    """The registered bundles of a SASRec, the popularity baseline and a generative retriever on the same 1,200
+    users."""
     work = tmp_path_factory.mktemp("online-offline")
     data = {"options": {"num_users": 1_200, "num_items": 3_000}}
+    # no user tokens (user_buckets 0, as every product config): serving passes no user index, so a model trained
+    # with them ranks every request as an unknown user's while evaluation reads each user's (docs/serving.md)
+    generative = {
+        "name": "generative",
+        "params": {"dim": 16, "num_heads": 2, "ffn_dim": 32, "num_encoder_layers": 1, "num_decoder_layers": 1,
+                   "beam_size": K, "retrieval_candidates": K, "user_buckets": 0},
+    }  # fmt: skip
+    sid = {"method": "rqkmeans", "rqkmeans": {"levels": 2, "codebook_size": 16}}
     found = {}
-    for name, model in (("sasrec", {}), ("popularity", {"name": "popularity", "params": {}})):
+    for name, model, more in (
+        ("sasrec", {}, {}),
+        ("popularity", {"name": "popularity", "params": {}}, {}),
+        ("generative", generative, {"sid": sid}),
+    ):
         (work / name).mkdir()
         config = load_config(
-            tiny_config(work / name, name=f"online-{name}", data=data, model=model, train={"schedule": {"epochs": 2}})
+            tiny_config(
+                work / name, name=f"online-{name}", data=data, model=model, train={"schedule": {"epochs": 2}}, **more
+            )
         )
         outputs, _ = run_pipeline(config, work)
         assert outputs.registration is not None
@@ -45,7 +61,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[...,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("model", "exclude_seen"), [("sasrec", False), ("popularity", True)])
+@pytest.mark.parametrize(("model", "exclude_seen"), [("sasrec", False), ("popularity", True), ("generative", False)])
 def test_the_server_ranks_as_the_offline_evaluation(bundles: dict[str, Bundle], model: str, exclude_seen: bool) -> None:
     bundle = bundles[model]
     trained = load_model_dir(bundle.model_dir)
