@@ -57,10 +57,17 @@ class HistoryRanking(Protocol):
     """Each request's top k from its history."""
 
     def top_k(
-        self, histories: Jagged, k: int, exclude: torch.Tensor, domains: list[int], times: RequestTimes | None
+        self,
+        histories: Jagged,
+        k: int,
+        exclude: torch.Tensor,
+        domains: list[int],
+        times: RequestTimes | None,
+        users: torch.Tensor,
     ) -> Ranked:
         """(B,) histories, the most items asked, (B,) whether to drop each one's history items, (B,) the requested
-        domain indices (-1: the history's own), their times (time-aware models) -> each request's top k."""
+        domain indices (-1: the history's own), their times (time-aware models), (B,) the known users' user_idx (0:
+        unknown; models trained with user tokens read them, as evaluation gives them) -> each request's top k."""
         ...
 
 
@@ -72,17 +79,24 @@ class FullRanking:
         self.scorer, self.domains = scorer, domains
 
     def top_k(
-        self, histories: Jagged, k: int, exclude: torch.Tensor, domains: list[int], times: RequestTimes | None
+        self,
+        histories: Jagged,
+        k: int,
+        exclude: torch.Tensor,
+        domains: list[int],
+        times: RequestTimes | None,
+        users: torch.Tensor,
     ) -> Ranked:
         scorer = self.scorer
         if self.domains is not None and any(d >= 0 for d in domains):
             scorer = _RequestedDomains(self.domains, torch.tensor(domains))
         when, requests = (None, None) if times is None else (times.histories, times.requests)
-        scores, items = recommend(scorer, histories, k, exclude, None, when, requests)
+        scores, items = recommend(scorer, histories, k, exclude, users, when, requests)
         return [(items[row].tolist(), scores[row].tolist()) for row in range(len(histories))]
 
 
-QueryEncoder = Callable[[torch.Tensor, HistoryTimes | None], torch.Tensor]  # (B, L) histories -> (B, D) user vectors
+# (B, L) histories, (B,) user_idx, their times -> (B, D) user vectors
+QueryEncoder = Callable[[torch.Tensor, torch.Tensor, HistoryTimes | None], torch.Tensor]
 
 
 class IndexRanking:
@@ -94,11 +108,17 @@ class IndexRanking:
         self.encode, self.index, self.max_history = encode, index, max_history
 
     def top_k(
-        self, histories: Jagged, k: int, exclude: torch.Tensor, domains: list[int], times: RequestTimes | None
+        self,
+        histories: Jagged,
+        k: int,
+        exclude: torch.Tensor,
+        domains: list[int],
+        times: RequestTimes | None,
+        users: torch.Tensor,
     ) -> Ranked:
         width = padded_width(histories, self.max_history)
         when = None if times is None else HistoryTimes(times.histories.to_padded(width), times.requests)
-        queries = self.encode(histories.to_padded(width), when).float()
+        queries = self.encode(histories.to_padded(width), users, when).float()
         extra = int(histories.lengths().max()) if bool(exclude.any()) else 0
         scores, ids = self.index.search(queries, min(k + extra, self.index.num_items))
         found = []
@@ -119,12 +139,12 @@ def ranking_for(
     if item_table is not None:
         assert content is not None, "an item table is a content-first model's"
         if index is not None:
-            return IndexRanking(lambda padded, _: content.encode_queries_over(padded, item_table), index,
+            return IndexRanking(lambda padded, _users, _when: content.encode_queries_over(padded, item_table), index,
                                 model.max_history)  # fmt: skip
         return FullRanking(_OverItemTable(content, item_table))
     if index is not None:
         assert vectors is not None, "an index serves a model with item vectors"
-        return IndexRanking(lambda padded, when: vectors.encode_queries(padded, None, when), index, model.max_history)
+        return IndexRanking(vectors.encode_queries, index, model.max_history)
     return FullRanking(model, capabilities.domains)
 
 

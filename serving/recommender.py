@@ -69,6 +69,7 @@ class RecommendationQuery:
     request_time: int = 0  # unix seconds of the request (time-aware models); 0 = unknown (no gaps are read)
     domain: int = -1  # multi-domain models: the requested domain's index (its adapter and items); -1 = the history's
     text: str | None = None  # a text query (models that read them); with an empty history: search alone
+    user: int = 0  # user_idx of a known user (models trained with user tokens read it); 0 = unknown
 
 
 @dataclass(frozen=True)
@@ -288,6 +289,10 @@ class Recommender:
             [e.item_id for e in events if e.item_id not in self._item_idx],
         )
 
+    def user_idx(self, user_id: str) -> int:
+        """The user's index in the model's data, 0 for a user the bundle does not know."""
+        return self.histories.user_idx(user_id)
+
     def training_history(self, user_id: str) -> tuple[list[int], list[int]] | None:
         """(item_idx, ts) of the user's interactions in the bundle's data (oldest first), or None for a user it
         does not know."""
@@ -320,6 +325,7 @@ class Recommender:
                 torch.tensor([q.exclude_seen for q in asked]),
                 [q.domain for q in asked],
                 self._times(asked) if self._reads_timestamps else None,
+                torch.tensor([q.user for q in asked]),
             )
             ranked |= {i: self._describe(*self._top(found, row, queries[i].k)) for row, i in enumerate(scored)}
         return [ranked[i] if i in ranked else self._popularity(q.k, set(), q.domain) for i, q in enumerate(queries)]

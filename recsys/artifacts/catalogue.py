@@ -96,6 +96,12 @@ class UserHistories:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_row", {user_id: row for row, user_id in enumerate(self.user_ids)})
 
+    def user_idx(self, user_id: str) -> int:
+        """The user's index in the model's data (row + 1: what a model's user token reads), 0 for a user the bundle
+        does not know (the unknown user's token)."""
+        row: int | None = self._row.get(user_id)  # type: ignore[attr-defined]
+        return 0 if row is None else row + 1
+
     def of(self, user_id: str) -> tuple[list[int], list[int]] | None:
         """(item_idx, times) of the user's interactions, or None for a user the bundle does not know."""
         row: int | None = self._row.get(user_id)  # type: ignore[attr-defined]

@@ -45,7 +45,7 @@ async def recommendations(
             domain = recommender.domain_index(body.domain)
         except ValueError as err:
             raise _invalid("domain", str(err)) from err
-    degraded, now = False, int(time.time())
+    degraded, now, user = False, int(time.time()), 0
     if body.history is not None:
         times = body.timestamps or [now] * len(body.history)
         history, timestamps, unknown = recommender.known_events(
@@ -53,6 +53,7 @@ async def recommendations(
         )
     else:
         assert body.user_id is not None
+        user = recommender.user_idx(body.user_id)  # read by models trained with user tokens, as evaluation reads it
         history, timestamps = recommender.training_history(body.user_id) or ([], [])
         unknown = []
         try:
@@ -62,7 +63,7 @@ async def recommendations(
             degraded = True
     history, timestamps = history[-recommender.max_history :], timestamps[-recommender.max_history :]
     query = RecommendationQuery(
-        history, body.k, body.exclude_seen, timestamps, request_time=now, domain=domain, text=body.query
+        history, body.k, body.exclude_seen, timestamps, request_time=now, domain=domain, text=body.query, user=user
     )
     items = await batcher.recommend(recommender, query)
     signals: list[Signal] = []
