@@ -34,6 +34,20 @@ class RequestTimes:
 
 
 @dataclass(frozen=True)
+class RankingRequests:
+    """A batch of history requests, one row each, as every ranking path reads them."""
+
+    histories: Jagged  # (B,) item_idx, oldest first
+    exclude: torch.Tensor  # (B,) bool: drop each request's history items from its list
+    domains: list[int]  # (B,) requested domain index (-1: the history's own)
+    users: torch.Tensor  # (B,) known users' user_idx (0: unknown); models trained with user tokens read them
+    times: RequestTimes | None = None  # time-aware models only
+
+    def __len__(self) -> int:
+        return len(self.histories)
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What the served model can do beyond scoring, each as the model typed by that capability (None: it cannot)."""
 
@@ -56,18 +70,8 @@ class Capabilities:
 class HistoryRanking(Protocol):
     """Each request's top k from its history."""
 
-    def top_k(
-        self,
-        histories: Jagged,
-        k: int,
-        exclude: torch.Tensor,
-        domains: list[int],
-        times: RequestTimes | None,
-        users: torch.Tensor,
-    ) -> Ranked:
-        """(B,) histories, the most items asked, (B,) whether to drop each one's history items, (B,) the requested
-        domain indices (-1: the history's own), their times (time-aware models), (B,) the known users' user_idx (0:
-        unknown; models trained with user tokens read them, as evaluation gives them) -> each request's top k."""
+    def top_k(self, requests: RankingRequests, k: int) -> Ranked:
+        """Each request's top k (k: the most items any of them asked)."""
         ...
 
 
@@ -78,21 +82,14 @@ class FullRanking:
     def __init__(self, scorer: Scorer, domains: DomainScorer | None = None) -> None:
         self.scorer, self.domains = scorer, domains
 
-    def top_k(
-        self,
-        histories: Jagged,
-        k: int,
-        exclude: torch.Tensor,
-        domains: list[int],
-        times: RequestTimes | None,
-        users: torch.Tensor,
-    ) -> Ranked:
+    def top_k(self, requests: RankingRequests, k: int) -> Ranked:
         scorer = self.scorer
-        if self.domains is not None and any(d >= 0 for d in domains):
-            scorer = _RequestedDomains(self.domains, torch.tensor(domains))
-        when, requests = (None, None) if times is None else (times.histories, times.requests)
-        scores, items = recommend(scorer, histories, k, exclude, users, when, requests)
-        return [(items[row].tolist(), scores[row].tolist()) for row in range(len(histories))]
+        if self.domains is not None and any(d >= 0 for d in requests.domains):
+            scorer = _RequestedDomains(self.domains, torch.tensor(requests.domains))
+        times = requests.times
+        when, at = (None, None) if times is None else (times.histories, times.requests)
+        scores, items = recommend(scorer, requests.histories, k, requests.exclude, requests.users, when, at)
+        return [(items[row].tolist(), scores[row].tolist()) for row in range(len(requests))]
 
 
 # (B, L) histories, (B,) user_idx, their times -> (B, D) user vectors
@@ -107,22 +104,15 @@ class IndexRanking:
     def __init__(self, encode: QueryEncoder, index: TopK, max_history: int) -> None:
         self.encode, self.index, self.max_history = encode, index, max_history
 
-    def top_k(
-        self,
-        histories: Jagged,
-        k: int,
-        exclude: torch.Tensor,
-        domains: list[int],
-        times: RequestTimes | None,
-        users: torch.Tensor,
-    ) -> Ranked:
+    def top_k(self, requests: RankingRequests, k: int) -> Ranked:
+        histories, exclude, times = requests.histories, requests.exclude, requests.times
         width = padded_width(histories, self.max_history)
         when = None if times is None else HistoryTimes(times.histories.to_padded(width), times.requests)
-        queries = self.encode(histories.to_padded(width), users, when).float()
+        queries = self.encode(histories.to_padded(width), requests.users, when).float()
         extra = int(histories.lengths().max()) if bool(exclude.any()) else 0
         scores, ids = self.index.search(queries, min(k + extra, self.index.num_items))
         found = []
-        for row in range(len(histories)):
+        for row in range(len(requests)):
             skip = {-1, *histories.row(row).tolist()} if bool(exclude[row]) else {-1}  # -1: fewer found than asked
             kept = [(int(i), float(v)) for i, v in zip(ids[row], scores[row], strict=True) if int(i) not in skip]
             found.append(([i for i, _ in kept[:k]], [v for _, v in kept[:k]]))

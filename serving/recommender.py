@@ -38,7 +38,7 @@ from recsys.models.registry import load_model
 from recsys.retrieval import ExactTopK, TopK
 from recsys.retrieval.union import UnionTopK
 from serving.history import Event
-from serving.ranking import Capabilities, HistoryRanking, Ranked, RequestTimes, ranking_for
+from serving.ranking import Capabilities, HistoryRanking, Ranked, RankingRequests, RequestTimes, ranking_for
 
 if TYPE_CHECKING:
     from recsys.semantic_ids.content import ContentConfig, TextEncoder
@@ -319,14 +319,14 @@ class Recommender:
         scored = [i for i, q in enumerate(queries) if q.history and not q.text]
         if scored:
             asked = [queries[i] for i in scored]
-            found = self._ranking.top_k(
-                Jagged.from_lists([q.history for q in asked]),
-                max(q.k for q in asked),
-                torch.tensor([q.exclude_seen for q in asked]),
-                [q.domain for q in asked],
-                self._times(asked) if self._reads_timestamps else None,
-                torch.tensor([q.user for q in asked]),
+            requests = RankingRequests(
+                histories=Jagged.from_lists([q.history for q in asked]),
+                exclude=torch.tensor([q.exclude_seen for q in asked]),
+                domains=[q.domain for q in asked],
+                users=torch.tensor([q.user for q in asked]),
+                times=self._times(asked) if self._reads_timestamps else None,
             )
+            found = self._ranking.top_k(requests, max(q.k for q in asked))
             ranked |= {i: self._describe(*self._top(found, row, queries[i].k)) for row, i in enumerate(scored)}
         return [ranked[i] if i in ranked else self._popularity(q.k, set(), q.domain) for i, q in enumerate(queries)]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import zipfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,19 +92,20 @@ class UserHistories:
     offsets: list[int]  # (U+1,) plain ints: slicing tensors with tensor offsets costs ~0.2 ms per request
     items: torch.Tensor  # (N,) item_idx
     times: torch.Tensor  # (N,) unix seconds, or positions for data without times
+    _rows: dict[str, int] = field(init=False, repr=False, compare=False)  # user_id -> its row
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_row", {user_id: row for row, user_id in enumerate(self.user_ids)})
+        object.__setattr__(self, "_rows", {user_id: row for row, user_id in enumerate(self.user_ids)})
 
     def user_idx(self, user_id: str) -> int:
         """The user's index in the model's data (row + 1: what a model's user token reads), 0 for a user the bundle
         does not know (the unknown user's token)."""
-        row: int | None = self._row.get(user_id)  # type: ignore[attr-defined]
+        row = self._rows.get(user_id)
         return 0 if row is None else row + 1
 
     def of(self, user_id: str) -> tuple[list[int], list[int]] | None:
         """(item_idx, times) of the user's interactions, or None for a user the bundle does not know."""
-        row: int | None = self._row.get(user_id)  # type: ignore[attr-defined]
+        row = self._rows.get(user_id)
         if row is None:
             return None
         start, end = self.offsets[row], self.offsets[row + 1]
