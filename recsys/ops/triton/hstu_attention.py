@@ -17,10 +17,12 @@ Layout (S=3 sequences of lengths 2, 0, 3; `max_seq_len` bounds the lengths, here
         q-block 2       [ ##   | ##    | \\  ]     dk/dv: each key block loops over the query blocks
                                                   from its diagonal down to the sequence's end
 
-Grids (sequences on axis 0, which allows 2**31 - 1 programs; axes 1 and 2 allow 65,535):
+Grids (sequences on axis 0, which allows 2**31 - 1 programs; axes 1 and 2 allow 65,535), read in launch order
+with the block fastest (`_sequence_and_block`: programs running together share one sequence's keys in L2):
     forward     (S, cdiv(max_seq_len, BLOCK_M), H): program (s, m, h) takes query blocks m, m + grid_1, ... of
                 sequence s (one when `max_seq_len` is the longest length, none when its sequence is shorter, so
-                the program exits); per block it loops over key blocks up to the diagonal, recomputing nothing.
+                the program exits), the last query blocks (the most work) launched first; per block it loops over
+                key blocks up to the diagonal, recomputing nothing.
                 s = q k^T + biases gathered from the (H, L) / (H, K) tables, causal mask and SiLU fused,
                 acc += silu(s) / L @ v in fp32.
     dk / dv     (S, cdiv(max_seq_len, BLOCK_N), H): a key block loops over query blocks from its diagonal to the
@@ -238,12 +240,28 @@ def _store_rows(ptr, tile, rows, row_mask, row_stride, HEAD_DIM: tl.constexpr, B
 
 
 @triton.jit
-def _zero_tail(ptr, seq, length, rows_left, row_stride, HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr,
+def _sequence_and_block(HEAVIEST_LAST: tl.constexpr):
+    """(sequence, first block, blocks per program step) of this program of an (S, blocks, H) grid. The GPU starts
+    programs axis 0 first, so axes 0 and 1 are read as one index whose block part varies fastest: the programs
+    running together take the blocks of one sequence and share its keys and values in L2 (FlashAttention's launch
+    order), rather than one block of many sequences. HEAVIEST_LAST (a query block's work grows with its position):
+    the blocks are taken in reverse, the longest programs first, so that no long one starts last."""
+    blocks = tl.num_programs(1)
+    linear = tl.program_id(0).to(tl.int64) + tl.program_id(1).to(tl.int64) * tl.num_programs(0)
+    seq = (linear // blocks).to(tl.int32)
+    block = (linear % blocks).to(tl.int32)
+    if HEAVIEST_LAST:
+        block = blocks - 1 - block
+    return seq, block, blocks
+
+
+@triton.jit
+def _zero_tail(ptr, seq, block, length, rows_left, row_stride, HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr,
                BLOCK_ROWS: tl.constexpr):  # fmt: skip
     """Zeroes one head's rows past the last sequence's end (rows `length` to `rows_left` from its start: the tokens
     past offsets[-1]), in the last sequence's first program of that head: every output row is written by a kernel,
     so the host allocates outputs without filling them."""
-    if (seq == tl.num_programs(0) - 1) & (tl.program_id(1) == 0):
+    if (seq == tl.num_programs(0) - 1) & (block == 0):
         zeros = tl.zeros([BLOCK_ROWS, BLOCK_E], dtype=tl.float32)
         end = rows_left.to(tl.int32)  # the loop's bounds of one type (`length` is int32)
         for r0 in range(length, end, BLOCK_ROWS):
@@ -302,7 +320,8 @@ def _forward_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
     FAST: tl.constexpr, TMA_OK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
-    seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
+    seq, block, blocks = _sequence_and_block(HEAVIEST_LAST=True)
+    h, num_heads = tl.program_id(2), tl.num_programs(2)
     start = tl.load(offsets_ptr + seq)
     length = (tl.load(offsets_ptr + seq + 1) - start).to(tl.int32)
     q_ptr += start * stride_qn + h * stride_qh
@@ -314,7 +333,7 @@ def _forward_kernel(
     q_rows = _rows_from(q_ptr, num_tokens - start, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_E, TMA)
     k_rows = _rows_from(k_ptr, num_tokens - start, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_E, TMA)
     v_rows = _rows_from(v_ptr, num_tokens - start, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_E, TMA)
-    for m0 in range(tl.program_id(1) * BLOCK_M, length, tl.num_programs(1) * BLOCK_M):
+    for m0 in range(block * BLOCK_M, length, blocks * BLOCK_M):
         m = m0 + tl.arange(0, BLOCK_M)  # query positions in the sequence
         m_mask = m < length
         q = q_rows.load([m0, 0]) if TMA else _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)
@@ -330,7 +349,7 @@ def _forward_kernel(
                     HEAD_DIM, BLOCK_E, HAS_TIME, PRECISION, FAST, BLOCK_N, DIAGONAL=diagonal, TMA=TMA,
                 )  # fmt: skip
         _store_rows(out_ptr, acc, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
-    _zero_tail(out_ptr, seq, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_M)
+    _zero_tail(out_ptr, seq, block, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_M)
 
 
 @triton.jit
@@ -383,7 +402,8 @@ def _dkdv_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_E: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
     FAST: tl.constexpr, TMA_OK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
-    seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
+    seq, block, blocks = _sequence_and_block(HEAVIEST_LAST=False)  # a key block's work shrinks with its position
+    h, num_heads = tl.program_id(2), tl.num_programs(2)
     start = tl.load(offsets_ptr + seq)
     length = (tl.load(offsets_ptr + seq + 1) - start).to(tl.int32)
     q_ptr += start * stride_qn + h * stride_qh
@@ -396,7 +416,7 @@ def _dkdv_kernel(
     time_bias_ptr += h * num_buckets
     q_rows = _rows_from(q_ptr, num_tokens - start, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_E, TMA)
     do_rows = _rows_from(do_ptr, num_tokens - start, stride_don, HEAD_DIM, BLOCK_M, BLOCK_E, TMA)
-    for n0 in range(tl.program_id(1) * BLOCK_N, length, tl.num_programs(1) * BLOCK_N):
+    for n0 in range(block * BLOCK_N, length, blocks * BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)  # key positions in the sequence
         n_mask = n < length
         k = _load_rows(k_ptr, n, n_mask, stride_kn, stride_ke, HEAD_DIM, BLOCK_E)  # (BLOCK_N, E)
@@ -415,8 +435,8 @@ def _dkdv_kernel(
                 )  # fmt: skip
         _store_rows(dk_ptr, dk, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
         _store_rows(dv_ptr, dv, n, n_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
-    _zero_tail(dk_ptr, seq, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_N)
-    _zero_tail(dv_ptr, seq, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_N)
+    _zero_tail(dk_ptr, seq, block, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_N)
+    _zero_tail(dv_ptr, seq, block, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_N)
 
 
 @triton.jit
@@ -493,7 +513,8 @@ def _dq_kernel(
     FAST: tl.constexpr, COPIES: tl.constexpr, TMA_OK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     DIAGS: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
-    seq, h, num_heads = tl.program_id(0), tl.program_id(2), tl.num_programs(2)
+    seq, block, blocks = _sequence_and_block(HEAVIEST_LAST=True)
+    h, num_heads = tl.program_id(2), tl.num_programs(2)
     start = tl.load(offsets_ptr + seq)
     length = (tl.load(offsets_ptr + seq + 1) - start).to(tl.int32)
     q_ptr += start * stride_qn + h * stride_qh
@@ -501,14 +522,14 @@ def _dq_kernel(
     v_ptr += start * stride_vn + h * stride_vh
     do_ptr += start * stride_don + h * stride_doh
     dq_ptr += (start * num_heads + h) * HEAD_DIM
-    copy = (seq * tl.num_programs(1) + tl.program_id(1)) % COPIES
+    copy = (seq * blocks + block) % COPIES
     dpos_ptr += (copy * num_heads + h) * max_len
     dtime_ptr += (copy * num_heads + h) * num_buckets
     pos_bias_ptr += h * max_len
     time_bias_ptr += h * num_buckets
     k_rows = _rows_from(k_ptr, num_tokens - start, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_E, TMA)
     v_rows = _rows_from(v_ptr, num_tokens - start, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_E, TMA)
-    for m0 in range(tl.program_id(1) * BLOCK_M, length, tl.num_programs(1) * BLOCK_M):
+    for m0 in range(block * BLOCK_M, length, blocks * BLOCK_M):
         m = m0 + tl.arange(0, BLOCK_M)
         m_mask = m < length
         q = _load_rows(q_ptr, m, m_mask, stride_qn, stride_qe, HEAD_DIM, BLOCK_E)  # (BLOCK_M, E)
@@ -526,7 +547,7 @@ def _dq_kernel(
                     DIAGS, DIAGONAL=diagonal, TMA=TMA,
                 )  # fmt: skip
         _store_rows(dq_ptr, dq, m, m_mask, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E)
-    _zero_tail(dq_ptr, seq, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_M)
+    _zero_tail(dq_ptr, seq, block, length, num_tokens - start, num_heads * HEAD_DIM, HEAD_DIM, BLOCK_E, BLOCK_M)
 
 
 # ------------------------------------------------------------------------------------------- host launchers
