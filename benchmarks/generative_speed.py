@@ -28,7 +28,9 @@ users twice per entry of `beam_precisions` (eager, the same weights), before the
 each one's seconds (the second pass; `first_pass_seconds` the first) and metrics (`beam_precision`), so bf16 is used
 where it keeps the fp32 figures and saves time.
 
-Writes benchmarks/results/<result_name>.json with the machine (GPU named), versions and how to reproduce it.
+Writes benchmarks/results/<result_name>.json with the machine (GPU named), versions and how to reproduce it: after
+the timed runs and again after each later phase, so a run stopped part way (a time limit) keeps what it measured;
+`unfinished` lists the phases still to run until the last one is in.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -268,7 +270,16 @@ def main(argv: list[str] | None = None) -> Path:
     fastest = min(timed, key=lambda variant: timed[variant]["seconds_per_epoch"])
     compiled = [variant for variant in s.variants if variant != "eager"]
     fastest_compiled = min(compiled, key=lambda variant: timed[variant]["seconds_per_epoch"], default=None)
-    result = {
+    # the phases after the timed runs, in order (the beam precisions before the warm start, which trains the same
+    # model directory again for one epoch); each fills its key, None where the settings leave it out
+    phases: dict[str, Callable[[], dict[str, Any]] | None] = {
+        "beam_precision": (
+            (lambda: beam_precision(s, work, fastest, Path(timed[fastest]["model_dir"]))) if s.beam_precisions else None
+        ),
+        "warm_start": (lambda: warm_start(reproduce, fastest_compiled)) if s.warm_start and fastest_compiled else None,
+        "profile": (lambda: profiled_run(s, work, fastest)) if s.profile else None,
+    }
+    result: dict[str, Any] = {
         "experiment": s.experiment,
         "experiment_overrides": s.experiment_overrides,
         "device": str(device),
@@ -279,15 +290,22 @@ def main(argv: list[str] | None = None) -> Path:
         "seconds_per_epoch": timed[fastest]["seconds_per_epoch"],
         "valid_seconds_per_epoch": timed[fastest]["valid_seconds_per_epoch"],
         "time_to_first_step_s": timed[fastest]["time_to_first_step_s"],
-        # before the warm start, which trains the same model directory again for one epoch
-        "beam_precision": (
-            beam_precision(s, work, fastest, Path(timed[fastest]["model_dir"])) if s.beam_precisions else None
-        ),
-        "warm_start": warm_start(reproduce, fastest_compiled) if s.warm_start and fastest_compiled else None,
-        "profile": profiled_run(s, work, fastest) if s.profile else None,
+        **dict.fromkeys(phases),
         **provenance(),
     }
-    path = write_result(s.result_name, result, args.results_dir, reproduce)
+    # written after the timed runs and after each phase, so a run stopped part way keeps what it measured; the
+    # phases still to run are listed under "unfinished" until the last one is in
+    unfinished = {phase: measure for phase, measure in phases.items() if measure is not None}
+
+    def save() -> Path:
+        return write_result(s.result_name, {**result, **({"unfinished": [*unfinished]} if unfinished else {})},
+                            args.results_dir, reproduce)  # fmt: skip
+
+    path = save()
+    for phase, measure in list(unfinished.items()):
+        result[phase] = measure()
+        del unfinished[phase]
+        path = save()
     for variant, times in timed.items():
         print(f"{s.experiment} {variant}: {times['seconds_per_epoch']:.2f} s/epoch, "
               f"{times['valid_seconds_per_epoch']:.2f} s/valid, "

@@ -1,6 +1,6 @@
 """The generative speed benchmark end to end on its smoke config (CPU): the trainer's epoch and validation times and
-time to the first step, a profile of the steps after the first ones, a result that reproduces from its config, and
-the warm start's process of its own."""
+time to the first step, a profile of the steps after the first ones, a result that reproduces from its config and
+keeps what it measured when a later phase stops it, and the warm start's process of its own."""
 
 from __future__ import annotations
 
@@ -40,8 +40,13 @@ def test_the_smoke_run_times_epochs_and_profiles_training_steps(tmp_path: Path) 
     assert len(names) == 5 and not any(name.startswith("ProfilerStep") for name in names)
     with pytest.raises(ConfigError, match=r"variants\.0"):  # a name that is neither eager nor a compile mode
         generative_speed.main([*argv, "--set", "variants=[fast]"])
+    assert "unfinished" not in result
     with pytest.raises(SystemExit, match="fewer than profile_after"):
         generative_speed.main([*argv, "--set", "profile_after=1000", "--set", "epochs=1"])
+    # stopped in its last phase: the JSON keeps the timed run and the beam precisions, and says what did not run
+    partial = json.loads(path.read_text())
+    assert partial["unfinished"] == ["profile"] and partial["profile"] is None
+    assert partial["variants"]["eager"]["epochs"] == 1 and set(partial["beam_precision"]) == {"fp32", "bf16"}
 
 
 def test_the_warm_start_trains_one_epoch_in_a_process_of_its_own(tmp_path: Path) -> None:
