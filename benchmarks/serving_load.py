@@ -29,6 +29,7 @@ from benchmarks.common import significant, wait_until_ok
 ADMIN_TOKEN = secrets.token_hex(32)
 READY_TIMEOUT_S = 600  # a 10^6-item bundle takes minutes to load on 2 cores
 SAMPLED_IDS = 2_000  # ids a wrk run draws its requests from
+SERVER_LOG_LINES = 40  # of the server's output, added to an error raised while it serves
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def serve(
     until the block ends (an admin token, champion checks every second; run-time items kept in `added_items_file`, off
     when None)."""
     port = _free_port()
-    with tempfile.TemporaryDirectory() as secrets_dir:
+    with tempfile.TemporaryDirectory() as secrets_dir, tempfile.TemporaryFile("w+") as log:
         token_file = Path(secrets_dir) / "admin-token"
         token_file.write_text(ADMIN_TOKEN)
         store = ["--history-store", history_store, "--redis-url", redis_url]
@@ -104,13 +105,17 @@ def serve(
             [str(Path(sys.executable).with_name("recsys")), "serve", "--model-name", name, "--tracking-uri", uri,
              "--port", str(port), "--workers", str(workers), *store, "--admin-token-file", str(token_file),
              "--reload-interval-s", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         base = f"http://127.0.0.1:{port}"
         try:
             if not wait_until_ok(f"{base}/readyz", READY_TIMEOUT_S, alive=lambda: server.poll() is None):
                 raise SystemExit(f"the API at {base} did not become ready in {READY_TIMEOUT_S} s")
             yield Server(base, server.pid, significant(time.perf_counter() - start))
+        except BaseException as err:  # the server's side of what went wrong (a worker killed, a traceback)
+            log.seek(0)
+            err.add_note(f"the server's last log lines:\n{''.join(log.readlines()[-SERVER_LOG_LINES:])}")
+            raise
         finally:
             server.terminate()
             server.wait(timeout=60)

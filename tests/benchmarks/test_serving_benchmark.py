@@ -13,6 +13,7 @@ import pytest
 
 import benchmarks.serving as serving
 from benchmarks.reproduce import problems_of
+from benchmarks.serving_load import serve
 from pipelines.config import load_config
 from tests.conftest import train_experiment
 
@@ -172,3 +173,14 @@ def test_a_model_dir_without_item_vectors_is_served_without_an_index(tmp_path: P
     (run,) = result["runs"]
     assert "similar_items" not in run  # nothing to answer them from
     assert run["recommendations"]["requests"] > 0 and run["recommendations"]["errors"] == 0
+
+
+def test_an_error_while_serving_carries_the_servers_last_log_lines(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'absent.db'}"  # no such store: `recsys serve` refuses it and exits
+    with (
+        pytest.raises(SystemExit, match="did not become ready") as caught,
+        serve("no-such-model", store, 1, "memory", "redis://127.0.0.1:6379/0"),
+    ):
+        pass
+    notes = "\n".join(caught.value.__notes__)
+    assert notes.startswith("the server's last log lines:") and "absent.db" in notes
