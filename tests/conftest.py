@@ -223,9 +223,27 @@ def recsys_serve(*options: str, env: Mapping[str, str] | None = None) -> Iterato
 
     base = f"http://127.0.0.1:{port}"
     try:
-        if not wait_until_ok(f"{base}/readyz", 60, alive=lambda: server.poll() is None):
-            raise AssertionError("the server did not become ready in 60 s")
+        if not wait_until_ok(f"{base}/readyz", SERVER_START_S, alive=lambda: server.poll() is None):
+            raise AssertionError(_not_ready(server))
         yield base, server
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+# Two workers each import torch and load the model; under a full `-n 2` run on two shared cores that took over 60 s.
+SERVER_START_S = 180.0
+
+
+def _not_ready(server: subprocess.Popen[str]) -> str:
+    """Why a served API never answered /readyz: its exit status (or that it still ran) and its last output lines."""
+    exited = server.poll()
+    server.terminate()
+    try:
+        output, _ = server.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        output, _ = server.communicate()
+    state = f"it exited with status {exited}" if exited is not None else f"it still ran after {SERVER_START_S:.0f} s"
+    tail = "\n".join((output or "").splitlines()[-40:])
+    return f"the server never became ready ({state}); its last output lines:\n{tail}"

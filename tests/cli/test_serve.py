@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from cli import app
 from recsys.artifacts.registry import get_champion
 from recsys.data.prepared import load_prepared
-from tests.conftest import recsys_serve
+from tests.conftest import SERVER_START_S, recsys_serve
 
 
 def test_recsys_serve_answers_http(registry: tuple[str, str, Path]) -> None:
@@ -59,6 +59,12 @@ def test_the_environment_alone_configures_recsys_serve(registry: tuple[str, str,
 def test_nothing_to_serve_exits_2_with_the_fix() -> None:
     result = CliRunner().invoke(app, ["serve"], env={"RECSYS_MODEL_NAME": "", "RECSYS_BUNDLE": ""})
     assert result.exit_code == 2 and "nothing to serve" in result.output and "RECSYS_MODEL_NAME" in result.output
+
+
+def test_a_server_that_never_becomes_ready_fails_the_test_with_its_exit_status_and_output() -> None:
+    with pytest.raises(AssertionError) as failed, recsys_serve("--tracking-uri", "sqlite:////nonexistent/mlflow.db"):
+        pass
+    assert "exited with status 2" in str(failed.value) and "nothing to serve" in str(failed.value)
 
 
 def test_every_serving_setting_but_secrets_is_an_option_that_names_its_variable() -> None:
@@ -105,7 +111,7 @@ def test_two_workers_share_the_redis_history(registry: tuple[str, str, Path]) ->
     options = ["--model-name", name, "--tracking-uri", uri, "--workers", "2", "--history-store", "redis"]
     with recsys_serve(*options, "--redis-url", redis_url) as (base, server):
         # /readyz answered once one worker is up: wait for the other (on a busy machine it loads seconds later)
-        loaded = lines_until(server, "serving tiny-sasrec@", count=2, timeout_s=60)
+        loaded = lines_until(server, "serving tiny-sasrec@", count=2, timeout_s=SERVER_START_S)
         posted = httpx.post(f"{base}/v1/events", json={"user_id": user, "item_ids": items}, timeout=10)
         lengths = {  # a new connection per request: both workers answer
             httpx.post(f"{base}/v1/recommendations", json={"user_id": user}, timeout=10).json()["history_length"]
