@@ -9,6 +9,12 @@ call, for every caller of the forward: the recipe's loss, `score` and `encode_qu
 forgot would compile a static graph, then recompile. Parameters keep static shapes (dynamo's default
 `force_parameter_static_shapes`), so the model's widths stay constants the backend can specialise on.
 
+The model's Python floats (dropout rates, normalisation epsilons) are compiled as the constants they are. Under
+`dynamic=True` dynamo would trace each as a symbolic input; the first operator whose arguments need a concrete float
+specialises it, and dynamo then restarts its whole analysis of the function: every compiled function was traced (and
+its backward traced by AOTAutograd) twice, which made tracing up to twice as long (docs/training.md). The setting is
+dynamo's, process-wide.
+
 What still compiles a graph of its own: a switch between training and evaluation (dropout; gradients), each path of
 the forward (packed rows vs left-padded histories), and a size of 0 or 1 (dynamo specialises those: a batch of one
 row, a history of one item), each once.
@@ -16,6 +22,7 @@ row, a history of one item), each once.
 
 from __future__ import annotations
 
+import torch._dynamo
 from torch import nn
 from torch._dynamo.utils import counters
 
@@ -26,6 +33,7 @@ def compile_model(model: nn.Module, mode: CompileMode = "default", backend: str 
     """Compile `model`'s forward in place (`nn.Module.compile`): every later `model(...)` call runs compiled, with
     dynamic batch and sequence sizes. `backend`: "inductor" to train; tests count graphs with "aot_eager", which
     makes the same graphs and guards (dynamo decides them before any backend) without generating kernels."""
+    torch._dynamo.config.specialize_float = True  # see the module docstring: no restarted analysis
     model.compile(dynamic=True, mode=mode, backend=backend)
 
 

@@ -188,3 +188,15 @@ def test_the_trainer_compiles_with_train_compile_mode(tiny_data_dir: Path, monke
     )
     fit(model, data, config, EvalConfig(ks=(10,)))
     assert calls == [(model, "max-autotune-no-cudagraphs")]
+
+
+def test_a_model_with_dropout_compiles_its_training_pass_in_one_analysis() -> None:
+    """Its floats (dropout rates, epsilons) are constants: traced as symbolic inputs, the first one specialised would
+    restart dynamo's analysis, and AOTAutograd would trace the forward and backward twice."""
+    torch._dynamo.reset()
+    counters.clear()
+    model = SASRec(SASRecConfig(ITEMS, MAX_HISTORY, ffn_dim=32, **{**SMALL, "dropout": 0.2})).train()
+    compile_model(model, backend="aot_eager")
+    histories = torch.randint(1, ITEMS + 1, (3, MAX_HISTORY))
+    model(histories).float().sum().backward()
+    assert dict(counters["aot_autograd"]) == {"total": 1, "ok": 1}
