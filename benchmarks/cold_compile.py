@@ -59,6 +59,7 @@ from recsys.training.config import CompileMode
 from recsys.training.recipes import NextItemRecipe
 from recsys.training.recipes.pairs import GenerativeRecipe
 
+FAMILIES = ("sasrec", "hstu", "generative")  # the models whose recipe's loss `loss_of` computes
 FLOATS = ("specialised", "symbolic")  # the trainer's compilation; dynamo's default under dynamic shapes
 INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -87,6 +88,10 @@ def build(s: Settings, experiment: str) -> tuple[torch.nn.Module, str]:
     """The model of `experiment` for `s.items` items (a generative one on random unique codes of its `sid` levels),
     and its family."""
     config = load_config(REPO / experiment)
+    if config.model.name not in FAMILIES:
+        steps = ", ".join(FAMILIES)
+        raise SystemExit(f"{experiment} trains a {config.model.name!r} model; this benchmark steps {steps} models. "
+                         "Fix: name a config of one of those in `experiments`")  # fmt: skip
     inputs = ModelInputs()
     if config.model.name == "generative":
         if config.sid is None:

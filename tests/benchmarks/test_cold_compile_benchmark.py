@@ -38,3 +38,9 @@ def test_the_generative_model_is_built_on_unique_codes_of_its_configs_levels() -
     codes = model.codes[1:]  # type: ignore[index]
     assert family == "generative" and tuple(codes.shape) == (300, 4)
     assert len({tuple(row) for row in codes.tolist()}) == 300 and (model.codes[0] == -1).all()  # type: ignore[index]
+
+
+def test_a_model_whose_step_it_cannot_take_is_refused_with_the_families_it_can() -> None:
+    settings = cold_compile.load_settings(REPO / SMOKE, {})
+    with pytest.raises(SystemExit, match="sasrec, hstu, generative"):
+        cold_compile.build(settings, "configs/beauty/two-tower-next-item.yaml")
