@@ -21,11 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,9 +33,9 @@ from torch._dynamo.utils import counters
 
 from benchmarks.common import (
     REPO,
-    Reproduce,
     benchmark_parser,
     check_result_template,
+    child_report,
     parse_run,
     provenance,
     result_name_for,
@@ -61,7 +57,6 @@ from recsys.training.recipes.pairs import GenerativeRecipe
 
 FAMILIES = ("sasrec", "hstu", "generative")  # the models whose recipe's loss `loss_of` computes
 FLOATS = ("specialised", "symbolic")  # the trainer's compilation; dynamo's default under dynamic shapes
-INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
 
 
 @dataclass(frozen=True)
@@ -147,17 +142,6 @@ def first_step(s: Settings, label: str, floats: str) -> dict[str, Any]:
     return {"first_step_s": time.perf_counter() - start, "analyses": counters["aot_autograd"]["total"]}
 
 
-def run_child(reproduce: Reproduce, s: Settings, label: str, floats: str) -> dict[str, Any]:
-    """`first_step` in a new process whose inductor cache is empty."""
-    with tempfile.TemporaryDirectory(prefix="inductor-") as inductor, tempfile.TemporaryDirectory() as out:
-        report = Path(out) / "first-step.json"
-        command = [sys.executable, "-m", reproduce.benchmark, *reproduce.arguments(),
-                   "--child", label, "--floats", floats, "--child-report", str(report)]  # fmt: skip
-        env = {**os.environ, INDUCTOR_CACHE: inductor}
-        subprocess.run(command, env=env, cwd=REPO, check=True, timeout=s.child_timeout_s)
-        return dict(json.loads(report.read_text()))
-
-
 def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """One model's medians per floats setting, its runs, and the speedup of specialising."""
     medians = {floats: statistics.median(r["first_step_s"] for r in runs[floats]) for floats in FLOATS}
@@ -185,7 +169,8 @@ def main(argv: list[str] | None = None) -> Path | None:
         for label in s.experiments:
             order = FLOATS if repeat % 2 == 0 else FLOATS[::-1]  # neither always runs first on a warming machine
             for floats in order:
-                runs[label][floats].append(run_child(reproduce, s, label, floats))
+                child = ["--child", label, "--floats", floats]  # `first_step` in a process of its own
+                runs[label][floats].append(child_report(reproduce, child, s.child_timeout_s))
         print(f"repeat {repeat + 1}/{s.repeats}: " + "; ".join(
             f"{label} {runs[label]['specialised'][-1]['first_step_s']:.1f} s vs "
             f"{runs[label]['symbolic'][-1]['first_step_s']:.1f} s" for label in s.experiments))  # fmt: skip

@@ -20,6 +20,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -137,6 +138,21 @@ def settings_from(cls: type[T], config: Path, overrides: dict[str, Any]) -> T:
     for dotted, value in overrides.items():
         set_dotted(raw, dotted, value)
     return config_from(cls, raw, "")
+
+
+INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"  # where inductor keeps what it compiled (read at each compilation)
+
+
+def child_report(reproduce: Reproduce, arguments: list[str], timeout_s: float) -> dict[str, Any]:
+    """Run the benchmark of `reproduce` again, with its config and overrides plus `arguments` and `--child-report
+    PATH`, in a new process whose inductor cache is empty; the JSON object the child wrote to PATH."""
+    with tempfile.TemporaryDirectory(prefix="inductor-") as inductor, tempfile.TemporaryDirectory() as out:
+        report = Path(out) / "report.json"
+        command = [sys.executable, "-m", reproduce.benchmark, *reproduce.arguments(), *arguments,
+                   "--child-report", str(report)]  # fmt: skip
+        env = {**os.environ, INDUCTOR_CACHE: inductor}
+        subprocess.run(command, env=env, cwd=REPO, check=True, timeout=timeout_s)
+        return dict(json.loads(report.read_text()))
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int) -> float:

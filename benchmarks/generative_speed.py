@@ -40,8 +40,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -55,9 +53,11 @@ from torch.autograd import DeviceType
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from benchmarks.common import (
+    INDUCTOR_CACHE,
     REPO,
     Reproduce,
     benchmark_parser,
+    child_report,
     parse_run,
     provenance,
     settings_from,
@@ -76,7 +76,6 @@ from recsys.evaluation import evaluate
 from recsys.runtime.device import resolve_device, use_bf16_autocast
 from recsys.training.config import CompileMode
 
-INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"  # where inductor keeps what it compiled (read at each compilation)
 Variant = Literal["eager"] | CompileMode  # eager: train.hardware.compile false; else compile true in that mode
 
 
@@ -181,13 +180,7 @@ def _own_inductor_cache() -> Iterator[None]:
 def warm_start(reproduce: Reproduce, variant: str) -> dict[str, Any]:
     """`variant` trained one epoch again in a new process whose inductor cache is empty: what the compile cache of
     the timed run alone saves (its time to the first step and validation, and inductor's cache hits and misses)."""
-    with tempfile.TemporaryDirectory(prefix="inductor-") as inductor, tempfile.TemporaryDirectory() as out:
-        report = Path(out) / "warm-start.json"
-        command = [sys.executable, "-m", reproduce.benchmark, *reproduce.arguments(),
-                   "--warm-start-child", variant, "--child-report", str(report)]  # fmt: skip
-        env = {**os.environ, INDUCTOR_CACHE: inductor}
-        subprocess.run(command, env=env, cwd=REPO, check=True, timeout=3600)
-        return {"variant": variant, **json.loads(report.read_text())}
+    return {"variant": variant, **child_report(reproduce, ["--warm-start-child", variant], timeout_s=3600)}
 
 
 def profiled_run(s: Settings, work: Path, variant: str) -> dict[str, Any]:
