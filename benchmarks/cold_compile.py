@@ -1,7 +1,9 @@
 """Cold compilation of one training step, each in a fresh process with an empty inductor cache: the seconds to the
 end of the first step and the analyses dynamo made, compiled as the trainer compiles (`compile_model`: the model's
-Python floats specialised) against dynamo's default under dynamic shapes (the floats traced as symbolic inputs, whose
-first specialisation restarts the analysis); writes JSON.
+Python floats specialised; the generative recipe's loss in one graph with the forward) against dynamo's default under
+dynamic shapes (the floats traced as symbolic inputs, whose first specialisation restarts the analysis); writes JSON.
+The results of 2026-11-29 (`cold-compile-cpu.json`, `cold-compile-tracing.json`) compiled the forward alone, the
+loss eager.
 
 Usage:
     .venv/bin/python -m benchmarks.cold_compile   # on CUDA when there is one, else the CPU
@@ -52,10 +54,11 @@ from recsys.runtime.device import resolve_device, use_bf16_autocast
 from recsys.semantic_ids.codes import SemanticIds
 from recsys.training.compilation import compile_model
 from recsys.training.config import CompileMode
-from recsys.training.recipes import NextItemRecipe
+from recsys.training.data_parallel import LossModule
+from recsys.training.recipes import NextItemRecipe, Recipe
 from recsys.training.recipes.pairs import GenerativeRecipe
 
-FAMILIES = ("sasrec", "hstu", "generative")  # the models whose recipe's loss `loss_of` computes
+FAMILIES = ("sasrec", "hstu", "generative")  # the models whose recipe `step_of` makes
 FLOATS = ("specialised", "symbolic")  # the trainer's compilation; dynamo's default under dynamic shapes
 
 
@@ -109,33 +112,38 @@ def random_codes(items: int, levels: int, codebook_size: int) -> SemanticIds:
     return SemanticIds(torch.cat([padding, codes]), (*[codebook_size] * levels, 1))
 
 
-def loss_of(s: Settings, model: torch.nn.Module, family: str, device: torch.device) -> torch.Tensor:
-    """One batch's training loss as the family's recipe computes it, on random items."""
+def step_of(s: Settings, model: torch.nn.Module, family: str, device: torch.device) -> tuple[Recipe, Any]:
+    """The family's recipe and one batch of random items on `device`."""
     generator = torch.Generator().manual_seed(0)
     window = int(model.config.max_history)  # every sequential model's window
     items = torch.randint(1, s.items + 1, (s.rows, window + 1), generator=generator)
     if family == "generative":
-        batch = HistoryBatch(items[:, :-1], items[:, -1], torch.arange(1, s.rows + 1)).to(device)
-        return GenerativeRecipe(window, s.rows).loss(model, batch, generator)[0]  # type: ignore[arg-type]
+        batch = HistoryBatch(items[:, :-1], items[:, -1], torch.arange(1, s.rows + 1))
+        return GenerativeRecipe(window, s.rows), batch.to(device)
     ones = torch.ones(s.rows, window, dtype=torch.long)
-    packed = PackedBatch(items[:, :-1], items[:, 1:], ones, torch.arange(window).expand(s.rows, -1)).to(device)
-    return NextItemRecipe(window, s.rows).loss(model, packed, generator)[0]  # type: ignore[arg-type]
+    packed = PackedBatch(items[:, :-1], items[:, 1:], ones, torch.arange(window).expand(s.rows, -1))
+    return NextItemRecipe(window, s.rows), packed.to(device)
 
 
 def first_step(s: Settings, label: str, floats: str) -> dict[str, Any]:
-    """In this process: compile `label`'s model as the trainer does, with its floats `floats`, and train one step."""
+    """In this process: compile `label`'s model as the trainer does (its forward; with it, for a recipe whose loss
+    compiles with the model, the loss), with its floats `floats`, and train one step."""
     device = resolve_device(s.device)
     torch.manual_seed(0)
     model, family = build(s, s.experiments[label])
     model = model.to(device).train()
+    recipe, batch = step_of(s, model, family, device)
+    step = LossModule(model, recipe)
     compile_model(model, s.mode, s.backend)
+    if recipe.loss_compiles_with_model:
+        compile_model(step, s.mode, s.backend)
     torch._dynamo.config.specialize_float = floats == "specialised"  # read at the first call, where dynamo compiles
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     counters.clear()
     synchronize(device)
     start = time.perf_counter()
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16_autocast(s.precision, device)):
-        loss = loss_of(s, model, family, device)
+        loss, _ = step(batch, torch.Generator().manual_seed(0))
     loss.backward()
     optimizer.step()
     synchronize(device)

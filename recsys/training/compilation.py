@@ -22,6 +22,9 @@ row, a history of one item), each once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch._dynamo
 from torch import nn
 from torch._dynamo.utils import counters
@@ -29,10 +32,13 @@ from torch._dynamo.utils import counters
 from recsys.training.config import CompileMode
 
 
-def compile_model(model: nn.Module, mode: CompileMode = "default", backend: str = "inductor") -> None:
+def compile_model(
+    model: nn.Module, mode: CompileMode = "default", backend: str | Callable[..., Any] = "inductor"
+) -> None:
     """Compile `model`'s forward in place (`nn.Module.compile`): every later `model(...)` call runs compiled, with
     dynamic batch and sequence sizes. `backend`: "inductor" to train; tests count graphs with "aot_eager", which
-    makes the same graphs and guards (dynamo decides them before any backend) without generating kernels."""
+    makes the same graphs and guards (dynamo decides them before any backend) without generating kernels, or read
+    them with a backend of their own (a callable)."""
     torch._dynamo.config.specialize_float = True  # see the module docstring: no restarted analysis
     model.compile(dynamic=True, mode=mode, backend=backend)
 

@@ -38,6 +38,8 @@ from recsys.data.prepared import PreparedParts, TrainingData, TrainingRows
 from recsys.errors import ConfigError
 from recsys.runtime.distributed import Workers, backend_for, reduce_on_hosts
 from recsys.training.capabilities import ItemIdTable
+from recsys.training.compilation import compile_model
+from recsys.training.config import CompileMode
 from recsys.training.recipes import Recipe
 from recsys.training.recipes.next_item import NextItemRecipe
 from recsys.training.row_sparse_reduction import RowSparseReduction
@@ -226,7 +228,8 @@ class DataParallelLoss:
     ) -> None:
         self.workers = workers
         self.recipe = recipe
-        self.module: nn.Module = LossModule(model, recipe)
+        self.loss_module = LossModule(model, recipe)
+        self.module: nn.Module = self.loss_module
         if workers.distributed:
             device = next(model.parameters()).device
             if backend_for(device) == "nccl" and any(_sparse(m) for m in model.modules()):
@@ -250,6 +253,12 @@ class DataParallelLoss:
                 find_unused_parameters=find_unused_parameters,
                 gradient_as_bucket_view=True,
             )
+
+    def compile(self, mode: CompileMode) -> None:
+        """Compile the recipe's loss with the model's forward into one graph (`Recipe.loss_compiles_with_model`): the
+        loss's kernels fused and, in the modes that replay CUDA graphs, replayed with the forward's rather than each
+        launched by the host. In place, so DDP (which wraps this module) runs it compiled."""
+        compile_model(self.loss_module, mode)
 
     def no_sync(self) -> contextlib.AbstractContextManager[None]:
         """A block whose backward passes keep their gradients on this process (accumulated until a synced one)."""

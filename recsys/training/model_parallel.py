@@ -234,11 +234,11 @@ class ModelParallelLoss(DataParallelLoss):
         if not dist.is_initialized():
             raise ValueError("ModelParallelLoss needs a started process group (`recsys.runtime.distributed.join`)")
         self.workers = workers
-        loss_module = LossModule(model, recipe)
+        self.loss_module = LossModule(model, recipe)
         weights = {path: bags.bags.state_dict() for path, bags in _ordered_bags(model)}
         sharder = table_sharder(tables)
         # every process plans alike; taking the first one's plan makes them agree even if the planner did not
-        plan = from_main(plan_tables(loss_module, tables.sharding, workers.world_size, device.type, sharder))
+        plan = from_main(plan_tables(self.loss_module, tables.sharding, workers.world_size, device.type, sharder))
         self.placements = [dataclasses.replace(t, module=t.module.removeprefix("model.")) for t in placements(plan)]
         if workers.is_main:
             logger.info(
@@ -248,7 +248,7 @@ class ModelParallelLoss(DataParallelLoss):
         # DataParallelLoss's DDP settings for the rest of the model (torchrec's default is a static graph)
         dense = DefaultDataParallelWrapper(static_graph=False, find_unused_parameters=recipe.may_skip_parameters)
         self.module = DistributedModelParallel(
-            loss_module, device=device, plan=plan, sharders=[sharder], data_parallel_wrapper=dense
+            self.loss_module, device=device, plan=plan, sharders=[sharder], data_parallel_wrapper=dense
         )
         for path, bags in _ordered_bags(model):
             _copy_into_shards(bags.bags.state_dict(), weights[path])

@@ -210,13 +210,19 @@ class _TrainingRun:
 
     def _compile(self) -> None:
         """`train.hardware.compile`: every later call of the model runs compiled (training rows, and validation's
-        `score`)."""
+        `score`); a recipe whose loss is device work alone trains through one graph of the loss and the forward."""
         mode = self.config.hardware.compile_mode
         if self.config.hardware.compile:
             if self.compile_cache is not None:
                 load_compile_cache(self.compile_cache)
-            logger.info("compiling the model's forward (mode %s; batch size and sequence length dynamic)", mode)
+            with_loss = self.recipe.loss_compiles_with_model
+            logger.info(
+                "compiling the model's forward%s (mode %s; batch size and sequence length dynamic)",
+                " and, for training, the recipe's loss with it" if with_loss else "", mode,
+            )  # fmt: skip
             compile_model(self.model, mode)
+            if with_loss:
+                self.loss.compile(mode)
         elif mode != "default":
             logger.warning("train.hardware.compile_mode %r has no effect: train.hardware.compile is false", mode)
 

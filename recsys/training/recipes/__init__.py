@@ -44,6 +44,10 @@ class NotTrained:
 class Recipe(Protocol):
     # whether a step may leave parameters out of the loss (data-parallel training must then look for them)
     may_skip_parameters: ClassVar[bool]
+    # whether the loss is device work alone (no draws from a host generator, no host reads, no Python per row), so
+    # that `train.hardware.compile` traces it into one graph with the model's forward (`DataParallelLoss.compile`);
+    # else the model's forward compiles alone and the loss runs eagerly
+    loss_compiles_with_model: ClassVar[bool]
 
     def batches(self, rows: TrainingRows, generator: torch.Generator) -> list[Any]:
         """Shuffled batches of `rows` (each with a `.to(device)`): one epoch's, or one shuffle buffer's of it."""

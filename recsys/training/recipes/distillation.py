@@ -51,6 +51,7 @@ class DistillationRecipe:
     alpha: float
 
     may_skip_parameters: ClassVar[bool] = False
+    loss_compiles_with_model: ClassVar[bool] = False  # the next-item loss, and the teacher scores read per target
 
     @staticmethod
     def create(next_item: NextItemRecipe, teacher: TeacherTopK, settings: DistillConfig) -> DistillationRecipe:

@@ -143,6 +143,7 @@ class GenerativeRecipe:
     has: the dense head's item), averaged over the heads."""
 
     may_skip_parameters: ClassVar[bool] = False
+    loss_compiles_with_model: ClassVar[bool] = True
 
     max_history: int
     batch_size: int
@@ -176,6 +177,7 @@ class TwoTowerRecipe:
     target are masked out (accidental hits)."""
 
     may_skip_parameters: ClassVar[bool] = False
+    loss_compiles_with_model: ClassVar[bool] = False  # draws its random negatives from a host generator
 
     max_history: int
     batch_size: int

@@ -120,6 +120,7 @@ class QueryRecipe:
     no_history_rate: float
 
     may_skip_parameters: ClassVar[bool] = False
+    loss_compiles_with_model: ClassVar[bool] = False  # draws each item's query, and its text, on the host
 
     @staticmethod
     def create(

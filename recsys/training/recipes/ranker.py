@@ -119,6 +119,7 @@ class RankerRecipe:
 
     # a batch whose targets the first stage missed has no loss, and an MoE head routes around its idle experts
     may_skip_parameters: ClassVar[bool] = True
+    loss_compiles_with_model: ClassVar[bool] = False  # its candidates' sizes are read on the host
 
     max_history: int
     batch_size: int

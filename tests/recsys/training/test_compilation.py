@@ -12,6 +12,7 @@ it agrees.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,19 +20,25 @@ from typing import Any
 import pytest
 import torch
 import torch._dynamo
+import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.utils import counters
 
+from recsys.data.batching import HistoryBatch
 from recsys.data.prepared import load_prepared
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
+from recsys.models.generative import GenerativeConfig, GenerativeRetriever
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.modules.transformer import most_recent
+from recsys.runtime.distributed import Workers
 from recsys.runtime.validation import config_from
-from recsys.training import trainer
+from recsys.training import data_parallel, trainer
 from recsys.training.compilation import compile_model, compiled_graphs
 from recsys.training.config import HardwareConfig, ScheduleConfig, TrainConfig
+from recsys.training.data_parallel import DataParallelLoss
+from recsys.training.recipes import GenerativeRecipe
 from recsys.training.trainer import fit
 
 ITEMS, MAX_HISTORY = 100, 50
@@ -200,3 +207,79 @@ def test_a_model_with_dropout_compiles_its_training_pass_in_one_analysis() -> No
     histories = torch.randint(1, ITEMS + 1, (3, MAX_HISTORY))
     model(histories).float().sum().backward()
     assert dict(counters["aot_autograd"]) == {"total": 1, "ok": 1}
+
+
+def tiny_generative(num_items: int, retrieval_candidates: int = 4) -> GenerativeRetriever:
+    """A generative retriever over `num_items` items with unique random 3-level codes, the retrieval head on, no
+    dropout (compiled and eager steps then draw no masks)."""
+    sizes = (8, 8, 8)
+    codes = torch.cartesian_prod(*(torch.arange(k) for k in sizes))
+    codes = codes[torch.randperm(len(codes), generator=torch.Generator().manual_seed(0))[:num_items]]
+    config = GenerativeConfig(
+        num_items=num_items, codebook_sizes=sizes, dim=16, num_heads=2, ffn_dim=32, num_encoder_layers=1,
+        num_decoder_layers=1, dropout=0.0, beam_size=10, user_buckets=5, retrieval_candidates=retrieval_candidates,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return GenerativeRetriever(config, torch.cat([torch.zeros(1, 3, dtype=torch.long), codes]))
+
+
+def test_the_generative_loss_compiles_into_one_graph_with_the_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`GenerativeRecipe.loss_compiles_with_model`: its cross-entropies run in the training step's one graph (no eager
+    kernels after the forward), with the loss and gradients of the eager step, across batch sizes and lengths."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def recording(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        graphs.append(gm)
+        return gm.forward
+
+    monkeypatch.setattr(data_parallel, "compile_model", functools.partial(compile_model, backend=recording))
+    model = tiny_generative(ITEMS).train()
+    eager_model = copy.deepcopy(model)
+    recipe = GenerativeRecipe(max_history=8, batch_size=5, label_smoothing=0.1)
+    compiled = DataParallelLoss(model, recipe, Workers(), find_unused_parameters=False)
+    eager = DataParallelLoss(eager_model, recipe, Workers(), find_unused_parameters=False)
+    compile_model(model, backend=recording)  # the trainer's order: the forward (validation's), then the loss
+    compiled.compile("default")
+    generator = torch.Generator().manual_seed(0)
+    for rows, length in ((5, 8), (3, 6), (4, 2)):
+        batch = HistoryBatch(
+            torch.randint(1, ITEMS + 1, (rows, length), generator=generator),
+            torch.randint(1, ITEMS + 1, (rows,), generator=generator),
+            torch.randint(1, 6, (rows,), generator=generator),
+        )
+        (loss, summed, n), (want, want_summed, want_n) = compiled(batch, generator), eager(batch, generator)
+        torch.testing.assert_close(loss, want)
+        torch.testing.assert_close(summed, want_summed)
+        assert n == want_n == rows
+        loss.backward()
+        want.backward()
+    for (name, p), q in zip(model.named_parameters(), eager_model.parameters(), strict=True):
+        assert p.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+    assert not counters["graph_break"]
+    assert len(graphs) == 1, "one graph for every batch size and length, the model's forward inlined in it"
+    called = {node.target for node in graphs[0].graph.nodes if node.op == "call_function"}
+    assert F.cross_entropy in called
+
+
+def test_the_trainer_compiles_a_recipe_loss_with_the_model_only_where_the_recipe_says_so(
+    tiny_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, str]] = []
+
+    def record(module: nn.Module, mode: str) -> None:
+        calls.append((type(module).__name__, mode))
+
+    monkeypatch.setattr(trainer, "compile_model", record)
+    monkeypatch.setattr(data_parallel, "compile_model", record)
+    data = load_prepared(tiny_data_dir)
+    config = TrainConfig(
+        schedule=ScheduleConfig(epochs=1), hardware=HardwareConfig(compile=True, compile_mode="reduce-overhead"),
+        progress=False,
+    )  # fmt: skip
+    fit(tiny_generative(data.num_items, retrieval_candidates=0), data, config, EvalConfig(ks=(10,)))
+    assert calls == [("GenerativeRetriever", "reduce-overhead"), ("LossModule", "reduce-overhead")]
+    calls.clear()
+    fit(SASRec(SASRecConfig(data.num_items, max_history=20, dim=16, num_heads=1, num_layers=1, ffn_dim=32)), data,
+        config, EvalConfig(ks=(10,)))  # fmt: skip
+    assert calls == [("SASRec", "reduce-overhead")]  # its recipe draws on the host: the loss stays eager
