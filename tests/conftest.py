@@ -28,6 +28,7 @@ from features.sources import load_source
 from pipelines.launcher import THREAD_VARIABLES, threads_each
 from recsys.data.prepared import SequenceData
 from recsys.evaluation import EvalConfig, evaluate
+from recsys.models.generative import GenerativeConfig, GenerativeRetriever
 from recsys.models.popularity import Popularity, PopularityConfig
 from recsys.training.config import OptimizationConfig, ScheduleConfig, TrainConfig
 from tests.chat_server import chat_server  # noqa: F401 (a fixture: an OpenAI-compatible server for the enrich tests)
@@ -247,3 +248,17 @@ def _not_ready(server: subprocess.Popen[str]) -> str:
     state = f"it exited with status {exited}" if exited is not None else f"it still ran after {SERVER_START_S:.0f} s"
     tail = "\n".join((output or "").splitlines()[-40:])
     return f"the server never became ready ({state}); its last output lines:\n{tail}"
+
+
+def tiny_generative(num_items: int, retrieval_candidates: int = 4) -> GenerativeRetriever:
+    """A generative retriever over `num_items` items with unique random 3-level codes, the retrieval head on, no
+    dropout (compiled and eager steps then draw no masks)."""
+    sizes = (8, 8, 8)
+    codes = torch.cartesian_prod(*(torch.arange(k) for k in sizes))
+    codes = codes[torch.randperm(len(codes), generator=torch.Generator().manual_seed(0))[:num_items]]
+    config = GenerativeConfig(
+        num_items=num_items, codebook_sizes=sizes, dim=16, num_heads=2, ffn_dim=32, num_encoder_layers=1,
+        num_decoder_layers=1, dropout=0.0, beam_size=10, user_buckets=5, retrieval_candidates=retrieval_candidates,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return GenerativeRetriever(config, torch.cat([torch.zeros(1, 3, dtype=torch.long), codes]))

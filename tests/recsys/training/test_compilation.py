@@ -28,7 +28,6 @@ from recsys.data.batching import HistoryBatch
 from recsys.data.prepared import load_prepared
 from recsys.errors import ConfigError
 from recsys.evaluation import EvalConfig
-from recsys.models.generative import GenerativeConfig, GenerativeRetriever
 from recsys.models.hstu import HSTU, HSTUConfig
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.modules.transformer import most_recent
@@ -40,6 +39,7 @@ from recsys.training.config import HardwareConfig, ScheduleConfig, TrainConfig
 from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.recipes import GenerativeRecipe
 from recsys.training.trainer import fit
+from tests.conftest import tiny_generative
 
 ITEMS, MAX_HISTORY = 100, 50
 LENGTHS = torch.linspace(8, MAX_HISTORY, 20).long().tolist()  # 20 distinct lengths, 8 ... max_history
@@ -207,20 +207,6 @@ def test_a_model_with_dropout_compiles_its_training_pass_in_one_analysis() -> No
     histories = torch.randint(1, ITEMS + 1, (3, MAX_HISTORY))
     model(histories).float().sum().backward()
     assert dict(counters["aot_autograd"]) == {"total": 1, "ok": 1}
-
-
-def tiny_generative(num_items: int, retrieval_candidates: int = 4) -> GenerativeRetriever:
-    """A generative retriever over `num_items` items with unique random 3-level codes, the retrieval head on, no
-    dropout (compiled and eager steps then draw no masks)."""
-    sizes = (8, 8, 8)
-    codes = torch.cartesian_prod(*(torch.arange(k) for k in sizes))
-    codes = codes[torch.randperm(len(codes), generator=torch.Generator().manual_seed(0))[:num_items]]
-    config = GenerativeConfig(
-        num_items=num_items, codebook_sizes=sizes, dim=16, num_heads=2, ffn_dim=32, num_encoder_layers=1,
-        num_decoder_layers=1, dropout=0.0, beam_size=10, user_buckets=5, retrieval_candidates=retrieval_candidates,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    return GenerativeRetriever(config, torch.cat([torch.zeros(1, 3, dtype=torch.long), codes]))
 
 
 def test_the_generative_loss_compiles_into_one_graph_with_the_forward(monkeypatch: pytest.MonkeyPatch) -> None:
