@@ -143,7 +143,7 @@ class GenerativeRecipe:
     has: the dense head's item), averaged over the heads."""
 
     may_skip_parameters: ClassVar[bool] = False
-    loss_compiles_with_model: ClassVar[bool] = True
+    loss_compiles_with_model: ClassVar[bool] = True  # its heads' cross-entropies: device work alone
 
     max_history: int
     batch_size: int
