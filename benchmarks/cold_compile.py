@@ -51,10 +51,11 @@ from recsys.data.batching import HistoryBatch, PackedBatch
 from recsys.models.family import ModelInputs
 from recsys.models.registry import build_model
 from recsys.runtime.device import resolve_device, use_bf16_autocast
+from recsys.runtime.distributed import Workers
 from recsys.semantic_ids.codes import SemanticIds
 from recsys.training.compilation import compile_model
 from recsys.training.config import CompileMode
-from recsys.training.data_parallel import LossModule
+from recsys.training.data_parallel import DataParallelLoss
 from recsys.training.recipes import NextItemRecipe, Recipe
 from recsys.training.recipes.pairs import GenerativeRecipe
 
@@ -133,17 +134,16 @@ def first_step(s: Settings, label: str, floats: str) -> dict[str, Any]:
     model, family = build(s, s.experiments[label])
     model = model.to(device).train()
     recipe, batch = step_of(s, model, family, device)
-    step = LossModule(model, recipe)
+    step = DataParallelLoss(model, recipe, Workers(), find_unused_parameters=False)
     compile_model(model, s.mode, s.backend)
-    if recipe.loss_compiles_with_model:
-        compile_model(step, s.mode, s.backend)
+    step.compile(s.mode, s.backend)
     torch._dynamo.config.specialize_float = floats == "specialised"  # read at the first call, where dynamo compiles
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     counters.clear()
     synchronize(device)
     start = time.perf_counter()
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16_autocast(s.precision, device)):
-        loss, _ = step(batch, torch.Generator().manual_seed(0))
+        loss, _, _ = step(batch, torch.Generator().manual_seed(0))
     loss.backward()
     optimizer.step()
     synchronize(device)

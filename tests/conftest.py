@@ -250,15 +250,20 @@ def _not_ready(server: subprocess.Popen[str]) -> str:
     return f"the server never became ready ({state}); its last output lines:\n{tail}"
 
 
+def unique_codes(num_items: int, sizes: tuple[int, ...], seed: int = 0) -> torch.Tensor:
+    """(V+1, T) semantic IDs, a distinct random tuple of codes per item (levels of `sizes` codes), row 0 = padding."""
+    every = torch.cartesian_prod(*(torch.arange(k) for k in sizes))
+    chosen = every[torch.randperm(len(every), generator=torch.Generator().manual_seed(seed))[:num_items]]
+    return torch.cat([torch.zeros(1, len(sizes), dtype=torch.long), chosen])
+
+
 def tiny_generative(num_items: int, retrieval_candidates: int = 4) -> GenerativeRetriever:
     """A generative retriever over `num_items` items with unique random 3-level codes, the retrieval head on, no
     dropout (compiled and eager steps then draw no masks)."""
     sizes = (8, 8, 8)
-    codes = torch.cartesian_prod(*(torch.arange(k) for k in sizes))
-    codes = codes[torch.randperm(len(codes), generator=torch.Generator().manual_seed(0))[:num_items]]
     config = GenerativeConfig(
         num_items=num_items, codebook_sizes=sizes, dim=16, num_heads=2, ffn_dim=32, num_encoder_layers=1,
         num_decoder_layers=1, dropout=0.0, beam_size=10, user_buckets=5, retrieval_candidates=retrieval_candidates,
     )  # fmt: skip
     torch.manual_seed(0)
-    return GenerativeRetriever(config, torch.cat([torch.zeros(1, 3, dtype=torch.long), codes]))
+    return GenerativeRetriever(config, unique_codes(num_items, sizes))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -254,11 +254,13 @@ class DataParallelLoss:
                 gradient_as_bucket_view=True,
             )
 
-    def compile(self, mode: CompileMode) -> None:
-        """Compile the recipe's loss with the model's forward into one graph (`Recipe.loss_compiles_with_model`): the
-        loss's kernels fused and, in the modes that replay CUDA graphs, replayed with the forward's rather than each
-        launched by the host. In place, so DDP (which wraps this module) runs it compiled."""
-        compile_model(self.loss_module, mode)
+    def compile(self, mode: CompileMode, backend: str | Callable[..., Any] = "inductor") -> None:
+        """For a recipe whose loss is device work alone (`Recipe.loss_compiles_with_model`), compile the loss with the
+        model's forward into one graph: the loss's kernels fused and, in the modes that replay CUDA graphs, replayed
+        with the forward's rather than each launched by the host; other recipes' losses stay eager. In place, so DDP
+        (which wraps this module) runs it compiled."""
+        if self.recipe.loss_compiles_with_model:
+            compile_model(self.loss_module, mode, backend)
 
     def no_sync(self) -> contextlib.AbstractContextManager[None]:
         """A block whose backward passes keep their gradients on this process (accumulated until a synced one)."""

@@ -221,8 +221,7 @@ class _TrainingRun:
                 " and, for training, the recipe's loss with it" if with_loss else "", mode,
             )  # fmt: skip
             compile_model(self.model, mode)
-            if with_loss:
-                self.loss.compile(mode)
+            self.loss.compile(mode)
         elif mode != "default":
             logger.warning("train.hardware.compile_mode %r has no effect: train.hardware.compile is false", mode)
 

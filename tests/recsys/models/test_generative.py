@@ -13,17 +13,14 @@ from recsys.data.jagged import Jagged
 from recsys.data.prepared import TrainingRows
 from recsys.models.generative import GenerativeConfig, GenerativeRetriever
 from recsys.training.config import HardwareConfig, OptimizationConfig, ScheduleConfig, TrainConfig
-from tests.conftest import popularity_valid_metric
+from tests.conftest import popularity_valid_metric, unique_codes
 
 SIZES = (4, 3, 2)
 
 
 def catalog(num_items: int = 14, seed: int = 0) -> torch.Tensor:
     """(V+1, T) unique random codes, row 0 = padding."""
-    g = torch.Generator().manual_seed(seed)
-    all_codes = torch.cartesian_prod(*(torch.arange(k) for k in SIZES))
-    chosen = all_codes[torch.randperm(len(all_codes), generator=g)[:num_items]]
-    return torch.cat([torch.zeros(1, len(SIZES), dtype=torch.long), chosen])
+    return unique_codes(num_items, SIZES, seed)
 
 
 def model(

@@ -12,7 +12,6 @@ it agrees.
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -209,7 +208,7 @@ def test_a_model_with_dropout_compiles_its_training_pass_in_one_analysis() -> No
     assert dict(counters["aot_autograd"]) == {"total": 1, "ok": 1}
 
 
-def test_the_generative_loss_compiles_into_one_graph_with_the_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_generative_loss_compiles_into_one_graph_with_the_forward() -> None:
     """`GenerativeRecipe.loss_compiles_with_model`: its cross-entropies run in the training step's one graph (no eager
     kernels after the forward), with the loss and gradients of the eager step, across batch sizes and lengths."""
     graphs: list[torch.fx.GraphModule] = []
@@ -218,14 +217,13 @@ def test_the_generative_loss_compiles_into_one_graph_with_the_forward(monkeypatc
         graphs.append(gm)
         return gm.forward
 
-    monkeypatch.setattr(data_parallel, "compile_model", functools.partial(compile_model, backend=recording))
     model = tiny_generative(ITEMS).train()
     eager_model = copy.deepcopy(model)
     recipe = GenerativeRecipe(max_history=8, batch_size=5, label_smoothing=0.1)
     compiled = DataParallelLoss(model, recipe, Workers(), find_unused_parameters=False)
     eager = DataParallelLoss(eager_model, recipe, Workers(), find_unused_parameters=False)
     compile_model(model, backend=recording)  # the trainer's order: the forward (validation's), then the loss
-    compiled.compile("default")
+    compiled.compile("default", backend=recording)
     generator = torch.Generator().manual_seed(0)
     for rows, length in ((5, 8), (3, 6), (4, 2)):
         batch = HistoryBatch(
@@ -253,7 +251,7 @@ def test_the_trainer_compiles_a_recipe_loss_with_the_model_only_where_the_recipe
 ) -> None:
     calls: list[tuple[str, str]] = []
 
-    def record(module: nn.Module, mode: str) -> None:
+    def record(module: nn.Module, mode: str, backend: object = "inductor") -> None:
         calls.append((type(module).__name__, mode))
 
     monkeypatch.setattr(trainer, "compile_model", record)
