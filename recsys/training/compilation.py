@@ -15,6 +15,11 @@ specialises it, and dynamo then restarts its whole analysis of the function: eve
 its backward traced by AOTAutograd) twice, which made tracing up to twice as long (docs/training.md). The setting is
 dynamo's, process-wide.
 
+Inductor's memory-coalescing tiling analysis is off: its own settings note that it "does not yet apply to dynamic
+shapes", yet on CUDA it runs on them, and torch 2.11's asserts on a fused reduction whose symbolic sizes it cannot
+prove equal (pytorch/pytorch#181563: the generative loss compiled with its forward hit it). Inductor then picks tilings
+as it does with the analysis unset.
+
 What still compiles a graph of its own: a switch between training and evaluation (dropout; gradients), each path of
 the forward (packed rows vs left-padded histories), and a size of 0 or 1 (dynamo specialises those: a batch of one
 row, a history of one item), each once.
@@ -28,6 +33,7 @@ from typing import Any
 import torch._dynamo
 from torch import nn
 from torch._dynamo.utils import counters
+from torch._inductor import list_mode_options
 
 from recsys.training.config import CompileMode
 
@@ -40,7 +46,16 @@ def compile_model(
     makes the same graphs and guards (dynamo decides them before any backend) without generating kernels, or read
     them with a backend of their own (a callable)."""
     torch._dynamo.config.specialize_float = True  # see the module docstring: no restarted analysis
-    model.compile(dynamic=True, mode=mode, backend=backend)
+    if backend == "inductor":
+        model.compile(dynamic=True, options=inductor_options(mode))
+    else:
+        model.compile(dynamic=True, mode=mode, backend=backend)
+
+
+def inductor_options(mode: CompileMode) -> dict[str, Any]:
+    """Inductor's settings for `mode` with dynamic shapes, as `torch.compile(mode=...)` sets them (it takes a mode or
+    options, not both), with the coalescing tiling analysis off (see the module docstring)."""
+    return {**list_mode_options(mode, dynamic=True), "triton.coalesce_tiling_analysis": False}
 
 
 def compiled_graphs() -> int:

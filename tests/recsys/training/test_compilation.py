@@ -22,6 +22,8 @@ import torch._dynamo
 import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.utils import counters
+from torch._inductor import config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from recsys.data.batching import HistoryBatch
 from recsys.data.prepared import load_prepared
@@ -173,6 +175,35 @@ def test_inductor_agrees_at_three_lengths() -> None:
             items, _ = inputs(compiled, 3, length, packed=False)
             torch.testing.assert_close(compiled.score(items), eager.score(items), rtol=1e-4, atol=1e-5)
     assert compiled_graphs() == 1
+
+
+def test_inductor_compiles_in_the_mode_asked_with_the_coalescing_analysis_off() -> None:
+    """`compile_model` hands inductor its mode's settings (reduce-overhead: CUDA graphs) with the tiling analysis that
+    asserts on dynamic shapes (torch 2.11) off: both read inside inductor's compilation, by a post-grad pass."""
+    seen: dict[str, bool] = {}
+
+    class ReadSettings(CustomGraphPass):
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            seen.update(cudagraphs=inductor_config.triton.cudagraphs,
+                        coalescing=inductor_config.triton.coalesce_tiling_analysis)  # fmt: skip
+
+        def uuid(self) -> None:  # no cache key: the compilation is never served from inductor's cache
+            return None
+
+    class Layer(nn.Module):  # dynamo skips torch.nn's own frames: a module of torch.nn alone would not compile
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.linear(x))
+
+    assert inductor_config.triton.coalesce_tiling_analysis  # inductor's default, which compile_model overrides
+    model = Layer()
+    compile_model(model, "reduce-overhead")
+    with inductor_config.patch(post_grad_custom_post_pass=ReadSettings()):
+        model(torch.ones(3, 4))
+    assert seen == {"cudagraphs": True, "coalescing": False}
 
 
 def test_compile_mode_is_validated() -> None:
