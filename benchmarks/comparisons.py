@@ -261,7 +261,7 @@ def side_by_side_units(
     return [
         Unit(f"{label} seed {offset}",
              [*command, "--only-model", label, "--only-seed", str(offset), "--side-by-side", "1"],
-             work / "logs" / f"{logs[label]}-seed{offset}.log")
+             work / "logs" / f"{logs[label]}-seed{offset}.log", group=label)
         for offset, label in runs
     ]  # fmt: skip
 

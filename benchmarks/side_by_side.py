@@ -1,9 +1,10 @@
 """A benchmark's independent runs as processes of their own, several at a time: what `--only-seed I` typed in several
 shells does, from one command. Each process gets its share of the cores (`pipelines.launcher.cores_shared`: N
 processes each spinning one thread per core would slow each other down many times over), on a host of several GPUs
-the one running the fewest of them (`CUDA_VISIBLE_DEVICES`), and appends its output to a log file of its own (a
-resumed run's log keeps its earlier attempts, each opened by a line saying when it started); a line says when each
-starts and ends."""
+the one running the fewest of them, of those the fewest of its group (`CUDA_VISIBLE_DEVICES`; a group: one model's
+seeds, which cost alike, spread over the GPUs rather than all on one), and appends its output to a log file of its
+own (a resumed run's log keeps its earlier attempts, each opened by a line saying when it started); a line says when
+each starts and ends."""
 
 from __future__ import annotations
 
@@ -28,11 +29,13 @@ LOG_TAIL_LINES = 5  # of a failed process's log, shown in the error
 
 @dataclass(frozen=True)
 class Unit:
-    """One process to run: its name in the progress lines, its command, its log file."""
+    """One process to run: its name in the progress lines, its command, its log file, and its group: units of one
+    group (one model's seeds) cost alike, so they are spread over the GPUs."""
 
     name: str
     command: list[str]
     log: Path
+    group: str = ""
 
 
 @dataclass
@@ -47,9 +50,9 @@ class _Running:
 
 def run_side_by_side(units: Sequence[Unit], processes: int, gpus: Sequence[str] = (), poll_s: float = 0.5) -> None:
     """Run every unit, `processes` at a time, in the order given, each on the GPU of `gpus` (CUDA device ids) that
-    runs the fewest (one or none given: the processes see what this one sees); once all have ended, SystemExit naming
-    each one that failed with its exit code and the end of its log. A SIGTERM or Ctrl-C stops the running ones and
-    exits (the benchmarks' runs resume where they stopped)."""
+    runs the fewest, of those the fewest of its group (one or none given: the processes see what this one sees); once
+    all have ended, SystemExit naming each one that failed with its exit code and the end of its log. A SIGTERM or
+    Ctrl-C stops the running ones and exits (the benchmarks' runs resume where they stopped)."""
     if processes < 1:
         raise SystemExit(f"--side-by-side {processes}: give 1 or more processes")
     gpus = gpus if len(gpus) > 1 else ()
@@ -58,8 +61,8 @@ def run_side_by_side(units: Sequence[Unit], processes: int, gpus: Sequence[str] 
         try:
             while pending or running:
                 while pending and len(running) < processes:
-                    gpu = min(gpus, key=lambda g: sum(run.gpu == g for run in running)) if gpus else None
-                    running.append(_start(pending.pop(0), gpu))
+                    unit = pending.pop(0)
+                    running.append(_start(unit, _least_loaded(gpus, unit, running) if gpus else None))
                 time.sleep(poll_s)
                 for run in [run for run in running if run.process.poll() is not None]:
                     running.remove(run)
@@ -72,6 +75,12 @@ def run_side_by_side(units: Sequence[Unit], processes: int, gpus: Sequence[str] 
             _stop(running)
     if failed:
         raise SystemExit(f"{len(failed)} of {len(units)} runs failed:\n" + "\n".join(failed))
+
+
+def _least_loaded(gpus: Sequence[str], unit: Unit, running: Sequence[_Running]) -> str:
+    """The GPU running the fewest processes, of those the fewest of `unit`'s group; the first such in `gpus`."""
+    on = {gpu: [run for run in running if run.gpu == gpu] for gpu in gpus}
+    return min(gpus, key=lambda gpu: (len(on[gpu]), sum(run.unit.group == unit.group for run in on[gpu])))
 
 
 def visible_gpus() -> list[str]:

@@ -68,6 +68,17 @@ def test_each_process_runs_on_the_gpu_running_the_fewest(tmp_path: Path) -> None
     assert gpus[:3] == ["3", "5", "3"] and gpus[3] in ("3", "5")  # the fourth: on the GPU the first to end freed
 
 
+def test_one_groups_units_are_spread_over_the_gpus(tmp_path: Path) -> None:
+    """Two models' seeds in the order comparisons gives them (seed by seed): by process count alone each model would
+    land on one GPU, its seeds' costs (a slow model's and a fast one's) all on one."""
+    seen = "import os, time; print(os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(0.5)"
+    units = [Unit(f"{model} seed {seed}", [sys.executable, "-c", seen], tmp_path / f"{model}{seed}.log", group=model)
+             for seed in range(2) for model in ("fast", "slow")]  # fmt: skip
+    run_side_by_side(units, processes=4, gpus=["3", "5"], poll_s=0.05)
+    gpu = {unit.group + unit.name[-1]: unit.log.read_text().splitlines()[-1] for unit in units}
+    assert {gpu["fast0"], gpu["fast1"]} == {gpu["slow0"], gpu["slow1"]} == {"3", "5"}, gpu
+
+
 def test_no_processes_is_refused() -> None:
     with pytest.raises(SystemExit, match=r"--side-by-side 0: give 1 or more processes"):
         run_side_by_side([], processes=0)
