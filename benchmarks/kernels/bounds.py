@@ -15,10 +15,11 @@ Each probe runs `ncu --csv --page details` with the sections below over `python 
 (the step warmed up outside the capture, then `calls` calls inside it), in a process of its own. ncu replays every
 kernel once per metric pass with the clocks locked at base, so its durations are longer than do_bench's: read them as
 shares of the step, not as its time. Per kernel the result keeps its duration and share, DRAM / memory / SM
-throughput as % of peak, achieved and theoretical occupancy, registers per thread, what limits occupancy and ncu's
-speed-of-light verdict. `bound`: "memory" when DRAM or memory throughput reaches 60 % of peak, "compute" when SM
-throughput does, else "latency" (ncu's own rule: both below 60 % of peak indicate latency). The raw CSVs are kept
-gzipped in benchmarks/results/<result_name>/.
+throughput as % of peak, the gigabytes it moved to and from DRAM, its L1 and L2 hit rates, its registers' spills,
+achieved and theoretical occupancy, registers per thread, what limits occupancy and ncu's speed-of-light verdict.
+`bound`: "memory" when DRAM or memory throughput reaches 60 % of peak, "compute" when SM throughput does, else
+"latency" (ncu's own rule: both below 60 % of peak indicate latency). The raw CSVs are kept gzipped in
+benchmarks/results/<result_name>/.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis",
             "LaunchStats")  # fmt: skip
 SOL = "GPU Speed Of Light Throughput"
 SOL_THROUGHPUTS = ("DRAM Throughput", "Memory Throughput", "Compute (SM) Throughput")  # % of peak, in that section
+MEMORY = "Memory Workload Analysis"  # its "Memory Throughput" is DRAM's, in bytes per second
+BYTES_PER_S = {"byte/s": 1.0, "Kbyte/s": 1e3, "Mbyte/s": 1e6, "Gbyte/s": 1e9, "Tbyte/s": 1e12}
 BOUND_AT_PCT = 60.0  # ncu's speed-of-light rule: below this share of peak in both, the kernel waits on latency
 
 
@@ -130,11 +133,14 @@ def summarise(rows: list[dict[str, str]]) -> dict[str, Any]:
     kernels: list[dict[str, Any]] = []
     for kernel_rows in by_kernel.values():
         metric = {(r["Section Name"], r["Metric Name"]): r["Metric Value"] for r in kernel_rows if r["Metric Name"]}
+        unit = {(r["Section Name"], r["Metric Name"]): r.get("Metric Unit", "") for r in kernel_rows}
         duration_ns = _number(metric.get((SOL, "Duration")))
         if duration_ns is None:
             raise ValueError(
                 f"kernel {kernel_rows[0]['Kernel Name'][:80]!r} has no Duration: was SpeedOfLight collected?"
             )
+        dram_bytes_per_s = _number(metric.get((MEMORY, "Memory Throughput")))
+        scale = BYTES_PER_S.get(unit.get((MEMORY, "Memory Throughput"), ""))
         dram, memory, sm = (_number(metric.get((SOL, m))) for m in SOL_THROUGHPUTS)
         kernels.append({
             "kernel": kernel_rows[0]["Kernel Name"][:120],
@@ -144,6 +150,11 @@ def summarise(rows: list[dict[str, str]]) -> dict[str, Any]:
             "achieved_occupancy_pct": _number(metric.get(("Occupancy", "Achieved Occupancy"))),
             "theoretical_occupancy_pct": _number(metric.get(("Occupancy", "Theoretical Occupancy"))),
             "registers_per_thread": _number(metric.get(("Launch Statistics", "Registers Per Thread"))),
+            "dram_gb": significant(dram_bytes_per_s * scale * duration_ns / 1e18)
+            if dram_bytes_per_s is not None and scale is not None else None,
+            "l2_hit_pct": _number(metric.get((MEMORY, "L2 Hit Rate"))),
+            "l1_hit_pct": _number(metric.get((MEMORY, "L1/TEX Hit Rate"))),
+            "spilling_requests": _number(metric.get((MEMORY, "Local Memory Spilling Requests"))),
             "bound": bound_of(dram, memory, sm),
             "ncu_speed_of_light": _rule(kernel_rows, "SOLBottleneck"),
             "ncu_occupancy_limit": _rule(kernel_rows, "TheoreticalOccupancy"),
@@ -247,6 +258,10 @@ def main(argv: list[str] | None = None) -> Path:
             "duration_us": "ncu's kernel duration (each kernel replayed per metric pass, clocks locked at base): "
             "longer than do_bench's; compare shares within a probe",
             "bound": f"memory / compute: that throughput >= {BOUND_AT_PCT:.0f} % of peak; latency: both below",
+            "dram_gb": "bytes the kernel moved to and from DRAM (DRAM throughput x duration): against the bytes its "
+            "inputs and outputs need, how often it read them again",
+            "l2_hit_pct": "share of L2 requests served without DRAM (a kernel re-reading its inputs from DRAM: low)",
+            "spilling_requests": "local-memory requests from registers spilled (0: none)",
         },
         "settings": asdict(s),
         "probes": probes,

@@ -45,6 +45,30 @@ def test_the_bound_follows_ncus_sixty_percent_rule(
     assert bounds.bound_of(dram, memory, sm) == bound
 
 
+def test_the_old_launch_order_read_the_512_x_1024_forwards_keys_again_from_dram() -> None:
+    """The H200 profile before the launch order took a sequence's blocks together: its forward moved 4x the bytes
+    its inputs and output need (the kernel benchmark's count for the case), missing L2 on 92 % of requests, with no
+    spilled registers: what docs/kernels.md names as that row's bound."""
+    forward = json.loads(COMMITTED.read_text())["probes"]["hstu-s512-fwd_bwd"]["kernels"][0]
+    needed = json.loads((REPO / "benchmarks/results/kernels-hstu-attention-h200-tma-bwd-s512-l1024.json").read_text())
+    needed_gb = needed["cases"][0]["fwd"]["bytes"] / 1e9
+    assert forward["kernel"] == "_forward_kernel"
+    assert forward["dram_gb"] > 3.5 * needed_gb and forward["l2_hit_pct"] < 10 and forward["spilling_requests"] == 0
+
+
+def test_dram_bytes_read_the_throughputs_unit() -> None:
+    def row(section: str, name: str, value: str, unit: str) -> dict[str, str]:
+        return {"ID": "0", "Kernel Name": "k", "Grid Size": "(1, 1, 1)", "Block Size": "(32, 1, 1)",
+                "Section Name": section, "Metric Name": name, "Metric Value": value, "Metric Unit": unit}  # fmt: skip
+
+    duration = row("GPU Speed Of Light Throughput", "Duration", "2,000,000", "ns")
+    for value, unit in (("1.5", "Tbyte/s"), ("1,500", "Gbyte/s"), ("1,500,000,000,000", "byte/s")):
+        kernel = bounds.summarise([duration, row("Memory Workload Analysis", "Memory Throughput", value, unit)])
+        assert kernel["kernels"][0]["dram_gb"] == pytest.approx(3.0)
+    unknown = bounds.summarise([duration, row("Memory Workload Analysis", "Memory Throughput", "1.5", "%")])
+    assert unknown["kernels"][0]["dram_gb"] is None
+
+
 def test_a_kernel_without_its_duration_is_refused() -> None:
     row = {"ID": "0", "Kernel Name": "k", "Grid Size": "(1, 1, 1)", "Block Size": "(32, 1, 1)",
            "Section Name": "Occupancy", "Metric Name": "Achieved Occupancy", "Metric Value": "50"}  # fmt: skip
