@@ -12,10 +12,12 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from recsys.data.batching import HistoryBatch
 from recsys.data.prepared import SequenceData, load_prepared
 from recsys.evaluation import EvalConfig, evaluate
 from recsys.models.sasrec import SASRec, SASRecConfig
 from recsys.runtime.distributed import Workers, gather_rows, join, leave, reduce_on_hosts
+from recsys.training.compilation import compile_model, compiled_graphs
 from recsys.training.config import (
     DistributedConfig,
     HardwareConfig,
@@ -24,10 +26,11 @@ from recsys.training.config import (
     TrainConfig,
 )
 from recsys.training.data_parallel import DataParallelLoss
-from recsys.training.recipes import NextItemTraining, Recipe, recipe_for
+from recsys.training.recipes import GenerativeRecipe, NextItemTraining, Recipe, recipe_for
 from recsys.training.row_sharding import shard_item_table
 from recsys.training.row_sparse_reduction import RowSparseReduction
 from recsys.training.trainer import fit
+from tests.conftest import tiny_generative
 
 EVAL = EvalConfig(ks=(10,), batch_size=64)
 # one thread and no dropout: what is left between one process and two is the order of float sums
@@ -223,3 +226,35 @@ def host_sums_and_a_sharded_step(data_dir: str, out: str) -> None:
     if workers.is_main:
         torch.save({"sums": sums, "largest": largest, "largest_allocation": allocated}, out)
     leave()
+
+
+GENERATIVE_ITEMS = 100
+
+
+def generative_batch() -> HistoryBatch:
+    """A fixed batch of 6 histories of 8 items for the tiny generative retriever (targets, user buckets 1-5)."""
+    generator = torch.Generator().manual_seed(0)
+    return HistoryBatch(torch.randint(1, GENERATIVE_ITEMS + 1, (6, 8), generator=generator),
+                        torch.randint(1, GENERATIVE_ITEMS + 1, (6,), generator=generator),
+                        torch.randint(1, 6, (6,), generator=generator))  # fmt: skip
+
+
+def compiled_generative_step_gradients(out: str) -> int:
+    """One step of the tiny generative retriever on `generative_batch`, this process's share of it averaged by DDP,
+    its loss compiled with the forward as the trainer compiles it (backend aot_eager: the graphs and autograd inductor
+    would get, without its code generation); the first process writes the gradients to `out`. Returns the graphs
+    this process compiled."""
+    torch.set_num_threads(1)
+    workers = join(torch.device("cpu"))
+    model = tiny_generative(GENERATIVE_ITEMS).train()
+    step_loss = DataParallelLoss(model, GenerativeRecipe(max_history=8, batch_size=6), workers,
+                                 find_unused_parameters=False)  # fmt: skip
+    compile_model(model, backend="aot_eager")  # the trainer's order: the forward (validation's), then the loss
+    step_loss.compile("default", backend="aot_eager")
+    loss, _, _ = step_loss(generative_batch(), torch.Generator().manual_seed(1))
+    loss.backward()
+    if workers.is_main:
+        torch.save({name: p.grad for name, p in model.named_parameters() if p.grad is not None}, out)
+    graphs = compiled_graphs()
+    leave()
+    return graphs

@@ -17,11 +17,15 @@ from recsys.data.prepared import PreparedParts, TrainingData, load_prepared
 from recsys.errors import ConfigError
 from recsys.evaluation import evaluate
 from recsys.runtime.distributed import Workers
-from recsys.training.data_parallel import Share, _table_read_by_ids, epoch_batches, share_of_rows
-from recsys.training.recipes import NextItemTraining, recipe_for
+from recsys.training.data_parallel import DataParallelLoss, Share, _table_read_by_ids, epoch_batches, share_of_rows
+from recsys.training.recipes import GenerativeRecipe, NextItemTraining, recipe_for
+from tests.conftest import tiny_generative
 from tests.recsys.training.distributed_fit import (
     EVAL,
+    GENERATIVE_ITEMS,
     SAMPLED,
+    compiled_generative_step_gradients,
+    generative_batch,
     host_sums_and_a_sharded_step,
     recipe_of,
     reduce_touched_rows,
@@ -234,3 +238,21 @@ def test_integers_are_reduced_on_the_hosts_and_a_split_table_step_allocates_no_w
     # block's gradient; RowwiseParallel's built the whole table's on every process (a 2.56 MB tensor per lookup)
     whole_table = 20_001 * 32 * 4
     assert two["largest_allocation"] < 0.6 * whole_table
+
+
+def test_two_processes_train_the_generative_loss_compiled_inside_ddp_as_one_eager_process(tmp_path: Path) -> None:
+    """The trainer compiles the generative recipe's loss with the forward (`DataParallelLoss.compile`) in place, inside
+    DDP: under gloo the two processes' compiled step gives the gradients of one eager process on the whole batch."""
+    graphs = run_on_processes(2, compiled_generative_step_gradients, str(tmp_path / "two.pt"))
+    assert all(count >= 1 for count in graphs.values()), f"no graph compiled on some process: {graphs}"
+    model = tiny_generative(GENERATIVE_ITEMS).train()
+    recipe = GenerativeRecipe(max_history=8, batch_size=6)
+    loss, _, _ = DataParallelLoss(model, recipe, Workers(), find_unused_parameters=False)(
+        generative_batch(), torch.Generator().manual_seed(1)
+    )
+    loss.backward()
+    two = torch.load(tmp_path / "two.pt")
+    alone = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    assert two.keys() == alone.keys()
+    for name, gradient in alone.items():
+        torch.testing.assert_close(two[name], gradient, rtol=0, atol=1e-6, msg=name)
