@@ -117,6 +117,13 @@ def _rule(rows: list[dict[str, str]], name: str) -> str | None:
     return descriptions[0] if descriptions else None
 
 
+def _dram_gb(throughput: str | None, unit: str | None, duration_ns: float) -> float | None:
+    """Gigabytes a kernel moved to and from DRAM: its DRAM throughput (in `unit`, one of BYTES_PER_S) x its duration;
+    None where ncu gave no throughput or another unit."""
+    per_s, scale = _number(throughput), BYTES_PER_S.get(unit or "")
+    return None if per_s is None or scale is None else significant(per_s * scale * duration_ns / 1e18)
+
+
 def bound_of(dram_pct: float | None, memory_pct: float | None, sm_pct: float | None) -> str:
     """`memory` or `compute` where that throughput reaches BOUND_AT_PCT of peak, else `latency`."""
     memory = max(dram_pct or 0.0, memory_pct or 0.0)
@@ -139,8 +146,6 @@ def summarise(rows: list[dict[str, str]]) -> dict[str, Any]:
             raise ValueError(
                 f"kernel {kernel_rows[0]['Kernel Name'][:80]!r} has no Duration: was SpeedOfLight collected?"
             )
-        dram_bytes_per_s = _number(metric.get((MEMORY, "Memory Throughput")))
-        scale = BYTES_PER_S.get(unit.get((MEMORY, "Memory Throughput"), ""))
         dram, memory, sm = (_number(metric.get((SOL, m))) for m in SOL_THROUGHPUTS)
         kernels.append({
             "kernel": kernel_rows[0]["Kernel Name"][:120],
@@ -150,8 +155,8 @@ def summarise(rows: list[dict[str, str]]) -> dict[str, Any]:
             "achieved_occupancy_pct": _number(metric.get(("Occupancy", "Achieved Occupancy"))),
             "theoretical_occupancy_pct": _number(metric.get(("Occupancy", "Theoretical Occupancy"))),
             "registers_per_thread": _number(metric.get(("Launch Statistics", "Registers Per Thread"))),
-            "dram_gb": significant(dram_bytes_per_s * scale * duration_ns / 1e18)
-            if dram_bytes_per_s is not None and scale is not None else None,
+            "dram_gb": _dram_gb(metric.get((MEMORY, "Memory Throughput")), unit.get((MEMORY, "Memory Throughput")),
+                                duration_ns),
             "l2_hit_pct": _number(metric.get((MEMORY, "L2 Hit Rate"))),
             "l1_hit_pct": _number(metric.get((MEMORY, "L1/TEX Hit Rate"))),
             "spilling_requests": _number(metric.get((MEMORY, "Local Memory Spilling Requests"))),

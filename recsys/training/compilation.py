@@ -47,12 +47,12 @@ def compile_model(
     them with a backend of their own (a callable)."""
     torch._dynamo.config.specialize_float = True  # see the module docstring: no restarted analysis
     if backend == "inductor":
-        model.compile(dynamic=True, options=inductor_options(mode))
+        model.compile(dynamic=True, options=_inductor_options(mode))
     else:
         model.compile(dynamic=True, mode=mode, backend=backend)
 
 
-def inductor_options(mode: CompileMode) -> dict[str, Any]:
+def _inductor_options(mode: CompileMode) -> dict[str, Any]:
     """Inductor's settings for `mode` with dynamic shapes, as `torch.compile(mode=...)` sets them (it takes a mode or
     options, not both), with the coalescing tiling analysis off (see the module docstring)."""
     return {**list_mode_options(mode, dynamic=True), "triton.coalesce_tiling_analysis": False}
