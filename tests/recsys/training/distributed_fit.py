@@ -239,22 +239,29 @@ def generative_batch() -> HistoryBatch:
                         torch.randint(1, 6, (6,), generator=generator))  # fmt: skip
 
 
-def compiled_generative_step_gradients(out: str) -> int:
-    """One step of the tiny generative retriever on `generative_batch`, this process's share of it averaged by DDP,
-    its loss compiled with the forward as the trainer compiles it (backend aot_eager: the graphs and autograd inductor
-    would get, without its code generation); the first process writes the gradients to `out`. Returns the graphs
-    this process compiled."""
-    torch.set_num_threads(1)
-    workers = join(torch.device("cpu"))
+def generative_step_gradients(workers: Workers, compiled: bool) -> dict[str, torch.Tensor]:
+    """The gradients of one step of the tiny generative retriever on `generative_batch` (on several processes, this
+    one's share of it, averaged by DDP); `compiled`: its loss compiled with the forward as the trainer compiles it
+    (backend aot_eager: the graphs and autograd inductor would get, without its code generation)."""
     model = tiny_generative(GENERATIVE_ITEMS).train()
     step_loss = DataParallelLoss(model, GenerativeRecipe(max_history=8, batch_size=6), workers,
                                  find_unused_parameters=False)  # fmt: skip
-    compile_model(model, backend="aot_eager")  # the trainer's order: the forward (validation's), then the loss
-    step_loss.compile("default", backend="aot_eager")
+    if compiled:
+        compile_model(model, backend="aot_eager")  # the trainer's order: the forward (validation's), then the loss
+        step_loss.compile("default", backend="aot_eager")
     loss, _, _ = step_loss(generative_batch(), torch.Generator().manual_seed(1))
     loss.backward()
+    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+
+def compiled_generative_step_gradients(out: str) -> int:
+    """`generative_step_gradients` compiled, on this process of a gloo run; the first process writes the gradients to
+    `out`. Returns the graphs this process compiled."""
+    torch.set_num_threads(1)
+    workers = join(torch.device("cpu"))
+    gradients = generative_step_gradients(workers, compiled=True)
     if workers.is_main:
-        torch.save({name: p.grad for name, p in model.named_parameters() if p.grad is not None}, out)
+        torch.save(gradients, out)
     graphs = compiled_graphs()
     leave()
     return graphs
